@@ -1,0 +1,415 @@
+//! From an `InvoiceRequest` to a `Comprobante`: every amount computed here, once.
+//!
+//! Line amounts keep up to six decimals (Anexo 20 allows it, and it is what lets a
+//! tax-included price split into Base + Importe that add back to the price). Comprobante
+//! amounts are the line amounts summed at full precision and rounded once to the currency's
+//! decimals, which is how the PAC recomputes them.
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+
+use super::model::{
+    CfdiRelacionados, Comprobante, Concepto, Emisor, Impuestos, InformacionGlobal, Receptor,
+    Retencion, Traslado,
+};
+use super::money::{self, MAX_DECIMALS, round};
+use super::request::{InvoiceRequest, LineData, ReceptorData, TaxTreatment, TipoComprobante};
+use super::rfc::RFC_PUBLICO_EN_GENERAL;
+use super::{CfdiError, catalogs};
+
+pub const IMPUESTO_ISR: &str = "001";
+pub const IMPUESTO_IVA: &str = "002";
+
+impl TaxTreatment {
+    /// The IVA rate, or `None` for exento and no-objeto.
+    pub fn rate(self) -> Option<Decimal> {
+        match self {
+            Self::Iva16 => Some(Decimal::new(16, 2)),
+            Self::Iva8 => Some(Decimal::new(8, 2)),
+            Self::Iva0 => Some(Decimal::ZERO),
+            Self::Exento | Self::NoObjeto => None,
+        }
+    }
+}
+
+fn bad(msg: impl Into<String>) -> CfdiError {
+    CfdiError::Request(msg.into())
+}
+
+fn check_code(what: &str, value: &str, len: usize) -> Result<(), CfdiError> {
+    if value.len() == len && value.chars().all(|c| c.is_ascii_alphanumeric()) {
+        Ok(())
+    } else {
+        Err(bad(format!("{what} `{value}` must be {len} characters (SAT catalog code)")))
+    }
+}
+
+fn check_text(what: &str, value: &str, max: usize) -> Result<(), CfdiError> {
+    let n = value.chars().count();
+    if value.trim().is_empty() || n > max {
+        return Err(bad(format!("{what} must have 1 to {max} characters, it has {n}")));
+    }
+    if value.contains('|') {
+        return Err(bad(format!("{what} must not contain `|`, the cadena original's separator")));
+    }
+    if value.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
+        return Err(bad(format!("{what} contains a control character, which XML cannot carry")));
+    }
+    Ok(())
+}
+
+fn check_decimals(what: &str, d: Decimal) -> Result<(), CfdiError> {
+    if d.normalize().scale() > MAX_DECIMALS {
+        return Err(bad(format!("{what} {d} has more than {MAX_DECIMALS} decimals")));
+    }
+    Ok(())
+}
+
+/// Builds the comprobante for `req`, to be sealed with the certificate `no_certificado`.
+pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, CfdiError> {
+    let dec = catalogs::currency_decimals(&req.moneda)
+        .ok_or_else(|| bad(format!("currency `{}` is not in c_Moneda", req.moneda)))?;
+    let tipo_cambio = match (req.moneda.as_str(), req.tipo_cambio) {
+        ("MXN", None) => None,
+        ("MXN", Some(tc)) if tc == Decimal::ONE => None,
+        ("MXN", Some(tc)) => return Err(bad(format!("TipoCambio must be 1 for MXN, not {tc}"))),
+        ("XXX", _) => return Err(bad("currency XXX (no currency) is not invoiced")),
+        (m, None) => return Err(bad(format!("currency {m} needs a TipoCambio to MXN"))),
+        (_, Some(tc)) if tc <= Decimal::ZERO => return Err(bad("TipoCambio must be positive")),
+        (_, Some(tc)) => {
+            check_decimals("TipoCambio", tc)?;
+            Some(tc.normalize())
+        }
+    };
+    if !catalogs::is_forma_pago(&req.forma_pago) {
+        return Err(bad(format!("FormaPago `{}` is not in c_FormaPago", req.forma_pago)));
+    }
+    match req.metodo_pago.as_str() {
+        "PUE" if req.forma_pago == "99" => {
+            return Err(bad("MetodoPago PUE needs the real FormaPago, not 99 (Por definir)"));
+        }
+        "PPD" if req.forma_pago != "99" => {
+            return Err(bad("MetodoPago PPD needs FormaPago 99 (Por definir)"));
+        }
+        "PUE" | "PPD" => {}
+        other => return Err(bad(format!("MetodoPago `{other}` must be PUE or PPD"))),
+    }
+    check_code("Exportacion", &req.exportacion, 2)?;
+    if let Some(s) = &req.serie {
+        check_text("Serie", s, 25)?;
+    }
+    if let Some(f) = &req.folio {
+        check_text("Folio", f, 40)?;
+    }
+    let em = &req.emisor;
+    check_text("Emisor nombre", &em.nombre, 300)?;
+    if !catalogs::is_regimen(&em.regimen_fiscal) {
+        return Err(bad(format!("Emisor RegimenFiscal `{}` is not in c_RegimenFiscal", em.regimen_fiscal)));
+    }
+    check_postal_code("LugarExpedicion", &em.lugar_expedicion)?;
+
+    let receptor = match &req.receptor {
+        ReceptorData::Nominativo { rfc, nombre, domicilio_fiscal, regimen_fiscal, uso_cfdi } => {
+            check_text("Receptor nombre", nombre, 300)?;
+            check_postal_code("Receptor DomicilioFiscal", domicilio_fiscal)?;
+            if !catalogs::is_regimen(regimen_fiscal) {
+                return Err(bad(format!("Receptor régimen `{regimen_fiscal}` is not in c_RegimenFiscal")));
+            }
+            match catalogs::uso_allows(uso_cfdi, regimen_fiscal) {
+                None => return Err(bad(format!("UsoCFDI `{uso_cfdi}` is not in c_UsoCFDI"))),
+                Some(false) => {
+                    return Err(bad(format!(
+                        "UsoCFDI {uso_cfdi} is not allowed for régimen {regimen_fiscal} (c_UsoCFDI)"
+                    )));
+                }
+                Some(true) => {}
+            }
+            if rfc.as_str() == RFC_PUBLICO_EN_GENERAL && req.informacion_global.is_none() {
+                return Err(bad(
+                    "CFDI40146: XAXX010101000 is only for a factura global; use receptor kind publico_en_general",
+                ));
+            }
+            Receptor {
+                rfc: rfc.to_string(),
+                nombre: nombre.clone(),
+                domicilio_fiscal_receptor: domicilio_fiscal.clone(),
+                regimen_fiscal_receptor: regimen_fiscal.clone(),
+                uso_cfdi: uso_cfdi.clone(),
+            }
+        }
+        ReceptorData::PublicoEnGeneral => Receptor {
+            rfc: RFC_PUBLICO_EN_GENERAL.to_owned(),
+            nombre: "PUBLICO EN GENERAL".to_owned(),
+            domicilio_fiscal_receptor: em.lugar_expedicion.clone(),
+            regimen_fiscal_receptor: "616".to_owned(),
+            uso_cfdi: "S01".to_owned(),
+        },
+    };
+    let informacion_global = match (&req.receptor, &req.informacion_global) {
+        (ReceptorData::PublicoEnGeneral, Some(g)) => {
+            if !["01", "02", "03", "04", "05"].contains(&g.periodicidad.as_str()) {
+                return Err(bad(format!("Periodicidad `{}` must be 01-05", g.periodicidad)));
+            }
+            let meses: u32 = g.meses.parse().unwrap_or(0);
+            if g.meses.len() != 2 || !(1..=18).contains(&meses) {
+                return Err(bad(format!("Meses `{}` must be 01-18", g.meses)));
+            }
+            if !(2021..=2100).contains(&g.anio) {
+                return Err(bad(format!("Año {} is out of range", g.anio)));
+            }
+            Some(InformacionGlobal {
+                periodicidad: g.periodicidad.clone(),
+                meses: g.meses.clone(),
+                anio: g.anio,
+            })
+        }
+        (ReceptorData::PublicoEnGeneral, None) => {
+            return Err(bad("a factura global to PUBLICO EN GENERAL needs InformacionGlobal"));
+        }
+        (ReceptorData::Nominativo { .. }, Some(_)) => {
+            return Err(bad("InformacionGlobal is only for a factura global"));
+        }
+        (ReceptorData::Nominativo { .. }, None) => None,
+    };
+    let mut cfdi_relacionados = Vec::new();
+    for rel in &req.relacionados {
+        check_code("TipoRelacion", &rel.tipo_relacion, 2)?;
+        if rel.uuids.is_empty() {
+            return Err(bad("CfdiRelacionados needs at least one UUID"));
+        }
+        for u in &rel.uuids {
+            if !is_uuid(u) {
+                return Err(bad(format!("related UUID `{u}` is not a UUID")));
+            }
+        }
+        cfdi_relacionados.push(CfdiRelacionados {
+            tipo_relacion: rel.tipo_relacion.clone(),
+            uuids: rel.uuids.iter().map(|u| u.to_uppercase()).collect(),
+        });
+    }
+    if req.tipo == TipoComprobante::Egreso && cfdi_relacionados.is_empty() {
+        return Err(bad("an egreso must relate the ingreso it credits (TipoRelacion 01)"));
+    }
+    if req.lines.is_empty() {
+        return Err(bad("an invoice needs at least one line"));
+    }
+
+    let conceptos = req
+        .lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| build_line(l, req.prices_include_tax).map_err(|e| prefix(i, e)))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let subtotal = round(conceptos.iter().map(|c| c.importe).sum(), dec);
+    let has_discount = conceptos.iter().any(|c| c.descuento.is_some());
+    let descuento = has_discount
+        .then(|| round(conceptos.iter().filter_map(|c| c.descuento).sum(), dec));
+    let impuestos = summarize(&conceptos, dec);
+    let total = subtotal - descuento.unwrap_or_default()
+        + impuestos.as_ref().and_then(|i| i.total_trasladados).unwrap_or_default()
+        - impuestos.as_ref().and_then(|i| i.total_retenidos).unwrap_or_default();
+    if total < Decimal::ZERO {
+        return Err(bad(format!("the total would be negative ({total})")));
+    }
+
+    Ok(Comprobante {
+        serie: req.serie.clone(),
+        folio: req.folio.clone(),
+        fecha: req.fecha.format("%Y-%m-%dT%H:%M:%S").to_string(),
+        sello: None,
+        forma_pago: Some(req.forma_pago.clone()),
+        no_certificado: no_certificado.to_owned(),
+        certificado: None,
+        condiciones_de_pago: req.condiciones_de_pago.clone(),
+        subtotal,
+        descuento,
+        moneda: req.moneda.clone(),
+        moneda_decimals: dec,
+        tipo_cambio,
+        total,
+        tipo_de_comprobante: req.tipo.code().to_owned(),
+        exportacion: req.exportacion.clone(),
+        metodo_pago: Some(req.metodo_pago.clone()),
+        lugar_expedicion: em.lugar_expedicion.clone(),
+        informacion_global,
+        cfdi_relacionados,
+        emisor: Emisor {
+            rfc: em.rfc.to_string(),
+            nombre: em.nombre.clone(),
+            regimen_fiscal: em.regimen_fiscal.clone(),
+        },
+        receptor,
+        conceptos,
+        impuestos,
+        tfd: None,
+    })
+}
+
+fn prefix(i: usize, e: CfdiError) -> CfdiError {
+    match e {
+        CfdiError::Request(m) => CfdiError::Request(format!("line {}: {m}", i + 1)),
+        other => other,
+    }
+}
+
+fn check_postal_code(what: &str, cp: &str) -> Result<(), CfdiError> {
+    if cp.len() == 5 && cp.chars().all(|c| c.is_ascii_digit()) {
+        Ok(())
+    } else {
+        Err(bad(format!("{what} `{cp}` must be a 5-digit postal code")))
+    }
+}
+
+fn is_uuid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+        && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
+    check_code("ClaveProdServ", &l.clave_prod_serv, 8)?;
+    if !l.clave_prod_serv.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad(format!("ClaveProdServ `{}` must be 8 digits", l.clave_prod_serv)));
+    }
+    if !(2..=3).contains(&l.clave_unidad.len()) {
+        return Err(bad(format!("ClaveUnidad `{}` must be a c_ClaveUnidad code", l.clave_unidad)));
+    }
+    check_text("Descripcion", &l.descripcion, 1000)?;
+    if let Some(u) = &l.unidad {
+        check_text("Unidad", u, 20)?;
+    }
+    if let Some(n) = &l.no_identificacion {
+        check_text("NoIdentificacion", n, 100)?;
+    }
+    if l.cantidad <= Decimal::ZERO {
+        return Err(bad(format!("Cantidad must be positive, it is {}", l.cantidad)));
+    }
+    check_decimals("Cantidad", l.cantidad)?;
+    if l.unit_price < Decimal::ZERO {
+        return Err(bad(format!("unit price must not be negative, it is {}", l.unit_price)));
+    }
+    check_decimals("unit price", l.unit_price)?;
+    if let Some(d) = l.discount {
+        if d < Decimal::ZERO {
+            return Err(bad("discount must not be negative"));
+        }
+        check_decimals("discount", d)?;
+    }
+    let rate = l.tax.rate();
+    if l.tax == TaxTreatment::NoObjeto && !l.retenciones.is_empty() {
+        return Err(bad("a line not subject to tax (ObjetoImp 01) cannot carry retenciones"));
+    }
+    // A tax-included price is divided by (1 + rate) to get the price before tax.
+    let factor = match rate {
+        Some(r) if include_tax => Decimal::ONE + r,
+        _ => Decimal::ONE,
+    };
+    let valor_unitario = round(l.unit_price / factor, MAX_DECIMALS);
+    let importe = round(l.cantidad * valor_unitario, MAX_DECIMALS);
+    let descuento = l.discount.map(|d| round(d / factor, MAX_DECIMALS));
+    let base = importe - descuento.unwrap_or_default();
+    if base < Decimal::ZERO {
+        return Err(bad(format!("discount {} exceeds the line amount {importe}", descuento.unwrap_or_default())));
+    }
+    let traslados = match (l.tax, rate) {
+        (TaxTreatment::NoObjeto, _) => vec![],
+        (_, None) => vec![Traslado {
+            base,
+            impuesto: IMPUESTO_IVA.to_owned(),
+            tipo_factor: "Exento".to_owned(),
+            tasa: None,
+            importe: None,
+        }],
+        (_, Some(r)) => vec![Traslado {
+            base,
+            impuesto: IMPUESTO_IVA.to_owned(),
+            tipo_factor: "Tasa".to_owned(),
+            tasa: Some(r),
+            importe: Some(round(base * r, MAX_DECIMALS)),
+        }],
+    };
+    let mut retenciones = Vec::new();
+    for r in &l.retenciones {
+        if r.impuesto != IMPUESTO_ISR && r.impuesto != IMPUESTO_IVA {
+            return Err(bad(format!("retención impuesto `{}` must be 001 (ISR) or 002 (IVA)", r.impuesto)));
+        }
+        if r.tasa <= Decimal::ZERO || r.tasa >= Decimal::ONE {
+            return Err(bad(format!("retención rate {} must be between 0 and 1", r.tasa)));
+        }
+        check_decimals("retención rate", r.tasa)?;
+        retenciones.push(Retencion {
+            base,
+            impuesto: r.impuesto.clone(),
+            tasa: r.tasa,
+            importe: round(base * r.tasa, MAX_DECIMALS),
+        });
+    }
+    Ok(Concepto {
+        clave_prod_serv: l.clave_prod_serv.clone(),
+        no_identificacion: l.no_identificacion.clone(),
+        cantidad: l.cantidad.normalize(),
+        clave_unidad: l.clave_unidad.clone(),
+        unidad: l.unidad.clone(),
+        descripcion: l.descripcion.clone(),
+        valor_unitario,
+        importe,
+        descuento,
+        objeto_imp: if l.tax == TaxTreatment::NoObjeto { "01" } else { "02" }.to_owned(),
+        traslados,
+        retenciones,
+    })
+}
+
+/// Groups the line taxes into the comprobante-level Impuestos, summing at full precision and
+/// rounding each group once.
+fn summarize(conceptos: &[Concepto], dec: u32) -> Option<Impuestos> {
+    // Key: (Impuesto, TipoFactor, TasaOCuota), the grouping Anexo 20 prescribes.
+    let mut tras: BTreeMap<(String, String, Option<Decimal>), (Decimal, Option<Decimal>)> =
+        BTreeMap::new();
+    let mut ret: BTreeMap<String, Decimal> = BTreeMap::new();
+    for c in conceptos {
+        for t in &c.traslados {
+            let e = tras
+                .entry((t.impuesto.clone(), t.tipo_factor.clone(), t.tasa))
+                .or_insert((Decimal::ZERO, None));
+            e.0 += t.base;
+            if let Some(i) = t.importe {
+                e.1 = Some(e.1.unwrap_or_default() + i);
+            }
+        }
+        for r in &c.retenciones {
+            *ret.entry(r.impuesto.clone()).or_default() += r.importe;
+        }
+    }
+    if tras.is_empty() && ret.is_empty() {
+        return None;
+    }
+    let traslados: Vec<Traslado> = tras
+        .into_iter()
+        .map(|((impuesto, tipo_factor, tasa), (base, importe))| Traslado {
+            base: round(base, dec),
+            impuesto,
+            tipo_factor,
+            tasa,
+            importe: importe.map(|i| round(i, dec)),
+        })
+        .collect();
+    let retenciones: Vec<(String, Decimal)> =
+        ret.into_iter().map(|(k, v)| (k, round(v, dec))).collect();
+    let any_importe = traslados.iter().any(|t| t.importe.is_some());
+    Some(Impuestos {
+        total_trasladados: any_importe
+            .then(|| traslados.iter().filter_map(|t| t.importe).sum()),
+        total_retenidos: (!retenciones.is_empty())
+            .then(|| retenciones.iter().map(|(_, v)| *v).sum()),
+        retenciones,
+        traslados,
+    })
+}
+
+/// Formats a line amount with at least the currency's decimals.
+pub fn fmt_line(d: Decimal, dec: u32) -> String {
+    money::line(d, dec)
+}

@@ -1,0 +1,203 @@
+//! A small namespace-aware element tree, enough to read any CFDI.
+//!
+//! The cadena original, the validator and `cfdi verify` all work on this tree parsed from the
+//! XML bytes, never on the builder's model, so what we check is exactly what a PAC receives.
+
+use quick_xml::XmlVersion;
+use quick_xml::events::Event;
+use quick_xml::name::ResolveResult;
+use quick_xml::reader::NsReader;
+
+pub const NS_CFDI: &str = "http://www.sat.gob.mx/cfd/4";
+pub const NS_TFD: &str = "http://www.sat.gob.mx/TimbreFiscalDigital";
+pub const NS_PAGOS20: &str = "http://www.sat.gob.mx/Pagos20";
+pub const NS_XSI: &str = "http://www.w3.org/2001/XMLSchema-instance";
+
+/// A child of an element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Element(Element),
+    Text(String),
+}
+
+/// One element: its namespace, local name, attributes (raw qualified names, normalized values)
+/// and children in document order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Element {
+    pub ns: Option<String>,
+    pub name: String,
+    pub attrs: Vec<(String, String)>,
+    pub children: Vec<Node>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("malformed XML: {0}")]
+pub struct XmlError(pub String);
+
+impl Element {
+    /// Parses a whole document and returns its root element.
+    pub fn parse(bytes: &[u8]) -> Result<Element, XmlError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| XmlError(format!("not UTF-8: {e}")))?;
+        let mut reader = NsReader::from_str(text);
+        let mut stack: Vec<Element> = Vec::new();
+        let mut root: Option<Element> = None;
+        loop {
+            let pos = reader.buffer_position();
+            let (resolved, event) = reader
+                .read_resolved_event()
+                .map_err(|e| XmlError(format!("after byte {pos}: {e}")))?;
+            let ns = match resolved {
+                ResolveResult::Bound(ns) => Some(ns.0.to_owned()),
+                ResolveResult::Unbound => None,
+                ResolveResult::Unknown(p) => {
+                    return Err(XmlError(format!("undeclared namespace prefix `{p}`")));
+                }
+            };
+            match event {
+                Event::Start(ref e) | Event::Empty(ref e) => {
+                    let mut el = Element {
+                        ns,
+                        name: e.local_name().as_ref().to_owned(),
+                        ..Element::default()
+                    };
+                    for attr in e.attributes() {
+                        let attr = attr.map_err(|e| XmlError(e.to_string()))?;
+                        let key = attr.key.0.to_owned();
+                        let value = attr
+                            .normalized_value(XmlVersion::Implicit1_0)
+                            .map_err(|e| XmlError(format!("attribute {key}: {e}")))?
+                            .into_owned();
+                        el.attrs.push((key, value));
+                    }
+                    if matches!(event, Event::Start(_)) {
+                        stack.push(el);
+                    } else {
+                        attach(&mut stack, &mut root, el)?;
+                    }
+                }
+                Event::End(_) => {
+                    let el = stack.pop().ok_or_else(|| XmlError("unbalanced end tag".into()))?;
+                    attach(&mut stack, &mut root, el)?;
+                }
+                Event::Text(t) => {
+                    if let Some(parent) = stack.last_mut() {
+                        push_text(parent, &t.xml_content(XmlVersion::Implicit1_0));
+                    }
+                }
+                Event::CData(t) => {
+                    if let Some(parent) = stack.last_mut() {
+                        push_text(parent, &t);
+                    }
+                }
+                Event::GeneralRef(r) => {
+                    if let Some(parent) = stack.last_mut() {
+                        let name: &str = &r;
+                        let resolved = resolve_ref(name)
+                            .ok_or_else(|| XmlError(format!("unknown entity &{name};")))?;
+                        push_text(parent, &resolved);
+                    }
+                }
+                Event::Eof => break,
+                _ => {}
+            }
+        }
+        if !stack.is_empty() {
+            return Err(XmlError("document ends inside an element".into()));
+        }
+        root.ok_or_else(|| XmlError("no root element".into()))
+    }
+
+    /// Whether this element is `{ns}name`.
+    pub fn is(&self, ns: &str, name: &str) -> bool {
+        self.name == name && self.ns.as_deref() == Some(ns)
+    }
+
+    /// The value of an unprefixed attribute, if present.
+    pub fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Child elements in document order.
+    pub fn elements(&self) -> impl Iterator<Item = &Element> {
+        self.children.iter().filter_map(|n| match n {
+            Node::Element(e) => Some(e),
+            Node::Text(_) => None,
+        })
+    }
+
+    /// Child elements named `{ns}name`.
+    pub fn children_named<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a Element> + 'a {
+        self.elements().filter(move |e| e.is(ns, name))
+    }
+
+    /// The first child element named `{ns}name`.
+    pub fn child(&self, ns: &str, name: &str) -> Option<&Element> {
+        self.elements().find(|e| e.is(ns, name))
+    }
+
+    /// Follows a path of child names in one namespace, collecting every match (like XPath
+    /// `./a/b/c`).
+    pub fn path<'a>(&'a self, ns: &'a str, names: &[&'a str]) -> Vec<&'a Element> {
+        let mut current = vec![self];
+        for name in names {
+            current = current.into_iter().flat_map(|e| e.children_named(ns, name)).collect();
+        }
+        current
+    }
+
+    /// The concatenated text of all descendants (XPath `string()`).
+    pub fn text_content(&self) -> String {
+        let mut out = String::new();
+        fn walk(e: &Element, out: &mut String) {
+            for n in &e.children {
+                match n {
+                    Node::Text(t) => out.push_str(t),
+                    Node::Element(c) => walk(c, out),
+                }
+            }
+        }
+        walk(self, &mut out);
+        out
+    }
+}
+
+fn attach(stack: &mut [Element], root: &mut Option<Element>, el: Element) -> Result<(), XmlError> {
+    match stack.last_mut() {
+        Some(parent) => parent.children.push(Node::Element(el)),
+        None if root.is_none() => *root = Some(el),
+        None => return Err(XmlError("more than one root element".into())),
+    }
+    Ok(())
+}
+
+fn push_text(parent: &mut Element, s: &str) {
+    if let Some(Node::Text(last)) = parent.children.last_mut() {
+        last.push_str(s);
+    } else {
+        parent.children.push(Node::Text(s.to_owned()));
+    }
+}
+
+fn resolve_ref(name: &str) -> Option<String> {
+    let simple = match name {
+        "lt" => "<",
+        "gt" => ">",
+        "amp" => "&",
+        "apos" => "'",
+        "quot" => "\"",
+        _ => "",
+    };
+    if !simple.is_empty() {
+        return Some(simple.to_owned());
+    }
+    let code = if let Some(hex) = name.strip_prefix("#x") {
+        u32::from_str_radix(hex, 16).ok()?
+    } else {
+        name.strip_prefix('#')?.parse().ok()?
+    };
+    char::from_u32(code).map(String::from)
+}

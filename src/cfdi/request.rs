@@ -1,0 +1,164 @@
+//! The neutral invoice request: everything needed to build one comprobante, and nothing derived.
+//!
+//! This is what the outbox freezes. It is serialized as JSON in the outbox row, and building it
+//! is deterministic, so the same request always yields byte-identical XML and (PKCS#1 v1.5 being
+//! deterministic) the same Sello.
+
+use chrono::NaiveDateTime;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use super::rfc::Rfc;
+
+/// Ingreso (a sale) or egreso (a credit note for a refund).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TipoComprobante {
+    /// `I`: a sale.
+    #[serde(rename = "I")]
+    Ingreso,
+    /// `E`: a credit note, related to the ingreso by TipoRelacion 01.
+    #[serde(rename = "E")]
+    Egreso,
+}
+
+impl TipoComprobante {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Ingreso => "I",
+            Self::Egreso => "E",
+        }
+    }
+}
+
+/// The issuer, as configured by the merchant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmisorData {
+    pub rfc: Rfc,
+    pub nombre: String,
+    pub regimen_fiscal: String,
+    /// Postal code of the place of issue (`LugarExpedicion`).
+    pub lugar_expedicion: String,
+}
+
+/// Who receives the invoice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReceptorData {
+    /// A customer who gave their fiscal data.
+    Nominativo {
+        rfc: Rfc,
+        nombre: String,
+        /// Postal code of the receptor's fiscal address.
+        domicilio_fiscal: String,
+        regimen_fiscal: String,
+        uso_cfdi: String,
+    },
+    /// "PUBLICO EN GENERAL" (XAXX010101000, 616, S01, the issuer's postal code): a factura global.
+    PublicoEnGeneral,
+}
+
+/// `InformacionGlobal` of a factura global.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InformacionGlobalData {
+    /// c_Periodicidad: 01 diario … 05 bimestral.
+    pub periodicidad: String,
+    /// c_Meses: 01–12, or 13–18 for bimonthly periods.
+    pub meses: String,
+    pub anio: i32,
+}
+
+/// A `CfdiRelacionados` group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelacionadosData {
+    /// c_TipoRelacion: 01 nota de crédito, 04 sustitución, …
+    pub tipo_relacion: String,
+    pub uuids: Vec<String>,
+}
+
+/// How a line is taxed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaxTreatment {
+    /// IVA 16 %.
+    Iva16,
+    /// IVA 8 % (región fronteriza).
+    Iva8,
+    /// IVA 0 %.
+    Iva0,
+    /// IVA exento: a Traslado with `TipoFactor="Exento"`, no rate, no amount.
+    Exento,
+    /// Not subject to tax (`ObjetoImp="01"`): no Impuestos at all.
+    NoObjeto,
+}
+
+/// A withholding on a line (only between businesses; rare for online sales).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetencionData {
+    /// c_Impuesto: `001` ISR or `002` IVA.
+    pub impuesto: String,
+    /// Rate as a decimal fraction, e.g. `0.106667` or `0.100000`.
+    pub tasa: Decimal,
+}
+
+/// One line of the sale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineData {
+    pub clave_prod_serv: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_identificacion: Option<String>,
+    pub cantidad: Decimal,
+    pub clave_unidad: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unidad: Option<String>,
+    pub descripcion: String,
+    /// Price of one unit, in the comprobante's currency. Includes the traslado when
+    /// `prices_include_tax` is set.
+    pub unit_price: Decimal,
+    /// Discount on the whole line (not per unit), on the same basis as `unit_price`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discount: Option<Decimal>,
+    pub tax: TaxTreatment,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retenciones: Vec<RetencionData>,
+}
+
+/// Everything needed to build one comprobante.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceRequest {
+    pub tipo: TipoComprobante,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serie: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folio: Option<String>,
+    /// Issue time in the issuer's local time (America/Mexico_City), to the second. Frozen once.
+    pub fecha: NaiveDateTime,
+    /// c_Moneda code, e.g. `MXN` or `USD`.
+    pub moneda: String,
+    /// Required for any currency other than MXN (and XXX).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tipo_cambio: Option<Decimal>,
+    /// c_FormaPago, e.g. `04` credit card. `99` with `PPD`.
+    pub forma_pago: String,
+    /// c_MetodoPago: `PUE` or `PPD`.
+    pub metodo_pago: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condiciones_de_pago: Option<String>,
+    /// c_Exportacion; `01` (no aplica) for domestic sales.
+    #[serde(default = "default_exportacion")]
+    pub exportacion: String,
+    /// Whether `unit_price` and `discount` include the traslado (IVA). When they do, the
+    /// builder splits each amount into Base and Importe.
+    #[serde(default)]
+    pub prices_include_tax: bool,
+    pub emisor: EmisorData,
+    pub receptor: ReceptorData,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub informacion_global: Option<InformacionGlobalData>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relacionados: Vec<RelacionadosData>,
+    pub lines: Vec<LineData>,
+}
+
+fn default_exportacion() -> String {
+    "01".to_owned()
+}

@@ -1,0 +1,182 @@
+//! The command line. Each subcommand is a thin call into the library.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use chrono::{NaiveDateTime, Utc};
+use chrono_tz::America::Mexico_City;
+use clap::{Parser, Subcommand};
+
+use crate::cfdi::{self, Csd, InvoiceRequest};
+
+#[derive(Debug, Parser)]
+#[command(name = "autofactura", version, about = "Paid sales in, stamped CFDI 4.0 out, exactly once")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work with CFDI documents: cadena original, verification, samples.
+    #[command(subcommand)]
+    Cfdi(CfdiCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CfdiCommand {
+    /// Print the cadena original of a CFDI 4.0 (or, with --tfd, of its TimbreFiscalDigital).
+    Cadena {
+        file: PathBuf,
+        #[arg(long)]
+        tfd: bool,
+    },
+    /// Check structure, sums, Sello and (when stamped) the TFD. Exit 0 when valid, 1 when not.
+    Verify { file: PathBuf },
+    /// Write sealed sample CFDIs built from the invoice requests in fixtures/requests.
+    Sample {
+        #[arg(long)]
+        out: PathBuf,
+        /// Fecha for every sample, `YYYY-MM-DDThh:mm:ss` (default: now in Mexico City).
+        #[arg(long)]
+        fecha: Option<String>,
+    },
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
+        None => {
+            eprintln!("autofactura: no command given; try `autofactura --help`");
+            Ok(ExitCode::from(2))
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+}
+
+fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        CfdiCommand::Cadena { file, tfd } => {
+            let root = cfdi::dom::Element::parse(&read(&file)?)?;
+            let cadena = if tfd {
+                let t = cfdi::cadena::find_tfd(&root)
+                    .ok_or(cfdi::cadena::CadenaError::NoTfd)?;
+                cfdi::cadena::cadena_tfd(t)
+            } else {
+                cfdi::cadena::cadena_comprobante(&root)?
+            };
+            let mut out = std::io::stdout().lock();
+            out.write_all(cadena.as_bytes())?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        CfdiCommand::Verify { file } => {
+            let certs = known_tfd_certificates();
+            let report = cfdi::verify::verify(
+                &read(&file)?,
+                &cfdi::verify::VerifyOptions { tfd_certs: &certs },
+            );
+            for n in &report.notes {
+                eprintln!("note: {n}");
+            }
+            if report.is_valid() {
+                println!("valid: {}", file.display());
+                if let Some(u) = &report.uuid {
+                    println!("UUID: {u}");
+                }
+                if let Some(f) = &report.fecha_timbrado {
+                    println!("FechaTimbrado: {f}");
+                }
+                Ok(ExitCode::SUCCESS)
+            } else {
+                for p in &report.problems {
+                    println!("{p}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        CfdiCommand::Sample { out, fecha } => {
+            let fecha = match fecha {
+                Some(f) => cfdi::verify::parse_fecha(&f)
+                    .ok_or_else(|| anyhow::anyhow!("--fecha `{f}` is not YYYY-MM-DDThh:mm:ss"))?,
+                None => now_in_mexico(),
+            };
+            let csd = sandbox_csd()?;
+            std::fs::create_dir_all(&out)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+            for (name, json) in SAMPLE_REQUESTS {
+                let mut req: InvoiceRequest = serde_json::from_str(json)
+                    .map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
+                req.fecha = fecha;
+                let sealed = cfdi::seal(&req, &csd).map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
+                let path = out.join(format!("{name}.xml"));
+                std::fs::write(&path, &sealed.xml)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                println!("{}  Total {} {}", path.display(), sealed.total, sealed.moneda);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The current time in the issuer's zone, to the second.
+pub fn now_in_mexico() -> NaiveDateTime {
+    let now = Utc::now().with_timezone(&Mexico_City).naive_local();
+    now.with_nanosecond_zero()
+}
+
+trait NoNanos {
+    fn with_nanosecond_zero(self) -> Self;
+}
+
+impl NoNanos for NaiveDateTime {
+    fn with_nanosecond_zero(self) -> Self {
+        use chrono::Timelike;
+        self.with_nanosecond(0).unwrap_or(self)
+    }
+}
+
+/// The SAT test CSD shipped in `fixtures/csd` (EKU9003173C9), used by the embedded defaults.
+pub const SANDBOX_CSD_CER: &[u8] = include_bytes!("../fixtures/csd/EKU9003173C9.cer");
+pub const SANDBOX_CSD_KEY: &[u8] = include_bytes!("../fixtures/csd/EKU9003173C9.key");
+pub const SANDBOX_CSD_PASSWORD: &str = "12345678a";
+
+pub fn sandbox_csd() -> Result<Csd, cfdi::CfdiError> {
+    Csd::from_bytes(SANDBOX_CSD_CER, SANDBOX_CSD_KEY, SANDBOX_CSD_PASSWORD)
+}
+
+/// The invoice requests behind `cfdi sample`, embedded so the binary needs no files.
+pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
+    ("01-iva16-mxn", include_str!("../fixtures/requests/01-iva16-mxn.json")),
+    ("02-lines-with-discount", include_str!("../fixtures/requests/02-lines-with-discount.json")),
+    ("03-tax-included-centavos", include_str!("../fixtures/requests/03-tax-included-centavos.json")),
+    ("04-usd-tipo-cambio", include_str!("../fixtures/requests/04-usd-tipo-cambio.json")),
+    ("05-exento-and-zero", include_str!("../fixtures/requests/05-exento-and-zero.json")),
+    ("06-factura-global", include_str!("../fixtures/requests/06-factura-global.json")),
+    ("07-egreso-nota-de-credito", include_str!("../fixtures/requests/07-egreso-nota-de-credito.json")),
+    ("08-escaping-and-spaces", include_str!("../fixtures/requests/08-escaping-and-spaces.json")),
+];
+
+/// Certificates that sign TFDs: the SAT test PACs' and production ones shipped in
+/// `fixtures/tfd`.
+pub fn known_tfd_certificates() -> Vec<cfdi::Certificate> {
+    const CERTS: &[&[u8]] = &[
+        include_bytes!("../fixtures/tfd/30001000000500003456.cer"),
+        include_bytes!("../fixtures/tfd/30001000000400002495.cer"),
+        include_bytes!("../fixtures/tfd/00001000000708361114.cer"),
+    ];
+    CERTS.iter().filter_map(|c| cfdi::Certificate::from_bytes(c).ok()).collect()
+}
