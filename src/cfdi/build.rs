@@ -301,18 +301,29 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
     if l.tax == TaxTreatment::NoObjeto && !l.retenciones.is_empty() {
         return Err(bad("a line not subject to tax (ObjetoImp 01) cannot carry retenciones"));
     }
-    // A tax-included price is divided by (1 + rate) to get the price before tax.
-    let factor = match rate {
-        Some(r) if include_tax => Decimal::ONE + r,
-        _ => Decimal::ONE,
+    // Tax-included prices: the IVA is taken out of the line's net amount first, and the Base is
+    // what remains, so Base + Importe of the traslado add back to exactly what was charged.
+    let (valor_unitario, importe, descuento, base, tax_importe) = match rate {
+        Some(r) if include_tax => {
+            let net = round(l.cantidad * l.unit_price, MAX_DECIMALS) - l.discount.unwrap_or_default();
+            if net < Decimal::ZERO {
+                return Err(bad(format!("discount {} exceeds the line amount", l.discount.unwrap_or_default())));
+            }
+            let tax = round(net * r / (Decimal::ONE + r), MAX_DECIMALS);
+            let base = net - tax;
+            let descuento = l.discount.map(|d| round(d / (Decimal::ONE + r), MAX_DECIMALS));
+            let importe = base + descuento.unwrap_or_default();
+            (round(importe / l.cantidad, MAX_DECIMALS), importe, descuento, base, Some(tax))
+        }
+        _ => {
+            let importe = round(l.cantidad * l.unit_price, MAX_DECIMALS);
+            let base = importe - l.discount.unwrap_or_default();
+            if base < Decimal::ZERO {
+                return Err(bad(format!("discount {} exceeds the line amount {importe}", l.discount.unwrap_or_default())));
+            }
+            (l.unit_price, importe, l.discount, base, rate.map(|r| round(base * r, MAX_DECIMALS)))
+        }
     };
-    let valor_unitario = round(l.unit_price / factor, MAX_DECIMALS);
-    let importe = round(l.cantidad * valor_unitario, MAX_DECIMALS);
-    let descuento = l.discount.map(|d| round(d / factor, MAX_DECIMALS));
-    let base = importe - descuento.unwrap_or_default();
-    if base < Decimal::ZERO {
-        return Err(bad(format!("discount {} exceeds the line amount {importe}", descuento.unwrap_or_default())));
-    }
     let traslados = match (l.tax, rate) {
         (TaxTreatment::NoObjeto, _) => vec![],
         (_, None) => vec![Traslado {
@@ -327,7 +338,7 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
             impuesto: IMPUESTO_IVA.to_owned(),
             tipo_factor: "Tasa".to_owned(),
             tasa: Some(r),
-            importe: Some(round(base * r, MAX_DECIMALS)),
+            importe: tax_importe,
         }],
     };
     let mut retenciones = Vec::new();

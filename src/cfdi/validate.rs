@@ -107,6 +107,19 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
         let mut am = Amounts { problems: &mut line_problems };
         if let Some(imp) = am.get(c, "Importe", true) {
             sum_importe += imp;
+            if let (Some(q), Some(vu)) = (am.get(c, "Cantidad", true), am.get(c, "ValorUnitario", true)) {
+                let dp = |a: &str| decimals_of(c.attr(a).unwrap_or_default());
+                let (hq, hv) = (unit(dp("Cantidad")) / Decimal::TWO, unit(dp("ValorUnitario")) / Decimal::TWO);
+                let tiny = Decimal::new(1, 12);
+                let lower = trunc((q - hq) * (vu - hv), dp("Importe"));
+                let upper = ceil((q + hq - tiny) * (vu + hv - tiny), dp("Importe"));
+                if imp < lower || imp > upper {
+                    am.problems.push(Problem::new(
+                        None,
+                        format!("concepto {n}: Importe {imp} is outside the range allowed for Cantidad {q} × ValorUnitario {vu}"),
+                    ));
+                }
+            }
         }
         if let Some(d) = am.get(c, "Descuento", false) {
             sum_desc = Some(sum_desc.unwrap_or_default() + d);

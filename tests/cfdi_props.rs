@@ -1,0 +1,158 @@
+//! Property tests: any generated invoice request either yields a document that passes the
+//! validator with reconciled totals, or a clear error.
+
+use autofactura::cfdi::dom::Element;
+use autofactura::cfdi::validate::check_amounts;
+use autofactura::cfdi::{
+    self, CfdiError, EmisorData, InvoiceRequest, LineData, ReceptorData, RetencionData, Rfc,
+    TaxTreatment, TipoComprobante,
+};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use rust_decimal::Decimal;
+
+fn dec(mantissa: i64, scale: u32) -> Decimal {
+    Decimal::new(mantissa, scale)
+}
+
+fn tax() -> impl Strategy<Value = TaxTreatment> {
+    prop_oneof![
+        4 => Just(TaxTreatment::Iva16),
+        1 => Just(TaxTreatment::Iva8),
+        1 => Just(TaxTreatment::Iva0),
+        1 => Just(TaxTreatment::Exento),
+        1 => Just(TaxTreatment::NoObjeto),
+    ]
+}
+
+fn line() -> impl Strategy<Value = LineData> {
+    (
+        // Cantidad: mostly whole units, sometimes fractional with up to 6 decimals.
+        prop_oneof![3 => (1i64..20).prop_map(|q| dec(q, 0)), 1 => (1i64..50_000_000).prop_map(|q| dec(q, 6))],
+        // Unit price with 0 to 6 decimals, up to 100,000.
+        (0i64..10_000_000, 0u32..=6).prop_map(|(m, s)| dec(m, s.min(6)) ),
+        prop::option::weighted(0.3, (0i64..5_000, 0u32..=2).prop_map(|(m, s)| dec(m, s))),
+        tax(),
+        prop::option::weighted(0.15, prop_oneof![Just("0.106667"), Just("0.100000"), Just("0.040000")]),
+        "[a-zA-Z0-9 &<>\"'ñÑáé]{1,60}",
+    )
+        .prop_map(|(cantidad, unit_price, discount, tax, ret, descripcion)| LineData {
+            clave_prod_serv: "01010101".into(),
+            no_identificacion: None,
+            cantidad,
+            clave_unidad: "ACT".into(),
+            unidad: None,
+            descripcion: if descripcion.trim().is_empty() { "x".into() } else { descripcion },
+            unit_price,
+            discount,
+            tax,
+            retenciones: match (ret, tax) {
+                (Some(t), TaxTreatment::Iva16 | TaxTreatment::Iva8) => {
+                    vec![RetencionData { impuesto: "002".into(), tasa: t.parse().expect("rate") }]
+                }
+                _ => vec![],
+            },
+        })
+}
+
+fn request() -> impl Strategy<Value = InvoiceRequest> {
+    (
+        prop::collection::vec(line(), 1..8),
+        any::<bool>(),
+        prop_oneof![4 => Just(("MXN", None)), 1 => Just(("USD", Some("17.2345"))), 1 => Just(("JPY", Some("0.1234"))), 1 => Just(("BHD", Some("45.1")))],
+    )
+        .prop_map(|(lines, prices_include_tax, (moneda, tc))| InvoiceRequest {
+            tipo: TipoComprobante::Ingreso,
+            serie: Some("A".into()),
+            folio: Some("1".into()),
+            fecha: chrono::NaiveDate::from_ymd_opt(2026, 11, 30)
+                .and_then(|d| d.and_hms_opt(10, 0, 0))
+                .expect("date"),
+            moneda: moneda.into(),
+            tipo_cambio: tc.map(|t| t.parse().expect("tc")),
+            forma_pago: "04".into(),
+            metodo_pago: "PUE".into(),
+            condiciones_de_pago: None,
+            exportacion: "01".into(),
+            prices_include_tax,
+            emisor: EmisorData {
+                rfc: Rfc::parse("EKU9003173C9").expect("rfc"),
+                nombre: "ESCUELA KEMPER URGATE".into(),
+                regimen_fiscal: "601".into(),
+                lugar_expedicion: "42501".into(),
+            },
+            receptor: ReceptorData::Nominativo {
+                rfc: Rfc::parse("URE180429TM6").expect("rfc"),
+                nombre: "UNIVERSIDAD ROBOTICA ESPAÑOLA".into(),
+                domicilio_fiscal: "86991".into(),
+                regimen_fiscal: "601".into(),
+                uso_cfdi: "G03".into(),
+            },
+            informacion_global: None,
+            relacionados: vec![],
+            lines,
+        })
+}
+
+fn attr(root: &Element, name: &str) -> Decimal {
+    root.attr(name).map_or(Decimal::ZERO, |v| v.parse().expect("amount"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_request_yields_a_valid_document_or_a_clear_error(req in request()) {
+        match cfdi::build(&req, "30001000000500003416") {
+            Ok(c) => {
+                let xml = cfdi::xml::to_xml(&c);
+                let root = Element::parse(&xml).expect("our XML parses");
+                let problems = check_amounts(&root);
+                prop_assert!(problems.is_empty(), "validator rejects our document: {problems:?}\n{}", String::from_utf8_lossy(&xml));
+                // Totals reconcile with the attributes actually written.
+                let imp = root.child(cfdi::dom::NS_CFDI, "Impuestos");
+                let tras = imp.map_or(Decimal::ZERO, |i| attr(i, "TotalImpuestosTrasladados"));
+                let ret = imp.map_or(Decimal::ZERO, |i| attr(i, "TotalImpuestosRetenidos"));
+                prop_assert_eq!(attr(&root, "Total"), attr(&root, "SubTotal") - attr(&root, "Descuento") + tras - ret);
+                // Tax-included prices add back to what was charged, within a cent per rounding step.
+                if req.prices_include_tax && req.lines.iter().all(|l| l.retenciones.is_empty()) {
+                    let d = c.moneda_decimals;
+                    let charged: Decimal = req.lines.iter().map(|l| l.cantidad * l.unit_price - l.discount.unwrap_or_default()).sum();
+                    let diff = (attr(&root, "Total") - cfdi::money::round(charged, d)).abs();
+                    prop_assert!(diff <= Decimal::new(2, d), "Total {} vs charged {charged}", attr(&root, "Total"));
+                }
+            }
+            Err(CfdiError::Request(msg)) => {
+                prop_assert!(msg.len() > 10, "unclear error: {msg}");
+            }
+            Err(other) => prop_assert!(false, "unexpected error kind: {other}"),
+        }
+    }
+
+    #[test]
+    fn a_single_tax_included_line_reconciles_to_the_centavo(cents in 1i64..100_000_000) {
+        let mut req = request_with_one_line(dec(cents, 2));
+        req.prices_include_tax = true;
+        let c = cfdi::build(&req, "30001000000500003416").expect("builds");
+        let root = Element::parse(&cfdi::xml::to_xml(&c)).expect("parses");
+        prop_assert!(check_amounts(&root).is_empty());
+        let diff = (attr(&root, "Total") - dec(cents, 2)).abs();
+        // Exact, except when the Base lands exactly on half a centavo (both halves round up).
+        prop_assert!(diff <= dec(1, 2), "Total {} for a price of {}", attr(&root, "Total"), dec(cents, 2));
+    }
+}
+
+fn request_with_one_line(price: Decimal) -> InvoiceRequest {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut req = request().new_tree(&mut runner).expect("tree").current();
+    req.moneda = "MXN".into();
+    req.tipo_cambio = None;
+    req.lines.truncate(1);
+    let l = &mut req.lines[0];
+    l.cantidad = Decimal::ONE;
+    l.unit_price = price;
+    l.discount = None;
+    l.tax = TaxTreatment::Iva16;
+    l.retenciones.clear();
+    req
+}
