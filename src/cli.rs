@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand};
 use crate::cfdi::{self, Csd, InvoiceRequest};
 
 #[derive(Debug, Parser)]
-#[command(name = "autofactura", version, about = "Paid sales in, stamped CFDI 4.0 out, exactly once")]
+#[command(
+    name = "autofactura",
+    version,
+    about = "Paid sales in, stamped CFDI 4.0 out, exactly once"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -72,8 +76,7 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
         CfdiCommand::Cadena { file, tfd } => {
             let root = cfdi::dom::Element::parse(&read(&file)?)?;
             let cadena = if tfd {
-                let t = cfdi::cadena::find_tfd(&root)
-                    .ok_or(cfdi::cadena::CadenaError::NoTfd)?;
+                let t = cfdi::cadena::find_tfd(&root).ok_or(cfdi::cadena::CadenaError::NoTfd)?;
                 cfdi::cadena::cadena_tfd(t)
             } else {
                 cfdi::cadena::cadena_comprobante(&root)?
@@ -121,11 +124,17 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
                 let mut req: InvoiceRequest = serde_json::from_str(json)
                     .map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
                 req.fecha = fecha;
-                let sealed = cfdi::seal(&req, &csd).map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
+                let sealed =
+                    cfdi::seal(&req, &csd).map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
                 let path = out.join(format!("{name}.xml"));
                 std::fs::write(&path, &sealed.xml)
                     .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-                println!("{}  Total {} {}", path.display(), sealed.total, sealed.moneda);
+                println!(
+                    "{}  Total {} {}",
+                    path.display(),
+                    sealed.total,
+                    sealed.moneda
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -160,14 +169,38 @@ pub fn sandbox_csd() -> Result<Csd, cfdi::CfdiError> {
 
 /// The invoice requests behind `cfdi sample`, embedded so the binary needs no files.
 pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
-    ("01-iva16-mxn", include_str!("../fixtures/requests/01-iva16-mxn.json")),
-    ("02-lines-with-discount", include_str!("../fixtures/requests/02-lines-with-discount.json")),
-    ("03-tax-included-centavos", include_str!("../fixtures/requests/03-tax-included-centavos.json")),
-    ("04-usd-tipo-cambio", include_str!("../fixtures/requests/04-usd-tipo-cambio.json")),
-    ("05-exento-and-zero", include_str!("../fixtures/requests/05-exento-and-zero.json")),
-    ("06-factura-global", include_str!("../fixtures/requests/06-factura-global.json")),
-    ("07-egreso-nota-de-credito", include_str!("../fixtures/requests/07-egreso-nota-de-credito.json")),
-    ("08-escaping-and-spaces", include_str!("../fixtures/requests/08-escaping-and-spaces.json")),
+    (
+        "01-iva16-mxn",
+        include_str!("../fixtures/requests/01-iva16-mxn.json"),
+    ),
+    (
+        "02-lines-with-discount",
+        include_str!("../fixtures/requests/02-lines-with-discount.json"),
+    ),
+    (
+        "03-tax-included-centavos",
+        include_str!("../fixtures/requests/03-tax-included-centavos.json"),
+    ),
+    (
+        "04-usd-tipo-cambio",
+        include_str!("../fixtures/requests/04-usd-tipo-cambio.json"),
+    ),
+    (
+        "05-exento-and-zero",
+        include_str!("../fixtures/requests/05-exento-and-zero.json"),
+    ),
+    (
+        "06-factura-global",
+        include_str!("../fixtures/requests/06-factura-global.json"),
+    ),
+    (
+        "07-egreso-nota-de-credito",
+        include_str!("../fixtures/requests/07-egreso-nota-de-credito.json"),
+    ),
+    (
+        "08-escaping-and-spaces",
+        include_str!("../fixtures/requests/08-escaping-and-spaces.json"),
+    ),
 ];
 
 /// Certificates that sign TFDs: the SAT test PACs' and production ones shipped in
@@ -178,5 +211,8 @@ pub fn known_tfd_certificates() -> Vec<cfdi::Certificate> {
         include_bytes!("../fixtures/tfd/30001000000400002495.cer"),
         include_bytes!("../fixtures/tfd/00001000000708361114.cer"),
     ];
-    CERTS.iter().filter_map(|c| cfdi::Certificate::from_bytes(c).ok()).collect()
+    CERTS
+        .iter()
+        .filter_map(|c| cfdi::Certificate::from_bytes(c).ok())
+        .collect()
 }

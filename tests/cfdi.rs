@@ -18,7 +18,8 @@ fn cfd() -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/test installs it)"))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/test installs it)"))
 }
 
 fn autofactura(args: &[&str]) -> Output {
@@ -27,16 +28,27 @@ fn autofactura(args: &[&str]) -> Output {
 
 fn xsltproc(xslt: &Path, xml: &Path) -> Vec<u8> {
     let out = run(Command::new("xsltproc").arg("--nonet").arg(xslt).arg(xml));
-    assert!(out.status.success(), "xsltproc failed on {}: {}", xml.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "xsltproc failed on {}: {}",
+        xml.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
 fn sat_cadena(xml: &Path) -> Vec<u8> {
-    xsltproc(&cfd().join("4/cadenaoriginal_4_0/cadenaoriginal_4_0.xslt"), xml)
+    xsltproc(
+        &cfd().join("4/cadenaoriginal_4_0/cadenaoriginal_4_0.xslt"),
+        xml,
+    )
 }
 
 fn xmllint(schema: &Path, xml: &Path) {
-    let out = run(Command::new("xmllint").args(["--nonet", "--noout", "--schema"]).arg(schema).arg(xml));
+    let out = run(Command::new("xmllint")
+        .args(["--nonet", "--noout", "--schema"])
+        .arg(schema)
+        .arg(xml));
     assert!(
         out.status.success(),
         "{} is not valid against {}: {}",
@@ -48,15 +60,30 @@ fn xmllint(schema: &Path, xml: &Path) {
 
 /// Writes the samples with a fixed Fecha and returns their paths.
 fn samples(dir: &Path) -> Vec<PathBuf> {
-    let out = autofactura(&["cfdi", "sample", "--out", dir.to_str().expect("utf-8 path"), "--fecha", "2026-11-30T09:15:00"]);
-    assert!(out.status.success(), "cfdi sample failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = autofactura(&[
+        "cfdi",
+        "sample",
+        "--out",
+        dir.to_str().expect("utf-8 path"),
+        "--fecha",
+        "2026-11-30T09:15:00",
+    ]);
+    assert!(
+        out.status.success(),
+        "cfdi sample failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("sample dir")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "xml"))
         .collect();
     paths.sort();
-    assert_eq!(paths.len(), autofactura::cli::SAMPLE_REQUESTS.len(), "one XML per sample request");
+    assert_eq!(
+        paths.len(),
+        autofactura::cli::SAMPLE_REQUESTS.len(),
+        "one XML per sample request"
+    );
     paths
 }
 
@@ -64,8 +91,14 @@ fn samples(dir: &Path) -> Vec<PathBuf> {
 fn stamp(sealed: &[u8]) -> Vec<u8> {
     let pac = autofactura::cli::sandbox_csd().expect("test CSD");
     let root = Element::parse(sealed).expect("parse");
-    let tfd = Tfd::issue(&root, "5fb2822e-396d-4725-8521-cdc4bdd20ccf", "2026-11-30T09:16:02", "SPR190613I52", &pac)
-        .expect("tfd");
+    let tfd = Tfd::issue(
+        &root,
+        "5fb2822e-396d-4725-8521-cdc4bdd20ccf",
+        "2026-11-30T09:16:02",
+        "SPR190613I52",
+        &pac,
+    )
+    .expect("tfd");
     cfdi::tfd::attach(sealed, &tfd).expect("attach")
 }
 
@@ -89,10 +122,16 @@ fn our_cadena_is_the_sat_xslt_cadena_byte_for_byte() {
     std::fs::write(&stamped, stamp(&std::fs::read(&docs[0]).expect("read"))).expect("write");
     docs.push(stamped);
     docs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cfdi/pagos20.xml"));
-    docs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cfdi/whitespace-and-escapes.xml"));
+    docs.push(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cfdi/whitespace-and-escapes.xml"),
+    );
     for path in docs {
         let ours = autofactura(&["cfdi", "cadena", path.to_str().expect("utf-8")]);
-        assert!(ours.status.success(), "cfdi cadena failed: {}", String::from_utf8_lossy(&ours.stderr));
+        assert!(
+            ours.status.success(),
+            "cfdi cadena failed: {}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
         let theirs = sat_cadena(&path);
         assert_eq!(
             String::from_utf8_lossy(&ours.stdout),
@@ -110,15 +149,28 @@ fn tfd_cadena_matches_the_sat_tfd_xslt() {
     let stamped = stamp(&std::fs::read(first).expect("read"));
     let stamped_path = dir.path().join("stamped.xml");
     std::fs::write(&stamped_path, &stamped).expect("write");
-    let ours = autofactura(&["cfdi", "cadena", "--tfd", stamped_path.to_str().expect("utf-8")]);
+    let ours = autofactura(&[
+        "cfdi",
+        "cadena",
+        "--tfd",
+        stamped_path.to_str().expect("utf-8"),
+    ]);
     assert!(ours.status.success());
     // The TFD XSLT reads a document whose root is the TFD.
     let tfd = Tfd::from_comprobante(&Element::parse(&stamped).expect("parse")).expect("tfd");
     let tfd_path = dir.path().join("tfd.xml");
     std::fs::write(&tfd_path, cfdi::xml::tfd_to_xml(&tfd)).expect("write");
-    let theirs = xsltproc(&cfd().join("TimbreFiscalDigital/cadenaoriginal_TFD_1_1.xslt"), &tfd_path);
-    assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&theirs));
-    assert!(String::from_utf8_lossy(&theirs).starts_with("||1.1|5FB2822E-396D-4725-8521-CDC4BDD20CCF|"));
+    let theirs = xsltproc(
+        &cfd().join("TimbreFiscalDigital/cadenaoriginal_TFD_1_1.xslt"),
+        &tfd_path,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&theirs)
+    );
+    assert!(
+        String::from_utf8_lossy(&theirs).starts_with("||1.1|5FB2822E-396D-4725-8521-CDC4BDD20CCF|")
+    );
 }
 
 #[test]
@@ -126,7 +178,9 @@ fn openssl_verifies_our_sello() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cer = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/csd/EKU9003173C9.cer");
     let pubkey = dir.path().join("pub.pem");
-    let out = run(Command::new("openssl").args(["x509", "-inform", "DER", "-pubkey", "-noout", "-in"]).arg(&cer));
+    let out = run(Command::new("openssl")
+        .args(["x509", "-inform", "DER", "-pubkey", "-noout", "-in"])
+        .arg(&cer));
     assert!(out.status.success());
     std::fs::write(&pubkey, out.stdout).expect("write");
     for path in samples(dir.path()) {
@@ -155,7 +209,9 @@ fn openssl_verifies_our_sello() {
 
 fn base64_decode(s: &str) -> Vec<u8> {
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.decode(s).expect("base64")
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64")
 }
 
 #[test]
@@ -164,15 +220,30 @@ fn verify_accepts_samples_and_reports_the_stamp() {
     let paths = samples(dir.path());
     for path in &paths {
         let out = autofactura(&["cfdi", "verify", path.to_str().expect("utf-8")]);
-        assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
     let stamped_path = dir.path().join("stamped.xml");
-    std::fs::write(&stamped_path, stamp(&std::fs::read(&paths[0]).expect("read"))).expect("write");
+    std::fs::write(
+        &stamped_path,
+        stamp(&std::fs::read(&paths[0]).expect("read")),
+    )
+    .expect("write");
     let out = autofactura(&["cfdi", "verify", stamped_path.to_str().expect("utf-8")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("UUID: 5FB2822E-396D-4725-8521-CDC4BDD20CCF"), "{stdout}");
-    assert!(stdout.contains("FechaTimbrado: 2026-11-30T09:16:02"), "{stdout}");
+    assert!(
+        stdout.contains("UUID: 5FB2822E-396D-4725-8521-CDC4BDD20CCF"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("FechaTimbrado: 2026-11-30T09:16:02"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -180,7 +251,11 @@ fn a_tampered_amount_fails_verify_with_the_sat_codes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = &samples(dir.path())[0];
     let xml = String::from_utf8(std::fs::read(path).expect("read")).expect("utf-8");
-    let total = Element::parse(xml.as_bytes()).expect("parse").attr("Total").expect("Total").to_owned();
+    let total = Element::parse(xml.as_bytes())
+        .expect("parse")
+        .attr("Total")
+        .expect("Total")
+        .to_owned();
     let tampered = xml.replacen(&format!("Total=\"{total}\""), "Total=\"1.00\"", 1);
     assert_ne!(tampered, xml);
     let bad = dir.path().join("tampered.xml");
@@ -188,8 +263,14 @@ fn a_tampered_amount_fails_verify_with_the_sat_codes() {
     let out = autofactura(&["cfdi", "verify", bad.to_str().expect("utf-8")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("CFDI40119:")), "{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("CFDI40102:")), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("CFDI40119:")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with("CFDI40102:")),
+        "{stdout}"
+    );
 
     // A line amount changed: the subtotal no longer adds up.
     let line_tampered = xml.replacen("Importe=\"499.00\"", "Importe=\"498.00\"", 1);
@@ -198,7 +279,10 @@ fn a_tampered_amount_fails_verify_with_the_sat_codes() {
     let out = autofactura(&["cfdi", "verify", bad.to_str().expect("utf-8")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("CFDI40108:")), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("CFDI40108:")),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -207,17 +291,33 @@ fn a_swapped_certificate_fails_verify() {
     let path = &samples(dir.path())[0];
     let xml = String::from_utf8(std::fs::read(path).expect("read")).expect("utf-8");
     let root = Element::parse(xml.as_bytes()).expect("parse");
-    let other = std::fs::read(sat().join("certs/legacy-2019/XIQB891116QE4/XIQB891116QE4_csd.cer")).expect("cert");
+    let other = std::fs::read(sat().join("certs/legacy-2019/XIQB891116QE4/XIQB891116QE4_csd.cer"))
+        .expect("cert");
     let other = cfdi::Certificate::from_bytes(&other).expect("cert");
-    let swapped = xml.replacen(root.attr("Certificado").expect("Certificado"), other.base64(), 1);
+    let swapped = xml.replacen(
+        root.attr("Certificado").expect("Certificado"),
+        other.base64(),
+        1,
+    );
     let bad = dir.path().join("swapped.xml");
     std::fs::write(&bad, swapped).expect("write");
     let out = autofactura(&["cfdi", "verify", bad.to_str().expect("utf-8")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("CFDI40102: the Sello does not verify"), "{stdout}");
-    assert!(stdout.contains("NoCertificado 30001000000500003416 is not the serial of the embedded certificate"), "{stdout}");
-    assert!(stdout.contains("not the certificate holder's RFC"), "{stdout}");
+    assert!(
+        stdout.contains("CFDI40102: the Sello does not verify"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "NoCertificado 30001000000500003416 is not the serial of the embedded certificate"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("not the certificate holder's RFC"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -226,7 +326,10 @@ fn cadena_prints_only_the_cadena_and_fails_clearly_on_bad_input() {
     let path = &samples(dir.path())[0];
     let out = autofactura(&["cfdi", "cadena", path.to_str().expect("utf-8")]);
     let stdout = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(stdout.starts_with("||4.0|A|101|2026-11-30T09:15:00|04|30001000000500003416|"), "{stdout}");
+    assert!(
+        stdout.starts_with("||4.0|A|101|2026-11-30T09:15:00|04|30001000000500003416|"),
+        "{stdout}"
+    );
     assert!(stdout.ends_with("||") && !stdout.ends_with("\n"));
     let junk = dir.path().join("junk.xml");
     std::fs::write(&junk, "<a><b></a>").expect("write");
@@ -242,18 +345,39 @@ fn the_same_request_always_yields_the_same_bytes() {
     let a = samples(&dir.path().join("a"));
     let b = samples(&dir.path().join("b"));
     for (x, y) in a.iter().zip(&b) {
-        assert_eq!(std::fs::read(x).expect("read"), std::fs::read(y).expect("read"), "{}", x.display());
+        assert_eq!(
+            std::fs::read(x).expect("read"),
+            std::fs::read(y).expect("read"),
+            "{}",
+            x.display()
+        );
     }
 }
 
 #[test]
 fn sample_without_fecha_uses_the_current_time_in_mexico_city() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = autofactura(&["cfdi", "sample", "--out", dir.path().to_str().expect("utf-8")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = autofactura(&[
+        "cfdi",
+        "sample",
+        "--out",
+        dir.path().to_str().expect("utf-8"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let xml = std::fs::read(dir.path().join("01-iva16-mxn.xml")).expect("read");
-    let fecha = Element::parse(&xml).expect("parse").attr("Fecha").expect("Fecha").to_owned();
+    let fecha = Element::parse(&xml)
+        .expect("parse")
+        .attr("Fecha")
+        .expect("Fecha")
+        .to_owned();
     let fecha = cfdi::verify::parse_fecha(&fecha).expect("fecha");
     let now = autofactura::cli::now_in_mexico();
-    assert!((now - fecha).num_seconds().abs() < 120, "Fecha {fecha} is not now ({now}) in Mexico City");
+    assert!(
+        (now - fecha).num_seconds().abs() < 120,
+        "Fecha {fecha} is not now ({now}) in Mexico City"
+    );
 }

@@ -95,7 +95,8 @@ fn request() -> impl Strategy<Value = InvoiceRequest> {
 }
 
 fn attr(root: &Element, name: &str) -> Decimal {
-    root.attr(name).map_or(Decimal::ZERO, |v| v.parse().expect("amount"))
+    root.attr(name)
+        .map_or(Decimal::ZERO, |v| v.parse().expect("amount"))
 }
 
 proptest! {

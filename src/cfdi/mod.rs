@@ -50,7 +50,10 @@ pub enum CfdiError {
 }
 
 fn join(p: &[Problem]) -> String {
-    p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    p.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A sealed comprobante: the exact bytes to send to the PAC.
@@ -66,7 +69,7 @@ pub struct Sealed {
 /// Builds, validates and seals `req` with `csd`.
 pub fn seal(req: &InvoiceRequest, csd: &Csd) -> Result<Sealed, CfdiError> {
     let cert = csd.certificate();
-    if let Some(holder) = cert.rfc()
+    if let Some(holder) = csd.rfc()
         && holder != req.emisor.rfc.as_str()
     {
         return Err(CfdiError::Csd(format!(
@@ -86,14 +89,35 @@ pub fn seal(req: &InvoiceRequest, csd: &Csd) -> Result<Sealed, CfdiError> {
     }
     let mut c = build(req, csd.no_certificado())?;
     c.certificado = Some(cert.base64().to_owned());
-    let unsigned = xml::to_xml(&c);
-    let root = dom::Element::parse(&unsigned)?;
+    // The Sello is not part of the cadena: write the document once with a placeholder, derive
+    // the cadena from those bytes, then put the signature in the placeholder's place.
+    c.sello = Some(SELLO_PLACEHOLDER.to_owned());
+    let mut xml = xml::to_xml(&c);
+    let root = dom::Element::parse(&xml)?;
     let problems = validate::check_amounts(&root);
     if !problems.is_empty() {
         return Err(CfdiError::Rejected(problems));
     }
     let cadena = cadena::cadena_comprobante(&root)?;
     let sello = csd.sign(&cadena)?;
-    c.sello = Some(sello.clone());
-    Ok(Sealed { xml: xml::to_xml(&c), cadena, sello, total: c.total, moneda: c.moneda })
+    let marker = format!("Sello=\"{SELLO_PLACEHOLDER}\"");
+    let at = find(&xml, marker.as_bytes())
+        .ok_or_else(|| CfdiError::Request("internal: Sello placeholder not found".into()))?;
+    // Base64 needs no XML escaping.
+    xml.splice(at + 7..at + marker.len() - 1, sello.bytes());
+    Ok(Sealed {
+        xml,
+        cadena,
+        sello,
+        total: c.total,
+        moneda: c.moneda,
+    })
+}
+
+/// Stands in for the Sello while the cadena is derived; it is the first `Sello="` in the
+/// document (the root element's), and user text cannot forge it because quotes are escaped.
+const SELLO_PLACEHOLDER: &str = "SELLO";
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }

@@ -12,10 +12,14 @@ use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::America::Mexico_City;
 use openssl::asn1::Asn1Time;
 use openssl::hash::MessageDigest;
+use openssl::md::Md;
 use openssl::nid::Nid;
 use openssl::pkey::{PKey, Private, Public};
-use openssl::sign::{Signer, Verifier};
+use openssl::pkey_ctx::PkeyCtx;
+use openssl::rsa::Padding;
+use openssl::sign::Verifier;
 use openssl::x509::X509;
+use sha2::{Digest, Sha256};
 
 use super::CfdiError;
 
@@ -59,7 +63,7 @@ impl Certificate {
         let serial = x509
             .serial_number()
             .to_bn()
-            .and_then(|bn| Ok(bn.to_vec()))
+            .map(|bn| bn.to_vec())
             .map_err(|e| csd_err(e.to_string()))?;
         // SAT serials are ASCII digits stored as bytes: 0x33 0x30 … → "30…".
         let no_certificado = if serial.iter().all(u8::is_ascii_digit) {
@@ -137,23 +141,43 @@ impl Certificate {
             return Ok(false);
         };
         let key = self.public_key()?;
-        let mut v = Verifier::new(MessageDigest::sha256(), &key).map_err(|e| csd_err(e.to_string()))?;
-        v.update(cadena.as_bytes()).map_err(|e| csd_err(e.to_string()))?;
+        let mut v =
+            Verifier::new(MessageDigest::sha256(), &key).map_err(|e| csd_err(e.to_string()))?;
+        v.update(cadena.as_bytes())
+            .map_err(|e| csd_err(e.to_string()))?;
         Ok(v.verify(&sig).unwrap_or(false))
     }
 }
 
 /// A CSD: certificate plus private key, checked to belong together.
-#[derive(Clone)]
 pub struct Csd {
     cert: Certificate,
     key: PKey<Private>,
+    /// The holder's RFC, read once from the certificate.
+    rfc: Option<String>,
+    /// Signing contexts ready for reuse: setting one up costs a measurable share of an RSA
+    /// signature, and contexts are not shareable between threads, so each signer borrows one.
+    ctxs: std::sync::Mutex<Vec<PkeyCtx<Private>>>,
+}
+
+impl Clone for Csd {
+    fn clone(&self) -> Self {
+        Self {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            rfc: self.rfc.clone(),
+            ctxs: std::sync::Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl fmt::Debug for Csd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never print the key.
-        f.debug_struct("Csd").field("cert", &self.cert).field("key", &"[redacted]").finish()
+        f.debug_struct("Csd")
+            .field("cert", &self.cert)
+            .field("key", &"[redacted]")
+            .finish()
     }
 }
 
@@ -175,7 +199,27 @@ impl Csd {
                 cert.no_certificado
             )));
         }
-        Ok(Self { cert, key })
+        let rfc = cert.rfc();
+        Ok(Self {
+            cert,
+            key,
+            rfc,
+            ctxs: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The holder's RFC.
+    pub fn rfc(&self) -> Option<&str> {
+        self.rfc.as_deref()
+    }
+
+    fn new_ctx(&self) -> Result<PkeyCtx<Private>, CfdiError> {
+        let e = |e: openssl::error::ErrorStack| csd_err(e.to_string());
+        let mut ctx = PkeyCtx::new(&self.key).map_err(e)?;
+        ctx.sign_init().map_err(e)?;
+        ctx.set_rsa_padding(Padding::PKCS1).map_err(e)?;
+        ctx.set_signature_md(Md::sha256()).map_err(e)?;
+        Ok(ctx)
     }
 
     /// Loads from files, naming the file in errors.
@@ -194,11 +238,21 @@ impl Csd {
         self.cert.no_certificado()
     }
 
-    /// Signs `cadena`: base64 of the RSA-SHA256 signature.
+    /// Signs `cadena`: base64 of the RSA PKCS#1 v1.5 SHA-256 signature.
     pub fn sign(&self, cadena: &str) -> Result<String, CfdiError> {
-        let mut s = Signer::new(MessageDigest::sha256(), &self.key).map_err(|e| csd_err(e.to_string()))?;
-        s.update(cadena.as_bytes()).map_err(|e| csd_err(e.to_string()))?;
-        let sig = s.sign_to_vec().map_err(|e| csd_err(e.to_string()))?;
+        let digest = Sha256::digest(cadena.as_bytes());
+        // The lock is held only to take or return a context, never while signing.
+        let pooled = self.ctxs.lock().ok().and_then(|mut v| v.pop());
+        let mut ctx = match pooled {
+            Some(c) => c,
+            None => self.new_ctx()?,
+        };
+        let mut sig = Vec::with_capacity(256);
+        ctx.sign_to_vec(&digest, &mut sig)
+            .map_err(|e| csd_err(e.to_string()))?;
+        if let Ok(mut v) = self.ctxs.lock() {
+            v.push(ctx);
+        }
         Ok(B64.encode(sig))
     }
 }
