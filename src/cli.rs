@@ -9,10 +9,18 @@ use chrono_tz::America::Mexico_City;
 use clap::{Parser, Subcommand};
 
 use crate::cfdi::{self, Csd, InvoiceRequest};
+use crate::ops;
 
 #[derive(Debug, Parser)]
-#[command(name = "autofactura", version, about = "Paid sales in, stamped CFDI 4.0 out, exactly once")]
+#[command(
+    name = "autofactura",
+    version,
+    about = "Paid sales in, stamped CFDI 4.0 out, exactly once"
+)]
 pub struct Cli {
+    /// Settings file (default: autofactura.toml if present, else embedded defaults).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -22,6 +30,40 @@ pub enum Command {
     /// Work with CFDI documents: cadena original, verification, samples.
     #[command(subcommand)]
     Cfdi(CfdiCommand),
+    /// Receive webhooks and queue invoices (the default command).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Inspect invoices.
+    #[command(subcommand)]
+    Invoices(InvoicesCommand),
+    /// Send a realistic signed sample payment to a running instance.
+    SendTestWebhook {
+        #[arg(long, value_enum)]
+        provider: TestProvider,
+        /// Base URL of the instance (default: http://<[server] listen>).
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InvoicesCommand {
+    /// Payments and their invoices: provider, status, serie-folio, UUID, attempts, last error.
+    List {
+        /// Only this status (e.g. pending, stamped, awaiting_global, needs_attention).
+        #[arg(long)]
+        status: Option<String>,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TestProvider {
+    Stripe,
+    Mercadopago,
 }
 
 #[derive(Debug, Subcommand)]
@@ -49,10 +91,16 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
-        None => {
-            eprintln!("autofactura: no command given; try `autofactura --help`");
-            Ok(ExitCode::from(2))
-        }
+        Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
+        Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
+        Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
+            ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
+        ),
+        Some(Command::SendTestWebhook { provider, url }) => block_on(ops::send_test_webhook(
+            cli.config.as_deref(),
+            provider,
+            url.as_deref(),
+        )),
     };
     match result {
         Ok(code) => code,
@@ -61,6 +109,17 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs an async command on a fresh multi-threaded runtime.
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    f: F,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?
+        .block_on(f)
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
@@ -72,8 +131,7 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
         CfdiCommand::Cadena { file, tfd } => {
             let root = cfdi::dom::Element::parse(&read(&file)?)?;
             let cadena = if tfd {
-                let t = cfdi::cadena::find_tfd(&root)
-                    .ok_or(cfdi::cadena::CadenaError::NoTfd)?;
+                let t = cfdi::cadena::find_tfd(&root).ok_or(cfdi::cadena::CadenaError::NoTfd)?;
                 cfdi::cadena::cadena_tfd(t)
             } else {
                 cfdi::cadena::cadena_comprobante(&root)?
@@ -121,11 +179,17 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
                 let mut req: InvoiceRequest = serde_json::from_str(json)
                     .map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
                 req.fecha = fecha;
-                let sealed = cfdi::seal(&req, &csd).map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
+                let sealed =
+                    cfdi::seal(&req, &csd).map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
                 let path = out.join(format!("{name}.xml"));
                 std::fs::write(&path, &sealed.xml)
                     .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-                println!("{}  Total {} {}", path.display(), sealed.total, sealed.moneda);
+                println!(
+                    "{}  Total {} {}",
+                    path.display(),
+                    sealed.total,
+                    sealed.moneda
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -160,14 +224,38 @@ pub fn sandbox_csd() -> Result<Csd, cfdi::CfdiError> {
 
 /// The invoice requests behind `cfdi sample`, embedded so the binary needs no files.
 pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
-    ("01-iva16-mxn", include_str!("../fixtures/requests/01-iva16-mxn.json")),
-    ("02-lines-with-discount", include_str!("../fixtures/requests/02-lines-with-discount.json")),
-    ("03-tax-included-centavos", include_str!("../fixtures/requests/03-tax-included-centavos.json")),
-    ("04-usd-tipo-cambio", include_str!("../fixtures/requests/04-usd-tipo-cambio.json")),
-    ("05-exento-and-zero", include_str!("../fixtures/requests/05-exento-and-zero.json")),
-    ("06-factura-global", include_str!("../fixtures/requests/06-factura-global.json")),
-    ("07-egreso-nota-de-credito", include_str!("../fixtures/requests/07-egreso-nota-de-credito.json")),
-    ("08-escaping-and-spaces", include_str!("../fixtures/requests/08-escaping-and-spaces.json")),
+    (
+        "01-iva16-mxn",
+        include_str!("../fixtures/requests/01-iva16-mxn.json"),
+    ),
+    (
+        "02-lines-with-discount",
+        include_str!("../fixtures/requests/02-lines-with-discount.json"),
+    ),
+    (
+        "03-tax-included-centavos",
+        include_str!("../fixtures/requests/03-tax-included-centavos.json"),
+    ),
+    (
+        "04-usd-tipo-cambio",
+        include_str!("../fixtures/requests/04-usd-tipo-cambio.json"),
+    ),
+    (
+        "05-exento-and-zero",
+        include_str!("../fixtures/requests/05-exento-and-zero.json"),
+    ),
+    (
+        "06-factura-global",
+        include_str!("../fixtures/requests/06-factura-global.json"),
+    ),
+    (
+        "07-egreso-nota-de-credito",
+        include_str!("../fixtures/requests/07-egreso-nota-de-credito.json"),
+    ),
+    (
+        "08-escaping-and-spaces",
+        include_str!("../fixtures/requests/08-escaping-and-spaces.json"),
+    ),
 ];
 
 /// Certificates that sign TFDs: the SAT test PACs' and production ones shipped in
@@ -178,5 +266,8 @@ pub fn known_tfd_certificates() -> Vec<cfdi::Certificate> {
         include_bytes!("../fixtures/tfd/30001000000400002495.cer"),
         include_bytes!("../fixtures/tfd/00001000000708361114.cer"),
     ];
-    CERTS.iter().filter_map(|c| cfdi::Certificate::from_bytes(c).ok()).collect()
+    CERTS
+        .iter()
+        .filter_map(|c| cfdi::Certificate::from_bytes(c).ok())
+        .collect()
 }

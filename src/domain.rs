@@ -27,8 +27,14 @@ impl StampKey {
     pub fn parse(s: &str) -> Result<Self, StampKeyError> {
         let ok = s.len() == 44
             && s.starts_with("af1-")
-            && s[4..].chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
-        if ok { Ok(Self(s.to_owned())) } else { Err(StampKeyError(s.to_owned())) }
+            && s[4..]
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(StampKeyError(s.to_owned()))
+        }
     }
 
     pub fn as_str(&self) -> &str {

@@ -41,27 +41,40 @@ fn check_code(what: &str, value: &str, len: usize) -> Result<(), CfdiError> {
     if value.len() == len && value.chars().all(|c| c.is_ascii_alphanumeric()) {
         Ok(())
     } else {
-        Err(bad(format!("{what} `{value}` must be {len} characters (SAT catalog code)")))
+        Err(bad(format!(
+            "{what} `{value}` must be {len} characters (SAT catalog code)"
+        )))
     }
 }
 
 fn check_text(what: &str, value: &str, max: usize) -> Result<(), CfdiError> {
     let n = value.chars().count();
     if value.trim().is_empty() || n > max {
-        return Err(bad(format!("{what} must have 1 to {max} characters, it has {n}")));
+        return Err(bad(format!(
+            "{what} must have 1 to {max} characters, it has {n}"
+        )));
     }
     if value.contains('|') {
-        return Err(bad(format!("{what} must not contain `|`, the cadena original's separator")));
+        return Err(bad(format!(
+            "{what} must not contain `|`, the cadena original's separator"
+        )));
     }
-    if value.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
-        return Err(bad(format!("{what} contains a control character, which XML cannot carry")));
+    if value
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    {
+        return Err(bad(format!(
+            "{what} contains a control character, which XML cannot carry"
+        )));
     }
     Ok(())
 }
 
 fn check_decimals(what: &str, d: Decimal) -> Result<(), CfdiError> {
     if d.normalize().scale() > MAX_DECIMALS {
-        return Err(bad(format!("{what} {d} has more than {MAX_DECIMALS} decimals")));
+        return Err(bad(format!(
+            "{what} {d} has more than {MAX_DECIMALS} decimals"
+        )));
     }
     Ok(())
 }
@@ -83,11 +96,16 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         }
     };
     if !catalogs::is_forma_pago(&req.forma_pago) {
-        return Err(bad(format!("FormaPago `{}` is not in c_FormaPago", req.forma_pago)));
+        return Err(bad(format!(
+            "FormaPago `{}` is not in c_FormaPago",
+            req.forma_pago
+        )));
     }
     match req.metodo_pago.as_str() {
         "PUE" if req.forma_pago == "99" => {
-            return Err(bad("MetodoPago PUE needs the real FormaPago, not 99 (Por definir)"));
+            return Err(bad(
+                "MetodoPago PUE needs the real FormaPago, not 99 (Por definir)",
+            ));
         }
         "PPD" if req.forma_pago != "99" => {
             return Err(bad("MetodoPago PPD needs FormaPago 99 (Por definir)"));
@@ -105,16 +123,27 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
     let em = &req.emisor;
     check_text("Emisor nombre", &em.nombre, 300)?;
     if !catalogs::is_regimen(&em.regimen_fiscal) {
-        return Err(bad(format!("Emisor RegimenFiscal `{}` is not in c_RegimenFiscal", em.regimen_fiscal)));
+        return Err(bad(format!(
+            "Emisor RegimenFiscal `{}` is not in c_RegimenFiscal",
+            em.regimen_fiscal
+        )));
     }
     check_postal_code("LugarExpedicion", &em.lugar_expedicion)?;
 
     let receptor = match &req.receptor {
-        ReceptorData::Nominativo { rfc, nombre, domicilio_fiscal, regimen_fiscal, uso_cfdi } => {
+        ReceptorData::Nominativo {
+            rfc,
+            nombre,
+            domicilio_fiscal,
+            regimen_fiscal,
+            uso_cfdi,
+        } => {
             check_text("Receptor nombre", nombre, 300)?;
             check_postal_code("Receptor DomicilioFiscal", domicilio_fiscal)?;
             if !catalogs::is_regimen(regimen_fiscal) {
-                return Err(bad(format!("Receptor régimen `{regimen_fiscal}` is not in c_RegimenFiscal")));
+                return Err(bad(format!(
+                    "Receptor régimen `{regimen_fiscal}` is not in c_RegimenFiscal"
+                )));
             }
             match catalogs::uso_allows(uso_cfdi, regimen_fiscal) {
                 None => return Err(bad(format!("UsoCFDI `{uso_cfdi}` is not in c_UsoCFDI"))),
@@ -149,7 +178,10 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
     let informacion_global = match (&req.receptor, &req.informacion_global) {
         (ReceptorData::PublicoEnGeneral, Some(g)) => {
             if !["01", "02", "03", "04", "05"].contains(&g.periodicidad.as_str()) {
-                return Err(bad(format!("Periodicidad `{}` must be 01-05", g.periodicidad)));
+                return Err(bad(format!(
+                    "Periodicidad `{}` must be 01-05",
+                    g.periodicidad
+                )));
             }
             let meses: u32 = g.meses.parse().unwrap_or(0);
             if g.meses.len() != 2 || !(1..=18).contains(&meses) {
@@ -165,7 +197,9 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
             })
         }
         (ReceptorData::PublicoEnGeneral, None) => {
-            return Err(bad("a factura global to PUBLICO EN GENERAL needs InformacionGlobal"));
+            return Err(bad(
+                "a factura global to PUBLICO EN GENERAL needs InformacionGlobal",
+            ));
         }
         (ReceptorData::Nominativo { .. }, Some(_)) => {
             return Err(bad("InformacionGlobal is only for a factura global"));
@@ -189,7 +223,9 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         });
     }
     if req.tipo == TipoComprobante::Egreso && cfdi_relacionados.is_empty() {
-        return Err(bad("an egreso must relate the ingreso it credits (TipoRelacion 01)"));
+        return Err(bad(
+            "an egreso must relate the ingreso it credits (TipoRelacion 01)",
+        ));
     }
     if req.lines.is_empty() {
         return Err(bad("an invoice needs at least one line"));
@@ -204,12 +240,18 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
 
     let subtotal = round(conceptos.iter().map(|c| c.importe).sum(), dec);
     let has_discount = conceptos.iter().any(|c| c.descuento.is_some());
-    let descuento = has_discount
-        .then(|| round(conceptos.iter().filter_map(|c| c.descuento).sum(), dec));
+    let descuento =
+        has_discount.then(|| round(conceptos.iter().filter_map(|c| c.descuento).sum(), dec));
     let impuestos = summarize(&conceptos, dec);
     let total = subtotal - descuento.unwrap_or_default()
-        + impuestos.as_ref().and_then(|i| i.total_trasladados).unwrap_or_default()
-        - impuestos.as_ref().and_then(|i| i.total_retenidos).unwrap_or_default();
+        + impuestos
+            .as_ref()
+            .and_then(|i| i.total_trasladados)
+            .unwrap_or_default()
+        - impuestos
+            .as_ref()
+            .and_then(|i| i.total_retenidos)
+            .unwrap_or_default();
     if total < Decimal::ZERO {
         return Err(bad(format!("the total would be negative ({total})")));
     }
@@ -265,16 +307,24 @@ fn check_postal_code(what: &str, cp: &str) -> Result<(), CfdiError> {
 fn is_uuid(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
     parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
-        && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+        && parts
+            .iter()
+            .all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
     check_code("ClaveProdServ", &l.clave_prod_serv, 8)?;
     if !l.clave_prod_serv.chars().all(|c| c.is_ascii_digit()) {
-        return Err(bad(format!("ClaveProdServ `{}` must be 8 digits", l.clave_prod_serv)));
+        return Err(bad(format!(
+            "ClaveProdServ `{}` must be 8 digits",
+            l.clave_prod_serv
+        )));
     }
     if !(2..=3).contains(&l.clave_unidad.len()) {
-        return Err(bad(format!("ClaveUnidad `{}` must be a c_ClaveUnidad code", l.clave_unidad)));
+        return Err(bad(format!(
+            "ClaveUnidad `{}` must be a c_ClaveUnidad code",
+            l.clave_unidad
+        )));
     }
     check_text("Descripcion", &l.descripcion, 1000)?;
     if let Some(u) = &l.unidad {
@@ -284,11 +334,17 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
         check_text("NoIdentificacion", n, 100)?;
     }
     if l.cantidad <= Decimal::ZERO {
-        return Err(bad(format!("Cantidad must be positive, it is {}", l.cantidad)));
+        return Err(bad(format!(
+            "Cantidad must be positive, it is {}",
+            l.cantidad
+        )));
     }
     check_decimals("Cantidad", l.cantidad)?;
     if l.unit_price < Decimal::ZERO {
-        return Err(bad(format!("unit price must not be negative, it is {}", l.unit_price)));
+        return Err(bad(format!(
+            "unit price must not be negative, it is {}",
+            l.unit_price
+        )));
     }
     check_decimals("unit price", l.unit_price)?;
     if let Some(d) = l.discount {
@@ -299,7 +355,9 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
     }
     let rate = l.tax.rate();
     if l.tax == TaxTreatment::NoObjeto && !l.retenciones.is_empty() {
-        return Err(bad("a line not subject to tax (ObjetoImp 01) cannot carry retenciones"));
+        return Err(bad(
+            "a line not subject to tax (ObjetoImp 01) cannot carry retenciones",
+        ));
     }
     // A tax-included price is divided by (1 + rate) to get the price before tax.
     let factor = match rate {
@@ -311,7 +369,10 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
     let descuento = l.discount.map(|d| round(d / factor, MAX_DECIMALS));
     let base = importe - descuento.unwrap_or_default();
     if base < Decimal::ZERO {
-        return Err(bad(format!("discount {} exceeds the line amount {importe}", descuento.unwrap_or_default())));
+        return Err(bad(format!(
+            "discount {} exceeds the line amount {importe}",
+            descuento.unwrap_or_default()
+        )));
     }
     let traslados = match (l.tax, rate) {
         (TaxTreatment::NoObjeto, _) => vec![],
@@ -333,10 +394,16 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
     let mut retenciones = Vec::new();
     for r in &l.retenciones {
         if r.impuesto != IMPUESTO_ISR && r.impuesto != IMPUESTO_IVA {
-            return Err(bad(format!("retención impuesto `{}` must be 001 (ISR) or 002 (IVA)", r.impuesto)));
+            return Err(bad(format!(
+                "retención impuesto `{}` must be 001 (ISR) or 002 (IVA)",
+                r.impuesto
+            )));
         }
         if r.tasa <= Decimal::ZERO || r.tasa >= Decimal::ONE {
-            return Err(bad(format!("retención rate {} must be between 0 and 1", r.tasa)));
+            return Err(bad(format!(
+                "retención rate {} must be between 0 and 1",
+                r.tasa
+            )));
         }
         check_decimals("retención rate", r.tasa)?;
         retenciones.push(Retencion {
@@ -356,7 +423,12 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
         valor_unitario,
         importe,
         descuento,
-        objeto_imp: if l.tax == TaxTreatment::NoObjeto { "01" } else { "02" }.to_owned(),
+        objeto_imp: if l.tax == TaxTreatment::NoObjeto {
+            "01"
+        } else {
+            "02"
+        }
+        .to_owned(),
         traslados,
         retenciones,
     })
@@ -388,20 +460,21 @@ fn summarize(conceptos: &[Concepto], dec: u32) -> Option<Impuestos> {
     }
     let traslados: Vec<Traslado> = tras
         .into_iter()
-        .map(|((impuesto, tipo_factor, tasa), (base, importe))| Traslado {
-            base: round(base, dec),
-            impuesto,
-            tipo_factor,
-            tasa,
-            importe: importe.map(|i| round(i, dec)),
-        })
+        .map(
+            |((impuesto, tipo_factor, tasa), (base, importe))| Traslado {
+                base: round(base, dec),
+                impuesto,
+                tipo_factor,
+                tasa,
+                importe: importe.map(|i| round(i, dec)),
+            },
+        )
         .collect();
     let retenciones: Vec<(String, Decimal)> =
         ret.into_iter().map(|(k, v)| (k, round(v, dec))).collect();
     let any_importe = traslados.iter().any(|t| t.importe.is_some());
     Some(Impuestos {
-        total_trasladados: any_importe
-            .then(|| traslados.iter().filter_map(|t| t.importe).sum()),
+        total_trasladados: any_importe.then(|| traslados.iter().filter_map(|t| t.importe).sum()),
         total_retenidos: (!retenciones.is_empty())
             .then(|| retenciones.iter().map(|(_, v)| *v).sum()),
         retenciones,

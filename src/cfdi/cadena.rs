@@ -173,7 +173,10 @@ fn write_concepto(o: &mut Out, c: &Element) -> Result<(), CadenaError> {
         o.opt(t, "Importe");
     }
     for r in c.path(NS_CFDI, &["Impuestos", "Retenciones", "Retencion"]) {
-        o.reqs(r, &["Base", "Impuesto", "TipoFactor", "TasaOCuota", "Importe"]);
+        o.reqs(
+            r,
+            &["Base", "Impuesto", "TipoFactor", "TasaOCuota", "Importe"],
+        );
     }
     for t in c.children_named(NS_CFDI, "ACuentaTerceros") {
         o.reqs(
@@ -233,7 +236,10 @@ fn write_complemento(o: &mut Out, e: &Element) -> Result<(), CadenaError> {
         return Ok(());
     }
     if KNOWN_UNSUPPORTED.contains(&ns) {
-        return Err(CadenaError::UnsupportedComplemento(format!("{{{ns}}}{}", e.name)));
+        return Err(CadenaError::UnsupportedComplemento(format!(
+            "{{{ns}}}{}",
+            e.name
+        )));
     }
     // The TFD and any foreign element: XSLT's built-in rule copies text nodes verbatim.
     builtin_text(o, e);
@@ -295,10 +301,25 @@ fn write_pagos20(o: &mut Out, p: &Element) {
             o.opt(d, "EquivalenciaDR");
             o.reqs(
                 d,
-                &["NumParcialidad", "ImpSaldoAnt", "ImpPagado", "ImpSaldoInsoluto", "ObjetoImpDR"],
+                &[
+                    "NumParcialidad",
+                    "ImpSaldoAnt",
+                    "ImpPagado",
+                    "ImpSaldoInsoluto",
+                    "ObjetoImpDR",
+                ],
             );
             for r in d.path(ns, &["ImpuestosDR", "RetencionesDR", "RetencionDR"]) {
-                o.reqs(r, &["BaseDR", "ImpuestoDR", "TipoFactorDR", "TasaOCuotaDR", "ImporteDR"]);
+                o.reqs(
+                    r,
+                    &[
+                        "BaseDR",
+                        "ImpuestoDR",
+                        "TipoFactorDR",
+                        "TasaOCuotaDR",
+                        "ImporteDR",
+                    ],
+                );
             }
             for t in d.path(ns, &["ImpuestosDR", "TrasladosDR", "TrasladoDR"]) {
                 o.reqs(t, &["BaseDR", "ImpuestoDR", "TipoFactorDR"]);

@@ -26,7 +26,10 @@ fn fields(line: &str) -> Vec<String> {
 }
 
 fn rows(csv: &'static str) -> impl Iterator<Item = Vec<String>> {
-    csv.lines().skip(1).filter(|l| !l.trim().is_empty()).map(fields)
+    csv.lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(fields)
 }
 
 static CURRENCY_DECIMALS: LazyLock<HashMap<String, u32>> = LazyLock::new(|| {
@@ -48,8 +51,11 @@ static USO_REGIMENES: LazyLock<HashMap<String, Vec<String>>> = LazyLock::new(|| 
 static REGIMENES: LazyLock<Vec<String>> =
     LazyLock::new(|| rows(REGIMEN).filter_map(|f| f.first().cloned()).collect());
 
-static FORMAS_PAGO: LazyLock<Vec<String>> =
-    LazyLock::new(|| rows(FORMA_PAGO).filter_map(|f| f.first().cloned()).collect());
+static FORMAS_PAGO: LazyLock<Vec<String>> = LazyLock::new(|| {
+    rows(FORMA_PAGO)
+        .filter_map(|f| f.first().cloned())
+        .collect()
+});
 
 /// Decimals of a c_Moneda currency, or `None` when the code is not in the catalog.
 pub fn currency_decimals(code: &str) -> Option<u32> {
@@ -67,7 +73,9 @@ pub fn is_forma_pago(code: &str) -> bool {
 /// Whether `uso` exists and allows the receptor's `regimen` (c_UsoCFDI column
 /// `regimenes_fiscales_receptores`).
 pub fn uso_allows(uso: &str, regimen: &str) -> Option<bool> {
-    USO_REGIMENES.get(uso).map(|regs| regs.iter().any(|r| r == regimen))
+    USO_REGIMENES
+        .get(uso)
+        .map(|regs| regs.iter().any(|r| r == regimen))
 }
 
 #[cfg(test)]

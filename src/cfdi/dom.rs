@@ -76,7 +76,9 @@ impl Element {
                     }
                 }
                 Event::End(_) => {
-                    let el = stack.pop().ok_or_else(|| XmlError("unbalanced end tag".into()))?;
+                    let el = stack
+                        .pop()
+                        .ok_or_else(|| XmlError("unbalanced end tag".into()))?;
                     attach(&mut stack, &mut root, el)?;
                 }
                 Event::Text(t) => {
@@ -114,7 +116,10 @@ impl Element {
 
     /// The value of an unprefixed attribute, if present.
     pub fn attr(&self, name: &str) -> Option<&str> {
-        self.attrs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Child elements in document order.
@@ -144,7 +149,10 @@ impl Element {
     pub fn path<'a>(&'a self, ns: &'a str, names: &[&'a str]) -> Vec<&'a Element> {
         let mut current = vec![self];
         for name in names {
-            current = current.into_iter().flat_map(|e| e.children_named(ns, name)).collect();
+            current = current
+                .into_iter()
+                .flat_map(|e| e.children_named(ns, name))
+                .collect();
         }
         current
     }

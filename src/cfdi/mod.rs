@@ -50,7 +50,10 @@ pub enum CfdiError {
 }
 
 fn join(p: &[Problem]) -> String {
-    p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    p.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A sealed comprobante: the exact bytes to send to the PAC.
@@ -95,5 +98,11 @@ pub fn seal(req: &InvoiceRequest, csd: &Csd) -> Result<Sealed, CfdiError> {
     let cadena = cadena::cadena_comprobante(&root)?;
     let sello = csd.sign(&cadena)?;
     c.sello = Some(sello.clone());
-    Ok(Sealed { xml: xml::to_xml(&c), cadena, sello, total: c.total, moneda: c.moneda })
+    Ok(Sealed {
+        xml: xml::to_xml(&c),
+        cadena,
+        sello,
+        total: c.total,
+        moneda: c.moneda,
+    })
 }

@@ -32,7 +32,8 @@ pub fn line(d: Decimal, min_dp: u32) -> String {
 
 /// Number of decimals written in a textual amount (`"13.7936"` → 4).
 pub fn decimals_of(s: &str) -> u32 {
-    s.split_once('.').map_or(0, |(_, f)| u32::try_from(f.len()).unwrap_or(u32::MAX))
+    s.split_once('.')
+        .map_or(0, |(_, f)| u32::try_from(f.len()).unwrap_or(u32::MAX))
 }
 
 /// `10^-dp`, the smallest unit at `dp` decimals.

@@ -17,7 +17,9 @@ pub const RFC_PUBLICO_EN_GENERAL: &str = "XAXX010101000";
 pub const RFC_EXTRANJERO: &str = "XEXX010101000";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("`{0}` is not a valid RFC: expected 3-4 letters, a date YYMMDD and a 3-character homoclave, in capitals (e.g. EKU9003173C9)")]
+#[error(
+    "`{0}` is not a valid RFC: expected 3-4 letters, a date YYMMDD and a 3-character homoclave, in capitals (e.g. EKU9003173C9)"
+)]
 pub struct RfcError(pub String);
 
 impl Rfc {
@@ -34,8 +36,14 @@ impl Rfc {
         let ok = chars[..letters].iter().all(|&c| is_letter(c))
             && date.chars().all(|c| c.is_ascii_digit())
             && valid_yymmdd(&date)
-            && chars[letters + 6..].iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
-        if ok { Ok(Self(s.to_owned())) } else { Err(RfcError(s.to_owned())) }
+            && chars[letters + 6..]
+                .iter()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(RfcError(s.to_owned()))
+        }
     }
 
     pub fn as_str(&self) -> &str {
@@ -88,7 +96,13 @@ mod tests {
 
     #[test]
     fn accepts_morales_fisicas_and_generic() {
-        for ok in ["EKU9003173C9", "XIQB891116QE4", "XAXX010101000", "&AB010101AB1", "ÑAÑ0101019A1"] {
+        for ok in [
+            "EKU9003173C9",
+            "XIQB891116QE4",
+            "XAXX010101000",
+            "&AB010101AB1",
+            "ÑAÑ0101019A1",
+        ] {
             assert!(Rfc::parse(ok).is_ok(), "{ok}");
         }
         assert!(Rfc::parse("EKU9003173C9").unwrap().is_persona_moral());
@@ -97,7 +111,14 @@ mod tests {
 
     #[test]
     fn rejects_bad_shapes_with_a_reason() {
-        for bad in ["", "EKU900317", "eku9003173c9", "EKU9013173C9", "EKU9003323C9", "EKU9003173C9X1"] {
+        for bad in [
+            "",
+            "EKU900317",
+            "eku9003173c9",
+            "EKU9013173C9",
+            "EKU9003323C9",
+            "EKU9003173C9X1",
+        ] {
             let err = Rfc::parse(bad).expect_err(bad);
             assert!(err.to_string().contains("not a valid RFC"));
         }

@@ -137,8 +137,10 @@ impl Certificate {
             return Ok(false);
         };
         let key = self.public_key()?;
-        let mut v = Verifier::new(MessageDigest::sha256(), &key).map_err(|e| csd_err(e.to_string()))?;
-        v.update(cadena.as_bytes()).map_err(|e| csd_err(e.to_string()))?;
+        let mut v =
+            Verifier::new(MessageDigest::sha256(), &key).map_err(|e| csd_err(e.to_string()))?;
+        v.update(cadena.as_bytes())
+            .map_err(|e| csd_err(e.to_string()))?;
         Ok(v.verify(&sig).unwrap_or(false))
     }
 }
@@ -153,7 +155,10 @@ pub struct Csd {
 impl fmt::Debug for Csd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never print the key.
-        f.debug_struct("Csd").field("cert", &self.cert).field("key", &"[redacted]").finish()
+        f.debug_struct("Csd")
+            .field("cert", &self.cert)
+            .field("key", &"[redacted]")
+            .finish()
     }
 }
 
@@ -196,8 +201,10 @@ impl Csd {
 
     /// Signs `cadena`: base64 of the RSA-SHA256 signature.
     pub fn sign(&self, cadena: &str) -> Result<String, CfdiError> {
-        let mut s = Signer::new(MessageDigest::sha256(), &self.key).map_err(|e| csd_err(e.to_string()))?;
-        s.update(cadena.as_bytes()).map_err(|e| csd_err(e.to_string()))?;
+        let mut s =
+            Signer::new(MessageDigest::sha256(), &self.key).map_err(|e| csd_err(e.to_string()))?;
+        s.update(cadena.as_bytes())
+            .map_err(|e| csd_err(e.to_string()))?;
         let sig = s.sign_to_vec().map_err(|e| csd_err(e.to_string()))?;
         Ok(B64.encode(sig))
     }

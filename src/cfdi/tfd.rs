@@ -79,21 +79,33 @@ pub fn attach(sealed_xml: &[u8], tfd: &Tfd) -> Result<Vec<u8>, CfdiError> {
         .map_err(|_| CfdiError::Request("the XML is not UTF-8".into()))?;
     let root = Element::parse(sealed_xml)?;
     if find_tfd(&root).is_some() {
-        return Err(CfdiError::Request("the comprobante is already stamped".into()));
+        return Err(CfdiError::Request(
+            "the comprobante is already stamped".into(),
+        ));
     }
     // The root's prefix as written (`cfdi` in everything we emit).
     let prefix = root_prefix(text)
         .ok_or_else(|| CfdiError::Request("cannot find the root element".into()))?;
-    let p = if prefix.is_empty() { String::new() } else { format!("{prefix}:") };
+    let p = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}:")
+    };
     let tfd_xml = String::from_utf8(xml::tfd_element(tfd)).unwrap_or_default();
     let close_root = format!("</{p}Comprobante>");
     let close_comp = format!("</{p}Complemento>");
     let out = if let Some(pos) = text.rfind(&close_comp) {
         format!("{}  {tfd_xml}\n  {}", &text[..pos], &text[pos..])
     } else if let Some(pos) = text.rfind(&close_root) {
-        format!("{}  <{p}Complemento>\n    {tfd_xml}\n  </{p}Complemento>\n{}", text[..pos].trim_end_matches(['\n', ' ']).to_owned() + "\n", &text[pos..])
+        format!(
+            "{}  <{p}Complemento>\n    {tfd_xml}\n  </{p}Complemento>\n{}",
+            text[..pos].trim_end_matches(['\n', ' ']).to_owned() + "\n",
+            &text[pos..]
+        )
     } else {
-        return Err(CfdiError::Request("the comprobante has no closing tag".into()));
+        return Err(CfdiError::Request(
+            "the comprobante has no closing tag".into(),
+        ));
     };
     Ok(out.into_bytes())
 }

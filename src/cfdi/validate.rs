@@ -22,7 +22,10 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(code: Option<&'static str>, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -44,7 +47,8 @@ impl Amounts<'_> {
     fn get(&mut self, e: &Element, attr: &str, required: bool) -> Option<Decimal> {
         match e.attr(attr) {
             None if required => {
-                self.problems.push(Problem::new(None, format!("{}@{attr} is missing", e.name)));
+                self.problems
+                    .push(Problem::new(None, format!("{}@{attr} is missing", e.name)));
                 None
             }
             None => None,
@@ -74,7 +78,13 @@ fn ceil(d: Decimal, dp: u32) -> Decimal {
 
 /// Anexo 20's tolerance for a tax amount: the product of the rate and the Base's own rounding
 /// interval, truncated / raised to the decimals the Importe is written with.
-fn tax_in_tolerance(base: Decimal, base_dp: u32, rate: Decimal, importe: Decimal, imp_dp: u32) -> bool {
+fn tax_in_tolerance(
+    base: Decimal,
+    base_dp: u32,
+    rate: Decimal,
+    importe: Decimal,
+    imp_dp: u32,
+) -> bool {
     let half = unit(base_dp) / Decimal::TWO;
     let lower = trunc((base - half) * rate, imp_dp);
     let upper = ceil((base + half - Decimal::new(1, 12)) * rate, imp_dp);
@@ -89,10 +99,15 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
     let mut problems = Vec::new();
     let moneda = root.attr("Moneda").unwrap_or_default();
     let Some(dec) = catalogs::currency_decimals(moneda) else {
-        problems.push(Problem::new(None, format!("Moneda `{moneda}` is not in c_Moneda")));
+        problems.push(Problem::new(
+            None,
+            format!("Moneda `{moneda}` is not in c_Moneda"),
+        ));
         return problems;
     };
-    let mut am = Amounts { problems: &mut problems };
+    let mut am = Amounts {
+        problems: &mut problems,
+    };
     let subtotal = am.get(root, "SubTotal", true);
     let descuento = am.get(root, "Descuento", false);
     let total = am.get(root, "Total", true);
@@ -102,9 +117,15 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
     let mut tras_groups: BTreeMap<GroupKey, (Decimal, Option<Decimal>)> = BTreeMap::new();
     let mut ret_groups: BTreeMap<String, Decimal> = BTreeMap::new();
     let mut line_problems = Vec::new();
-    for (i, c) in root.path(NS_CFDI, &["Conceptos", "Concepto"]).into_iter().enumerate() {
+    for (i, c) in root
+        .path(NS_CFDI, &["Conceptos", "Concepto"])
+        .into_iter()
+        .enumerate()
+    {
         let n = i + 1;
-        let mut am = Amounts { problems: &mut line_problems };
+        let mut am = Amounts {
+            problems: &mut line_problems,
+        };
         if let Some(imp) = am.get(c, "Importe", true) {
             sum_importe += imp;
         }
@@ -138,12 +159,16 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
                 }
             }
         }
-        let mut am = Amounts { problems: &mut line_problems };
+        let mut am = Amounts {
+            problems: &mut line_problems,
+        };
         for r in c.path(NS_CFDI, &["Impuestos", "Retenciones", "Retencion"]) {
             let base = am.get(r, "Base", true).unwrap_or_default();
             let rate = am.get(r, "TasaOCuota", true).unwrap_or_default();
             let imp = am.get(r, "Importe", true).unwrap_or_default();
-            *ret_groups.entry(r.attr("Impuesto").unwrap_or_default().to_owned()).or_default() += imp;
+            *ret_groups
+                .entry(r.attr("Impuesto").unwrap_or_default().to_owned())
+                .or_default() += imp;
             let bdp = decimals_of(r.attr("Base").unwrap_or_default());
             let idp = decimals_of(r.attr("Importe").unwrap_or_default());
             if !tax_in_tolerance(base, bdp, rate, imp, idp) {
@@ -168,7 +193,10 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
     match (descuento, sum_desc) {
         (Some(d), Some(s)) if d != round(s, dec) => problems.push(Problem::new(
             None,
-            format!("Descuento {d} is not the sum of the conceptos' Descuento, {}", round(s, dec)),
+            format!(
+                "Descuento {d} is not the sum of the conceptos' Descuento, {}",
+                round(s, dec)
+            ),
         )),
         (Some(d), None) if !d.is_zero() => problems.push(Problem::new(
             None,
@@ -183,14 +211,21 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
 
     // Comprobante-level Impuestos.
     let imp = root.child(NS_CFDI, "Impuestos");
-    let mut am = Amounts { problems: &mut problems };
+    let mut am = Amounts {
+        problems: &mut problems,
+    };
     let total_tras = imp.and_then(|i| am.get(i, "TotalImpuestosTrasladados", false));
     let total_ret = imp.and_then(|i| am.get(i, "TotalImpuestosRetenidos", false));
     let mut sum_summary_tras = Decimal::ZERO;
     let mut seen = Vec::new();
     let mut summary_problems = Vec::new();
-    for t in imp.map(|i| i.path(NS_CFDI, &["Traslados", "Traslado"])).unwrap_or_default() {
-        let mut am = Amounts { problems: &mut summary_problems };
+    for t in imp
+        .map(|i| i.path(NS_CFDI, &["Traslados", "Traslado"]))
+        .unwrap_or_default()
+    {
+        let mut am = Amounts {
+            problems: &mut summary_problems,
+        };
         let key = (
             t.attr("Impuesto").unwrap_or_default().to_owned(),
             t.attr("TipoFactor").unwrap_or_default().to_owned(),
@@ -212,7 +247,10 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
                 {
                     summary_problems.push(Problem::new(
                         None,
-                        format!("Traslado {label}: Base {b} is not the sum of the conceptos' Base, {}", round(*gbase, dec)),
+                        format!(
+                            "Traslado {label}: Base {b} is not the sum of the conceptos' Base, {}",
+                            round(*gbase, dec)
+                        ),
                     ));
                 }
                 let expected = gimp.map(|g| round(g, dec));
@@ -229,10 +267,18 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
             }
         }
     }
-    for k in tras_groups.keys().filter(|k| !seen.iter().any(|s| same_group(s, k))) {
+    for k in tras_groups
+        .keys()
+        .filter(|k| !seen.iter().any(|s| same_group(s, k)))
+    {
         summary_problems.push(Problem::new(
             Some("CFDI40215"),
-            format!("the conceptos have traslados {} {} {} missing from the comprobante's Impuestos", k.0, k.1, k.2.clone().unwrap_or_default()),
+            format!(
+                "the conceptos have traslados {} {} {} missing from the comprobante's Impuestos",
+                k.0,
+                k.1,
+                k.2.clone().unwrap_or_default()
+            ),
         ));
     }
     problems.append(&mut summary_problems);
@@ -249,9 +295,14 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
         _ => {}
     }
     let mut sum_summary_ret = Decimal::ZERO;
-    let mut am = Amounts { problems: &mut problems };
+    let mut am = Amounts {
+        problems: &mut problems,
+    };
     let mut ret_rows = Vec::new();
-    for r in imp.map(|i| i.path(NS_CFDI, &["Retenciones", "Retencion"])).unwrap_or_default() {
+    for r in imp
+        .map(|i| i.path(NS_CFDI, &["Retenciones", "Retencion"]))
+        .unwrap_or_default()
+    {
         let v = am.get(r, "Importe", true).unwrap_or_default();
         sum_summary_ret += v;
         ret_rows.push((r.attr("Impuesto").unwrap_or_default().to_owned(), v));
@@ -261,14 +312,19 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
         if expected != Some(*v) {
             problems.push(Problem::new(
                 None,
-                format!("Retencion {k}: Importe {v} is not the sum of the conceptos' retenciones, {}", opt(expected)),
+                format!(
+                    "Retencion {k}: Importe {v} is not the sum of the conceptos' retenciones, {}",
+                    opt(expected)
+                ),
             ));
         }
     }
     match total_ret {
         Some(t) if t != sum_summary_ret => problems.push(Problem::new(
             None,
-            format!("TotalImpuestosRetenidos {t} is not the sum of the retenciones, {sum_summary_ret}"),
+            format!(
+                "TotalImpuestosRetenidos {t} is not the sum of the retenciones, {sum_summary_ret}"
+            ),
         )),
         None if !ret_groups.is_empty() => problems.push(Problem::new(
             None,
@@ -287,9 +343,16 @@ pub fn check_amounts(root: &Element) -> Vec<Problem> {
             ));
         }
     }
-    for (attr, v) in [("SubTotal", subtotal), ("Descuento", descuento), ("Total", total)] {
+    for (attr, v) in [
+        ("SubTotal", subtotal),
+        ("Descuento", descuento),
+        ("Total", total),
+    ] {
         if v.is_some() && decimals_of(root.attr(attr).unwrap_or_default()) > dec {
-            problems.push(Problem::new(None, format!("{attr} has more decimals than {moneda} allows ({dec})")));
+            problems.push(Problem::new(
+                None,
+                format!("{attr} has more decimals than {moneda} allows ({dec})"),
+            ));
         }
     }
     problems

@@ -75,7 +75,16 @@ fn structure(root: &Element, r: &mut Report) {
     }
     let required = [
         ("Emisor", &["Rfc", "Nombre", "RegimenFiscal"][..]),
-        ("Receptor", &["Rfc", "Nombre", "DomicilioFiscalReceptor", "RegimenFiscalReceptor", "UsoCFDI"][..]),
+        (
+            "Receptor",
+            &[
+                "Rfc",
+                "Nombre",
+                "DomicilioFiscalReceptor",
+                "RegimenFiscalReceptor",
+                "UsoCFDI",
+            ][..],
+        ),
     ];
     for (el, attrs) in required {
         match root.child(NS_CFDI, el) {
@@ -94,7 +103,15 @@ fn structure(root: &Element, r: &mut Report) {
         r.problem(None, "cfdi:Conceptos has no cfdi:Concepto");
     }
     for (i, c) in conceptos.iter().enumerate() {
-        for a in ["ClaveProdServ", "Cantidad", "ClaveUnidad", "Descripcion", "ValorUnitario", "Importe", "ObjetoImp"] {
+        for a in [
+            "ClaveProdServ",
+            "Cantidad",
+            "ClaveUnidad",
+            "Descripcion",
+            "ValorUnitario",
+            "Importe",
+            "ObjetoImp",
+        ] {
             if c.attr(a).is_none() {
                 r.problem(None, format!("concepto {}: @{a} is missing", i + 1));
             }
@@ -113,12 +130,18 @@ pub fn verify(xml: &[u8], opts: &VerifyOptions<'_>) -> Report {
         }
     };
     if !root.is(NS_CFDI, "Comprobante") {
-        r.problem(None, "the root element is not cfdi:Comprobante of CFDI 4.0 (http://www.sat.gob.mx/cfd/4)");
+        r.problem(
+            None,
+            "the root element is not cfdi:Comprobante of CFDI 4.0 (http://www.sat.gob.mx/cfd/4)",
+        );
         return r;
     }
     r.fecha = root.attr("Fecha").map(str::to_owned);
     r.no_certificado = root.attr("NoCertificado").map(str::to_owned);
-    r.rfc_emisor = root.child(NS_CFDI, "Emisor").and_then(|e| e.attr("Rfc")).map(str::to_owned);
+    r.rfc_emisor = root
+        .child(NS_CFDI, "Emisor")
+        .and_then(|e| e.attr("Rfc"))
+        .map(str::to_owned);
     structure(&root, &mut r);
     r.problems.extend(check_amounts(&root));
     check_sello(&root, &mut r);
@@ -135,7 +158,9 @@ fn check_sello(root: &Element, r: &mut Report) {
         }
     };
     r.cadena = Some(cadena.clone());
-    let Some(cert_b64) = root.attr("Certificado") else { return };
+    let Some(cert_b64) = root.attr("Certificado") else {
+        return;
+    };
     let cert = match Certificate::from_base64(cert_b64) {
         Ok(c) => c,
         Err(e) => {
@@ -148,13 +173,19 @@ fn check_sello(root: &Element, r: &mut Report) {
     {
         r.problem(
             None,
-            format!("NoCertificado {no} is not the serial of the embedded certificate, {}", cert.no_certificado()),
+            format!(
+                "NoCertificado {no} is not the serial of the embedded certificate, {}",
+                cert.no_certificado()
+            ),
         );
     }
     if let (Some(rfc), Some(cert_rfc)) = (r.rfc_emisor.clone(), cert.rfc())
         && rfc != cert_rfc
     {
-        r.problem(None, format!("Emisor Rfc {rfc} is not the certificate holder's RFC, {cert_rfc}"));
+        r.problem(
+            None,
+            format!("Emisor Rfc {rfc} is not the certificate holder's RFC, {cert_rfc}"),
+        );
     }
     if let Some(f) = root.attr("Fecha").and_then(parse_fecha)
         && !cert.valid_at_local(f)
@@ -194,10 +225,18 @@ fn check_tfd(root: &Element, opts: &VerifyOptions<'_>, r: &mut Report) {
     match opts.tfd_certs.iter().find(|c| c.no_certificado() == no) {
         Some(cert) => {
             let cadena = cadena_tfd(tfd);
-            if !cert.verify(&cadena, tfd.attr("SelloSAT").unwrap_or_default()).unwrap_or(false) {
-                r.problem(None, format!("the TFD's SelloSAT does not verify with certificate {no}"));
+            if !cert
+                .verify(&cadena, tfd.attr("SelloSAT").unwrap_or_default())
+                .unwrap_or(false)
+            {
+                r.problem(
+                    None,
+                    format!("the TFD's SelloSAT does not verify with certificate {no}"),
+                );
             }
         }
-        None => r.notes.push(format!("SelloSAT not checked: certificate {no} is not among the known PAC/SAT certificates")),
+        None => r.notes.push(format!(
+            "SelloSAT not checked: certificate {no} is not among the known PAC/SAT certificates"
+        )),
     }
 }

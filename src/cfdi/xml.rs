@@ -98,7 +98,10 @@ pub fn to_xml(c: &Comprobante) -> Vec<u8> {
         w.empty("cfdi:InformacionGlobal", &a);
     }
     for rel in &c.cfdi_relacionados {
-        w.open("cfdi:CfdiRelacionados", &Attrs::new().req("TipoRelacion", rel.tipo_relacion.clone()));
+        w.open(
+            "cfdi:CfdiRelacionados",
+            &Attrs::new().req("TipoRelacion", rel.tipo_relacion.clone()),
+        );
         for u in &rel.uuids {
             w.empty("cfdi:CfdiRelacionado", &Attrs::new().req("UUID", u.clone()));
         }
@@ -118,7 +121,10 @@ pub fn to_xml(c: &Comprobante) -> Vec<u8> {
         &Attrs::new()
             .req("Rfc", r.rfc.clone())
             .req("Nombre", r.nombre.clone())
-            .req("DomicilioFiscalReceptor", r.domicilio_fiscal_receptor.clone())
+            .req(
+                "DomicilioFiscalReceptor",
+                r.domicilio_fiscal_receptor.clone(),
+            )
             .req("RegimenFiscalReceptor", r.regimen_fiscal_receptor.clone())
             .req("UsoCFDI", r.uso_cfdi.clone()),
     );
@@ -167,13 +173,21 @@ pub fn to_xml(c: &Comprobante) -> Vec<u8> {
     w.close("cfdi:Conceptos");
     if let Some(i) = &c.impuestos {
         let a = Attrs::new()
-            .opt("TotalImpuestosRetenidos", i.total_retenidos.map(|d| fixed(d, dec)))
-            .opt("TotalImpuestosTrasladados", i.total_trasladados.map(|d| fixed(d, dec)));
+            .opt(
+                "TotalImpuestosRetenidos",
+                i.total_retenidos.map(|d| fixed(d, dec)),
+            )
+            .opt(
+                "TotalImpuestosTrasladados",
+                i.total_trasladados.map(|d| fixed(d, dec)),
+            );
         w.open("cfdi:Impuestos", &a);
         if !i.retenciones.is_empty() {
             w.open("cfdi:Retenciones", &Attrs::new());
             for (imp, importe) in &i.retenciones {
-                let a = Attrs::new().req("Impuesto", imp.clone()).req("Importe", fixed(*importe, dec));
+                let a = Attrs::new()
+                    .req("Impuesto", imp.clone())
+                    .req("Importe", fixed(*importe, dec));
                 w.empty("cfdi:Retencion", &a);
             }
             w.close("cfdi:Retenciones");
