@@ -9,6 +9,7 @@ use chrono_tz::America::Mexico_City;
 use clap::{Parser, Subcommand};
 
 use crate::cfdi::{self, Csd, InvoiceRequest};
+use crate::ops;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,6 +18,9 @@ use crate::cfdi::{self, Csd, InvoiceRequest};
     about = "Paid sales in, stamped CFDI 4.0 out, exactly once"
 )]
 pub struct Cli {
+    /// Settings file (default: autofactura.toml if present, else embedded defaults).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -26,6 +30,40 @@ pub enum Command {
     /// Work with CFDI documents: cadena original, verification, samples.
     #[command(subcommand)]
     Cfdi(CfdiCommand),
+    /// Receive webhooks and queue invoices (the default command).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Inspect invoices.
+    #[command(subcommand)]
+    Invoices(InvoicesCommand),
+    /// Send a realistic signed sample payment to a running instance.
+    SendTestWebhook {
+        #[arg(long, value_enum)]
+        provider: TestProvider,
+        /// Base URL of the instance (default: http://<[server] listen>).
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InvoicesCommand {
+    /// Payments and their invoices: provider, status, serie-folio, UUID, attempts, last error.
+    List {
+        /// Only this status (e.g. pending, stamped, awaiting_global, needs_attention).
+        #[arg(long)]
+        status: Option<String>,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TestProvider {
+    Stripe,
+    Mercadopago,
 }
 
 #[derive(Debug, Subcommand)]
@@ -53,10 +91,16 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
-        None => {
-            eprintln!("autofactura: no command given; try `autofactura --help`");
-            Ok(ExitCode::from(2))
-        }
+        Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
+        Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
+        Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
+            ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
+        ),
+        Some(Command::SendTestWebhook { provider, url }) => block_on(ops::send_test_webhook(
+            cli.config.as_deref(),
+            provider,
+            url.as_deref(),
+        )),
     };
     match result {
         Ok(code) => code,
@@ -65,6 +109,17 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs an async command on a fresh multi-threaded runtime.
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    f: F,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?
+        .block_on(f)
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
