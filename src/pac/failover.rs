@@ -14,7 +14,10 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CancelOutcome, CancelRequest, PacClient, Recovery, Stamp, StampOutcome, StatusOutcome, StatusQuery};
+use super::{
+    CancelOutcome, CancelRequest, PacClient, Recovery, Stamp, StampOutcome, StatusOutcome,
+    StatusQuery,
+};
 use crate::domain::StampKey;
 
 /// Which of the two PACs.
@@ -33,7 +36,11 @@ pub trait AttemptLog: Send + Sync {
     /// The PACs this key was ever sent to (in any attempt, finished or not).
     fn sent_to<'a>(&'a self, key: &'a StampKey) -> BoxFuture<'a, Result<Vec<Route>, String>>;
     /// Records, durably, that `key` is about to be sent to `route`.
-    fn before_send<'a>(&'a self, key: &'a StampKey, route: Route) -> BoxFuture<'a, Result<(), String>>;
+    fn before_send<'a>(
+        &'a self,
+        key: &'a StampKey,
+        route: Route,
+    ) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// An [`AttemptLog`] in memory (lost with the process).
@@ -51,7 +58,11 @@ impl AttemptLog for MemoryLog {
             .map_err(|e| e.to_string());
         Box::pin(async move { routes })
     }
-    fn before_send<'a>(&'a self, key: &'a StampKey, route: Route) -> BoxFuture<'a, Result<(), String>> {
+    fn before_send<'a>(
+        &'a self,
+        key: &'a StampKey,
+        route: Route,
+    ) -> BoxFuture<'a, Result<(), String>> {
         let r = self
             .sent
             .lock()
@@ -87,12 +98,19 @@ pub struct Failover {
 
 fn found(stamp: Stamp, xml: &[u8]) -> StampOutcome {
     let same_content = stamp.belongs_to(xml);
-    StampOutcome::AlreadyStamped { stamp, same_content }
+    StampOutcome::AlreadyStamped {
+        stamp,
+        same_content,
+    }
 }
 
 impl Failover {
     pub fn new(primary: PacClient, backup: PacClient) -> Self {
-        Self { primary, backup, memory: MemoryLog::default() }
+        Self {
+            primary,
+            backup,
+            memory: MemoryLog::default(),
+        }
     }
 
     fn pac(&self, r: Route) -> &PacClient {
@@ -109,10 +127,23 @@ impl Failover {
     }
 
     /// Stamps following the failover rule; says which PAC the outcome came from.
-    pub async fn stamp_logged(&self, xml: &[u8], key: &StampKey, log: &dyn AttemptLog) -> (Route, StampOutcome) {
+    pub async fn stamp_logged(
+        &self,
+        xml: &[u8],
+        key: &StampKey,
+        log: &dyn AttemptLog,
+    ) -> (Route, StampOutcome) {
         let sent = match log.sent_to(key).await {
             Ok(s) => s,
-            Err(e) => return (Route::Primary, StampOutcome::Retryable { reason: format!("attempt log: {e}"), retry_after: None }),
+            Err(e) => {
+                return (
+                    Route::Primary,
+                    StampOutcome::Retryable {
+                        reason: format!("attempt log: {e}"),
+                        retry_after: None,
+                    },
+                );
+            }
         };
         if sent.contains(&Route::Backup) {
             // The primary was definitely out when the backup got it: stay with the backup.
@@ -122,42 +153,84 @@ impl Failover {
         if sent.contains(&Route::Primary) {
             match Box::pin(self.primary.recover_by_key(xml, key)).await {
                 Recovery::Found(s) => return (Route::Primary, found(s, xml)),
-                Recovery::NotFound => primary_said = "recover at the primary found nothing".to_owned(),
+                Recovery::NotFound => {
+                    primary_said = "recover at the primary found nothing".to_owned()
+                }
                 Recovery::Unresolved { reason } => {
-                    return (Route::Primary, StampOutcome::Unknown { reason: format!("an earlier send to the primary is unresolved: {reason}") });
+                    return (
+                        Route::Primary,
+                        StampOutcome::Unknown {
+                            reason: format!(
+                                "an earlier send to the primary is unresolved: {reason}"
+                            ),
+                        },
+                    );
                 }
             }
         } else {
             if let Err(e) = log.before_send(key, Route::Primary).await {
-                return (Route::Primary, StampOutcome::Retryable { reason: format!("attempt log: {e}"), retry_after: None });
+                return (
+                    Route::Primary,
+                    StampOutcome::Retryable {
+                        reason: format!("attempt log: {e}"),
+                        retry_after: None,
+                    },
+                );
             }
             match Box::pin(self.primary.stamp(xml, key)).await {
                 StampOutcome::Retryable { reason, .. } => primary_said = reason,
-                StampOutcome::Unknown { reason } => match Box::pin(self.primary.recover_by_key(xml, key)).await {
-                    Recovery::Found(s) => return (Route::Primary, found(s, xml)),
-                    Recovery::NotFound => primary_said = format!("{reason}; recover found nothing"),
-                    Recovery::Unresolved { reason: r } => {
-                        return (Route::Primary, StampOutcome::Unknown { reason: format!("{reason}; recover: {r}") });
+                StampOutcome::Unknown { reason } => {
+                    match Box::pin(self.primary.recover_by_key(xml, key)).await {
+                        Recovery::Found(s) => return (Route::Primary, found(s, xml)),
+                        Recovery::NotFound => {
+                            primary_said = format!("{reason}; recover found nothing")
+                        }
+                        Recovery::Unresolved { reason: r } => {
+                            return (
+                                Route::Primary,
+                                StampOutcome::Unknown {
+                                    reason: format!("{reason}; recover: {r}"),
+                                },
+                            );
+                        }
                     }
-                },
+                }
                 other => return (Route::Primary, other),
             }
         }
         tracing::warn!(key = %key, primary = %primary_said, "the primary PAC did not stamp; failing over to the backup");
         if let Err(e) = log.before_send(key, Route::Backup).await {
-            return (Route::Backup, StampOutcome::Retryable { reason: format!("attempt log: {e}"), retry_after: None });
+            return (
+                Route::Backup,
+                StampOutcome::Retryable {
+                    reason: format!("attempt log: {e}"),
+                    retry_after: None,
+                },
+            );
         }
         (Route::Backup, Box::pin(self.backup.stamp(xml, key)).await)
     }
 
     /// Continues with the one PAC that may hold the document: recover first, stamp only on a
     /// definite `NotFound`.
-    async fn resume(&self, r: Route, xml: &[u8], key: &StampKey, log: &dyn AttemptLog) -> (Route, StampOutcome) {
+    async fn resume(
+        &self,
+        r: Route,
+        xml: &[u8],
+        key: &StampKey,
+        log: &dyn AttemptLog,
+    ) -> (Route, StampOutcome) {
         match Box::pin(self.pac(r).recover_by_key(xml, key)).await {
             Recovery::Found(s) => (r, found(s, xml)),
             Recovery::NotFound => {
                 if let Err(e) = log.before_send(key, r).await {
-                    return (r, StampOutcome::Retryable { reason: format!("attempt log: {e}"), retry_after: None });
+                    return (
+                        r,
+                        StampOutcome::Retryable {
+                            reason: format!("attempt log: {e}"),
+                            retry_after: None,
+                        },
+                    );
                 }
                 (r, Box::pin(self.pac(r).stamp(xml, key)).await)
             }
@@ -169,7 +242,11 @@ impl Failover {
     /// primary definitely had nothing). `NotFound` only when every one says so.
     pub async fn recover_by_key(&self, xml: &[u8], key: &StampKey, sent_to: &[Route]) -> Recovery {
         let logged = self.memory.sent_to(key).await.unwrap_or_default();
-        let sent: Vec<Route> = if logged.is_empty() { sent_to.to_vec() } else { logged };
+        let sent: Vec<Route> = if logged.is_empty() {
+            sent_to.to_vec()
+        } else {
+            logged
+        };
         let mut unresolved = None;
         for r in [Route::Backup, Route::Primary] {
             if !sent.contains(&r) {
@@ -190,10 +267,15 @@ impl Failover {
     pub async fn recover_by_uuid(&self, uuid: &str, rfc_emisor: &str) -> Recovery {
         match Box::pin(self.primary.recover_by_uuid(uuid, rfc_emisor)).await {
             Recovery::Found(s) => Recovery::Found(s),
-            first => match (Box::pin(self.backup.recover_by_uuid(uuid, rfc_emisor)).await, first) {
+            first => match (
+                Box::pin(self.backup.recover_by_uuid(uuid, rfc_emisor)).await,
+                first,
+            ) {
                 (Recovery::Found(s), _) => Recovery::Found(s),
                 (Recovery::NotFound, Recovery::NotFound) => Recovery::NotFound,
-                (Recovery::Unresolved { reason }, _) | (_, Recovery::Unresolved { reason }) => Recovery::Unresolved { reason },
+                (Recovery::Unresolved { reason }, _) | (_, Recovery::Unresolved { reason }) => {
+                    Recovery::Unresolved { reason }
+                }
                 (Recovery::NotFound, Recovery::Found(s)) => Recovery::Found(s),
             },
         }

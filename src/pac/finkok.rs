@@ -41,14 +41,20 @@ pub struct FinkokClient {
 enum Soap {
     /// The parsed SOAP body of a 200 answer.
     Body(Element),
-    Refused { reason: String, retry_after: Option<Duration> },
+    Refused {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
     Lost(String),
 }
 
 /// One incidencia: `CodigoError` and `MensajeIncidencia`.
 fn incidencia(result: &Element) -> Option<(String, String)> {
     let inc = find(result, "Incidencia")?;
-    Some((text_of(inc, "CodigoError").unwrap_or_default(), text_of(inc, "MensajeIncidencia").unwrap_or_default()))
+    Some((
+        text_of(inc, "CodigoError").unwrap_or_default(),
+        text_of(inc, "MensajeIncidencia").unwrap_or_default(),
+    ))
 }
 
 fn all_named<'a>(e: &'a Element, name: &str, out: &mut Vec<&'a Element>) {
@@ -71,7 +77,9 @@ impl FinkokClient {
             .map(|u| u.trim_end_matches('/').to_owned())
             .ok_or_else(|| PacError::Config("url is required for kind = \"finkok\"".into()))?;
         let (Some(user), Some(password)) = (&cfg.user, &cfg.password) else {
-            return Err(PacError::Config("Finkok needs `user` and `password`".into()));
+            return Err(PacError::Config(
+                "Finkok needs `user` and `password`".into(),
+            ));
         };
         Ok(FinkokClient {
             http: http_client(cfg)?,
@@ -118,7 +126,10 @@ impl FinkokClient {
             Ok(r) => r,
             Err(e) => {
                 return match transport_error(&e) {
-                    Transport::Refused(reason) => Soap::Refused { reason, retry_after: None },
+                    Transport::Refused(reason) => Soap::Refused {
+                        reason,
+                        retry_after: None,
+                    },
                     Transport::Lost(reason) => Soap::Lost(reason),
                 };
             }
@@ -130,7 +141,10 @@ impl FinkokClient {
             Err(e) => return Soap::Lost(format!("the answer was cut off: {e}")),
         };
         if refused_status(status) {
-            return Soap::Refused { reason: format!("HTTP {status}"), retry_after: retry_after(&headers) };
+            return Soap::Refused {
+                reason: format!("HTTP {status}"),
+                retry_after: retry_after(&headers),
+            };
         }
         let root = match Element::parse(&body) {
             Ok(r) => r,
@@ -151,13 +165,26 @@ impl FinkokClient {
 
     /// `stamp(xml)`.
     pub async fn stamp(&self, xml: &[u8]) -> StampOutcome {
-        let root = match self.call("stamp", NS_STAMP, "stamp", &Self::xml_param(xml)).await {
+        let root = match self
+            .call("stamp", NS_STAMP, "stamp", &Self::xml_param(xml))
+            .await
+        {
             Soap::Body(r) => r,
-            Soap::Refused { reason, retry_after } => return StampOutcome::Retryable { reason, retry_after },
+            Soap::Refused {
+                reason,
+                retry_after,
+            } => {
+                return StampOutcome::Retryable {
+                    reason,
+                    retry_after,
+                };
+            }
             Soap::Lost(reason) => return StampOutcome::Unknown { reason },
         };
         let Some(result) = find(&root, "stampResult") else {
-            return StampOutcome::Unknown { reason: "the answer has no stampResult".into() };
+            return StampOutcome::Unknown {
+                reason: "the answer has no stampResult".into(),
+            };
         };
         let stamped_xml = text_of(result, "xml").unwrap_or_default();
         match incidencia(result) {
@@ -166,31 +193,50 @@ impl FinkokClient {
                     && let Ok(stamp) = Stamp::from_xml(stamped_xml.into_bytes())
                 {
                     let same_content = stamp.belongs_to(xml);
-                    return StampOutcome::AlreadyStamped { stamp, same_content };
+                    return StampOutcome::AlreadyStamped {
+                        stamp,
+                        same_content,
+                    };
                 }
                 // 307 with an empty body: the stamp exists; `stamped` catches up within seconds.
                 match self.poll_stamped(xml).await {
-                    Recovery::Found(stamp) => StampOutcome::AlreadyStamped { same_content: stamp.belongs_to(xml), stamp },
-                    Recovery::NotFound => StampOutcome::Unknown { reason: format!("{code} {message}, and `stamped` still answers 603") },
-                    Recovery::Unresolved { reason } => StampOutcome::Unknown { reason: format!("{code} {message}; stamped: {reason}") },
+                    Recovery::Found(stamp) => StampOutcome::AlreadyStamped {
+                        same_content: stamp.belongs_to(xml),
+                        stamp,
+                    },
+                    Recovery::NotFound => StampOutcome::Unknown {
+                        reason: format!("{code} {message}, and `stamped` still answers 603"),
+                    },
+                    Recovery::Unresolved { reason } => StampOutcome::Unknown {
+                        reason: format!("{code} {message}; stamped: {reason}"),
+                    },
                 }
             }
             Some((code, message)) if !code.is_empty() => StampOutcome::Rejected { code, message },
             _ => match Stamp::from_xml(stamped_xml.into_bytes()) {
                 Ok(s) => StampOutcome::Stamped(s),
-                Err(e) => StampOutcome::Unknown { reason: format!("no incidencia and no stamp: {e}") },
+                Err(e) => StampOutcome::Unknown {
+                    reason: format!("no incidencia and no stamp: {e}"),
+                },
             },
         }
     }
 
     /// One `stamped(xml)` call.
     async fn stamped_once(&self, xml: &[u8]) -> Recovery {
-        let root = match self.call("stamp", NS_STAMP, "stamped", &Self::xml_param(xml)).await {
+        let root = match self
+            .call("stamp", NS_STAMP, "stamped", &Self::xml_param(xml))
+            .await
+        {
             Soap::Body(r) => r,
-            Soap::Refused { reason, .. } | Soap::Lost(reason) => return Recovery::Unresolved { reason },
+            Soap::Refused { reason, .. } | Soap::Lost(reason) => {
+                return Recovery::Unresolved { reason };
+            }
         };
         let Some(result) = find(&root, "stampedResult") else {
-            return Recovery::Unresolved { reason: "the answer has no stampedResult".into() };
+            return Recovery::Unresolved {
+                reason: "the answer has no stampedResult".into(),
+            };
         };
         let stamped_xml = text_of(result, "xml").unwrap_or_default();
         if !stamped_xml.is_empty() {
@@ -201,8 +247,12 @@ impl FinkokClient {
         }
         match incidencia(result) {
             Some((code, _)) if code == "603" => Recovery::NotFound,
-            Some((code, message)) => Recovery::Unresolved { reason: format!("{code} {message}") },
-            None => Recovery::Unresolved { reason: "neither a stamp nor an incidencia".into() },
+            Some((code, message)) => Recovery::Unresolved {
+                reason: format!("{code} {message}"),
+            },
+            None => Recovery::Unresolved {
+                reason: "neither a stamp nor an incidencia".into(),
+            },
         }
     }
 
@@ -228,10 +278,19 @@ impl FinkokClient {
 
     /// `get_xml(uuid, taxpayer_id)` (utilities; the last 3 months only).
     pub async fn recover_by_uuid(&self, uuid: &str, rfc_emisor: &str) -> Recovery {
-        let params = format!("<f:uuid>{}</f:uuid><f:taxpayer_id>{}</f:taxpayer_id>", escape(uuid), escape(rfc_emisor));
-        let root = match self.call("utilities", NS_UTILITIES, "get_xml", &params).await {
+        let params = format!(
+            "<f:uuid>{}</f:uuid><f:taxpayer_id>{}</f:taxpayer_id>",
+            escape(uuid),
+            escape(rfc_emisor)
+        );
+        let root = match self
+            .call("utilities", NS_UTILITIES, "get_xml", &params)
+            .await
+        {
             Soap::Body(r) => r,
-            Soap::Refused { reason, .. } | Soap::Lost(reason) => return Recovery::Unresolved { reason },
+            Soap::Refused { reason, .. } | Soap::Lost(reason) => {
+                return Recovery::Unresolved { reason };
+            }
         };
         match text_of(&root, "xml").filter(|x| !x.is_empty()) {
             Some(x) => match Stamp::from_xml(x.into_bytes()) {
@@ -247,7 +306,8 @@ impl FinkokClient {
         let Some(csd) = &self.cancel_csd else {
             return CancelOutcome::Rejected {
                 code: "config".into(),
-                message: "Finkok cancels with the emisor's CSD; none is configured for this client".into(),
+                message: "Finkok cancels with the emisor's CSD; none is configured for this client"
+                    .into(),
             };
         };
         let folio = req.folio_sustitucion.as_deref().unwrap_or_default();
@@ -265,7 +325,15 @@ impl FinkokClient {
         );
         let root = match self.call("cancel", NS_CANCEL, "cancel", &params).await {
             Soap::Body(r) => r,
-            Soap::Refused { reason, retry_after } => return CancelOutcome::Retryable { reason, retry_after },
+            Soap::Refused {
+                reason,
+                retry_after,
+            } => {
+                return CancelOutcome::Retryable {
+                    reason,
+                    retry_after,
+                };
+            }
             Soap::Lost(reason) => return CancelOutcome::Unknown { reason },
         };
         parse_cancel(&root, &req.uuid)
@@ -280,19 +348,30 @@ impl FinkokClient {
             escape(&q.uuid),
             escape(&q.total)
         );
-        match self.call("cancel", NS_CANCEL, "get_sat_status", &params).await {
+        match self
+            .call("cancel", NS_CANCEL, "get_sat_status", &params)
+            .await
+        {
             Soap::Body(root) => match find(&root, "get_sat_statusResult") {
                 Some(_) => parse_status(serialize_for_status(&root).as_bytes()),
-                None => StatusOutcome::Unavailable { reason: "the answer has no get_sat_statusResult".into() },
+                None => StatusOutcome::Unavailable {
+                    reason: "the answer has no get_sat_statusResult".into(),
+                },
             },
-            Soap::Refused { reason, .. } | Soap::Lost(reason) => StatusOutcome::Unavailable { reason },
+            Soap::Refused { reason, .. } | Soap::Lost(reason) => {
+                StatusOutcome::Unavailable { reason }
+            }
         }
     }
 }
 
 /// Re-serializes the fields `parse_status` reads (it parses bytes).
 fn serialize_for_status(root: &Element) -> String {
-    let f = |n: &str| text_of(root, n).map(|v| format!("<{n}>{}</{n}>", escape(&v))).unwrap_or_default();
+    let f = |n: &str| {
+        text_of(root, n)
+            .map(|v| format!("<{n}>{}</{n}>", escape(&v)))
+            .unwrap_or_default()
+    };
     format!(
         "<s>{}{}{}{}{}</s>",
         f("CodigoEstatus"),
@@ -307,7 +386,9 @@ fn serialize_for_status(root: &Element) -> String {
 /// SAT unreachable) when there are no folios.
 pub fn parse_cancel(root: &Element, uuid: &str) -> CancelOutcome {
     let Some(result) = find(root, "cancelResult") else {
-        return CancelOutcome::Unknown { reason: "the answer has no cancelResult".into() };
+        return CancelOutcome::Unknown {
+            reason: "the answer has no cancelResult".into(),
+        };
     };
     let acuse = text_of(result, "Acuse").unwrap_or_default();
     let mut folios = Vec::new();
@@ -320,17 +401,32 @@ pub fn parse_cancel(root: &Element, uuid: &str) -> CancelOutcome {
         let code = text_of(f, "EstatusUUID").unwrap_or_default();
         let estatus = text_of(f, "EstatusCancelacion").filter(|s| !s.is_empty());
         return match code.as_str() {
-            "201" | "202" => CancelOutcome::Requested { code, acuse, estatus_cancelacion: estatus },
-            _ => CancelOutcome::Rejected { message: super::sw::cancel_code_text(&code).to_owned(), code },
+            "201" | "202" => CancelOutcome::Requested {
+                code,
+                acuse,
+                estatus_cancelacion: estatus,
+            },
+            _ => CancelOutcome::Rejected {
+                message: super::sw::cancel_code_text(&code).to_owned(),
+                code,
+            },
         };
     }
     let cod = text_of(result, "CodEstatus").unwrap_or_default();
     if cod.starts_with("708") {
         // SAT could not be reached: the request was not filed.
-        return CancelOutcome::Retryable { reason: format!("Finkok: {cod}"), retry_after: None };
+        return CancelOutcome::Retryable {
+            reason: format!("Finkok: {cod}"),
+            retry_after: None,
+        };
     }
     if cod.is_empty() {
-        return CancelOutcome::Unknown { reason: "neither folios nor CodEstatus".into() };
+        return CancelOutcome::Unknown {
+            reason: "neither folios nor CodEstatus".into(),
+        };
     }
-    CancelOutcome::Rejected { code: super::message_code(&cod), message: cod }
+    CancelOutcome::Rejected {
+        code: super::message_code(&cod),
+        message: cod,
+    }
 }

@@ -54,7 +54,11 @@ impl Stamp {
         if tfd.uuid.is_empty() {
             return Err("the returned TFD has no UUID".into());
         }
-        Ok(Stamp { uuid: tfd.uuid.to_uppercase(), tfd, xml })
+        Ok(Stamp {
+            uuid: tfd.uuid.to_uppercase(),
+            tfd,
+            xml,
+        })
     }
 
     /// Whether this stamp belongs to the sealed document `sealed_xml` (same Sello).
@@ -72,11 +76,22 @@ pub enum StampOutcome {
     Stamped(Stamp),
     /// The PAC had stamped before. `same_content` is false when the key had been used for other
     /// content (SW `CFDI3307`): the stamp is real, but it is not of these bytes.
-    AlreadyStamped { stamp: Stamp, same_content: bool },
+    AlreadyStamped {
+        stamp: Stamp,
+        same_content: bool,
+    },
     /// The PAC's code and message, verbatim.
-    Rejected { code: String, message: String },
-    Retryable { reason: String, retry_after: Option<Duration> },
-    Unknown { reason: String },
+    Rejected {
+        code: String,
+        message: String,
+    },
+    Retryable {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Unknown {
+        reason: String,
+    },
 }
 
 impl StampOutcome {
@@ -96,7 +111,9 @@ pub enum Recovery {
     /// The PAC definitely holds no stamp for it.
     NotFound,
     /// The PAC could not answer; the question stays open.
-    Unresolved { reason: String },
+    Unresolved {
+        reason: String,
+    },
 }
 
 /// Cancellation motivo (SAT 2022 scheme).
@@ -161,9 +178,17 @@ pub enum CancelOutcome {
     },
     /// The request was refused: `203` RFC mismatch, `205` UUID unknown (also right after
     /// stamping, until SAT ingests it), `no_cancelable`, a bad motivo. Code and message verbatim.
-    Rejected { code: String, message: String },
-    Retryable { reason: String, retry_after: Option<Duration> },
-    Unknown { reason: String },
+    Rejected {
+        code: String,
+        message: String,
+    },
+    Retryable {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Unknown {
+        reason: String,
+    },
 }
 
 /// Which PAC the `[pac]` table selects.
@@ -296,7 +321,10 @@ pub async fn connect(cfg: &PacConfig) -> Result<Connected, PacError> {
                 .map_err(|e| PacError::Config(format!("sandbox_faults: {e}")))?,
             None => crate::pacsim::faults::FaultSpec::default(),
         };
-        let state = cfg.sandbox_state.clone().unwrap_or_else(|| PathBuf::from("pacsim-state.jsonl"));
+        let state = cfg
+            .sandbox_state
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("pacsim-state.jsonl"));
         let (url, handle) = crate::pacsim::Sandbox::start_in_process(&state, faults)
             .await
             .map_err(|e| PacError::Sandbox(e.to_string()))?;
@@ -307,7 +335,9 @@ pub async fn connect(cfg: &PacConfig) -> Result<Connected, PacError> {
     let client = match &cfg.backup {
         Some(b) => {
             if b.kind == PacKind::Sandbox && b.url.is_none() {
-                return Err(PacError::Config("[pac.backup] of kind sandbox needs a url".into()));
+                return Err(PacError::Config(
+                    "[pac.backup] of kind sandbox needs a url".into(),
+                ));
             }
             let backup = PacClient::from_config(b)?;
             PacClient::Failover(Box::new(Failover::new(primary, backup)))
@@ -342,7 +372,10 @@ impl PacClient {
         match self {
             Self::Sw(c) => c.recover_by_key(xml, key).await,
             Self::Finkok(c) => c.recover_by_content(xml).await,
-            Self::Failover(f) => f.recover_by_key(xml, key, &[Route::Primary, Route::Backup]).await,
+            Self::Failover(f) => {
+                f.recover_by_key(xml, key, &[Route::Primary, Route::Backup])
+                    .await
+            }
         }
     }
 
@@ -435,7 +468,10 @@ mod tests {
 
     #[test]
     fn codes_are_read_from_the_start_of_the_message() {
-        assert_eq!(message_code("307. El comprobante contiene un timbre previo."), "307");
+        assert_eq!(
+            message_code("307. El comprobante contiene un timbre previo."),
+            "307"
+        );
         assert_eq!(message_code("CFDI3307 - Timbre duplicado."), "CFDI3307");
         assert_eq!(message_code("CFDI40102 - El resultado"), "CFDI40102");
     }
@@ -451,7 +487,10 @@ mod tests {
         assert_eq!(cfg.kind, PacKind::Sw);
         assert_eq!(cfg.backup.as_ref().map(|b| b.kind), Some(PacKind::Finkok));
         let dbg = format!("{cfg:?}");
-        assert!(!dbg.contains("hunter2") && !dbg.contains("tok-secret"), "{dbg}");
+        assert!(
+            !dbg.contains("hunter2") && !dbg.contains("tok-secret"),
+            "{dbg}"
+        );
         assert!(toml::from_str::<PacConfig>("kind = \"sw\"\nurll = \"x\"").is_err());
     }
 }

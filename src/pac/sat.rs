@@ -63,7 +63,9 @@ impl StatusQuery {
 
 /// `tt`: up to 6 decimals, trailing zeros removed, at least one digit after the point.
 pub fn format_tt(total: &str) -> String {
-    let Some(d) = parse_amount(total) else { return total.to_owned() };
+    let Some(d) = parse_amount(total) else {
+        return total.to_owned();
+    };
     let s = d.round_dp(6).normalize().to_string();
     if s.contains('.') { s } else { format!("{s}.0") }
 }
@@ -134,23 +136,34 @@ pub(crate) fn text_of(e: &Element, name: &str) -> Option<String> {
 pub fn parse_status(xml: &[u8]) -> StatusOutcome {
     let root = match Element::parse(xml) {
         Ok(r) => r,
-        Err(e) => return StatusOutcome::Unavailable { reason: format!("unreadable answer: {e}") },
+        Err(e) => {
+            return StatusOutcome::Unavailable {
+                reason: format!("unreadable answer: {e}"),
+            };
+        }
     };
     if let Some(fault) = find(&root, "Fault") {
-        return StatusOutcome::Unavailable { reason: format!("SOAP fault: {}", fault.text_content().trim()) };
+        return StatusOutcome::Unavailable {
+            reason: format!("SOAP fault: {}", fault.text_content().trim()),
+        };
     }
     let Some(codigo) = text_of(&root, "CodigoEstatus") else {
-        return StatusOutcome::Unavailable { reason: "the answer has no CodigoEstatus".into() };
+        return StatusOutcome::Unavailable {
+            reason: "the answer has no CodigoEstatus".into(),
+        };
     };
     if !codigo.starts_with("S - ") {
-        return StatusOutcome::NotFound { codigo_estatus: codigo };
+        return StatusOutcome::NotFound {
+            codigo_estatus: codigo,
+        };
     }
     StatusOutcome::Found(SatStatus {
         codigo_estatus: codigo,
         estado: text_of(&root, "Estado").unwrap_or_default(),
         es_cancelable: text_of(&root, "EsCancelable").unwrap_or_default(),
         estatus_cancelacion: text_of(&root, "EstatusCancelacion").unwrap_or_default(),
-        validacion_efos: text_of(&root, "ValidacionEFOS").or_else(|| text_of(&root, "VerificacionEFOS")),
+        validacion_efos: text_of(&root, "ValidacionEFOS")
+            .or_else(|| text_of(&root, "VerificacionEFOS")),
     })
 }
 
@@ -177,13 +190,21 @@ impl SatStatusClient {
             .await;
         let res = match res {
             Ok(r) => r,
-            Err(e) => return StatusOutcome::Unavailable { reason: e.to_string() },
+            Err(e) => {
+                return StatusOutcome::Unavailable {
+                    reason: e.to_string(),
+                };
+            }
         };
         let status = res.status();
         match res.bytes().await {
             Ok(body) if status.is_success() => parse_status(&body),
-            Ok(_) => StatusOutcome::Unavailable { reason: format!("HTTP {status}") },
-            Err(e) => StatusOutcome::Unavailable { reason: e.to_string() },
+            Ok(_) => StatusOutcome::Unavailable {
+                reason: format!("HTTP {status}"),
+            },
+            Err(e) => StatusOutcome::Unavailable {
+                reason: e.to_string(),
+            },
         }
     }
 }

@@ -25,7 +25,11 @@ enum Auth {
     Static(String),
     /// User and password; the token is fetched on demand and renewed before it expires or
     /// when SW answers 401.
-    Login { user: String, password: String, token: Mutex<Option<Token>> },
+    Login {
+        user: String,
+        password: String,
+        token: Mutex<Option<Token>>,
+    },
 }
 
 struct Token {
@@ -72,16 +76,28 @@ impl SwClient {
             .filter(|u| !u.is_empty())
             .map(trim_slash)
             .ok_or_else(|| PacError::Config("url is required for kind = \"sw\"".into()))?;
-        let api = cfg.api_url.as_deref().map(trim_slash).unwrap_or_else(|| api_host(&services));
+        let api = cfg
+            .api_url
+            .as_deref()
+            .map(trim_slash)
+            .unwrap_or_else(|| api_host(&services));
         let auth = match (&cfg.token, &cfg.user, &cfg.password) {
             (Some(t), _, _) if !t.is_empty() => Auth::Static(t.clone()),
-            (_, Some(u), Some(p)) => Auth::Login { user: u.clone(), password: p.clone(), token: Mutex::new(None) },
+            (_, Some(u), Some(p)) => Auth::Login {
+                user: u.clone(),
+                password: p.clone(),
+                token: Mutex::new(None),
+            },
             _ if cfg.kind == PacKind::Sandbox => Auth::Login {
                 user: "sandbox".into(),
                 password: "sandbox".into(),
                 token: Mutex::new(None),
             },
-            _ => return Err(PacError::Config("SW needs `token`, or `user` and `password`".into())),
+            _ => {
+                return Err(PacError::Config(
+                    "SW needs `token`, or `user` and `password`".into(),
+                ));
+            }
         };
         let sat_url = match (&cfg.sat_status_url, cfg.kind) {
             (Some(u), _) => u.clone(),
@@ -89,14 +105,24 @@ impl SwClient {
             (None, _) => SAT_STATUS_PRODUCTION.to_owned(),
         };
         let http = http_client(cfg)?;
-        Ok(SwClient { sat: SatStatusClient::new(http.clone(), sat_url), http, services, api, auth })
+        Ok(SwClient {
+            sat: SatStatusClient::new(http.clone(), sat_url),
+            http,
+            services,
+            api,
+            auth,
+        })
     }
 
     /// The bearer token, logging in when there is none or it is about to expire.
     async fn token(&self, force_renew: bool) -> Result<String, Call> {
         let (user, password, slot) = match &self.auth {
             Auth::Static(t) => return Ok(t.clone()),
-            Auth::Login { user, password, token } => (user, password, token),
+            Auth::Login {
+                user,
+                password,
+                token,
+            } => (user, password, token),
         };
         let mut slot = slot.lock().await;
         if !force_renew
@@ -118,13 +144,20 @@ impl SwClient {
         };
         let json: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
         let token = json["data"]["token"].as_str().filter(|t| !t.is_empty());
-        let Some(token) = token else { return Err(Call::Answer(answer)) };
+        let Some(token) = token else {
+            return Err(Call::Answer(answer));
+        };
         // `expires_in` is a Unix time (python-satcfdi compares it with time.time()); renew a
         // minute early. Without it, assume SW's documented 2 hours.
         let now = chrono::Utc::now().timestamp();
-        let left = json["data"]["expires_in"].as_i64().map_or(7200, |at| at - now);
+        let left = json["data"]["expires_in"]
+            .as_i64()
+            .map_or(7200, |at| at - now);
         let left = Duration::from_secs(u64::try_from(left - 60).unwrap_or(0));
-        *slot = Some(Token { value: token.to_owned(), renew_at: Instant::now() + left });
+        *slot = Some(Token {
+            value: token.to_owned(),
+            renew_at: Instant::now() + left,
+        });
         Ok(token.to_owned())
     }
 
@@ -142,7 +175,11 @@ impl SwClient {
             };
             let answer = read(build(&token).send().await).await;
             match answer {
-                Call::Answer(a) if a.status == StatusCode::UNAUTHORIZED && !renewed && matches!(self.auth, Auth::Login { .. }) => {
+                Call::Answer(a)
+                    if a.status == StatusCode::UNAUTHORIZED
+                        && !renewed
+                        && matches!(self.auth, Auth::Login { .. }) =>
+                {
                     renewed = true;
                 }
                 Call::Answer(a) if a.status == StatusCode::UNAUTHORIZED => {
@@ -157,7 +194,9 @@ impl SwClient {
         let url = format!("{}/v4/cfdi33/stamp/v4", self.services);
         self.call(|token| {
             let part = Part::bytes(xml.to_vec()).file_name("xml");
-            let part = part.mime_str("text/xml").unwrap_or_else(|_| Part::bytes(xml.to_vec()));
+            let part = part
+                .mime_str("text/xml")
+                .unwrap_or_else(|_| Part::bytes(xml.to_vec()));
             self.http
                 .post(&url)
                 .bearer_auth(token)
@@ -171,7 +210,12 @@ impl SwClient {
     pub async fn stamp(&self, xml: &[u8], key: &StampKey) -> StampOutcome {
         let answer = match self.send_stamp(xml, key).await {
             Call::Answer(a) => a,
-            Call::Failed(Transport::Refused(reason)) => return StampOutcome::Retryable { reason, retry_after: None },
+            Call::Failed(Transport::Refused(reason)) => {
+                return StampOutcome::Retryable {
+                    reason,
+                    retry_after: None,
+                };
+            }
             Call::Failed(Transport::Lost(reason)) => return StampOutcome::Unknown { reason },
         };
         self.classify_stamp(xml, answer).await
@@ -180,19 +224,27 @@ impl SwClient {
     async fn classify_stamp(&self, xml: &[u8], a: Answer) -> StampOutcome {
         if refused_status(a.status) {
             return StampOutcome::Retryable {
-                reason: format!("HTTP {}: {}", a.status, String::from_utf8_lossy(&a.body).trim()),
+                reason: format!(
+                    "HTTP {}: {}",
+                    a.status,
+                    String::from_utf8_lossy(&a.body).trim()
+                ),
                 retry_after: retry_after(&a.headers),
             };
         }
         let Ok(json) = serde_json::from_slice::<Value>(&a.body) else {
-            return StampOutcome::Unknown { reason: format!("HTTP {} with an unreadable body", a.status) };
+            return StampOutcome::Unknown {
+                reason: format!("HTTP {} with an unreadable body", a.status),
+            };
         };
         let message = json["message"].as_str().unwrap_or_default().to_owned();
         let data = &json["data"];
         if json["status"] == "success" {
             return match self.stamp_from_data(data).await {
                 Ok(stamp) => StampOutcome::Stamped(stamp),
-                Err(reason) => StampOutcome::Unknown { reason: format!("stamped, but {reason}") },
+                Err(reason) => StampOutcome::Unknown {
+                    reason: format!("stamped, but {reason}"),
+                },
             };
         }
         // The code before the status: SW answers duplicates with HTTP 400 like rejections.
@@ -201,20 +253,32 @@ impl SwClient {
             return match self.stamp_from_data(data).await {
                 Ok(stamp) => {
                     let same_content = code == "307" && stamp.belongs_to(xml);
-                    StampOutcome::AlreadyStamped { stamp, same_content }
+                    StampOutcome::AlreadyStamped {
+                        stamp,
+                        same_content,
+                    }
                 }
-                Err(reason) => StampOutcome::Unknown { reason: format!("{message}; but {reason}") },
+                Err(reason) => StampOutcome::Unknown {
+                    reason: format!("{message}; but {reason}"),
+                },
             };
         }
         if a.status.is_server_error() || a.status.is_success() {
-            return StampOutcome::Unknown { reason: format!("HTTP {}: {message}", a.status) };
+            return StampOutcome::Unknown {
+                reason: format!("HTTP {}: {message}", a.status),
+            };
         }
         if a.status == StatusCode::NOT_FOUND || a.status == StatusCode::UNAUTHORIZED {
             // A wrong path or credentials: nothing was stamped; the configuration must change.
-            return StampOutcome::Retryable { reason: format!("HTTP {}: {message}", a.status), retry_after: None };
+            return StampOutcome::Retryable {
+                reason: format!("HTTP {}: {message}", a.status),
+                retry_after: None,
+            };
         }
         if message.is_empty() {
-            return StampOutcome::Unknown { reason: format!("HTTP {} without a message", a.status) };
+            return StampOutcome::Unknown {
+                reason: format!("HTTP {} without a message", a.status),
+            };
         }
         StampOutcome::Rejected { code, message }
     }
@@ -224,11 +288,16 @@ impl SwClient {
         if let Some(cfdi) = data["cfdi"].as_str().filter(|c| !c.is_empty()) {
             return Stamp::from_xml(cfdi.as_bytes().to_vec());
         }
-        let uuid = data["uuid"].as_str().filter(|u| !u.is_empty()).ok_or("the answer has neither cfdi nor uuid")?;
+        let uuid = data["uuid"]
+            .as_str()
+            .filter(|u| !u.is_empty())
+            .ok_or("the answer has neither cfdi nor uuid")?;
         match self.recover_by_uuid(uuid).await {
             Recovery::Found(s) => Ok(s),
             Recovery::NotFound => Err(format!("UUID {uuid} is not in the datawarehouse yet")),
-            Recovery::Unresolved { reason } => Err(format!("fetching UUID {uuid} failed: {reason}")),
+            Recovery::Unresolved { reason } => {
+                Err(format!("fetching UUID {uuid} failed: {reason}"))
+            }
         }
     }
 
@@ -238,29 +307,46 @@ impl SwClient {
         match self.stamp(xml, key).await {
             StampOutcome::Stamped(s) => Recovery::Found(s),
             StampOutcome::AlreadyStamped { stamp, .. } => Recovery::Found(stamp),
-            StampOutcome::Rejected { code, message } => Recovery::Unresolved { reason: format!("resend rejected: {code} {message}") },
-            StampOutcome::Retryable { reason, .. } | StampOutcome::Unknown { reason } => Recovery::Unresolved { reason },
+            StampOutcome::Rejected { code, message } => Recovery::Unresolved {
+                reason: format!("resend rejected: {code} {message}"),
+            },
+            StampOutcome::Retryable { reason, .. } | StampOutcome::Unknown { reason } => {
+                Recovery::Unresolved { reason }
+            }
         }
     }
 
     /// `GET {api}/datawarehouse/v1/live/{uuid}`.
     pub async fn recover_by_uuid(&self, uuid: &str) -> Recovery {
         let url = format!("{}/datawarehouse/v1/live/{uuid}", self.api);
-        let a = match self.call(|token| self.http.get(&url).bearer_auth(token)).await {
+        let a = match self
+            .call(|token| self.http.get(&url).bearer_auth(token))
+            .await
+        {
             Call::Answer(a) => a,
-            Call::Failed(Transport::Refused(r) | Transport::Lost(r)) => return Recovery::Unresolved { reason: r },
+            Call::Failed(Transport::Refused(r) | Transport::Lost(r)) => {
+                return Recovery::Unresolved { reason: r };
+            }
         };
         if a.status == StatusCode::NOT_FOUND {
             return Recovery::NotFound;
         }
         let json: Value = serde_json::from_slice(&a.body).unwrap_or(Value::Null);
         if !a.status.is_success() || json["status"] != "success" {
-            return Recovery::Unresolved { reason: format!("HTTP {}: {}", a.status, json["message"].as_str().unwrap_or_default()) };
+            return Recovery::Unresolved {
+                reason: format!(
+                    "HTTP {}: {}",
+                    a.status,
+                    json["message"].as_str().unwrap_or_default()
+                ),
+            };
         }
         // The datawarehouse answer's exact shape is not published; take the XML from `data.cfdi`
         // or from the first record's `cfdi`.
         let data = &json["data"];
-        let cfdi = data["cfdi"].as_str().or_else(|| data["records"][0]["cfdi"].as_str());
+        let cfdi = data["cfdi"]
+            .as_str()
+            .or_else(|| data["records"][0]["cfdi"].as_str());
         match cfdi.filter(|c| !c.is_empty()) {
             Some(c) => match Stamp::from_xml(c.as_bytes().to_vec()) {
                 Ok(s) => Recovery::Found(s),
@@ -272,41 +358,82 @@ impl SwClient {
 
     /// `POST /cfdi33/cancel/{rfc}/{uuid}/{motivo}[/{folioSustitucion}]` (CSD kept at SW).
     pub async fn cancel(&self, req: &CancelRequest) -> CancelOutcome {
-        let mut url = format!("{}/cfdi33/cancel/{}/{}/{}", self.services, req.rfc_emisor, req.uuid, req.motivo.code());
+        let mut url = format!(
+            "{}/cfdi33/cancel/{}/{}/{}",
+            self.services,
+            req.rfc_emisor,
+            req.uuid,
+            req.motivo.code()
+        );
         if let Some(f) = &req.folio_sustitucion {
             url.push('/');
             url.push_str(f);
         }
-        let a = match self.call(|token| self.http.post(&url).bearer_auth(token)).await {
+        let a = match self
+            .call(|token| self.http.post(&url).bearer_auth(token))
+            .await
+        {
             Call::Answer(a) => a,
-            Call::Failed(Transport::Refused(reason)) => return CancelOutcome::Retryable { reason, retry_after: None },
+            Call::Failed(Transport::Refused(reason)) => {
+                return CancelOutcome::Retryable {
+                    reason,
+                    retry_after: None,
+                };
+            }
             Call::Failed(Transport::Lost(reason)) => return CancelOutcome::Unknown { reason },
         };
         if refused_status(a.status) {
-            return CancelOutcome::Retryable { reason: format!("HTTP {}", a.status), retry_after: retry_after(&a.headers) };
+            return CancelOutcome::Retryable {
+                reason: format!("HTTP {}", a.status),
+                retry_after: retry_after(&a.headers),
+            };
         }
         let Ok(json) = serde_json::from_slice::<Value>(&a.body) else {
-            return CancelOutcome::Unknown { reason: format!("HTTP {} with an unreadable body", a.status) };
+            return CancelOutcome::Unknown {
+                reason: format!("HTTP {} with an unreadable body", a.status),
+            };
         };
         let message = json["message"].as_str().unwrap_or_default().to_owned();
         if json["status"] != "success" {
             if a.status.is_server_error() || message.is_empty() {
-                return CancelOutcome::Unknown { reason: format!("HTTP {}: {message}", a.status) };
+                return CancelOutcome::Unknown {
+                    reason: format!("HTTP {}: {message}", a.status),
+                };
             }
-            return CancelOutcome::Rejected { code: message_code(&message), message };
+            return CancelOutcome::Rejected {
+                code: message_code(&message),
+                message,
+            };
         }
         let data = &json["data"];
         let acuse = data["acuse"].as_str().unwrap_or_default().to_owned();
         // `data.uuid` maps each UUID to its EstatusUUID.
         let code = data["uuid"]
             .as_object()
-            .and_then(|m| m.iter().find(|(k, _)| k.eq_ignore_ascii_case(&req.uuid)).map(|(_, v)| v))
-            .and_then(|v| v.as_str().map(str::to_owned).or_else(|| v.as_i64().map(|n| n.to_string())))
+            .and_then(|m| {
+                m.iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(&req.uuid))
+                    .map(|(_, v)| v)
+            })
+            .and_then(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .or_else(|| v.as_i64().map(|n| n.to_string()))
+            })
             .unwrap_or_default();
         match code.as_str() {
-            "201" | "202" => CancelOutcome::Requested { code, acuse, estatus_cancelacion: None },
-            "" => CancelOutcome::Unknown { reason: "the answer names no EstatusUUID".into() },
-            _ => CancelOutcome::Rejected { message: cancel_code_text(&code).to_owned(), code },
+            "201" | "202" => CancelOutcome::Requested {
+                code,
+                acuse,
+                estatus_cancelacion: None,
+            },
+            "" => CancelOutcome::Unknown {
+                reason: "the answer names no EstatusUUID".into(),
+            },
+            _ => CancelOutcome::Rejected {
+                message: cancel_code_text(&code).to_owned(),
+                code,
+            },
         }
     }
 
@@ -332,7 +459,9 @@ fn auth_failure(a: &Answer) -> String {
     format!(
         "authentication failed (HTTP {}): {}",
         a.status,
-        json["message"].as_str().unwrap_or(&String::from_utf8_lossy(&a.body))
+        json["message"]
+            .as_str()
+            .unwrap_or(&String::from_utf8_lossy(&a.body))
     )
 }
 
@@ -344,7 +473,11 @@ async fn read(res: Result<reqwest::Response, reqwest::Error>) -> Call {
     let status = res.status();
     let headers = res.headers().clone();
     match res.bytes().await {
-        Ok(body) => Call::Answer(Answer { status, headers, body: body.to_vec() }),
+        Ok(body) => Call::Answer(Answer {
+            status,
+            headers,
+            body: body.to_vec(),
+        }),
         // Headers arrived, so the request was received: whatever it did is unknown.
         Err(e) => Call::Failed(Transport::Lost(format!("the answer was cut off: {e}"))),
     }
@@ -356,8 +489,14 @@ mod tests {
 
     #[test]
     fn the_api_host_follows_the_services_host() {
-        assert_eq!(api_host("https://services.test.sw.com.mx"), "https://api.test.sw.com.mx");
-        assert_eq!(api_host("https://services.sw.com.mx"), "https://api.sw.com.mx");
+        assert_eq!(
+            api_host("https://services.test.sw.com.mx"),
+            "https://api.test.sw.com.mx"
+        );
+        assert_eq!(
+            api_host("https://services.sw.com.mx"),
+            "https://api.sw.com.mx"
+        );
         assert_eq!(api_host("http://127.0.0.1:9000"), "http://127.0.0.1:9000");
     }
 }

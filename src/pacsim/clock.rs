@@ -35,7 +35,10 @@ pub fn to_local(t: DateTime<Utc>) -> NaiveDateTime {
 
 /// A Mexico City local time as UTC (the earliest reading on a DST fold).
 pub fn from_local(l: NaiveDateTime) -> Option<DateTime<Utc>> {
-    Mexico_City.from_local_datetime(&l).earliest().map(|t| t.with_timezone(&Utc))
+    Mexico_City
+        .from_local_datetime(&l)
+        .earliest()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 fn is_business_day(d: NaiveDate) -> bool {
@@ -59,7 +62,10 @@ pub fn add_business_days(t: DateTime<Utc>, n: u32) -> DateTime<Utc> {
 
 /// The end (23:59:59 local) of the business day after the local date of `t`.
 pub fn end_of_next_business_day(t: DateTime<Utc>) -> DateTime<Utc> {
-    let mut date = to_local(t).date().succ_opt().unwrap_or_else(|| to_local(t).date());
+    let mut date = to_local(t)
+        .date()
+        .succ_opt()
+        .unwrap_or_else(|| to_local(t).date());
     while !is_business_day(date) {
         date = date.succ_opt().unwrap_or(date);
     }
@@ -74,9 +80,18 @@ mod tests {
     #[test]
     fn business_days_skip_weekends() {
         // Friday 2026-01-02 12:00 local → +3 business days = Wednesday 2026-01-07 12:00.
-        let fri = from_local(NaiveDate::from_ymd_opt(2026, 1, 2).unwrap().and_hms_opt(12, 0, 0).unwrap()).unwrap();
+        let fri = from_local(
+            NaiveDate::from_ymd_opt(2026, 1, 2)
+                .unwrap()
+                .and_hms_opt(12, 0, 0)
+                .unwrap(),
+        )
+        .unwrap();
         let d = to_local(add_business_days(fri, 3));
         assert_eq!(d.to_string(), "2026-01-07 12:00:00");
-        assert_eq!(to_local(end_of_next_business_day(fri)).to_string(), "2026-01-05 23:59:59");
+        assert_eq!(
+            to_local(end_of_next_business_day(fri)).to_string(),
+            "2026-01-05 23:59:59"
+        );
     }
 }

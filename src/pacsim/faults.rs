@@ -91,16 +91,24 @@ impl Default for FaultSpec {
 
 impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.text.is_empty() { "none" } else { &self.text })
+        f.write_str(if self.text.is_empty() {
+            "none"
+        } else {
+            &self.text
+        })
     }
 }
 
 /// Parses `250ms`, `2s`, `5m`, `2h`, `3d` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,
@@ -129,41 +137,68 @@ fn parse_range(s: &str) -> Result<(Duration, Duration), String> {
 }
 
 fn parse_p(name: &str, v: &str) -> Result<f64, String> {
-    let p: f64 = v.parse().map_err(|_| format!("{name}: `{v}` is not a probability"))?;
-    if (0.0..=1.0).contains(&p) { Ok(p) } else { Err(format!("{name}: {p} is not between 0 and 1")) }
+    let p: f64 = v
+        .parse()
+        .map_err(|_| format!("{name}: `{v}` is not a probability"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{name}: {p} is not between 0 and 1"))
+    }
 }
 
 impl FaultSpec {
     pub fn parse(spec: &str) -> Result<FaultSpec, String> {
-        let mut f = FaultSpec { text: spec.trim().to_owned(), ..FaultSpec::default() };
+        let mut f = FaultSpec {
+            text: spec.trim().to_owned(),
+            ..FaultSpec::default()
+        };
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let mut parts = item.split(':');
             let head = parts.next().unwrap_or_default();
             let (name, value) = head.split_once('=').unwrap_or((head, ""));
-            let params: Vec<(&str, &str)> = parts.map(|p| p.split_once('=').unwrap_or((p, ""))).collect();
+            let params: Vec<(&str, &str)> = parts
+                .map(|p| p.split_once('=').unwrap_or((p, "")))
+                .collect();
             let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
-            if let Some((k, _)) = params.iter().find(|(k, _)| !matches!((name, *k), ("status429", "retry_after") | ("lose_response", "mode" | "hang"))) {
+            if let Some((k, _)) = params.iter().find(|(k, _)| {
+                !matches!(
+                    (name, *k),
+                    ("status429", "retry_after") | ("lose_response", "mode" | "hang")
+                )
+            }) {
                 return Err(format!("{name}: unknown parameter `{k}`"));
             }
             match name {
-                "seed" => f.seed = value.parse().map_err(|_| format!("seed: `{value}` is not a number"))?,
+                "seed" => {
+                    f.seed = value
+                        .parse()
+                        .map_err(|_| format!("seed: `{value}` is not a number"))?
+                }
                 "latency" => f.latency = parse_range(value)?,
                 "status500" => f.status500 = parse_p(name, value)?,
                 "status503" => f.status503 = parse_p(name, value)?,
                 "status429" => {
                     f.status429 = parse_p(name, value)?;
                     if let Some(r) = param("retry_after") {
-                        f.retry_after = r.parse().map_err(|_| format!("retry_after: `{r}` is not seconds"))?;
+                        f.retry_after = r
+                            .parse()
+                            .map_err(|_| format!("retry_after: `{r}` is not seconds"))?;
                     }
                 }
                 "reset" => f.reset = parse_p(name, value)?,
                 "lose_response" => {
                     f.lose_response = parse_p(name, value)?;
-                    let hang = param("hang").map(parse_duration).transpose()?.unwrap_or(Duration::from_secs(120));
+                    let hang = param("hang")
+                        .map(parse_duration)
+                        .transpose()?
+                        .unwrap_or(Duration::from_secs(120));
                     f.lose_mode = match param("mode") {
                         None | Some("drop") => LoseMode::Drop,
                         Some("hang") => LoseMode::Hang(hang),
-                        Some(m) => return Err(format!("lose_response: unknown mode `{m}` (drop, hang)")),
+                        Some(m) => {
+                            return Err(format!("lose_response: unknown mode `{m}` (drop, hang)"));
+                        }
                     };
                 }
                 "malformed" => f.malformed = parse_p(name, value)?,
@@ -208,7 +243,11 @@ pub struct Faults {
 impl Faults {
     pub fn new(spec: FaultSpec) -> Self {
         let rng = StdRng::seed_from_u64(spec.seed);
-        Self { spec, rng: Mutex::new(rng), started: Instant::now() }
+        Self {
+            spec,
+            rng: Mutex::new(rng),
+            started: Instant::now(),
+        }
     }
 
     pub fn spec(&self) -> &FaultSpec {
@@ -219,7 +258,10 @@ impl Faults {
         if p <= 0.0 {
             return false;
         }
-        let mut rng = self.rng.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         rng.random_bool(p.min(1.0))
     }
 
@@ -234,7 +276,10 @@ impl Faults {
         if a == b {
             return a;
         }
-        let mut rng = self.rng.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Duration::from_secs_f64(rng.random_range(a.as_secs_f64()..b.as_secs_f64()))
     }
 
@@ -285,9 +330,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(f.seed, 7);
-        assert_eq!(f.latency, (Duration::from_millis(50), Duration::from_millis(50)));
+        assert_eq!(
+            f.latency,
+            (Duration::from_millis(50), Duration::from_millis(50))
+        );
         assert_eq!(f.retry_after, 2);
-        assert_eq!(f.outages, vec![(Duration::from_secs(10), Duration::from_secs(20))]);
+        assert_eq!(
+            f.outages,
+            vec![(Duration::from_secs(10), Duration::from_secs(20))]
+        );
         assert_eq!(f.ingest, Duration::from_secs(960));
         assert!(FaultSpec::parse("status500=2").is_err());
         assert!(FaultSpec::parse("nonsense=1").is_err());

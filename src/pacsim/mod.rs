@@ -55,7 +55,8 @@ pub fn sandbox_tfd_certificate() -> Certificate {
 }
 
 fn sandbox_pac_csd() -> Result<Csd, String> {
-    Csd::from_bytes(SANDBOX_PAC_CER, SANDBOX_PAC_KEY, SANDBOX_PAC_PASSWORD).map_err(|e| e.to_string())
+    Csd::from_bytes(SANDBOX_PAC_CER, SANDBOX_PAC_KEY, SANDBOX_PAC_PASSWORD)
+        .map_err(|e| e.to_string())
 }
 
 /// What the sandbox answers a stamp request.
@@ -66,7 +67,11 @@ pub enum StampAnswer {
     Duplicate(StampRecord),
     /// `CFDI3307`: the customid was used for other content.
     CustomIdReused(StampRecord),
-    Rejected { code: String, message: String, detail: Vec<String> },
+    Rejected {
+        code: String,
+        message: String,
+        detail: Vec<String>,
+    },
 }
 
 /// What the sandbox answers a cancellation request.
@@ -114,7 +119,11 @@ pub enum SimError {
 }
 
 fn reject(code: &str, text: &str, detail: Vec<String>) -> StampAnswer {
-    StampAnswer::Rejected { code: code.to_owned(), message: format!("{code} - {text}"), detail }
+    StampAnswer::Rejected {
+        code: code.to_owned(),
+        message: format!("{code} - {text}"),
+        detail,
+    }
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -124,8 +133,8 @@ fn sha256_hex(s: &str) -> String {
 impl Sim {
     /// Opens the sandbox over the journal at `state_path`.
     pub fn open(state_path: &Path, faults: FaultSpec) -> Result<Sim, SimError> {
-        let (journal, state) =
-            Journal::open(state_path).map_err(|e| SimError::State(state_path.display().to_string(), e))?;
+        let (journal, state) = Journal::open(state_path)
+            .map_err(|e| SimError::State(state_path.display().to_string(), e))?;
         let clock = SimClock::default();
         clock.advance(state.clock_offset);
         Ok(Sim {
@@ -139,15 +148,23 @@ impl Sim {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn faults(&self) -> Arc<Faults> {
-        self.faults.read().map(|f| f.clone()).unwrap_or_else(|e| e.into_inner().clone())
+        self.faults
+            .read()
+            .map(|f| f.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
     }
 
     pub fn set_faults(&self, spec: FaultSpec) {
-        let mut f = self.faults.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut f = self
+            .faults
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *f = Arc::new(Faults::new(spec));
     }
 
@@ -158,7 +175,9 @@ impl Sim {
     /// Moves the sandbox clock forward, durably.
     pub fn advance_clock(&self, seconds: i64) -> std::io::Result<()> {
         let mut inner = self.lock();
-        let ev = Event::ClockAdvanced { seconds: seconds.max(0) };
+        let ev = Event::ClockAdvanced {
+            seconds: seconds.max(0),
+        };
         inner.journal.append(&ev)?;
         inner.state.apply(&ev);
         self.clock.advance(seconds);
@@ -182,7 +201,11 @@ impl Sim {
             Err(e) => return Ok(reject("301", "XML mal formado", vec![e.to_string()])),
         };
         if !root.is(NS_CFDI, "Comprobante") || root.attr("Version") != Some("4.0") {
-            return Ok(reject("301", "XML mal formado", vec!["the root is not a CFDI 4.0 cfdi:Comprobante".into()]));
+            return Ok(reject(
+                "301",
+                "XML mal formado",
+                vec!["the root is not a CFDI 4.0 cfdi:Comprobante".into()],
+            ));
         }
         let cadena = match cadena_comprobante(&root) {
             Ok(c) => c,
@@ -190,7 +213,8 @@ impl Sim {
         };
         let cadena_sha256 = sha256_hex(&cadena);
         let now = self.clock.now();
-        let window = Duration::from_std(self.faults().spec().customid_window).unwrap_or(Duration::hours(72));
+        let window =
+            Duration::from_std(self.faults().spec().customid_window).unwrap_or(Duration::hours(72));
         let customid = customid.map(str::trim).filter(|c| !c.is_empty());
 
         // Deduplication, under the lock: first the key, then the content.
@@ -218,13 +242,27 @@ impl Sim {
 
         let uuid = uuid::Uuid::new_v4().to_string().to_uppercase();
         let fecha_timbrado = clock::to_local(now).format("%Y-%m-%dT%H:%M:%S").to_string();
-        let issued = Tfd::issue(&root, &uuid, &fecha_timbrado, SANDBOX_RFC_PROV_CERTIF, &self.pac)
-            .and_then(|t| tfd::attach(xml, &t));
+        let issued = Tfd::issue(
+            &root,
+            &uuid,
+            &fecha_timbrado,
+            SANDBOX_RFC_PROV_CERTIF,
+            &self.pac,
+        )
+        .and_then(|t| tfd::attach(xml, &t));
         let stamped = match issued {
             Ok(x) => x,
             Err(e) => return Ok(reject("301", "XML mal formado", vec![e.to_string()])),
         };
-        let record = record_of(&root, uuid, customid, cadena_sha256, now, fecha_timbrado, stamped);
+        let record = record_of(
+            &root,
+            uuid,
+            customid,
+            cadena_sha256,
+            now,
+            fecha_timbrado,
+            stamped,
+        );
 
         let mut inner = self.lock();
         // A concurrent request may have stamped the same content meanwhile.
@@ -247,34 +285,57 @@ impl Sim {
     fn check(&self, xml: &[u8], root: &Element, now: DateTime<Utc>) -> Option<StampAnswer> {
         let report = verify(xml, &VerifyOptions::default());
         // Schema-level structure first: the problems without a SAT code.
-        let cert = root.attr("Certificado").and_then(|c| Certificate::from_base64(c).ok());
+        let cert = root
+            .attr("Certificado")
+            .and_then(|c| Certificate::from_base64(c).ok());
         let Some(cert) = cert else {
-            return Some(reject("301", "XML mal formado", vec!["Certificado is missing or unreadable".into()]));
+            return Some(reject(
+                "301",
+                "XML mal formado",
+                vec!["Certificado is missing or unreadable".into()],
+            ));
         };
         let fecha = root.attr("Fecha").and_then(parse_fecha);
         let structural: Vec<String> = report
             .problems
             .iter()
-            .filter(|p| p.code.is_none() && !p.message.contains("certificate") && !p.message.contains("NoCertificado"))
+            .filter(|p| {
+                p.code.is_none()
+                    && !p.message.contains("certificate")
+                    && !p.message.contains("NoCertificado")
+            })
             .map(ToString::to_string)
             .collect();
         if !structural.is_empty() || fecha.is_none() {
             return Some(reject("301", "XML mal formado", structural));
         }
         let fecha = fecha?;
-        let rfc_emisor = root.child(NS_CFDI, "Emisor").and_then(|e| e.attr("Rfc")).unwrap_or_default();
-        if root.attr("NoCertificado") != Some(cert.no_certificado()) || cert.rfc().is_some_and(|r| r != rfc_emisor) {
+        let rfc_emisor = root
+            .child(NS_CFDI, "Emisor")
+            .and_then(|e| e.attr("Rfc"))
+            .unwrap_or_default();
+        if root.attr("NoCertificado") != Some(cert.no_certificado())
+            || cert.rfc().is_some_and(|r| r != rfc_emisor)
+        {
             return Some(reject(
                 "303",
                 "Sello no corresponde al emisor",
-                vec![format!("certificate {} ({:?}) vs Emisor {rfc_emisor}", cert.no_certificado(), cert.rfc())],
+                vec![format!(
+                    "certificate {} ({:?}) vs Emisor {rfc_emisor}",
+                    cert.no_certificado(),
+                    cert.rfc()
+                )],
             ));
         }
         if !cert.valid_at_local(fecha) {
             return Some(reject(
                 "305",
                 "La fecha de emisión no está dentro de la vigencia del CSD del Emisor",
-                vec![format!("Fecha {fecha}; certificate valid {} to {}", cert.not_before(), cert.not_after())],
+                vec![format!(
+                    "Fecha {fecha}; certificate valid {} to {}",
+                    cert.not_before(),
+                    cert.not_after()
+                )],
             ));
         }
         if let Some(p) = report.problems.iter().find(|p| p.code == Some("CFDI40102")) {
@@ -287,14 +348,20 @@ impl Sim {
         if let Some(p) = report.problems.iter().find(|p| p.code.is_some()) {
             let code = p.code.unwrap_or_default();
             let detail = report.problems.iter().map(ToString::to_string).collect();
-            return Some(StampAnswer::Rejected { code: code.to_owned(), message: format!("{code} - {}", p.message), detail });
+            return Some(StampAnswer::Rejected {
+                code: code.to_owned(),
+                message: format!("{code} - {}", p.message),
+                detail,
+            });
         }
         let now_local = clock::to_local(now);
         if fecha > now_local || now_local - fecha > Duration::hours(72) {
             return Some(reject(
                 "401",
                 "Fecha y hora de generación fuera de rango",
-                vec![format!("Fecha {fecha}, sandbox time {now_local}: more than 72 hours old or in the future")],
+                vec![format!(
+                    "Fecha {fecha}, sandbox time {now_local}: more than 72 hours old or in the future"
+                )],
             ));
         }
         None
@@ -308,7 +375,10 @@ impl Sim {
             if s.moneda == "MXN" {
                 return Some(total);
             }
-            s.tipo_cambio.as_deref().and_then(parse_amount).map(|tc| total * tc)
+            s.tipo_cambio
+                .as_deref()
+                .and_then(parse_amount)
+                .map(|tc| total * tc)
         };
         matches!(s.tipo.as_str(), "E" | "T" | "N")
             || s.rfc_receptor == RFC_PUBLICO_GENERAL
@@ -317,13 +387,23 @@ impl Sim {
     }
 
     /// Live CFDIs that relate to `uuid`, other than `except`.
-    fn live_relations(state: &SimState, uuid: &str, except: Option<&str>, now: DateTime<Utc>) -> Vec<String> {
+    fn live_relations(
+        state: &SimState,
+        uuid: &str,
+        except: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Vec<String> {
         state
             .stamps
             .iter()
             .filter(|s| s.related.iter().any(|r| r.eq_ignore_ascii_case(uuid)))
             .filter(|s| except.is_none_or(|e| !s.uuid.eq_ignore_ascii_case(e)))
-            .filter(|s| !state.cancels.get(&s.uuid).is_some_and(|c| c.status.at(now).is_cancelled()))
+            .filter(|s| {
+                !state
+                    .cancels
+                    .get(&s.uuid)
+                    .is_some_and(|c| c.status.at(now).is_cancelled())
+            })
             .map(|s| s.uuid.clone())
             .collect()
     }
@@ -344,44 +424,83 @@ impl Sim {
     }
 
     /// A cancellation request, as SAT would take it through the PAC.
-    pub fn cancel(&self, rfc: &str, uuid: &str, motivo: &str, folio: Option<&str>) -> Result<CancelAnswer, std::io::Error> {
+    pub fn cancel(
+        &self,
+        rfc: &str,
+        uuid: &str,
+        motivo: &str,
+        folio: Option<&str>,
+    ) -> Result<CancelAnswer, std::io::Error> {
         let now = self.clock.now();
         let uuid = uuid.to_uppercase();
         if crate::pac::Motivo::parse(motivo).is_none() {
-            return Ok(CancelAnswer::Invalid { message: format!("301 - XML mal formado: Motivo `{motivo}` no es 01, 02, 03 ni 04") });
+            return Ok(CancelAnswer::Invalid {
+                message: format!("301 - XML mal formado: Motivo `{motivo}` no es 01, 02, 03 ni 04"),
+            });
         }
         let folio = folio.map(str::to_uppercase).filter(|f| !f.is_empty());
         let mut inner = self.lock();
         let acuse = |code: &str| acuse_xml(rfc, &uuid, code, now);
         if motivo == "01" {
             let Some(f) = &folio else {
-                return Ok(CancelAnswer::Invalid { message: "301 - XML mal formado: el motivo 01 requiere FolioSustitucion".into() });
+                return Ok(CancelAnswer::Invalid {
+                    message: "301 - XML mal formado: el motivo 01 requiere FolioSustitucion".into(),
+                });
             };
             if inner.state.stamp(f).is_none() {
-                return Ok(CancelAnswer::Invalid { message: format!("301 - XML mal formado: FolioSustitucion {f} no es un CFDI timbrado") });
+                return Ok(CancelAnswer::Invalid {
+                    message: format!(
+                        "301 - XML mal formado: FolioSustitucion {f} no es un CFDI timbrado"
+                    ),
+                });
             }
         }
-        let Some(s) = inner.state.stamp(&uuid).cloned().filter(|s| self.ingested(s, now)) else {
-            return Ok(CancelAnswer::Folio { code: "205".into(), acuse: acuse("205") });
+        let Some(s) = inner
+            .state
+            .stamp(&uuid)
+            .cloned()
+            .filter(|s| self.ingested(s, now))
+        else {
+            return Ok(CancelAnswer::Folio {
+                code: "205".into(),
+                acuse: acuse("205"),
+            });
         };
         if !s.rfc_emisor.eq_ignore_ascii_case(rfc) {
-            return Ok(CancelAnswer::Folio { code: "203".into(), acuse: acuse("203") });
+            return Ok(CancelAnswer::Folio {
+                code: "203".into(),
+                acuse: acuse("203"),
+            });
         }
         let first = match inner.state.cancels.get(&uuid).map(|c| c.status.at(now)) {
             Some(CancelStatus::Rejected) => false,
-            Some(_) => return Ok(CancelAnswer::Folio { code: "202".into(), acuse: acuse("202") }),
+            Some(_) => {
+                return Ok(CancelAnswer::Folio {
+                    code: "202".into(),
+                    acuse: acuse("202"),
+                });
+            }
             None => true,
         };
-        let except = if motivo == "01" { folio.as_deref() } else { None };
+        let except = if motivo == "01" {
+            folio.as_deref()
+        } else {
+            None
+        };
         if !Self::live_relations(&inner.state, &uuid, except, now).is_empty() {
-            return Ok(CancelAnswer::Folio { code: "no_cancelable".into(), acuse: acuse("no_cancelable") });
+            return Ok(CancelAnswer::Folio {
+                code: "no_cancelable".into(),
+                acuse: acuse("no_cancelable"),
+            });
         }
         let es_cancelable = Self::es_cancelable(&inner.state, &s, now);
         let status = if Self::sin_aceptacion(&s, now) {
             CancelStatus::CancelledWithoutAcceptance
         } else {
             // The receptor has 3 business days on the first request; none after a rejection.
-            CancelStatus::Pending { deadline: first.then(|| clock::add_business_days(now, 3)) }
+            CancelStatus::Pending {
+                deadline: first.then(|| clock::add_business_days(now, 3)),
+            }
         };
         let record = CancelRecord {
             uuid: uuid.clone(),
@@ -395,20 +514,36 @@ impl Sim {
         let ev = Event::Cancel(record.clone());
         inner.journal.append(&ev)?;
         inner.state.apply(&ev);
-        Ok(CancelAnswer::Folio { code: "201".into(), acuse: record.acuse })
+        Ok(CancelAnswer::Folio {
+            code: "201".into(),
+            acuse: record.acuse,
+        })
     }
 
     /// The receptor accepts or rejects a pending cancellation (sandbox control).
-    pub fn decide_cancellation(&self, uuid: &str, accepted: bool) -> Result<Result<(), String>, std::io::Error> {
+    pub fn decide_cancellation(
+        &self,
+        uuid: &str,
+        accepted: bool,
+    ) -> Result<Result<(), String>, std::io::Error> {
         let now = self.clock.now();
         let uuid = uuid.to_uppercase();
         let mut inner = self.lock();
         match inner.state.cancels.get(&uuid).map(|c| c.status.at(now)) {
             Some(CancelStatus::Pending { .. }) => {}
-            Some(s) => return Ok(Err(format!("the cancellation of {uuid} is not pending: {}", s.estatus()))),
+            Some(s) => {
+                return Ok(Err(format!(
+                    "the cancellation of {uuid} is not pending: {}",
+                    s.estatus()
+                )));
+            }
             None => return Ok(Err(format!("no cancellation was requested for {uuid}"))),
         }
-        let ev = Event::CancelDecided { uuid, accepted, at: now };
+        let ev = Event::CancelDecided {
+            uuid,
+            accepted,
+            at: now,
+        };
         inner.journal.append(&ev)?;
         inner.state.apply(&ev);
         Ok(Ok(()))
@@ -425,24 +560,43 @@ impl Sim {
         };
         let bad = "N - 601: La expresión impresa proporcionada no es válida.";
         let params = parse_expression(expression);
-        let get = |k: &str| params.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.as_str());
-        let Some(id) = get("id") else { return not_found(bad) };
+        let get = |k: &str| {
+            params
+                .iter()
+                .find(|(pk, _)| pk == k)
+                .map(|(_, v)| v.as_str())
+        };
+        let Some(id) = get("id") else {
+            return not_found(bad);
+        };
         let inner = self.lock();
         let Some(s) = inner.state.stamp(id).filter(|s| self.ingested(s, now)) else {
             return not_found("N - 602: Comprobante no encontrado.");
         };
         let tt_ok = get("tt").and_then(crate::pac::sat::parse_tt) == parse_amount(&s.total);
         let fe_ok = get("fe").is_none_or(|fe| fe == s.sello_tail);
-        if get("re") != Some(s.rfc_emisor.as_str()) || get("rr") != Some(s.rfc_receptor.as_str()) || !tt_ok || !fe_ok {
+        if get("re") != Some(s.rfc_emisor.as_str())
+            || get("rr") != Some(s.rfc_receptor.as_str())
+            || !tt_ok
+            || !fe_ok
+        {
             return not_found(bad);
         }
         let (estado, es_cancelable, estatus) = match inner.state.cancels.get(&s.uuid) {
             Some(c) => {
                 let st = c.status.at(now);
-                let estado = if st.is_cancelled() { "Cancelado" } else { "Vigente" };
+                let estado = if st.is_cancelled() {
+                    "Cancelado"
+                } else {
+                    "Vigente"
+                };
                 (estado, c.es_cancelable.clone(), st.estatus().to_owned())
             }
-            None => ("Vigente", Self::es_cancelable(&inner.state, s, now).to_owned(), String::new()),
+            None => (
+                "Vigente",
+                Self::es_cancelable(&inner.state, s, now).to_owned(),
+                String::new(),
+            ),
         };
         StatusAnswer {
             codigo_estatus: "S - Comprobante obtenido satisfactoriamente.".into(),
@@ -458,7 +612,12 @@ fn parse_expression(e: &str) -> Vec<(String, String)> {
     let q = e.trim().split_once('?').map_or(e.trim(), |(_, q)| q);
     q.split('&')
         .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.trim_start_matches("amp;").to_owned(), v.replace("&amp;", "&")))
+        .map(|(k, v)| {
+            (
+                k.trim_start_matches("amp;").to_owned(),
+                v.replace("&amp;", "&"),
+            )
+        })
         .collect()
 }
 
@@ -482,7 +641,12 @@ fn record_of(
     stamped: Vec<u8>,
 ) -> StampRecord {
     let a = |k: &str| root.attr(k).unwrap_or_default().to_owned();
-    let rfc = |el: &str| root.child(NS_CFDI, el).and_then(|e| e.attr("Rfc")).unwrap_or_default().to_owned();
+    let rfc = |el: &str| {
+        root.child(NS_CFDI, el)
+            .and_then(|e| e.attr("Rfc"))
+            .unwrap_or_default()
+            .to_owned()
+    };
     let sello = a("Sello");
     StampRecord {
         uuid,
@@ -512,7 +676,10 @@ pub struct Sandbox;
 impl Sandbox {
     /// Runs the sandbox's HTTP server on `127.0.0.1:0` inside this process; returns its base
     /// URL and the handle that stops it.
-    pub async fn start_in_process(state_path: &Path, faults: FaultSpec) -> Result<(String, SandboxHandle), SimError> {
+    pub async fn start_in_process(
+        state_path: &Path,
+        faults: FaultSpec,
+    ) -> Result<(String, SandboxHandle), SimError> {
         let sim = Arc::new(Sim::open(state_path, faults)?);
         let handle = server::start(sim, "127.0.0.1:0")?;
         Ok((handle.url().to_owned(), handle))

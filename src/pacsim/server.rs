@@ -68,7 +68,10 @@ impl SandboxHandle {
 pub fn start(sim: Arc<Sim>, addr: &str) -> Result<SandboxHandle, SimError> {
     let listener = std::net::TcpListener::bind(addr).map_err(SimError::Listen)?;
     let local = listener.local_addr().map_err(SimError::Listen)?;
-    let data = Data::new(AppState { sim: sim.clone(), tokens: Tokens::default() });
+    let data = Data::new(AppState {
+        sim: sim.clone(),
+        tokens: Tokens::default(),
+    });
     let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
         .workers(2)
         .disable_signals()
@@ -78,23 +81,39 @@ pub fn start(sim: Arc<Sim>, addr: &str) -> Result<SandboxHandle, SimError> {
         .run();
     let handle = server.handle();
     tokio::spawn(server);
-    Ok(SandboxHandle { url: format!("http://{local}"), server: handle, sim })
+    Ok(SandboxHandle {
+        url: format!("http://{local}"),
+        server: handle,
+        sim,
+    })
 }
 
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.app_data(web::PayloadConfig::new(16 * 1024 * 1024))
         .route("/security/authenticate", web::post().to(authenticate))
         .route("/v4/cfdi33/stamp/v4", web::post().to(stamp))
-        .route("/datawarehouse/v1/live/{uuid}", web::get().to(datawarehouse))
-        .route("/cfdi33/cancel/{rfc}/{uuid}/{motivo}", web::post().to(cancel))
-        .route("/cfdi33/cancel/{rfc}/{uuid}/{motivo}/{folio}", web::post().to(cancel))
+        .route(
+            "/datawarehouse/v1/live/{uuid}",
+            web::get().to(datawarehouse),
+        )
+        .route(
+            "/cfdi33/cancel/{rfc}/{uuid}/{motivo}",
+            web::post().to(cancel),
+        )
+        .route(
+            "/cfdi33/cancel/{rfc}/{uuid}/{motivo}/{folio}",
+            web::post().to(cancel),
+        )
         .route("/ConsultaCFDIService.svc", web::post().to(consulta))
         .route("/_sim/stamps", web::get().to(sim_stamps))
         .route("/_sim/stamps/full", web::get().to(sim_stamps_full))
         .route("/_sim/faults", web::get().to(sim_faults_get))
         .route("/_sim/faults", web::put().to(sim_faults_put))
         .route("/_sim/clock/advance", web::post().to(sim_clock_advance))
-        .route("/_sim/cancellations/{uuid}/{decision}", web::post().to(sim_decide));
+        .route(
+            "/_sim/cancellations/{uuid}/{decision}",
+            web::post().to(sim_decide),
+        );
 }
 
 fn error_json(status: StatusCode, message: &str, detail: Value, data: Value) -> HttpResponse {
@@ -107,7 +126,12 @@ fn error_json(status: StatusCode, message: &str, detail: Value, data: Value) -> 
 }
 
 fn internal(e: impl std::fmt::Display) -> HttpResponse {
-    error_json(StatusCode::INTERNAL_SERVER_ERROR, &format!("sandbox failure: {e}"), Value::Null, Value::Null)
+    error_json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &format!("sandbox failure: {e}"),
+        Value::Null,
+        Value::Null,
+    )
 }
 
 /// A body that fails at once: the client got (at most) the head, then a dropped connection.
@@ -118,20 +142,33 @@ impl MessageBody for Dropped {
     fn size(&self) -> BodySize {
         BodySize::Sized(64)
     }
-    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Bytes, Self::Error>>> {
-        Poll::Ready(Some(Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "sandbox fault: connection dropped"))))
+    fn poll_next(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        Poll::Ready(Some(Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "sandbox fault: connection dropped",
+        ))))
     }
 }
 
 fn dropped() -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(Dropped)
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(Dropped)
 }
 
 /// Outage, then the before-processing faults; `None` to go on.
 async fn gate(st: &AppState, with_before: bool) -> Option<HttpResponse> {
     let faults = st.sim.faults();
     if faults.in_outage() {
-        return Some(error_json(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable (sandbox outage)", Value::Null, Value::Null));
+        return Some(error_json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service Unavailable (sandbox outage)",
+            Value::Null,
+            Value::Null,
+        ));
     }
     let latency = faults.latency();
     if !latency.is_zero() {
@@ -145,11 +182,17 @@ async fn gate(st: &AppState, with_before: bool) -> Option<HttpResponse> {
         Before::Reset => Some(dropped()),
         Before::Status(code, retry_after) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut r = error_json(status, &format!("sandbox fault: HTTP {code}"), Value::Null, Value::Null);
+            let mut r = error_json(
+                status,
+                &format!("sandbox fault: HTTP {code}"),
+                Value::Null,
+                Value::Null,
+            );
             if let Some(s) = retry_after
                 && let Ok(v) = actix_web::http::header::HeaderValue::from_str(&s.to_string())
             {
-                r.headers_mut().insert(actix_web::http::header::RETRY_AFTER, v);
+                r.headers_mut()
+                    .insert(actix_web::http::header::RETRY_AFTER, v);
             }
             Some(r)
         }
@@ -158,17 +201,35 @@ async fn gate(st: &AppState, with_before: bool) -> Option<HttpResponse> {
 
 /// Checks `Authorization: Bearer`; SW answers 401 with an `AU41xx` message.
 fn authorize(st: &AppState, req: &HttpRequest) -> Option<HttpResponse> {
-    let header = req.headers().get("Authorization").and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let header = req
+        .headers()
+        .get("Authorization")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
     let token = header.strip_prefix("Bearer ").unwrap_or(header).trim();
     if token.is_empty() {
-        return Some(error_json(StatusCode::UNAUTHORIZED, "AU4101 - El token proporcionado viene vacio.", Value::Null, Value::Null));
+        return Some(error_json(
+            StatusCode::UNAUTHORIZED,
+            "AU4101 - El token proporcionado viene vacio.",
+            Value::Null,
+            Value::Null,
+        ));
     }
     let now = st.sim.now();
-    let tokens = st.tokens.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tokens = st
+        .tokens
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     match tokens.get(token) {
         Some(exp) if *exp > now => None,
         // Sandbox wording: SW's message for an expired token is not published.
-        _ => Some(error_json(StatusCode::UNAUTHORIZED, "AU4103 - El token proporcionado expiró o no es válido.", Value::Null, Value::Null)),
+        _ => Some(error_json(
+            StatusCode::UNAUTHORIZED,
+            "AU4103 - El token proporcionado expiró o no es válido.",
+            Value::Null,
+            Value::Null,
+        )),
     }
 }
 
@@ -176,15 +237,35 @@ async fn authenticate(st: Data<AppState>, req: HttpRequest) -> HttpResponse {
     if let Some(r) = gate(&st, false).await {
         return r;
     }
-    let h = |k: &str| req.headers().get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let h = |k: &str| {
+        req.headers()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
     if h("user") != st.sim.user || h("password") != st.sim.password {
-        return error_json(StatusCode::UNAUTHORIZED, "AU2000 - El usuario o la contraseña son incorrectos.", Value::Null, Value::Null);
+        return error_json(
+            StatusCode::UNAUTHORIZED,
+            "AU2000 - El usuario o la contraseña son incorrectos.",
+            Value::Null,
+            Value::Null,
+        );
     }
-    let ttl = chrono::Duration::from_std(st.sim.faults().spec().token_ttl).unwrap_or(chrono::Duration::hours(2));
+    let ttl = chrono::Duration::from_std(st.sim.faults().spec().token_ttl)
+        .unwrap_or(chrono::Duration::hours(2));
     let expires = st.sim.now() + ttl;
     // Three dot-separated parts, like the JWTs SW issues.
-    let token = format!("sim.{}.{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-    st.tokens.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(token.clone(), expires);
+    let token = format!(
+        "sim.{}.{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    st.tokens
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(token.clone(), expires);
     HttpResponse::Ok().json(json!({
         "status": "success",
         "data": {"token": token, "expires_in": expires.timestamp(), "tokeny_type": "bearer"},
@@ -194,7 +275,10 @@ async fn authenticate(st: Data<AppState>, req: HttpRequest) -> HttpResponse {
 /// The `xml` field of a `multipart/form-data` body.
 fn multipart_field(req: &HttpRequest, body: &[u8], name: &str) -> Option<Vec<u8>> {
     let ct = req.headers().get("Content-Type")?.to_str().ok()?;
-    let boundary = ct.split(';').find_map(|p| p.trim().strip_prefix("boundary="))?.trim_matches('"');
+    let boundary = ct
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("boundary="))?
+        .trim_matches('"');
     let delim = format!("--{boundary}");
     let text = body;
     let mut parts = Vec::new();
@@ -224,11 +308,20 @@ fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// SW's v4 `data` for a stamp.
 fn stamp_data(s: &StampRecord, with_cfdi: bool) -> Value {
-    let tfd = Element::parse(s.xml.as_bytes()).ok().and_then(|r| Tfd::from_comprobante(&r));
-    let (sello_sat, sello_cfd, no_sat) =
-        tfd.as_ref().map_or_else(Default::default, |t| (t.sello_sat.clone(), t.sello_cfd.clone(), t.no_certificado_sat.clone()));
+    let tfd = Element::parse(s.xml.as_bytes())
+        .ok()
+        .and_then(|r| Tfd::from_comprobante(&r));
+    let (sello_sat, sello_cfd, no_sat) = tfd.as_ref().map_or_else(Default::default, |t| {
+        (
+            t.sello_sat.clone(),
+            t.sello_cfd.clone(),
+            t.no_certificado_sat.clone(),
+        )
+    });
     let cadena = tfd.as_ref().and_then(|t| t.cadena().ok());
-    let no_cfdi = Element::parse(s.xml.as_bytes()).ok().and_then(|r| r.attr("NoCertificado").map(str::to_owned));
+    let no_cfdi = Element::parse(s.xml.as_bytes())
+        .ok()
+        .and_then(|r| r.attr("NoCertificado").map(str::to_owned));
     json!({
         "uuid": s.uuid,
         "fechaTimbrado": s.fecha_timbrado,
@@ -250,9 +343,18 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
         return r;
     }
     let Some(xml) = multipart_field(&req, &body, "xml") else {
-        return error_json(StatusCode::BAD_REQUEST, "301 - XML mal formado", json!("no multipart field `xml`"), Value::Null);
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            "301 - XML mal formado",
+            json!("no multipart field `xml`"),
+            Value::Null,
+        );
     };
-    let customid = req.headers().get("customid").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let customid = req
+        .headers()
+        .get("customid")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let sim = st.sim.clone();
     let answer = match web::block(move || sim.stamp(&xml, customid.as_deref())).await {
         Ok(Ok(a)) => a,
@@ -261,13 +363,17 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
     };
     match answer {
         StampAnswer::Stamped(s) => match st.sim.faults().after_stamp() {
-            After::Answer => HttpResponse::Ok().json(json!({"status": "success", "data": stamp_data(&s, true)})),
+            After::Answer => {
+                HttpResponse::Ok().json(json!({"status": "success", "data": stamp_data(&s, true)}))
+            }
             After::Lose(LoseMode::Drop) => dropped(),
             After::Lose(LoseMode::Hang(d)) => {
                 tokio::time::sleep(d).await;
                 HttpResponse::Ok().json(json!({"status": "success", "data": stamp_data(&s, true)}))
             }
-            After::Malformed => HttpResponse::Ok().content_type("application/json").body("{\"status\":\"success\",\"data\":{\"uu"),
+            After::Malformed => HttpResponse::Ok()
+                .content_type("application/json")
+                .body("{\"status\":\"success\",\"data\":{\"uu"),
         },
         StampAnswer::Duplicate(s) => error_json(
             StatusCode::BAD_REQUEST,
@@ -281,13 +387,22 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
             Value::Null,
             stamp_data(&s, false),
         ),
-        StampAnswer::Rejected { message, detail, .. } => {
-            error_json(StatusCode::BAD_REQUEST, &message, json!(detail.join("; ")), Value::Null)
-        }
+        StampAnswer::Rejected {
+            message, detail, ..
+        } => error_json(
+            StatusCode::BAD_REQUEST,
+            &message,
+            json!(detail.join("; ")),
+            Value::Null,
+        ),
     }
 }
 
-async fn datawarehouse(st: Data<AppState>, req: HttpRequest, path: web::Path<String>) -> HttpResponse {
+async fn datawarehouse(
+    st: Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
     if let Some(r) = authorize(&st, &req) {
         return r;
     }
@@ -295,18 +410,32 @@ async fn datawarehouse(st: Data<AppState>, req: HttpRequest, path: web::Path<Str
         return r;
     }
     if st.sim.faults().recover_unavailable() {
-        return error_json(StatusCode::SERVICE_UNAVAILABLE, "sandbox fault: datawarehouse unavailable", Value::Null, Value::Null);
+        return error_json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sandbox fault: datawarehouse unavailable",
+            Value::Null,
+            Value::Null,
+        );
     }
     match st.sim.stamp_by_uuid(&path) {
         Some(s) => HttpResponse::Ok().json(json!({
             "status": "success",
             "data": {"uuid": s.uuid, "cfdi": s.xml, "records": [{"uuid": s.uuid, "cfdi": s.xml}]},
         })),
-        None => error_json(StatusCode::NOT_FOUND, "No se encontró el UUID.", Value::Null, Value::Null),
+        None => error_json(
+            StatusCode::NOT_FOUND,
+            "No se encontró el UUID.",
+            Value::Null,
+            Value::Null,
+        ),
     }
 }
 
-async fn cancel(st: Data<AppState>, req: HttpRequest, path: web::Path<Vec<String>>) -> HttpResponse {
+async fn cancel(
+    st: Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<Vec<String>>,
+) -> HttpResponse {
     if let Some(r) = authorize(&st, &req) {
         return r;
     }
@@ -321,7 +450,8 @@ async fn cancel(st: Data<AppState>, req: HttpRequest, path: web::Path<Vec<String
     let (rfc, uuid, motivo) = (p[0].clone(), p[1].clone(), p[2].clone());
     let folio = p.get(3).cloned();
     let sim = st.sim.clone();
-    let answer = match web::block(move || sim.cancel(&rfc, &uuid, &motivo, folio.as_deref())).await {
+    let answer = match web::block(move || sim.cancel(&rfc, &uuid, &motivo, folio.as_deref())).await
+    {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return internal(e),
         Err(e) => return internal(e),
@@ -329,9 +459,12 @@ async fn cancel(st: Data<AppState>, req: HttpRequest, path: web::Path<Vec<String
     match answer {
         CancelAnswer::Folio { code, acuse } => {
             let uuid = p[1].to_uppercase();
-            HttpResponse::Ok().json(json!({"status": "success", "data": {"acuse": acuse, "uuid": {uuid: code}}}))
+            HttpResponse::Ok()
+                .json(json!({"status": "success", "data": {"acuse": acuse, "uuid": {uuid: code}}}))
         }
-        CancelAnswer::Invalid { message } => error_json(StatusCode::BAD_REQUEST, &message, Value::Null, Value::Null),
+        CancelAnswer::Invalid { message } => {
+            error_json(StatusCode::BAD_REQUEST, &message, Value::Null, Value::Null)
+        }
     }
 }
 
@@ -340,7 +473,8 @@ async fn consulta(st: Data<AppState>, body: Bytes) -> HttpResponse {
         return r;
     }
     if st.sim.faults().status_unavailable() {
-        return HttpResponse::ServiceUnavailable().body("sandbox fault: SAT status service unavailable");
+        return HttpResponse::ServiceUnavailable()
+            .body("sandbox fault: SAT status service unavailable");
     }
     let expression = Element::parse(&body)
         .ok()
@@ -361,7 +495,9 @@ async fn consulta(st: Data<AppState>, body: Bytes) -> HttpResponse {
         e(&a.estado),
         e(&a.estatus_cancelacion)
     );
-    HttpResponse::Ok().content_type("text/xml; charset=utf-8").body(xml)
+    HttpResponse::Ok()
+        .content_type("text/xml; charset=utf-8")
+        .body(xml)
 }
 
 async fn sim_stamps(st: Data<AppState>) -> HttpResponse {
@@ -392,7 +528,10 @@ async fn sim_faults_put(st: Data<AppState>, body: String) -> HttpResponse {
     }
 }
 
-async fn sim_clock_advance(st: Data<AppState>, q: web::Query<HashMap<String, String>>) -> HttpResponse {
+async fn sim_clock_advance(
+    st: Data<AppState>,
+    q: web::Query<HashMap<String, String>>,
+) -> HttpResponse {
     let secs = q.get("seconds").and_then(|s| s.parse::<i64>().ok());
     let Some(secs) = secs.filter(|s| *s >= 0) else {
         return HttpResponse::BadRequest().body("?seconds=N (N ≥ 0) is required");

@@ -37,7 +37,9 @@ pub struct StampRecord {
 #[serde(rename_all = "snake_case")]
 pub enum CancelStatus {
     /// Waiting for the receptor; `deadline` only on the first request (positiva ficta).
-    Pending { deadline: Option<DateTime<Utc>> },
+    Pending {
+        deadline: Option<DateTime<Utc>>,
+    },
     CancelledWithoutAcceptance,
     CancelledAccepted,
     /// The receptor let the deadline pass.
@@ -55,7 +57,10 @@ impl CancelStatus {
     }
 
     pub fn is_cancelled(self) -> bool {
-        matches!(self, Self::CancelledWithoutAcceptance | Self::CancelledAccepted | Self::CancelledExpired)
+        matches!(
+            self,
+            Self::CancelledWithoutAcceptance | Self::CancelledAccepted | Self::CancelledExpired
+        )
     }
 
     /// SAT's `EstatusCancelacion` string.
@@ -89,8 +94,14 @@ pub enum Event {
     Stamp(StampRecord),
     Cancel(CancelRecord),
     /// The receptor answered a pending cancellation.
-    CancelDecided { uuid: String, accepted: bool, at: DateTime<Utc> },
-    ClockAdvanced { seconds: i64 },
+    CancelDecided {
+        uuid: String,
+        accepted: bool,
+        at: DateTime<Utc>,
+    },
+    ClockAdvanced {
+        seconds: i64,
+    },
 }
 
 /// Everything the sandbox knows, rebuilt from the journal.
@@ -123,7 +134,11 @@ impl SimState {
             }
             Event::CancelDecided { uuid, accepted, .. } => {
                 if let Some(c) = self.cancels.get_mut(uuid) {
-                    c.status = if *accepted { CancelStatus::CancelledAccepted } else { CancelStatus::Rejected };
+                    c.status = if *accepted {
+                        CancelStatus::CancelledAccepted
+                    } else {
+                        CancelStatus::Rejected
+                    };
                 }
             }
             Event::ClockAdvanced { seconds } => self.clock_offset += seconds,
@@ -131,7 +146,9 @@ impl SimState {
     }
 
     pub fn stamp(&self, uuid: &str) -> Option<&StampRecord> {
-        self.by_uuid.get(&uuid.to_uppercase()).map(|&i| &self.stamps[i])
+        self.by_uuid
+            .get(&uuid.to_uppercase())
+            .map(|&i| &self.stamps[i])
     }
 }
 
@@ -147,7 +164,11 @@ impl Journal {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let mut file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)?;
         let mut state = SimState::default();
         let mut good_end = 0u64;
         let mut reader = BufReader::new(&file);
@@ -164,7 +185,10 @@ impl Journal {
                 break; // torn tail: the write never finished, so it was never answered
             }
             let ev = serde_json::from_str::<Event>(line.trim_end()).map_err(|e| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("{} line {lineno}: {e}", path.display()))
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} line {lineno}: {e}", path.display()),
+                )
             })?;
             state.apply(&ev);
             good_end += n as u64;
