@@ -45,6 +45,23 @@ pub enum Command {
         #[arg(long)]
         url: Option<String>,
     },
+    /// Run the sandbox PAC (SW's REST shape) as a server.
+    PacSim {
+        /// Address to listen on, e.g. 127.0.0.1:8089 (port 0 picks one).
+        #[arg(long)]
+        listen: String,
+        /// Journal file that keeps every stamp and cancellation across restarts.
+        #[arg(long, default_value = "pacsim-state.jsonl")]
+        state: PathBuf,
+        /// Fault spec, e.g. `seed=7,latency=50ms,lose_response=0.2` (see docs/pac.md).
+        #[arg(long)]
+        faults: Option<String>,
+        /// Credentials `/security/authenticate` accepts.
+        #[arg(long, default_value = "sandbox")]
+        user: String,
+        #[arg(long, default_value = "sandbox")]
+        password: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,6 +118,13 @@ pub fn run() -> ExitCode {
             provider,
             url.as_deref(),
         )),
+        Some(Command::PacSim {
+            listen,
+            state,
+            faults,
+            user,
+            password,
+        }) => run_pac_sim(&listen, &state, faults.as_deref(), user, password),
     };
     match result {
         Ok(code) => code,
@@ -196,6 +220,35 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn run_pac_sim(
+    listen: &str,
+    state: &Path,
+    faults: Option<&str>,
+    user: String,
+    password: String,
+) -> anyhow::Result<ExitCode> {
+    use crate::pacsim;
+    let spec = pacsim::faults::FaultSpec::parse(faults.unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("--faults: {e}"))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let mut sim = pacsim::Sim::open(state, spec.clone())?;
+        sim.user = user;
+        sim.password = password;
+        let handle = pacsim::server::start(std::sync::Arc::new(sim), listen)?;
+        // Tests and scripts read this line to learn the port.
+        println!(
+            "pac-sim listening on {} (state {}, faults {spec})",
+            handle.url(),
+            state.display()
+        );
+        std::io::stdout().flush()?;
+        tokio::signal::ctrl_c().await?;
+        handle.stop().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
 /// The current time in the issuer's zone, to the second.
 pub fn now_in_mexico() -> NaiveDateTime {
     let now = Utc::now().with_timezone(&Mexico_City).naive_local();
@@ -265,6 +318,7 @@ pub fn known_tfd_certificates() -> Vec<cfdi::Certificate> {
         include_bytes!("../fixtures/tfd/30001000000500003456.cer"),
         include_bytes!("../fixtures/tfd/30001000000400002495.cer"),
         include_bytes!("../fixtures/tfd/00001000000708361114.cer"),
+        crate::pacsim::SANDBOX_PAC_CER,
     ];
     CERTS
         .iter()

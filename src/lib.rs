@@ -5,6 +5,10 @@
 //! - [`cfdi`]: the document engine (model, amounts, XML, cadena original, Sello, verification).
 //!   No I/O; everything else stands on it.
 //! - [`domain`]: identifiers shared across modules (the stamp key).
+//! - [`pac`]: PAC clients (SW, Finkok, failover) turning every answer into one unambiguous
+//!   outcome; the SAT status query.
+//! - [`pacsim`]: the sandbox PAC (SW wire shape, SAT checks, dedup, cancellation, faults,
+//!   persistent state); in-process for the embedded default or `autofactura pac-sim`.
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
 //! - [`config`]: settings (defaults → TOML file → `AUTOFACTURA__…` env), validation, redaction.
 //! - [`store`]: the database (SQLite or PostgreSQL); every SQL statement and migration.
@@ -24,6 +28,8 @@ pub mod error;
 pub mod health;
 pub mod ingest;
 pub mod ops;
+pub mod pac;
+pub mod pacsim;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
