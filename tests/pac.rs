@@ -184,6 +184,25 @@ async fn a_stamp_is_a_valid_cfdi_with_a_tfd_the_sandbox_certificate_verifies() {
 }
 
 #[tokio::test]
+async fn the_embedded_default_runs_the_sandbox_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg: PacConfig = toml::from_str(&format!(
+        "sandbox_state = {:?}",
+        dir.path().join("state.jsonl").display().to_string()
+    ))
+    .unwrap();
+    let connected = autofactura::pac::connect(&cfg).await.unwrap();
+    let sandbox = connected.sandbox.expect("an in-process sandbox");
+    let stamp = expect_stamped(connected.client.stamp(&sealed(), &key()).await);
+    assert_eq!(sandbox.sim().stamps()[0].uuid, stamp.uuid);
+    let status = connected
+        .client
+        .sat_status(&StatusQuery::from_stamped_xml(&stamp.xml).unwrap())
+        .await;
+    assert!(matches!(status, StatusOutcome::Found(s) if s.estado == "Vigente"));
+}
+
+#[tokio::test]
 async fn the_same_bytes_and_key_again_get_307_with_the_original_and_no_second_stamp() {
     let sim = Sim::start("").await;
     let (xml, k) = (sealed(), key());
