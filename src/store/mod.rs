@@ -24,16 +24,30 @@ use crate::config::DatabaseSettings;
 use crate::domain::StampKey;
 
 /// Migrations per backend: same versions and names, embedded so the binary needs no files.
-pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../migrations/sqlite/0001_init.sql"),
-)];
-pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../migrations/postgres/0001_init.sql"),
-)];
+pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "worker_admin",
+        include_str!("../../migrations/sqlite/0002_worker_admin.sql"),
+    ),
+];
+pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "worker_admin",
+        include_str!("../../migrations/postgres/0002_worker_admin.sql"),
+    ),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
