@@ -14,10 +14,13 @@ use crate::startup::AppState;
 /// Heartbeat of the Mercado Pago fetch-retry loop.
 pub const MP_FETCH_RETRY: &str = "mp_fetch_retry";
 
+/// Per loop: the last beat (none yet) and the longest healthy silence.
+type Beats = BTreeMap<&'static str, (Option<Instant>, Duration)>;
+
 /// Last beat of each background loop.
 #[derive(Debug, Clone, Default)]
 pub struct Health {
-    beats: Arc<Mutex<BTreeMap<&'static str, (Option<Instant>, Duration)>>>,
+    beats: Arc<Mutex<Beats>>,
 }
 
 impl Health {

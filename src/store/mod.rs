@@ -205,7 +205,7 @@ pub struct OutboxDraft {
 #[derive(Debug, Clone)]
 pub enum EventRow {
     /// Insert it in the same transaction (Stripe: everything is in the delivery).
-    Insert(NewEvent),
+    Insert(Box<NewEvent>),
     /// Already stored as `pending_fetch` (Mercado Pago): take it over by id.
     Stored {
         id: i64,

@@ -166,7 +166,7 @@ async fn stripe_webhook(
             let (payment, draft) = state.ingestor.plan(&facts);
             let out = state
                 .db
-                .ingest(&EventRow::Insert(row), &payment, draft)
+                .ingest(&EventRow::Insert(Box::new(row)), &payment, draft)
                 .await?;
             tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %payment.status, "stripe payment");
             let folio = match &out {
