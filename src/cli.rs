@@ -34,6 +34,8 @@ pub enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
+    /// Run the worker pool (sealing, stamping, cancellations) without the HTTP server.
+    Worker,
     /// Inspect invoices.
     #[command(subcommand)]
     Invoices(InvoicesCommand),
@@ -110,6 +112,7 @@ pub fn run() -> ExitCode {
         Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
         Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
         Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
+        Some(Command::Worker) => block_on(ops::worker(cli.config.as_deref())),
         Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
             ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
         ),

@@ -13,6 +13,8 @@ use crate::startup::AppState;
 
 /// Heartbeat of the Mercado Pago fetch-retry loop.
 pub const MP_FETCH_RETRY: &str = "mp_fetch_retry";
+/// Heartbeat of the outbox worker pool.
+pub const WORKER: &str = "worker";
 
 /// Per loop: the last beat (none yet) and the longest healthy silence.
 type Beats = BTreeMap<&'static str, (Option<Instant>, Duration)>;

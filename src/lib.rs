@@ -15,6 +15,8 @@
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`ops`]: the operator commands behind `serve`, `migrate`, `invoices list`, `send-test-webhook`.
+//! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
+//!   recovery of unknown outcomes, the attempt log) and drives cancellations.
 //! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging.
 
@@ -34,3 +36,4 @@ pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod webhooks;
+pub mod worker;

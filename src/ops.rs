@@ -22,7 +22,7 @@ pub async fn serve(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (settings, source) = load(config)?;
     let listen = settings.server.listen.clone();
     let banner = banner(&settings, &source);
-    let app = Application::build(settings).await?;
+    let app = Application::build(settings).await?.with_workers().await?;
     eprintln!("{banner}");
     tracing::info!(%listen, port = app.port(), "autofactura serving");
     app.run_until_stopped().await?;
@@ -52,6 +52,48 @@ fn banner(s: &Settings, source: &Source) -> String {
         );
     }
     b
+}
+
+/// `autofactura worker`: the worker pool without HTTP, until SIGTERM or Ctrl-C.
+pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    crate::telemetry::init();
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let services = crate::worker::services(&settings, db).await?;
+    let token = tokio_util::sync::CancellationToken::new();
+    let pool = services.worker.clone().start(token.clone(), None);
+    eprintln!(
+        "autofactura worker {}: {} slots, PAC {}; stop with Ctrl-C or SIGTERM",
+        services.worker.id, services.worker.cfg.concurrency, services.worker.pac_label
+    );
+    shutdown_signal().await;
+    pool.shutdown().await;
+    drop(services);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// `autofactura migrate`.

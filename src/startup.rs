@@ -30,6 +30,8 @@ pub struct Application {
     port: u16,
     server: Server,
     state: web::Data<AppState>,
+    /// The worker pool, when this application runs one (`serve` does; tests may not).
+    workers: Option<(crate::worker::Pool, crate::worker::Services)>,
 }
 
 impl Application {
@@ -109,7 +111,19 @@ impl Application {
             port,
             server,
             state,
+            workers: None,
         })
+    }
+
+    /// Starts the worker pool beside the HTTP server (`serve`).
+    pub async fn with_workers(mut self) -> anyhow::Result<Self> {
+        let services = crate::worker::services(&self.state.settings, self.state.db.clone()).await?;
+        let pool = services
+            .worker
+            .clone()
+            .start(tokio_util::sync::CancellationToken::new(), Some(self.state.health.clone()));
+        self.workers = Some((pool, services));
+        Ok(self)
     }
 
     pub fn port(&self) -> u16 {
@@ -123,8 +137,13 @@ impl Application {
     /// Serves until the server stops (Ctrl-C / SIGTERM) or a background loop ends.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let retry = tokio::spawn(webhooks::fetch_retry_loop(self.state.clone()));
+        // actix stops the server on SIGTERM / Ctrl-C; then the pool drains with its deadline.
         let result = self.server.await;
         retry.abort();
+        if let Some((pool, services)) = self.workers {
+            pool.shutdown().await;
+            drop(services);
+        }
         result.map_err(Into::into)
     }
 }

@@ -11,6 +11,8 @@ ALTER TABLE outbox ADD COLUMN stamped_at TEXT       ;
 ALTER TABLE outbox ADD COLUMN fecha_timbrado TEXT;
 -- Flagged by reconciliation (adopted orphan stamp, duplicate found) for a human to look at.
 ALTER TABLE outbox ADD COLUMN flag TEXT;
+-- The state a worker claimed the row from (a reclaimed `stamping` row may have been sent).
+ALTER TABLE outbox ADD COLUMN claimed_from TEXT;
 
 -- Every PAC call, append-only: for the admin's timeline and for audits.
 CREATE TABLE pac_attempts (

@@ -5,6 +5,7 @@
 //! hand complete values to one short transaction here.
 
 mod sql;
+pub mod worker;
 
 use std::borrow::Cow;
 use std::str::FromStr;
