@@ -118,10 +118,10 @@ impl Application {
     /// Starts the worker pool beside the HTTP server (`serve`).
     pub async fn with_workers(mut self) -> anyhow::Result<Self> {
         let services = crate::worker::services(&self.state.settings, self.state.db.clone()).await?;
-        let pool = services
-            .worker
-            .clone()
-            .start(tokio_util::sync::CancellationToken::new(), Some(self.state.health.clone()));
+        let pool = services.worker.clone().start(
+            tokio_util::sync::CancellationToken::new(),
+            Some(self.state.health.clone()),
+        );
         self.workers = Some((pool, services));
         Ok(self)
     }

@@ -189,7 +189,6 @@ impl Db {
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Option<ClaimedStamp>, StoreError> {
-        let map = |r: &dyn RowLike| -> Result<ClaimedStamp, sqlx::Error> { r.claimed() };
         Ok(fetch_opt!(
             self,
             "claim an outbox row",
@@ -197,7 +196,7 @@ impl Db {
             claim_stamp_sql!(""),
             claim_stamp_sql!(" FOR UPDATE SKIP LOCKED"),
             [owner, lease_until, now],
-            |r| map(r)
+            |r: &dyn RowLike| r.claimed()
         ))
     }
 
@@ -232,9 +231,20 @@ impl Db {
             id
         );
         let sql = "SELECT sealed_xml FROM outbox WHERE id = $1";
-        let got: Option<Option<Vec<u8>>> = fetch_opt!(self, "read the sealed comprobante", false, sql, sql, [id], |r: &_| get_bytes(r));
-        got.flatten()
-            .ok_or_else(|| StoreError::Other(format!("outbox row {id} has no sealed comprobante after sealing")))
+        let got: Option<Option<Vec<u8>>> = fetch_opt!(
+            self,
+            "read the sealed comprobante",
+            false,
+            sql,
+            sql,
+            [id],
+            |r: &_| get_bytes(r)
+        );
+        got.flatten().ok_or_else(|| {
+            StoreError::Other(format!(
+                "outbox row {id} has no sealed comprobante after sealing"
+            ))
+        })
     }
 
     /// Records where a document is about to be sent (failover), before sending it.
@@ -254,19 +264,43 @@ impl Db {
     /// The PACs a key was ever sent to.
     pub async fn pac_routes(&self, stamp_key: &str) -> Result<Vec<String>, StoreError> {
         let sql = "SELECT pac_route FROM outbox WHERE stamp_key = $1";
-        let got: Option<Option<String>> = fetch_opt!(self, "read the PAC route", false, sql, sql, [stamp_key], |r: &_| get_opt_string(r, "pac_route"));
+        let got: Option<Option<String>> = fetch_opt!(
+            self,
+            "read the PAC route",
+            false,
+            sql,
+            sql,
+            [stamp_key],
+            |r: &_| get_opt_string(r, "pac_route")
+        );
         Ok(got
             .flatten()
-            .map(|s| s.split(',').filter(|p| !p.is_empty()).map(str::to_owned).collect())
+            .map(|s| {
+                s.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default())
     }
 
     /// Settles a claimed row, if this worker still holds its lease. `false` when it does not
     /// (another worker reclaimed it; it will reach the same answer from the idempotent PAC).
-    pub async fn settle_stamp(&self, id: i64, owner: &str, s: &Settle<'_>) -> Result<bool, StoreError> {
+    pub async fn settle_stamp(
+        &self,
+        id: i64,
+        owner: &str,
+        s: &Settle<'_>,
+    ) -> Result<bool, StoreError> {
         let now = Utc::now();
         let n = match s {
-            Settle::Stamped { uuid, tfd_xml, stamped_xml, fecha_timbrado, flag } => exec!(
+            Settle::Stamped {
+                uuid,
+                tfd_xml,
+                stamped_xml,
+                fecha_timbrado,
+                flag,
+            } => exec!(
                 self,
                 "record the stamp",
                 "UPDATE outbox SET state = 'stamped', uuid = $1, tfd_xml = $2, stamped_xml = $3, \
@@ -282,7 +316,12 @@ impl Db {
                 id,
                 owner
             ),
-            Settle::Later { state, run_at, code, message } => exec!(
+            Settle::Later {
+                state,
+                run_at,
+                code,
+                message,
+            } => exec!(
                 self,
                 "schedule the next attempt",
                 "UPDATE outbox SET state = $1, run_at = $2, last_error_code = $3, last_error_message = $4, \
@@ -296,7 +335,11 @@ impl Db {
                 id,
                 owner
             ),
-            Settle::Final { state, code, message } => exec!(
+            Settle::Final {
+                state,
+                code,
+                message,
+            } => exec!(
                 self,
                 "record the final state",
                 "UPDATE outbox SET state = $1, last_error_code = $2, last_error_message = $3, \
@@ -356,7 +399,13 @@ impl Db {
     pub async fn attempts_of(&self, outbox_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
         let sql = "SELECT id, outbox_id, operation, pac, outcome, http_status, code, message, latency_ms, uuid, at \
                    FROM pac_attempts WHERE outbox_id = $1 ORDER BY id";
-        Ok(fetch_all!(self, "read the attempt log", sql, [outbox_id], |r: &_| attempt_row(r)))
+        Ok(fetch_all!(
+            self,
+            "read the attempt log",
+            sql,
+            [outbox_id],
+            |r: &_| attempt_row(r)
+        ))
     }
 
     /// Registers or refreshes this process's worker pool.
@@ -402,7 +451,9 @@ impl Db {
     /// Outbox rows per state.
     pub async fn outbox_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         let sql = "SELECT state, COUNT(*) AS n FROM outbox GROUP BY state ORDER BY state";
-        Ok(fetch_all!(self, "count outbox rows", sql, [], |r: &_| count_row(r)))
+        Ok(fetch_all!(self, "count outbox rows", sql, [], |r: &_| {
+            count_row(r)
+        }))
     }
 
     /// Claims the next due cancellation (to send, or to poll) for `owner`.
@@ -462,7 +513,15 @@ impl Db {
     /// The stamped XML of an outbox row, for the SAT status query of its cancellation.
     pub async fn stamped_xml_of(&self, outbox_id: i64) -> Result<Option<Vec<u8>>, StoreError> {
         let sql = "SELECT stamped_xml FROM outbox WHERE id = $1";
-        let got: Option<Option<Vec<u8>>> = fetch_opt!(self, "read the stamped XML", false, sql, sql, [outbox_id], |r: &_| get_opt_bytes(r, "stamped_xml"));
+        let got: Option<Option<Vec<u8>>> = fetch_opt!(
+            self,
+            "read the stamped XML",
+            false,
+            sql,
+            sql,
+            [outbox_id],
+            |r: &_| get_opt_bytes(r, "stamped_xml")
+        );
         Ok(got.flatten())
     }
 }
@@ -478,7 +537,9 @@ macro_rules! impl_rowlike {
             fn claimed(&self) -> Result<ClaimedStamp, sqlx::Error> {
                 Ok(ClaimedStamp {
                     id: self.try_get("id")?,
-                    claimed_from: self.try_get::<Option<String>, _>("claimed_from")?.unwrap_or_default(),
+                    claimed_from: self
+                        .try_get::<Option<String>, _>("claimed_from")?
+                        .unwrap_or_default(),
                     stamp_key: self.try_get("stamp_key")?,
                     request_json: self.try_get("request_json")?,
                     sealed_xml: self.try_get("sealed_xml")?,
@@ -597,5 +658,68 @@ impl Db {
             outbox_id
         );
         Ok(())
+    }
+}
+
+/// The worker-facing view of one outbox row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OutboxStatus {
+    pub id: i64,
+    pub state: String,
+    pub run_at: DateTime<Utc>,
+    pub attempts: i32,
+    pub uuid: Option<String>,
+    pub last_error_code: Option<String>,
+    pub last_error_message: Option<String>,
+    pub sealed_xml: Option<Vec<u8>>,
+    pub stamped_xml: Option<Vec<u8>>,
+}
+
+fn status_row<R: RowExt>(r: &R) -> Result<OutboxStatus, sqlx::Error> {
+    Ok(OutboxStatus {
+        id: r.int64("id")?,
+        state: r.string("state")?,
+        run_at: r.time("run_at")?,
+        attempts: r.int32("attempts")?,
+        uuid: r.opt_string("uuid")?,
+        last_error_code: r.opt_string("last_error_code")?,
+        last_error_message: r.opt_string("last_error_message")?,
+        sealed_xml: r.opt_bytes("sealed_xml")?,
+        stamped_xml: r.opt_bytes("stamped_xml")?,
+    })
+}
+
+impl Db {
+    /// One outbox row by its stamp key.
+    pub async fn outbox_status(&self, stamp_key: &str) -> Result<Option<OutboxStatus>, StoreError> {
+        let sql = "SELECT id, state, run_at, attempts, uuid, last_error_code, last_error_message, sealed_xml, \
+                   stamped_xml FROM outbox WHERE stamp_key = $1";
+        Ok(fetch_opt!(
+            self,
+            "read an outbox row",
+            false,
+            sql,
+            sql,
+            [stamp_key],
+            |r: &_| status_row(r)
+        ))
+    }
+}
+
+fn worker_count_row<R: RowExt>(r: &R) -> Result<(String, i64), sqlx::Error> {
+    Ok((r.opt_string("worker")?.unwrap_or_default(), r.int64("n")?))
+}
+
+impl Db {
+    /// Stamp attempts per worker process: how the work was shared.
+    pub async fn attempts_per_worker(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = "SELECT worker, COUNT(*) AS n FROM pac_attempts WHERE operation = 'stamp' GROUP BY worker ORDER BY worker";
+        Ok(fetch_all!(
+            self,
+            "count attempts per worker",
+            sql,
+            [],
+            |r: &_| worker_count_row(r)
+        ))
     }
 }

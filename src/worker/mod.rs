@@ -83,9 +83,15 @@ impl Default for WorkerConfig {
 impl WorkerConfig {
     /// Reads `[worker]`: `concurrency` plus the optional keys below, each validated.
     pub fn from_settings(s: &crate::config::WorkerSettings) -> Result<Self, String> {
-        let mut c = Self { concurrency: s.concurrency, ..Self::default() };
+        let mut c = Self {
+            concurrency: s.concurrency,
+            ..Self::default()
+        };
         if c.concurrency == 0 || c.concurrency > 1024 {
-            return Err(format!("[worker] concurrency must be 1 to 1024, not {}", c.concurrency));
+            return Err(format!(
+                "[worker] concurrency must be 1 to 1024, not {}",
+                c.concurrency
+            ));
         }
         for (k, v) in &s.extra {
             let n = v
@@ -103,10 +109,16 @@ impl WorkerConfig {
                 "backoff_base_seconds" if n >= 1 => c.retry.base = Duration::from_secs(n),
                 "backoff_cap_seconds" if n >= 1 => c.retry.cap = Duration::from_secs(n),
                 "max_attempts" if n >= 1 => {
-                    c.retry.max_attempts = i32::try_from(n).map_err(|_| "[worker] max_attempts is too large")?;
+                    c.retry.max_attempts =
+                        i32::try_from(n).map_err(|_| "[worker] max_attempts is too large")?;
                 }
-                "lease_seconds" | "idle_poll_ms" | "window_hours" | "cancel_poll_seconds"
-                | "backoff_base_seconds" | "backoff_cap_seconds" | "max_attempts" => {
+                "lease_seconds"
+                | "idle_poll_ms"
+                | "window_hours"
+                | "cancel_poll_seconds"
+                | "backoff_base_seconds"
+                | "backoff_cap_seconds"
+                | "max_attempts" => {
                     return Err(format!("[worker] {k} = {n} is too small"));
                 }
                 other => {
@@ -142,7 +154,10 @@ pub struct Worker {
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker").field("id", &self.id).field("cfg", &self.cfg).finish()
+        f.debug_struct("Worker")
+            .field("id", &self.id)
+            .field("cfg", &self.cfg)
+            .finish()
     }
 }
 
@@ -200,7 +215,11 @@ impl Worker {
     }
 
     /// Starts `concurrency` loops and a heartbeat; they stop when `token` is cancelled.
-    pub fn start(self: Arc<Self>, token: CancellationToken, health: Option<crate::health::Health>) -> Pool {
+    pub fn start(
+        self: Arc<Self>,
+        token: CancellationToken,
+        health: Option<crate::health::Health>,
+    ) -> Pool {
         let handle = tokio::spawn(self.run(token.clone(), health));
         Pool { token, handle }
     }
@@ -236,8 +255,12 @@ impl Worker {
         beat.abort();
         match self.db.release_stamp_leases(&self.id).await {
             Ok(0) => {}
-            Ok(n) => warn!(worker = %self.id, rows = n, "rows released as `unknown`: they will be recovered from the PAC before any resend"),
-            Err(e) => error!(worker = %self.id, error = %e, "could not release leases; they return when they expire"),
+            Ok(n) => {
+                warn!(worker = %self.id, rows = n, "rows released as `unknown`: they will be recovered from the PAC before any resend")
+            }
+            Err(e) => {
+                error!(worker = %self.id, error = %e, "could not release leases; they return when they expire")
+            }
         }
         if let Err(e) = self.db.worker_stopped(&self.id).await {
             warn!(error = %e, "could not record the worker stop");
@@ -245,7 +268,11 @@ impl Worker {
         info!(worker = %self.id, "worker pool stopped");
     }
 
-    async fn heartbeat_loop(&self, token: CancellationToken, health: Option<crate::health::Health>) {
+    async fn heartbeat_loop(
+        &self,
+        token: CancellationToken,
+        health: Option<crate::health::Health>,
+    ) {
         if let Some(h) = &health {
             h.register(crate::health::WORKER, Duration::from_secs(30));
         }
@@ -257,7 +284,11 @@ impl Worker {
                 _ = tick.tick() => {}
             }
             let in_flight = self.in_flight.load(Ordering::Relaxed);
-            match self.db.worker_heartbeat(&self.id, &hostname(), conc, in_flight, self.started_at).await {
+            match self
+                .db
+                .worker_heartbeat(&self.id, &hostname(), conc, in_flight, self.started_at)
+                .await
+            {
                 Ok(()) => {
                     if let Some(h) = &health {
                         h.beat(crate::health::WORKER);
@@ -300,7 +331,11 @@ impl Worker {
             r?;
             return Ok(true);
         }
-        if let Some(c) = self.db.claim_cancellation(&self.id, lease_until, now).await? {
+        if let Some(c) = self
+            .db
+            .claim_cancellation(&self.id, lease_until, now)
+            .await?
+        {
             self.in_flight.fetch_add(1, Ordering::Relaxed);
             let span = info_span!("cancellation", id = c.id, uuid = %c.uuid, slot);
             let r = self.process_cancel(c).instrument(span).await;
@@ -313,18 +348,36 @@ impl Worker {
 
     async fn settle(&self, id: i64, s: Settle<'_>) -> Result<(), StoreError> {
         if !self.db.settle_stamp(id, &self.id, &s).await? {
-            warn!("lease lost before settling; another worker owns the row and will reach the same answer from the PAC");
+            warn!(
+                "lease lost before settling; another worker owns the row and will reach the same answer from the PAC"
+            );
         }
         Ok(())
     }
 
-    async fn fail(&self, id: i64, state: &str, code: &str, message: &str) -> Result<(), StoreError> {
+    async fn fail(
+        &self,
+        id: i64,
+        state: &str,
+        code: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
         warn!(state, code, message, "invoice needs a human");
-        self.settle(id, Settle::Final { state, code: Some(code), message }).await
+        self.settle(
+            id,
+            Settle::Final {
+                state,
+                code: Some(code),
+                message,
+            },
+        )
+        .await
     }
 
     fn later(&self, attempts: i32, retry_after: Option<Duration>) -> DateTime<Utc> {
-        Utc::now() + chrono::Duration::from_std(self.cfg.retry.delay(attempts, retry_after)).unwrap_or_default()
+        Utc::now()
+            + chrono::Duration::from_std(self.cfg.retry.delay(attempts, retry_after))
+                .unwrap_or_default()
     }
 
     /// The stamping of one claimed row, following the state machine above.
@@ -332,15 +385,40 @@ impl Worker {
         let id = c.id;
         let req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
             Ok(r) => r,
-            Err(e) => return self.fail(id, "failed", "FROZEN", &format!("the frozen request cannot be read: {e}")).await,
+            Err(e) => {
+                return self
+                    .fail(
+                        id,
+                        "failed",
+                        "FROZEN",
+                        &format!("the frozen request cannot be read: {e}"),
+                    )
+                    .await;
+            }
         };
         let Ok(key) = StampKey::parse(&c.stamp_key) else {
-            return self.fail(id, "failed", "FROZEN", &format!("stamp key `{}` is malformed", c.stamp_key)).await;
+            return self
+                .fail(
+                    id,
+                    "failed",
+                    "FROZEN",
+                    &format!("stamp key `{}` is malformed", c.stamp_key),
+                )
+                .await;
         };
-        let folio = format!("{}-{}", req.serie.as_deref().unwrap_or(""), req.folio.as_deref().unwrap_or(""));
+        let folio = format!(
+            "{}-{}",
+            req.serie.as_deref().unwrap_or(""),
+            req.folio.as_deref().unwrap_or("")
+        );
         if c.test_mode && self.pac_is_production {
             return self
-                .fail(id, "failed", "TEST_MODE", "a test-mode payment is never sent to a production PAC")
+                .fail(
+                    id,
+                    "failed",
+                    "TEST_MODE",
+                    "a test-mode payment is never sent to a production PAC",
+                )
                 .await;
         }
         // Seal once; the stored bytes are what every attempt sends.
@@ -352,7 +430,16 @@ impl Worker {
                     info!(%folio, total = %s.total, "comprobante sealed");
                     stored
                 }
-                Err(e) => return self.fail(id, "failed", "SEAL", &format!("cannot seal the frozen comprobante: {e}")).await,
+                Err(e) => {
+                    return self
+                        .fail(
+                            id,
+                            "failed",
+                            "SEAL",
+                            &format!("cannot seal the frozen comprobante: {e}"),
+                        )
+                        .await;
+                }
             },
         };
         let expired = self.past_window(&req);
@@ -362,13 +449,17 @@ impl Worker {
             let r = self.pac.recover_by_key(&sealed, &key).await;
             self.log_recovery(id, &r, t).await?;
             match r {
-                Recovery::Found(stamp) => return self.stamped(id, &folio, &stamp, &sealed, true).await,
+                Recovery::Found(stamp) => {
+                    return self.stamped(id, &folio, &stamp, &sealed, true).await;
+                }
                 Recovery::NotFound if expired => {
                     return self
                         .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC confirms it was never stamped; refreeze it from the admin", req.fecha))
                         .await;
                 }
-                Recovery::NotFound => info!(%folio, "PAC confirms no stamp yet; sending the same bytes again"),
+                Recovery::NotFound => {
+                    info!(%folio, "PAC confirms no stamp yet; sending the same bytes again")
+                }
                 Recovery::Unresolved { reason } if expired => {
                     return self
                         .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC could not confirm whether it was stamped ({reason}); reconcile before refreezing", req.fecha))
@@ -376,11 +467,31 @@ impl Worker {
                 }
                 Recovery::Unresolved { reason } => {
                     if c.attempts >= self.cfg.retry.max_attempts {
-                        return self.fail(id, "failed", "UNKNOWN", &format!("outcome still unknown after {} attempts: {reason}", c.attempts)).await;
+                        return self
+                            .fail(
+                                id,
+                                "failed",
+                                "UNKNOWN",
+                                &format!(
+                                    "outcome still unknown after {} attempts: {reason}",
+                                    c.attempts
+                                ),
+                            )
+                            .await;
                     }
                     info!(%folio, %reason, "outcome still unknown; will ask the PAC again");
                     let run_at = self.later(c.attempts, None);
-                    return self.settle(id, Settle::Later { state: "unknown", run_at, code: None, message: &reason }).await;
+                    return self
+                        .settle(
+                            id,
+                            Settle::Later {
+                                state: "unknown",
+                                run_at,
+                                code: None,
+                                message: &reason,
+                            },
+                        )
+                        .await;
                 }
             }
         } else if expired {
@@ -393,29 +504,68 @@ impl Worker {
         self.log_stamp(id, route, &outcome, latency).await?;
         match outcome {
             StampOutcome::Stamped(stamp) => self.stamped(id, &folio, &stamp, &sealed, false).await,
-            StampOutcome::AlreadyStamped { stamp, same_content: true } => self.stamped(id, &folio, &stamp, &sealed, true).await,
-            StampOutcome::AlreadyStamped { stamp, same_content: false } => {
-                let msg = format!("the stamp key was already used for another document (UUID {}); reconcile before retrying", stamp.uuid);
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content: true,
+            } => self.stamped(id, &folio, &stamp, &sealed, true).await,
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content: false,
+            } => {
+                let msg = format!(
+                    "the stamp key was already used for another document (UUID {}); reconcile before retrying",
+                    stamp.uuid
+                );
                 self.fail(id, "failed", "CFDI3307", &msg).await
             }
             // The PAC's window check: the frozen Fecha is too old to stamp.
             StampOutcome::Rejected { code, message } if code == "401" => {
                 self.fail(id, "expired", &code, &message).await
             }
-            StampOutcome::Rejected { code, message } => self.fail(id, "failed", &code, &message).await,
-            StampOutcome::Retryable { reason, retry_after } => {
+            StampOutcome::Rejected { code, message } => {
+                self.fail(id, "failed", &code, &message).await
+            }
+            StampOutcome::Retryable {
+                reason,
+                retry_after,
+            } => {
                 if c.attempts >= self.cfg.retry.max_attempts {
-                    return self.fail(id, "failed", "EXHAUSTED", &format!("{} attempts, last: {reason}", c.attempts)).await;
+                    return self
+                        .fail(
+                            id,
+                            "failed",
+                            "EXHAUSTED",
+                            &format!("{} attempts, last: {reason}", c.attempts),
+                        )
+                        .await;
                 }
                 let run_at = self.later(c.attempts, retry_after);
                 info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
-                self.settle(id, Settle::Later { state: "retry_scheduled", run_at, code: None, message: &reason }).await
+                self.settle(
+                    id,
+                    Settle::Later {
+                        state: "retry_scheduled",
+                        run_at,
+                        code: None,
+                        message: &reason,
+                    },
+                )
+                .await
             }
             StampOutcome::Unknown { reason } => {
                 // Ask again soon, recovering first.
                 let run_at = self.later(1, None);
                 warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
-                self.settle(id, Settle::Later { state: "unknown", run_at, code: None, message: &reason }).await
+                self.settle(
+                    id,
+                    Settle::Later {
+                        state: "unknown",
+                        run_at,
+                        code: None,
+                        message: &reason,
+                    },
+                )
+                .await
             }
         }
     }
@@ -424,7 +574,8 @@ impl Worker {
         let Some(fecha) = Mexico_City.from_local_datetime(&req.fecha).earliest() else {
             return false;
         };
-        let limit = fecha.with_timezone(&Utc) + chrono::Duration::from_std(self.cfg.window).unwrap_or_default()
+        let limit = fecha.with_timezone(&Utc)
+            + chrono::Duration::from_std(self.cfg.window).unwrap_or_default()
             - chrono::Duration::from_std(self.cfg.window_margin).unwrap_or_default();
         Utc::now() >= limit
     }
@@ -464,7 +615,14 @@ impl Worker {
         Ok((route, out, t.elapsed()))
     }
 
-    async fn stamped(&self, id: i64, folio: &str, stamp: &pac::Stamp, sealed: &[u8], recovered: bool) -> Result<(), StoreError> {
+    async fn stamped(
+        &self,
+        id: i64,
+        folio: &str,
+        stamp: &pac::Stamp,
+        sealed: &[u8],
+        recovered: bool,
+    ) -> Result<(), StoreError> {
         let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
         let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
         info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
@@ -482,22 +640,57 @@ impl Worker {
     }
 
     fn label<'a>(&'a self, route: &'a str) -> &'a str {
-        if route.is_empty() { &self.pac_label } else { route }
+        if route.is_empty() {
+            &self.pac_label
+        } else {
+            route
+        }
     }
 
-    async fn log_stamp(&self, id: i64, route: &str, out: &StampOutcome, latency: Duration) -> Result<(), StoreError> {
+    async fn log_stamp(
+        &self,
+        id: i64,
+        route: &str,
+        out: &StampOutcome,
+        latency: Duration,
+    ) -> Result<(), StoreError> {
         let (outcome, code, message, uuid, status) = match out {
             StampOutcome::Stamped(s) => ("stamped", None, None, Some(s.uuid.as_str()), Some(200)),
-            StampOutcome::AlreadyStamped { stamp, same_content } => (
-                if *same_content { "already_stamped" } else { "key_reused" },
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content,
+            } => (
+                if *same_content {
+                    "already_stamped"
+                } else {
+                    "key_reused"
+                },
                 Some(if *same_content { "307" } else { "CFDI3307" }),
                 None,
                 Some(stamp.uuid.as_str()),
                 None,
             ),
-            StampOutcome::Rejected { code, message } => ("rejected", Some(code.as_str()), Some(message.as_str()), None, http_status(message)),
-            StampOutcome::Retryable { reason, .. } => ("retryable", None, Some(reason.as_str()), None, http_status(reason)),
-            StampOutcome::Unknown { reason } => ("unknown", None, Some(reason.as_str()), None, http_status(reason)),
+            StampOutcome::Rejected { code, message } => (
+                "rejected",
+                Some(code.as_str()),
+                Some(message.as_str()),
+                None,
+                http_status(message),
+            ),
+            StampOutcome::Retryable { reason, .. } => (
+                "retryable",
+                None,
+                Some(reason.as_str()),
+                None,
+                http_status(reason),
+            ),
+            StampOutcome::Unknown { reason } => (
+                "unknown",
+                None,
+                Some(reason.as_str()),
+                None,
+                http_status(reason),
+            ),
         };
         self.db
             .log_attempt(&Attempt {
@@ -543,7 +736,10 @@ impl Worker {
 /// The HTTP status an adapter wrote into its reason (`HTTP 503: …`), when it did.
 fn http_status(text: &str) -> Option<i32> {
     let i = text.find("HTTP ")?;
-    let digits: String = text[i + 5..].chars().take_while(char::is_ascii_digit).collect();
+    let digits: String = text[i + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     digits.parse().ok().filter(|s| (100..600).contains(s))
 }
 
@@ -560,9 +756,16 @@ struct DbRouteLog<'a> {
 }
 
 impl AttemptLog for DbRouteLog<'_> {
-    fn sent_to<'a>(&'a self, key: &'a StampKey) -> pac::failover::BoxFuture<'a, Result<Vec<Route>, String>> {
+    fn sent_to<'a>(
+        &'a self,
+        key: &'a StampKey,
+    ) -> pac::failover::BoxFuture<'a, Result<Vec<Route>, String>> {
         Box::pin(async move {
-            let routes = self.db.pac_routes(key.as_str()).await.map_err(|e| e.to_string())?;
+            let routes = self
+                .db
+                .pac_routes(key.as_str())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(routes
                 .iter()
                 .filter_map(|r| match r.as_str() {
@@ -574,39 +777,17 @@ impl AttemptLog for DbRouteLog<'_> {
         })
     }
 
-    fn before_send<'a>(&'a self, key: &'a StampKey, route: Route) -> pac::failover::BoxFuture<'a, Result<(), String>> {
+    fn before_send<'a>(
+        &'a self,
+        key: &'a StampKey,
+        route: Route,
+    ) -> pac::failover::BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             self.db
                 .add_pac_route(key.as_str(), route_label(route))
                 .await
                 .map_err(|e| e.to_string())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_http_status_from_adapter_reasons() {
-        assert_eq!(http_status("HTTP 503: busy"), Some(503));
-        assert_eq!(http_status("stamped, but HTTP 500 without a message"), Some(500));
-        assert_eq!(http_status("connection refused"), None);
-    }
-
-    #[test]
-    fn worker_settings_are_validated() {
-        let mut s = crate::config::WorkerSettings { concurrency: 4, extra: toml::Table::new() };
-        s.extra.insert("lease_seconds".into(), toml::Value::Integer(5));
-        s.extra.insert("max_attempts".into(), toml::Value::Integer(3));
-        let c = WorkerConfig::from_settings(&s).expect("valid");
-        assert_eq!((c.concurrency, c.lease, c.retry.max_attempts), (4, Duration::from_secs(5), 3));
-        s.extra.insert("lease_secs".into(), toml::Value::Integer(5));
-        assert!(WorkerConfig::from_settings(&s).expect_err("unknown key").contains("unknown key `lease_secs`"));
-        s.extra.clear();
-        s.concurrency = 0;
-        assert!(WorkerConfig::from_settings(&s).is_err());
     }
 }
 
@@ -619,12 +800,19 @@ pub struct Services {
 
 impl std::fmt::Debug for Services {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Services").field("worker", &self.worker).field("sandbox", &self.sandbox.is_some()).finish()
+        f.debug_struct("Services")
+            .field("worker", &self.worker)
+            .field("sandbox", &self.sandbox.is_some())
+            .finish()
     }
 }
 
 /// Known test hosts of real PACs: documents sent there are not real CFDIs.
-const TEST_PAC_HOSTS: &[&str] = &["services.test.sw.com.mx", "api.test.sw.com.mx", "demo-facturacion.finkok.com"];
+const TEST_PAC_HOSTS: &[&str] = &[
+    "services.test.sw.com.mx",
+    "api.test.sw.com.mx",
+    "demo-facturacion.finkok.com",
+];
 
 /// Connects the PAC (starting the in-process sandbox for the embedded default), loads the CSD
 /// and builds the worker.
@@ -641,8 +829,12 @@ pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Res
             .map(|p| std::path::Path::new(p.split('?').next().unwrap_or(p)))
             .and_then(std::path::Path::parent)
             .filter(|d| !d.as_os_str().is_empty())
-            .map_or_else(|| std::path::PathBuf::from("data"), std::path::Path::to_path_buf);
-        std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+            .map_or_else(
+                || std::path::PathBuf::from("data"),
+                std::path::Path::to_path_buf,
+            );
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
         pac_cfg.sandbox_state = Some(dir.join("pacsim-state.jsonl"));
     }
     let label = match pac_cfg.kind {
@@ -651,7 +843,10 @@ pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Res
         pac::PacKind::Finkok => "finkok",
     };
     let production = pac_cfg.kind != pac::PacKind::Sandbox
-        && !pac_cfg.url.as_deref().is_some_and(|u| TEST_PAC_HOSTS.iter().any(|h| u.contains(h)));
+        && !pac_cfg
+            .url
+            .as_deref()
+            .is_some_and(|u| TEST_PAC_HOSTS.iter().any(|h| u.contains(h)));
     let connected = pac::connect(&pac_cfg).await?;
     let e = &settings.emisor;
     let csd = match (&e.csd_cer, &e.csd_key, &e.csd_password) {
@@ -659,6 +854,57 @@ pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Res
         _ => crate::cli::sandbox_csd()?,
     };
     let cfg = WorkerConfig::from_settings(&settings.worker).map_err(|e| anyhow::anyhow!(e))?;
-    let worker = Worker::new(db, Arc::new(connected.client), Arc::new(csd), cfg, label, production);
-    Ok(Services { worker: Arc::new(worker), sandbox: connected.sandbox })
+    let worker = Worker::new(
+        db,
+        Arc::new(connected.client),
+        Arc::new(csd),
+        cfg,
+        label,
+        production,
+    );
+    Ok(Services {
+        worker: Arc::new(worker),
+        sandbox: connected.sandbox,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_http_status_from_adapter_reasons() {
+        assert_eq!(http_status("HTTP 503: busy"), Some(503));
+        assert_eq!(
+            http_status("stamped, but HTTP 500 without a message"),
+            Some(500)
+        );
+        assert_eq!(http_status("connection refused"), None);
+    }
+
+    #[test]
+    fn worker_settings_are_validated() {
+        let mut s = crate::config::WorkerSettings {
+            concurrency: 4,
+            extra: toml::Table::new(),
+        };
+        s.extra
+            .insert("lease_seconds".into(), toml::Value::Integer(5));
+        s.extra
+            .insert("max_attempts".into(), toml::Value::Integer(3));
+        let c = WorkerConfig::from_settings(&s).expect("valid");
+        assert_eq!(
+            (c.concurrency, c.lease, c.retry.max_attempts),
+            (4, Duration::from_secs(5), 3)
+        );
+        s.extra.insert("lease_secs".into(), toml::Value::Integer(5));
+        assert!(
+            WorkerConfig::from_settings(&s)
+                .expect_err("unknown key")
+                .contains("unknown key `lease_secs`")
+        );
+        s.extra.clear();
+        s.concurrency = 0;
+        assert!(WorkerConfig::from_settings(&s).is_err());
+    }
 }

@@ -33,7 +33,10 @@ impl RetryPolicy {
     /// together; a PAC's Retry-After is a floor.
     pub fn delay(&self, attempts: i32, retry_after: Option<Duration>) -> Duration {
         let exp = u32::try_from(attempts.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
-        let raw = self.base.saturating_mul(2u32.saturating_pow(exp)).min(self.cap);
+        let raw = self
+            .base
+            .saturating_mul(2u32.saturating_pow(exp))
+            .min(self.cap);
         let jittered = raw.mul_f64(rand::random_range(0.5..1.0));
         match retry_after {
             Some(ra) => jittered.max(ra.min(MAX_RETRY_AFTER)),
@@ -52,7 +55,10 @@ mod tests {
         for attempts in 1..=20 {
             let d = p.delay(attempts, None);
             let full = (p.base * 2u32.pow(u32::try_from(attempts - 1).expect("small"))).min(p.cap);
-            assert!(d <= full && d >= full / 2, "attempt {attempts}: {d:?} vs {full:?}");
+            assert!(
+                d <= full && d >= full / 2,
+                "attempt {attempts}: {d:?} vs {full:?}"
+            );
         }
         assert!(p.delay(30, None) <= p.cap);
     }
