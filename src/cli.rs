@@ -9,6 +9,7 @@ use chrono_tz::America::Mexico_City;
 use clap::{Parser, Subcommand};
 
 use crate::cfdi::{self, Csd, InvoiceRequest};
+use crate::ops;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,6 +18,9 @@ use crate::cfdi::{self, Csd, InvoiceRequest};
     about = "Paid sales in, stamped CFDI 4.0 out, exactly once"
 )]
 pub struct Cli {
+    /// Settings file (default: autofactura.toml if present, else embedded defaults).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -26,6 +30,59 @@ pub enum Command {
     /// Work with CFDI documents: cadena original, verification, samples.
     #[command(subcommand)]
     Cfdi(CfdiCommand),
+    /// Receive webhooks and queue invoices (the default command).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Run the worker pool (sealing, stamping, cancellations) without the HTTP server.
+    Worker,
+    /// Inspect invoices.
+    #[command(subcommand)]
+    Invoices(InvoicesCommand),
+    /// Send a realistic signed sample payment to a running instance.
+    SendTestWebhook {
+        #[arg(long, value_enum)]
+        provider: TestProvider,
+        /// Base URL of the instance (default: http://<[server] listen>).
+        #[arg(long)]
+        url: Option<String>,
+    },
+    /// Run the sandbox PAC (SW's REST shape) as a server.
+    PacSim {
+        /// Address to listen on, e.g. 127.0.0.1:8089 (port 0 picks one).
+        #[arg(long)]
+        listen: String,
+        /// Journal file that keeps every stamp and cancellation across restarts.
+        #[arg(long, default_value = "pacsim-state.jsonl")]
+        state: PathBuf,
+        /// Fault spec, e.g. `seed=7,latency=50ms,lose_response=0.2` (see docs/pac.md).
+        #[arg(long)]
+        faults: Option<String>,
+        /// Credentials `/security/authenticate` accepts.
+        #[arg(long, default_value = "sandbox")]
+        user: String,
+        #[arg(long, default_value = "sandbox")]
+        password: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InvoicesCommand {
+    /// Payments and their invoices: provider, status, serie-folio, UUID, attempts, last error.
+    List {
+        /// Only this status (e.g. pending, stamped, awaiting_global, needs_attention).
+        #[arg(long)]
+        status: Option<String>,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TestProvider {
+    Stripe,
+    Mercadopago,
 }
 
 #[derive(Debug, Subcommand)]
@@ -53,10 +110,24 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
-        None => {
-            eprintln!("autofactura: no command given; try `autofactura --help`");
-            Ok(ExitCode::from(2))
-        }
+        Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
+        Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
+        Some(Command::Worker) => block_on(ops::worker(cli.config.as_deref())),
+        Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
+            ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
+        ),
+        Some(Command::SendTestWebhook { provider, url }) => block_on(ops::send_test_webhook(
+            cli.config.as_deref(),
+            provider,
+            url.as_deref(),
+        )),
+        Some(Command::PacSim {
+            listen,
+            state,
+            faults,
+            user,
+            password,
+        }) => run_pac_sim(&listen, &state, faults.as_deref(), user, password),
     };
     match result {
         Ok(code) => code,
@@ -65,6 +136,17 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs an async command on a fresh multi-threaded runtime.
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    f: F,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?
+        .block_on(f)
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
@@ -141,6 +223,35 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn run_pac_sim(
+    listen: &str,
+    state: &Path,
+    faults: Option<&str>,
+    user: String,
+    password: String,
+) -> anyhow::Result<ExitCode> {
+    use crate::pacsim;
+    let spec = pacsim::faults::FaultSpec::parse(faults.unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("--faults: {e}"))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let mut sim = pacsim::Sim::open(state, spec.clone())?;
+        sim.user = user;
+        sim.password = password;
+        let handle = pacsim::server::start(std::sync::Arc::new(sim), listen)?;
+        // Tests and scripts read this line to learn the port.
+        println!(
+            "pac-sim listening on {} (state {}, faults {spec})",
+            handle.url(),
+            state.display()
+        );
+        std::io::stdout().flush()?;
+        tokio::signal::ctrl_c().await?;
+        handle.stop().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
 /// The current time in the issuer's zone, to the second.
 pub fn now_in_mexico() -> NaiveDateTime {
     let now = Utc::now().with_timezone(&Mexico_City).naive_local();
@@ -210,6 +321,7 @@ pub fn known_tfd_certificates() -> Vec<cfdi::Certificate> {
         include_bytes!("../fixtures/tfd/30001000000500003456.cer"),
         include_bytes!("../fixtures/tfd/30001000000400002495.cer"),
         include_bytes!("../fixtures/tfd/00001000000708361114.cer"),
+        crate::pacsim::SANDBOX_PAC_CER,
     ];
     CERTS
         .iter()

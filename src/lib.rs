@@ -5,10 +5,35 @@
 //! - [`cfdi`]: the document engine (model, amounts, XML, cadena original, Sello, verification).
 //!   No I/O; everything else stands on it.
 //! - [`domain`]: identifiers shared across modules (the stamp key).
+//! - [`pac`]: PAC clients (SW, Finkok, failover) turning every answer into one unambiguous
+//!   outcome; the SAT status query.
+//! - [`pacsim`]: the sandbox PAC (SW wire shape, SAT checks, dedup, cancellation, faults,
+//!   persistent state); in-process for the embedded default or `autofactura pac-sim`.
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
+//! - [`config`]: settings (defaults → TOML file → `AUTOFACTURA__…` env), validation, redaction.
+//! - [`store`]: the database (SQLite or PostgreSQL); every SQL statement and migration.
+//! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
+//! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
+//! - [`ops`]: the operator commands behind `serve`, `migrate`, `invoices list`, `send-test-webhook`.
+//! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
+//!   recovery of unknown outcomes, the attempt log) and drives cancellations.
+//! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
+//!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging.
 
 #![forbid(unsafe_code)]
 
 pub mod cfdi;
 pub mod cli;
+pub mod config;
 pub mod domain;
+pub mod error;
+pub mod health;
+pub mod ingest;
+pub mod ops;
+pub mod pac;
+pub mod pacsim;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+pub mod webhooks;
+pub mod worker;

@@ -1,0 +1,191 @@
+//! Outbox drain rate.
+//!
+//! 1. With the sandbox PAC answering after a fixed latency L and a pool of W workers, the ideal
+//!    rate is W/L stamps per second; the ratio to it is printed (target ≥ 0.8 at W=32, L=50 ms).
+//! 2. With L=0, the ratio to this machine's sealing limit, measured in the same run (sealing on
+//!    every core at once). The in-process sandbox shares those cores: it verifies each Sello and
+//!    signs each TFD, so a drain costs about three RSA operations where sealing costs one.
+//!
+//! Run with `cargo bench --bench drain` (SQLite; PostgreSQL too when
+//! AUTOFACTURA_TEST_DATABASE_URL is set).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autofactura::cfdi::{self, InvoiceRequest};
+use autofactura::config::Settings;
+use autofactura::pacsim::Sandbox;
+use autofactura::pacsim::faults::FaultSpec;
+use autofactura::startup::Application;
+use autofactura::webhooks::{signature, stripe};
+use sqlx::Connection;
+
+const SECRET: &str = "whsec_bench";
+
+struct Run {
+    label: String,
+    rows: usize,
+    secs: f64,
+}
+
+async fn database_url(backend: &str, dir: &std::path::Path) -> Option<String> {
+    if backend == "sqlite" {
+        return Some(format!("sqlite://{}", dir.join("bench.db").display()));
+    }
+    let admin = std::env::var("AUTOFACTURA_TEST_DATABASE_URL").ok()?;
+    let name = format!("af_bench_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&admin).await.ok()?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .ok()?;
+    let (base, _) = admin.rsplit_once('/')?;
+    Some(format!("{base}/{name}"))
+}
+
+/// Fills the outbox with `rows` paid sales over HTTP, then drains it with `workers` slots
+/// against a sandbox answering after `latency`.
+async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) -> Option<Run> {
+    let dir = tempfile::tempdir().ok()?;
+    let Some(db_url) = database_url(backend, dir.path()).await else {
+        println!("drain: *** SKIP {backend}: AUTOFACTURA_TEST_DATABASE_URL is not set ***");
+        return None;
+    };
+    let faults = if latency.is_zero() {
+        FaultSpec::default()
+    } else {
+        FaultSpec::parse(&format!("latency={}ms", latency.as_millis())).expect("spec")
+    };
+    let (url, _sim) = Sandbox::start_in_process(&dir.path().join("sim.jsonl"), faults)
+        .await
+        .expect("sandbox");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{db_url}\"\nmax_connections = {}\n\
+         [stripe]\nwebhook_secrets = [\"{SECRET}\"]\n[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n\
+         [worker]\nconcurrency = {workers}\nidle_poll_ms = 20\n",
+        workers + 8
+    );
+    let settings = Settings::from_parts(Some(&text), &[]).expect("settings");
+    let app = Application::build(settings.clone()).await.expect("app");
+    let addr = format!("http://127.0.0.1:{}", app.port());
+    let db = app.state().db.clone();
+    tokio::spawn(app.run_until_stopped());
+
+    // Fill (not measured).
+    let http = reqwest::Client::new();
+    let mut fill = tokio::task::JoinSet::new();
+    let per = rows.div_ceil(16);
+    let now = chrono::Utc::now().timestamp();
+    for t in 0..16 {
+        let (http, addr) = (http.clone(), addr.clone());
+        fill.spawn(async move {
+            for i in (t * per)..((t + 1) * per).min(rows) {
+                let body = stripe::sample_payment_intent(&format!("drain{i}"), now, false);
+                let sig = signature::stripe_header(
+                    &[SECRET],
+                    chrono::Utc::now().timestamp(),
+                    body.as_bytes(),
+                );
+                let r = http
+                    .post(format!("{addr}/webhooks/stripe"))
+                    .header("Stripe-Signature", sig)
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("post");
+                assert_eq!(r.status(), 200);
+            }
+        });
+    }
+    while fill.join_next().await.is_some() {}
+
+    // Drain (measured).
+    let services = autofactura::worker::services(&settings, db.clone())
+        .await
+        .expect("services");
+    let start = Instant::now();
+    let pool = services
+        .worker
+        .clone()
+        .start(tokio_util::sync::CancellationToken::new(), None);
+    loop {
+        let counts = db.outbox_counts().await.expect("counts");
+        let stamped = counts
+            .iter()
+            .find(|(s, _)| s == "stamped")
+            .map_or(0, |c| c.1);
+        if usize::try_from(stamped).unwrap_or(0) >= rows {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "drain stalled: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    pool.shutdown().await;
+    Some(Run {
+        label: format!("{backend} W={workers} L={}ms", latency.as_millis()),
+        rows,
+        secs,
+    })
+}
+
+/// Sealed invoices per second with every core sealing at once.
+fn sealing_limit() -> f64 {
+    let csd = Arc::new(autofactura::cli::sandbox_csd().expect("csd"));
+    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let mut req: InvoiceRequest = serde_json::from_str(json).expect("sample");
+    req.fecha = autofactura::cli::now_in_mexico();
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (csd, req) = (csd.clone(), req.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while start.elapsed() < Duration::from_secs(2) {
+                    cfdi::seal(&req, &csd).expect("seal");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = handles.into_iter().map(|h| h.join().expect("thread")).sum();
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let (w, l) = (32usize, Duration::from_millis(50));
+    let ideal = w as f64 / l.as_secs_f64();
+    for backend in ["sqlite", "postgres"] {
+        let rows = 3000;
+        if let Some(r) = drain(backend, w, l, rows).await {
+            let rate = r.rows as f64 / r.secs;
+            let ratio = rate / ideal;
+            println!(
+                "drain: {}: {} rows in {:.2} s = {rate:.1}/s; W/L = {ideal:.0}/s; ratio {ratio:.3} (target >= 0.80): {}",
+                r.label,
+                r.rows,
+                r.secs,
+                if ratio >= 0.8 { "MET" } else { "NOT MET" }
+            );
+        }
+    }
+    let limit = sealing_limit();
+    for backend in ["sqlite", "postgres"] {
+        if let Some(r) = drain(backend, w, Duration::ZERO, 2000).await {
+            let rate = r.rows as f64 / r.secs;
+            println!(
+                "drain: {}: {} rows in {:.2} s = {rate:.1}/s; sealing limit {limit:.1}/s on all cores; ratio {:.3}",
+                r.label,
+                r.rows,
+                r.secs,
+                rate / limit
+            );
+        }
+    }
+}

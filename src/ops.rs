@@ -1,0 +1,243 @@
+//! Operator commands: `serve`, `migrate`, `invoices list`, `send-test-webhook`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chrono::Utc;
+
+use crate::cli::TestProvider;
+use crate::config::{Settings, Source, redact_url};
+use crate::startup::Application;
+use crate::store::{self, InvoiceRow};
+use crate::webhooks::{mercadopago, signature, stripe};
+
+fn load(config: Option<&Path>) -> anyhow::Result<(Settings, Source)> {
+    Ok(Settings::load(config)?)
+}
+
+/// `autofactura serve`: migrate, listen, print where to look, run until stopped.
+pub async fn serve(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    crate::telemetry::init();
+    let (settings, source) = load(config)?;
+    let listen = settings.server.listen.clone();
+    let banner = banner(&settings, &source);
+    let app = Application::build(settings).await?.with_workers().await?;
+    eprintln!("{banner}");
+    tracing::info!(%listen, port = app.port(), "autofactura serving");
+    app.run_until_stopped().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn banner(s: &Settings, source: &Source) -> String {
+    let from = match source {
+        Source::Defaults => {
+            "embedded defaults (no autofactura.toml; see autofactura.example.toml)".to_owned()
+        }
+        Source::File(p) => p.display().to_string(),
+    };
+    let mut b = format!(
+        "autofactura\n  settings:   {from}\n  listening:  http://{}\n  database:   {}\n  PAC:        {}\n  emisor:     {} {} (serie {})\n  webhooks:   POST /webhooks/stripe, POST /webhooks/mercadopago\n  health:     GET /healthz, GET /readyz",
+        s.server.listen,
+        redact_url(s.database.url.expose()),
+        s.pac_kind(),
+        s.emisor.rfc,
+        s.emisor.nombre,
+        s.emisor.serie,
+    );
+    if s.is_sandbox() {
+        b.push_str(
+            "\n  sandbox:    no real stamps; test CSD from fixtures/csd unless [emisor] csd_* are set\
+             \n  try:        autofactura send-test-webhook --provider stripe && autofactura invoices list",
+        );
+    }
+    b
+}
+
+/// `autofactura worker`: the worker pool without HTTP, until SIGTERM or Ctrl-C.
+pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    crate::telemetry::init();
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let services = crate::worker::services(&settings, db).await?;
+    let token = tokio_util::sync::CancellationToken::new();
+    let pool = services.worker.clone().start(token.clone(), None);
+    eprintln!(
+        "autofactura worker {}: {} slots, PAC {}; stop with Ctrl-C or SIGTERM",
+        services.worker.id, services.worker.cfg.concurrency, services.worker.pac_label
+    );
+    shutdown_signal().await;
+    pool.shutdown().await;
+    drop(services);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `autofactura migrate`.
+pub async fn migrate(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    println!(
+        "migrations applied ({}, {})",
+        db.backend(),
+        redact_url(settings.database.url.expose())
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `autofactura invoices list [--status S] [--json]`.
+pub async fn invoices_list(
+    config: Option<&Path>,
+    status: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let rows = db.list_invoices(status).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", table(&rows));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The human table of `invoices list`.
+pub fn table(rows: &[InvoiceRow]) -> String {
+    let mut out = format!(
+        "{:<28} {:<12} {:<16} {:<10} {:<36} {:>8}  {}\n",
+        "PAYMENT", "PROVIDER", "STATUS", "FOLIO", "UUID", "ATTEMPTS", "LAST ERROR"
+    );
+    for r in rows {
+        let folio = match (&r.serie, &r.folio) {
+            (Some(s), Some(f)) => format!("{s}-{f}"),
+            (None, Some(f)) => f.clone(),
+            _ => "-".into(),
+        };
+        let test = if r.livemode { "" } else { " (test)" };
+        out.push_str(&format!(
+            "{:<28} {:<12} {:<16} {:<10} {:<36} {:>8}  {}\n",
+            r.payment_id,
+            r.provider,
+            format!("{}{test}", r.status),
+            folio,
+            r.uuid.as_deref().unwrap_or("-"),
+            r.attempts,
+            r.last_error.as_deref().unwrap_or("")
+        ));
+    }
+    if rows.is_empty() {
+        out.push_str("(no payments yet: try `autofactura send-test-webhook --provider stripe`)\n");
+    }
+    out
+}
+
+/// `autofactura send-test-webhook --provider stripe|mercadopago [--url URL]`.
+pub async fn send_test_webhook(
+    config: Option<&Path>,
+    provider: TestProvider,
+    url: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    let base = url.map_or_else(
+        || format!("http://{}", settings.server.listen),
+        |u| u.trim_end_matches('/').to_owned(),
+    );
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()?;
+    let now = Utc::now();
+    let suffix = format!("{}{:03}", now.timestamp(), rand::random::<u16>() % 1000);
+    let resp = match provider {
+        TestProvider::Stripe => {
+            let secret = settings
+                .stripe
+                .webhook_secrets
+                .first()
+                .context("no [stripe] webhook_secrets configured")?;
+            let body = stripe::sample_payment_intent(&suffix, now.timestamp(), false);
+            let sig = signature::stripe_header(&[secret.expose()], now.timestamp(), body.as_bytes());
+            println!("sending payment_intent.succeeded pi_test_{suffix} (MXN 116.00, RFC XIQB891116QE4) to {base}/webhooks/stripe");
+            http.post(format!("{base}/webhooks/stripe"))
+                .header("Stripe-Signature", sig)
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await
+        }
+        TestProvider::Mercadopago => {
+            let secret = settings
+                .mercadopago
+                .webhook_secret
+                .as_ref()
+                .context("no [mercadopago] webhook_secret configured")?;
+            let request_id = uuid::Uuid::new_v4().to_string();
+            let ts = now.timestamp().to_string();
+            let v1 = signature::mp_sign(secret.expose(), Some(&suffix), Some(&request_id), &ts);
+            let body = serde_json::json!({
+                "id": format!("{suffix}1"), "live_mode": false, "type": "payment",
+                "date_created": now.to_rfc3339(), "user_id": 44444, "api_version": "v1",
+                "action": "payment.created", "data": { "id": suffix }
+            })
+            .to_string();
+            println!(
+                "sending payment notification for payment {suffix} to {base}/webhooks/mercadopago \
+                 (the instance reads it from its [mercadopago] api_base)"
+            );
+            http.post(format!("{base}/webhooks/mercadopago?data.id={suffix}&type=payment"))
+                .header("x-signature", format!("ts={ts},v1={v1}"))
+                .header("x-request-id", request_id)
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await
+        }
+    }
+    .with_context(|| format!("cannot reach {base}; is `autofactura serve` running?"))?;
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    println!("{status} {text}");
+    if status.is_success() {
+        println!("now run: autofactura invoices list");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The sandbox's stand-in for `GET /v1/payments/{id}`: an approved MXN debit-card payment with
+/// an RFC, approved at the time encoded in the id (Unix seconds followed by three digits), so
+/// the same id always describes the same payment.
+pub fn sandbox_mp_payment(id: &str) -> Option<String> {
+    let n: i64 = id.parse().ok()?;
+    let secs = n / 1000;
+    let at = chrono::DateTime::from_timestamp(secs, 0)?
+        .with_timezone(&chrono_tz::America::Mexico_City)
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    Some(mercadopago::sample_payment(id, &at))
+}

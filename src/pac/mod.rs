@@ -1,0 +1,496 @@
+//! PAC clients: every answer of every PAC becomes one outcome that leaves no doubt.
+//!
+//! The PAC is where money is spent and where a second real CFDI can be born, so the adapters
+//! never guess. A stamp call ends in exactly one [`StampOutcome`]:
+//!
+//! - `Stamped`: a new stamp, with UUID, TFD and the full stamped XML.
+//! - `AlreadyStamped`: the PAC had stamped this document (or this key) before; the original is
+//!   returned, fetched by UUID when the PAC answered with the UUID only.
+//! - `Rejected`: the PAC refused the document (code and message verbatim); only a changed
+//!   document can succeed.
+//! - `Retryable`: nothing happened (connection refused, 429, 503); the same bytes and key may be
+//!   sent again, here or to a backup PAC.
+//! - `Unknown`: the request may have been processed (timeout, connection dropped after sending,
+//!   any other 5xx, an unreadable answer). The only next step is [`PacClient::recover_by_key`]
+//!   with the same bytes and key; never new bytes, never a new key, never another PAC.
+//!
+//! Adapters: [`sw`] (SW Sapién REST; also what talks to the sandbox PAC, [`crate::pacsim`]),
+//! [`finkok`] (SOAP), and [`failover`] (primary + backup). [`sat`] is the SAT status service.
+
+pub mod failover;
+pub mod finkok;
+pub mod sat;
+pub mod sw;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cfdi::Tfd;
+use crate::cfdi::dom::Element;
+use crate::domain::StampKey;
+
+pub use failover::{AttemptLog, Failover, Route};
+pub use sat::{SatStatus, StatusOutcome, StatusQuery};
+
+/// A stamp as a PAC issued it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    /// The folio fiscal, upper case.
+    pub uuid: String,
+    pub tfd: Tfd,
+    /// The stamped comprobante, exactly as the PAC returned it.
+    pub xml: Vec<u8>,
+}
+
+impl Stamp {
+    /// Reads a stamped comprobante: it must carry a TFD with a UUID.
+    pub fn from_xml(xml: Vec<u8>) -> Result<Stamp, String> {
+        let root = Element::parse(&xml).map_err(|e| format!("stamped XML: {e}"))?;
+        let tfd = Tfd::from_comprobante(&root)
+            .ok_or_else(|| "the returned XML carries no TimbreFiscalDigital".to_owned())?;
+        if tfd.uuid.is_empty() {
+            return Err("the returned TFD has no UUID".into());
+        }
+        Ok(Stamp {
+            uuid: tfd.uuid.to_uppercase(),
+            tfd,
+            xml,
+        })
+    }
+
+    /// Whether this stamp belongs to the sealed document `sealed_xml` (same Sello).
+    pub fn belongs_to(&self, sealed_xml: &[u8]) -> bool {
+        Element::parse(sealed_xml)
+            .ok()
+            .and_then(|r| r.attr("Sello").map(|s| s == self.tfd.sello_cfd))
+            .unwrap_or(false)
+    }
+}
+
+/// The result of one stamp call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StampOutcome {
+    Stamped(Stamp),
+    /// The PAC had stamped before. `same_content` is false when the key had been used for other
+    /// content (SW `CFDI3307`): the stamp is real, but it is not of these bytes.
+    AlreadyStamped {
+        stamp: Stamp,
+        same_content: bool,
+    },
+    /// The PAC's code and message, verbatim.
+    Rejected {
+        code: String,
+        message: String,
+    },
+    Retryable {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Unknown {
+        reason: String,
+    },
+}
+
+impl StampOutcome {
+    /// The stamp, when there is one.
+    pub fn stamp(&self) -> Option<&Stamp> {
+        match self {
+            Self::Stamped(s) | Self::AlreadyStamped { stamp: s, .. } => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// The result of asking a PAC whether a document was stamped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    Found(Stamp),
+    /// The PAC definitely holds no stamp for it.
+    NotFound,
+    /// The PAC could not answer; the question stays open.
+    Unresolved {
+        reason: String,
+    },
+}
+
+/// Cancellation motivo (SAT 2022 scheme).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Motivo {
+    /// `01`: emitido con errores con relación (requires the replacement's UUID).
+    #[serde(rename = "01")]
+    ConRelacion,
+    /// `02`: emitido con errores sin relación.
+    #[serde(rename = "02")]
+    SinRelacion,
+    /// `03`: no se llevó a cabo la operación.
+    #[serde(rename = "03")]
+    NoSeRealizo,
+    /// `04`: operación nominativa relacionada en una factura global.
+    #[serde(rename = "04")]
+    NominativaEnGlobal,
+}
+
+impl Motivo {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::ConRelacion => "01",
+            Self::SinRelacion => "02",
+            Self::NoSeRealizo => "03",
+            Self::NominativaEnGlobal => "04",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Motivo> {
+        Some(match s {
+            "01" => Self::ConRelacion,
+            "02" => Self::SinRelacion,
+            "03" => Self::NoSeRealizo,
+            "04" => Self::NominativaEnGlobal,
+            _ => return None,
+        })
+    }
+}
+
+/// A cancellation request for one UUID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequest {
+    pub rfc_emisor: String,
+    pub uuid: String,
+    pub motivo: Motivo,
+    /// Required with motivo `01`: the UUID of the replacement.
+    pub folio_sustitucion: Option<String>,
+}
+
+/// The result of a cancellation request. `Requested` means SAT *received* the request (`201`)
+/// or already had it (`202`), never that the CFDI is cancelled: poll the SAT status for that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    Requested {
+        /// `201` or `202`.
+        code: String,
+        /// The SAT acuse XML, to keep: the PAC does not keep it for us.
+        acuse: String,
+        /// `EstatusCancelacion` when the PAC reports it with the request.
+        estatus_cancelacion: Option<String>,
+    },
+    /// The request was refused: `203` RFC mismatch, `205` UUID unknown (also right after
+    /// stamping, until SAT ingests it), `no_cancelable`, a bad motivo. Code and message verbatim.
+    Rejected {
+        code: String,
+        message: String,
+    },
+    Retryable {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Unknown {
+        reason: String,
+    },
+}
+
+/// Which PAC the `[pac]` table selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PacKind {
+    /// The sandbox PAC ([`crate::pacsim`]), in-process unless `url` points at a running one.
+    #[default]
+    Sandbox,
+    Sw,
+    Finkok,
+}
+
+/// The `[pac]` configuration table (and `[pac.backup]`, same keys).
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PacConfig {
+    pub kind: PacKind,
+    /// Base URL of the PAC's stamping service (SW: `https://services.sw.com.mx`; Finkok:
+    /// `https://facturacion.finkok.com`). For the sandbox: a running `pac-sim`, or empty to run
+    /// one in-process.
+    pub url: Option<String>,
+    /// SW's "api" host (datawarehouse). Derived from `url` when absent.
+    pub api_url: Option<String>,
+    /// The SAT status service (`ConsultaCFDIService.svc`). Default: SAT production; for the
+    /// sandbox, the sandbox's own.
+    pub sat_status_url: Option<String>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// SW long-lived token, instead of user and password.
+    pub token: Option<String>,
+    /// Seconds to establish a connection.
+    pub connect_timeout: u64,
+    /// Seconds for a whole request.
+    pub request_timeout: u64,
+    /// Finkok: seconds to keep polling `stamped` after a `307` with an empty body.
+    pub stamped_wait: u64,
+    /// In-process sandbox: where its state lives (default: next to the database).
+    pub sandbox_state: Option<PathBuf>,
+    /// In-process sandbox: a fault spec (see [`crate::pacsim::faults`]).
+    pub sandbox_faults: Option<String>,
+    /// A second PAC, used only when the primary definitely did not stamp.
+    pub backup: Option<Box<PacConfig>>,
+}
+
+impl Default for PacConfig {
+    fn default() -> Self {
+        Self {
+            kind: PacKind::Sandbox,
+            url: None,
+            api_url: None,
+            sat_status_url: None,
+            user: None,
+            password: None,
+            token: None,
+            connect_timeout: 10,
+            request_timeout: 60,
+            stamped_wait: 12,
+            sandbox_state: None,
+            sandbox_faults: None,
+            backup: None,
+        }
+    }
+}
+
+impl fmt::Debug for PacConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redact = |v: &Option<String>| v.as_ref().map(|_| "[redacted]");
+        f.debug_struct("PacConfig")
+            .field("kind", &self.kind)
+            .field("url", &self.url)
+            .field("api_url", &self.api_url)
+            .field("sat_status_url", &self.sat_status_url)
+            .field("user", &self.user)
+            .field("password", &redact(&self.password))
+            .field("token", &redact(&self.token))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("stamped_wait", &self.stamped_wait)
+            .field("sandbox_state", &self.sandbox_state)
+            .field("sandbox_faults", &self.sandbox_faults)
+            .field("backup", &self.backup)
+            .finish()
+    }
+}
+
+/// A configuration that cannot produce a client.
+#[derive(Debug, thiserror::Error)]
+pub enum PacError {
+    #[error("[pac] {0}")]
+    Config(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+    #[error("sandbox PAC: {0}")]
+    Sandbox(String),
+}
+
+/// A PAC client. Cheap to share behind an `Arc`; every method may run concurrently.
+pub enum PacClient {
+    Sw(sw::SwClient),
+    Finkok(finkok::FinkokClient),
+    Failover(Box<Failover>),
+}
+
+impl fmt::Debug for PacClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Sw(_) => "PacClient::Sw",
+            Self::Finkok(_) => "PacClient::Finkok",
+            Self::Failover(_) => "PacClient::Failover",
+        })
+    }
+}
+
+/// A connected client, plus the in-process sandbox it talks to when there is one (keep it alive
+/// as long as the client).
+pub struct Connected {
+    pub client: PacClient,
+    pub sandbox: Option<crate::pacsim::SandboxHandle>,
+}
+
+/// Builds the client `cfg` describes, starting the in-process sandbox when `kind = "sandbox"`
+/// and no `url` is given (the embedded default).
+pub async fn connect(cfg: &PacConfig) -> Result<Connected, PacError> {
+    let mut sandbox = None;
+    let mut cfg = cfg.clone();
+    if cfg.kind == PacKind::Sandbox && cfg.url.as_deref().is_none_or(str::is_empty) {
+        let faults = match &cfg.sandbox_faults {
+            Some(spec) => crate::pacsim::faults::FaultSpec::parse(spec)
+                .map_err(|e| PacError::Config(format!("sandbox_faults: {e}")))?,
+            None => crate::pacsim::faults::FaultSpec::default(),
+        };
+        let state = cfg
+            .sandbox_state
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("pacsim-state.jsonl"));
+        let (url, handle) = crate::pacsim::Sandbox::start_in_process(&state, faults)
+            .await
+            .map_err(|e| PacError::Sandbox(e.to_string()))?;
+        cfg.url = Some(url);
+        sandbox = Some(handle);
+    }
+    let primary = PacClient::from_config(&cfg)?;
+    let client = match &cfg.backup {
+        Some(b) => {
+            if b.kind == PacKind::Sandbox && b.url.is_none() {
+                return Err(PacError::Config(
+                    "[pac.backup] of kind sandbox needs a url".into(),
+                ));
+            }
+            let backup = PacClient::from_config(b)?;
+            PacClient::Failover(Box::new(Failover::new(primary, backup)))
+        }
+        None => primary,
+    };
+    Ok(Connected { client, sandbox })
+}
+
+impl PacClient {
+    /// Builds one client (no backup) from `cfg`; `kind = "sandbox"` needs a `url` here.
+    pub fn from_config(cfg: &PacConfig) -> Result<PacClient, PacError> {
+        match cfg.kind {
+            PacKind::Sw | PacKind::Sandbox => Ok(PacClient::Sw(sw::SwClient::new(cfg)?)),
+            PacKind::Finkok => Ok(PacClient::Finkok(finkok::FinkokClient::new(cfg)?)),
+        }
+    }
+
+    /// Stamps the frozen sealed bytes under `key`.
+    pub async fn stamp(&self, xml: &[u8], key: &StampKey) -> StampOutcome {
+        match self {
+            Self::Sw(c) => c.stamp(xml, key).await,
+            Self::Finkok(c) => c.stamp(xml).await,
+            Self::Failover(f) => f.stamp(xml, key, &failover::NoLog).await.1,
+        }
+    }
+
+    /// Resolves an `Unknown`: did the PAC stamp these bytes under this key? Where the PAC has no
+    /// pure lookup by key (SW), this resends the same bytes with the same key, which the PAC
+    /// answers with the original stamp or, if it never had it, stamps now: either way one CFDI.
+    pub async fn recover_by_key(&self, xml: &[u8], key: &StampKey) -> Recovery {
+        match self {
+            Self::Sw(c) => c.recover_by_key(xml, key).await,
+            Self::Finkok(c) => c.recover_by_content(xml).await,
+            Self::Failover(f) => {
+                f.recover_by_key(xml, key, &[Route::Primary, Route::Backup])
+                    .await
+            }
+        }
+    }
+
+    /// Fetches a stamp by its UUID (Finkok also needs the issuer's RFC).
+    pub async fn recover_by_uuid(&self, uuid: &str, rfc_emisor: &str) -> Recovery {
+        match self {
+            Self::Sw(c) => c.recover_by_uuid(uuid).await,
+            Self::Finkok(c) => c.recover_by_uuid(uuid, rfc_emisor).await,
+            Self::Failover(f) => f.recover_by_uuid(uuid, rfc_emisor).await,
+        }
+    }
+
+    /// Requests the cancellation of a UUID.
+    pub async fn cancel(&self, req: &CancelRequest) -> CancelOutcome {
+        match self {
+            Self::Sw(c) => c.cancel(req).await,
+            Self::Finkok(c) => c.cancel(req).await,
+            Self::Failover(f) => f.cancel(req).await,
+        }
+    }
+
+    /// Asks the SAT status service about a stamped CFDI.
+    pub async fn sat_status(&self, q: &StatusQuery) -> StatusOutcome {
+        match self {
+            Self::Sw(c) => c.sat_status(q).await,
+            Self::Finkok(c) => c.sat_status(q).await,
+            Self::Failover(f) => f.sat_status(q).await,
+        }
+    }
+}
+
+/// The leading code of a PAC message: `CFDI40102 - …` → `CFDI40102`, `307. El …` → `307`.
+pub fn message_code(message: &str) -> String {
+    message
+        .trim()
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect()
+}
+
+/// How a transport failure reads: refused before sending (nothing happened) or lost after
+/// (anything may have happened).
+pub(crate) enum Transport {
+    Refused(String),
+    Lost(String),
+}
+
+pub(crate) fn transport_error(e: &reqwest::Error) -> Transport {
+    // A connect error (refused, DNS, connect timeout) means the request never left.
+    if e.is_connect() {
+        Transport::Refused(format!("connection failed: {e}"))
+    } else if e.is_timeout() {
+        Transport::Lost(format!("timed out waiting for the answer: {e}"))
+    } else {
+        Transport::Lost(format!("connection lost: {e}"))
+    }
+}
+
+/// Seconds from a `Retry-After` header.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// The HTTP statuses that say the server refused the work before doing any: 429 and 503.
+/// Any other 5xx may come after the PAC committed (a gateway timing out on a slow stamp), so
+/// it is `Unknown`.
+pub(crate) fn refused_status(status: reqwest::StatusCode) -> bool {
+    status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        || status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+}
+
+pub(crate) fn http_client(cfg: &PacConfig) -> Result<reqwest::Client, PacError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(cfg.connect_timeout.max(1)))
+        .timeout(Duration::from_secs(cfg.request_timeout.max(1)))
+        .build()
+        .map_err(|e| PacError::Http(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_read_from_the_start_of_the_message() {
+        assert_eq!(
+            message_code("307. El comprobante contiene un timbre previo."),
+            "307"
+        );
+        assert_eq!(message_code("CFDI3307 - Timbre duplicado."), "CFDI3307");
+        assert_eq!(message_code("CFDI40102 - El resultado"), "CFDI40102");
+    }
+
+    #[test]
+    fn config_defaults_to_the_sandbox_and_hides_secrets() {
+        let cfg: PacConfig = toml::from_str("").unwrap();
+        assert_eq!(cfg.kind, PacKind::Sandbox);
+        let cfg: PacConfig = toml::from_str(
+            "kind = \"sw\"\nurl = \"https://services.test.sw.com.mx\"\nuser = \"u\"\npassword = \"hunter2\"\n[backup]\nkind = \"finkok\"\nurl = \"https://demo-facturacion.finkok.com\"\ntoken = \"tok-secret\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.kind, PacKind::Sw);
+        assert_eq!(cfg.backup.as_ref().map(|b| b.kind), Some(PacKind::Finkok));
+        let dbg = format!("{cfg:?}");
+        assert!(
+            !dbg.contains("hunter2") && !dbg.contains("tok-secret"),
+            "{dbg}"
+        );
+        assert!(toml::from_str::<PacConfig>("kind = \"sw\"\nurll = \"x\"").is_err());
+    }
+}

@@ -1,0 +1,363 @@
+//! Fault injection: what the sandbox does wrong, on purpose, reproducibly.
+//!
+//! A spec is a comma-separated list of `name[=value][:param=value]…`, e.g.
+//!
+//! ```text
+//! seed=7,latency=20ms..200ms,status500=0.1,status503=0.05,status429=0.05:retry_after=2,
+//! reset=0.02,lose_response=0.2:mode=drop,outage=10s..20s,recover_unavailable=0.5,
+//! status_unavailable=1,slow_cancel=3s,ingest=16m,token_ttl=30s,customid_window=72h
+//! ```
+//!
+//! | item | effect |
+//! |---|---|
+//! | `seed=N` | seeds the random draws (same seed, same sequence of faults) |
+//! | `latency=D` or `D1..D2` | every PAC answer waits D (uniform in D1..D2) |
+//! | `status500=P`, `status503=P` | stamp/cancel fail with that status **before** processing |
+//! | `status429=P[:retry_after=S]` | 429 with `Retry-After: S` (default 1) before processing |
+//! | `reset=P` | the connection is dropped before processing |
+//! | `lose_response=P[:mode=drop\|hang][:hang=D]` | the stamp **is committed**, then the connection is dropped (`drop`) or the answer held for D (`hang`, default 120s) so the client times out |
+//! | `malformed=P` | the stamp is committed, then the answer is broken JSON |
+//! | `outage=A..B` | between A and B after start every PAC endpoint answers 503 (repeatable) |
+//! | `recover_unavailable=P` | the datawarehouse (recover by UUID) answers 503 |
+//! | `status_unavailable=P` | the SAT status service answers 503 |
+//! | `slow_cancel=D` | cancellation answers take D |
+//! | `ingest=D` | a new UUID is unknown to cancel and status for D (real SAT: minutes) |
+//! | `token_ttl=D` | lifetime of auth tokens (default 2h) |
+//! | `customid_window=D` | how long a `customid` is remembered (default 72h) |
+//!
+//! Durations: `250ms`, `2s`, `5m`, `2h`, `3d`, or plain seconds. Probabilities: 0 to 1.
+
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoseMode {
+    Drop,
+    Hang(Duration),
+}
+
+/// A parsed fault spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSpec {
+    pub seed: u64,
+    pub latency: (Duration, Duration),
+    pub status500: f64,
+    pub status503: f64,
+    pub status429: f64,
+    pub retry_after: u64,
+    pub reset: f64,
+    pub lose_response: f64,
+    pub lose_mode: LoseMode,
+    pub malformed: f64,
+    pub outages: Vec<(Duration, Duration)>,
+    pub recover_unavailable: f64,
+    pub status_unavailable: f64,
+    pub slow_cancel: Duration,
+    pub ingest: Duration,
+    pub token_ttl: Duration,
+    pub customid_window: Duration,
+    /// The spec as written.
+    pub text: String,
+}
+
+impl Default for FaultSpec {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            latency: (Duration::ZERO, Duration::ZERO),
+            status500: 0.0,
+            status503: 0.0,
+            status429: 0.0,
+            retry_after: 1,
+            reset: 0.0,
+            lose_response: 0.0,
+            lose_mode: LoseMode::Drop,
+            malformed: 0.0,
+            outages: Vec::new(),
+            recover_unavailable: 0.0,
+            status_unavailable: 0.0,
+            slow_cancel: Duration::ZERO,
+            ingest: Duration::ZERO,
+            token_ttl: Duration::from_secs(2 * 3600),
+            customid_window: Duration::from_secs(72 * 3600),
+            text: String::new(),
+        }
+    }
+}
+
+impl fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.text.is_empty() {
+            "none"
+        } else {
+            &self.text
+        })
+    }
+}
+
+/// Parses `250ms`, `2s`, `5m`, `2h`, `3d` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86400.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (ms, s, m, h, d)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is not a duration"))
+}
+
+fn parse_range(s: &str) -> Result<(Duration, Duration), String> {
+    match s.split_once("..") {
+        Some((a, b)) => {
+            let (a, b) = (parse_duration(a)?, parse_duration(b)?);
+            if a > b {
+                return Err(format!("`{s}`: the range is reversed"));
+            }
+            Ok((a, b))
+        }
+        None => {
+            let d = parse_duration(s)?;
+            Ok((d, d))
+        }
+    }
+}
+
+fn parse_p(name: &str, v: &str) -> Result<f64, String> {
+    let p: f64 = v
+        .parse()
+        .map_err(|_| format!("{name}: `{v}` is not a probability"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{name}: {p} is not between 0 and 1"))
+    }
+}
+
+impl FaultSpec {
+    pub fn parse(spec: &str) -> Result<FaultSpec, String> {
+        let mut f = FaultSpec {
+            text: spec.trim().to_owned(),
+            ..FaultSpec::default()
+        };
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let mut parts = item.split(':');
+            let head = parts.next().unwrap_or_default();
+            let (name, value) = head.split_once('=').unwrap_or((head, ""));
+            let params: Vec<(&str, &str)> = parts
+                .map(|p| p.split_once('=').unwrap_or((p, "")))
+                .collect();
+            let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
+            if let Some((k, _)) = params.iter().find(|(k, _)| {
+                !matches!(
+                    (name, *k),
+                    ("status429", "retry_after") | ("lose_response", "mode" | "hang")
+                )
+            }) {
+                return Err(format!("{name}: unknown parameter `{k}`"));
+            }
+            match name {
+                "seed" => {
+                    f.seed = value
+                        .parse()
+                        .map_err(|_| format!("seed: `{value}` is not a number"))?
+                }
+                "latency" => f.latency = parse_range(value)?,
+                "status500" => f.status500 = parse_p(name, value)?,
+                "status503" => f.status503 = parse_p(name, value)?,
+                "status429" => {
+                    f.status429 = parse_p(name, value)?;
+                    if let Some(r) = param("retry_after") {
+                        f.retry_after = r
+                            .parse()
+                            .map_err(|_| format!("retry_after: `{r}` is not seconds"))?;
+                    }
+                }
+                "reset" => f.reset = parse_p(name, value)?,
+                "lose_response" => {
+                    f.lose_response = parse_p(name, value)?;
+                    let hang = param("hang")
+                        .map(parse_duration)
+                        .transpose()?
+                        .unwrap_or(Duration::from_secs(120));
+                    f.lose_mode = match param("mode") {
+                        None | Some("drop") => LoseMode::Drop,
+                        Some("hang") => LoseMode::Hang(hang),
+                        Some(m) => {
+                            return Err(format!("lose_response: unknown mode `{m}` (drop, hang)"));
+                        }
+                    };
+                }
+                "malformed" => f.malformed = parse_p(name, value)?,
+                "outage" => f.outages.push(parse_range(value)?),
+                "recover_unavailable" => f.recover_unavailable = parse_p(name, value)?,
+                "status_unavailable" => f.status_unavailable = parse_p(name, value)?,
+                "slow_cancel" => f.slow_cancel = parse_duration(value)?,
+                "ingest" => f.ingest = parse_duration(value)?,
+                "token_ttl" => f.token_ttl = parse_duration(value)?,
+                "customid_window" => f.customid_window = parse_duration(value)?,
+                _ => return Err(format!("unknown fault `{name}`")),
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// What to do before processing a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Before {
+    Proceed,
+    Status(u16, Option<u64>),
+    Reset,
+}
+
+/// What to do with the answer of a committed stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    Answer,
+    Lose(LoseMode),
+    Malformed,
+}
+
+/// The live faults: the spec plus its seeded random source.
+#[derive(Debug)]
+pub struct Faults {
+    spec: FaultSpec,
+    rng: Mutex<StdRng>,
+    started: Instant,
+}
+
+impl Faults {
+    pub fn new(spec: FaultSpec) -> Self {
+        let rng = StdRng::seed_from_u64(spec.seed);
+        Self {
+            spec,
+            rng: Mutex::new(rng),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn spec(&self) -> &FaultSpec {
+        &self.spec
+    }
+
+    fn draw(&self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        rng.random_bool(p.min(1.0))
+    }
+
+    /// Whether an outage window is open now.
+    pub fn in_outage(&self) -> bool {
+        let t = self.started.elapsed();
+        self.spec.outages.iter().any(|(a, b)| *a <= t && t < *b)
+    }
+
+    pub fn latency(&self) -> Duration {
+        let (a, b) = self.spec.latency;
+        if a == b {
+            return a;
+        }
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Duration::from_secs_f64(rng.random_range(a.as_secs_f64()..b.as_secs_f64()))
+    }
+
+    /// Failures before processing (stamp and cancel).
+    pub fn before(&self) -> Before {
+        let s = &self.spec;
+        if self.draw(s.reset) {
+            Before::Reset
+        } else if self.draw(s.status500) {
+            Before::Status(500, None)
+        } else if self.draw(s.status503) {
+            Before::Status(503, None)
+        } else if self.draw(s.status429) {
+            Before::Status(429, Some(s.retry_after))
+        } else {
+            Before::Proceed
+        }
+    }
+
+    /// What happens to the answer of a stamp that was committed.
+    pub fn after_stamp(&self) -> After {
+        if self.draw(self.spec.lose_response) {
+            After::Lose(self.spec.lose_mode)
+        } else if self.draw(self.spec.malformed) {
+            After::Malformed
+        } else {
+            After::Answer
+        }
+    }
+
+    pub fn recover_unavailable(&self) -> bool {
+        self.draw(self.spec.recover_unavailable)
+    }
+
+    pub fn status_unavailable(&self) -> bool {
+        self.draw(self.spec.status_unavailable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_reads_as_documented() {
+        let f = FaultSpec::parse(
+            "seed=7,latency=50ms,lose_response=0.2,status500=0.1,status429=0.05:retry_after=2,outage=10s..20s,ingest=16m",
+        )
+        .unwrap();
+        assert_eq!(f.seed, 7);
+        assert_eq!(
+            f.latency,
+            (Duration::from_millis(50), Duration::from_millis(50))
+        );
+        assert_eq!(f.retry_after, 2);
+        assert_eq!(
+            f.outages,
+            vec![(Duration::from_secs(10), Duration::from_secs(20))]
+        );
+        assert_eq!(f.ingest, Duration::from_secs(960));
+        assert!(FaultSpec::parse("status500=2").is_err());
+        assert!(FaultSpec::parse("nonsense=1").is_err());
+        assert!(FaultSpec::parse("status500=0.1:retry_after=2").is_err());
+        assert!(matches!(
+            FaultSpec::parse("lose_response=1:mode=hang:hang=5s").unwrap().lose_mode,
+            LoseMode::Hang(d) if d == Duration::from_secs(5)
+        ));
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_faults() {
+        let spec = FaultSpec::parse("seed=42,status500=0.3,status503=0.3").unwrap();
+        let run = || {
+            let f = Faults::new(spec.clone());
+            (0..50).map(|_| f.before()).collect::<Vec<_>>()
+        };
+        let a = run();
+        assert_eq!(a, run());
+        assert!(a.contains(&Before::Proceed) && a.contains(&Before::Status(500, None)));
+    }
+}

@@ -1,0 +1,160 @@
+//! Wiring: connect and migrate the database, build the HTTP server on a bound listener, start
+//! the background loops. `Application::build` binds first, so tests can use port 0 and read
+//! [`Application::port`].
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpServer, web};
+
+use crate::config::Settings;
+use crate::health::{self, Health};
+use crate::ingest::Ingestor;
+use crate::store::{self, Db};
+use crate::webhooks::{self, mercadopago};
+
+/// What every request handler and background loop shares.
+#[derive(Debug)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub db: Db,
+    pub ingestor: Ingestor,
+    pub mp: mercadopago::Client,
+    /// Heartbeats of background loops, reported by `/readyz`.
+    pub health: Health,
+}
+
+pub struct Application {
+    port: u16,
+    server: Server,
+    state: web::Data<AppState>,
+    /// The worker pool, when this application runs one (`serve` does; tests may not).
+    workers: Option<(crate::worker::Pool, crate::worker::Services)>,
+}
+
+impl Application {
+    /// Connects, migrates and binds `[server] listen`.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let db = store::connect(&settings.database).await?;
+        db.migrate().await?;
+        Self::build_with_db(settings, db)
+    }
+
+    /// Binds with an already connected and migrated database.
+    pub fn build_with_db(settings: Settings, db: Db) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(&settings.server.listen)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.server.listen))?;
+        let port = listener.local_addr()?.port();
+        let ingestor = Ingestor::new(&settings).map_err(|e| anyhow::anyhow!(e))?;
+        let mp_settings = &settings.mercadopago;
+        // The sandbox without Mercado Pago credentials reads payments from its own stand-in
+        // API, so `send-test-webhook --provider mercadopago` works on a fresh install.
+        let mp_sandbox = settings.is_sandbox() && mp_settings.access_token.is_none();
+        let (api_base, token) = if mp_sandbox {
+            (
+                format!("http://127.0.0.1:{port}/sandbox/mercadopago"),
+                Some("sandbox".to_owned()),
+            )
+        } else {
+            (
+                mp_settings.api_base.clone(),
+                mp_settings
+                    .access_token
+                    .as_ref()
+                    .map(|t| t.expose().to_owned()),
+            )
+        };
+        let mp = mercadopago::Client::new(
+            &api_base,
+            token,
+            Duration::from_secs(mp_settings.fetch_timeout_seconds),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        let health = Health::default();
+        health.register(
+            health::MP_FETCH_RETRY,
+            Duration::from_secs(
+                mp_settings.retry_interval_seconds * 3
+                    + mp_settings.fetch_timeout_seconds * 20
+                    + 30,
+            ),
+        );
+        let body_limit = settings.server.body_limit_bytes;
+        let state = web::Data::new(AppState {
+            settings: Arc::new(settings),
+            db,
+            ingestor,
+            mp,
+            health,
+        });
+        let data = state.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(actix_web::middleware::Logger::new("%r %s %Dms").exclude("/healthz"))
+                .app_data(data.clone())
+                .configure(health::routes)
+                .configure(|cfg| webhooks::routes(cfg, body_limit))
+                .configure(|cfg| {
+                    if mp_sandbox {
+                        cfg.route(
+                            "/sandbox/mercadopago/v1/payments/{id}",
+                            web::get().to(sandbox_mp_payment),
+                        );
+                    }
+                })
+        })
+        .listen(listener)?
+        .run();
+        Ok(Self {
+            port,
+            server,
+            state,
+            workers: None,
+        })
+    }
+
+    /// Starts the worker pool beside the HTTP server (`serve`).
+    pub async fn with_workers(mut self) -> anyhow::Result<Self> {
+        let services = crate::worker::services(&self.state.settings, self.state.db.clone()).await?;
+        let pool = services.worker.clone().start(
+            tokio_util::sync::CancellationToken::new(),
+            Some(self.state.health.clone()),
+        );
+        self.workers = Some((pool, services));
+        Ok(self)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn state(&self) -> web::Data<AppState> {
+        self.state.clone()
+    }
+
+    /// Serves until the server stops (Ctrl-C / SIGTERM) or a background loop ends.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let retry = tokio::spawn(webhooks::fetch_retry_loop(self.state.clone()));
+        // actix stops the server on SIGTERM / Ctrl-C; then the pool drains with its deadline.
+        let result = self.server.await;
+        retry.abort();
+        if let Some((pool, services)) = self.workers {
+            pool.shutdown().await;
+            drop(services);
+        }
+        result.map_err(Into::into)
+    }
+}
+
+/// The sandbox stand-in for Mercado Pago's `GET /v1/payments/{id}` (see [`crate::ops::sandbox_mp_payment`]).
+async fn sandbox_mp_payment(id: web::Path<String>) -> actix_web::HttpResponse {
+    match crate::ops::sandbox_mp_payment(&id) {
+        Some(body) => actix_web::HttpResponse::Ok()
+            .content_type("application/json")
+            .body(body),
+        None => actix_web::HttpResponse::NotFound()
+            .json(serde_json::json!({ "message": "Payment not found" })),
+    }
+}

@@ -1,0 +1,725 @@
+//! The worker pool's statements: claiming outbox and cancellation rows with a lease, keeping the
+//! lease alive, settling outcomes, the append-only PAC attempt log and worker heartbeats.
+//!
+//! Statements use `$n` placeholders, which sqlx accepts on SQLite too, so one text serves both
+//! backends except where PostgreSQL needs `FOR UPDATE SKIP LOCKED`. Every write is one short
+//! statement; nothing here is held across a PAC call.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::{Db, StoreError, ctx};
+
+/// Runs one write statement on either backend (SQLite writers queue on the process's write
+/// lock) and evaluates to the number of rows affected.
+macro_rules! exec {
+    ($db:expr, $what:literal, $sql:expr $(, $arg:expr)* $(,)?) => {
+        match $db {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                sqlx::query($sql)$(.bind($arg))*.execute(pool).await.map_err(ctx($what))?.rows_affected()
+            }
+            Db::Postgres(pool) => {
+                sqlx::query($sql)$(.bind($arg))*.execute(pool).await.map_err(ctx($what))?.rows_affected()
+            }
+        }
+    };
+}
+
+/// Runs a statement returning at most one row, mapping it with `$map` (a closure over the row).
+macro_rules! fetch_opt {
+    ($db:expr, $what:literal, $lock:expr, $sqlite:expr, $pg:expr, [$($arg:expr),*], $map:expr) => {
+        match $db {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = if $lock { Some(write_lock.lock().await) } else { None };
+                let row = sqlx::query($sqlite)$(.bind($arg))*.fetch_optional(pool).await.map_err(ctx($what))?;
+                row.map(|r| ($map)(&r)).transpose().map_err(ctx($what))?
+            }
+            Db::Postgres(pool) => {
+                let row = sqlx::query($pg)$(.bind($arg))*.fetch_optional(pool).await.map_err(ctx($what))?;
+                row.map(|r| ($map)(&r)).transpose().map_err(ctx($what))?
+            }
+        }
+    };
+}
+
+/// Runs a read returning many rows, mapping each with `$map`.
+macro_rules! fetch_all {
+    ($db:expr, $what:literal, $sql:expr, [$($arg:expr),*], $map:expr) => {
+        match $db {
+            Db::Sqlite { pool, .. } => {
+                let rows = sqlx::query($sql)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
+                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
+            }
+            Db::Postgres(pool) => {
+                let rows = sqlx::query($sql)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
+                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
+            }
+        }
+    };
+}
+
+/// An outbox row a worker holds the lease of.
+#[derive(Debug, Clone)]
+pub struct ClaimedStamp {
+    pub id: i64,
+    /// The state it was claimed from: `pending`, `retry_scheduled`, `unknown`, or `stamping`
+    /// (a lease that expired: its PAC call may have been sent).
+    pub claimed_from: String,
+    pub stamp_key: String,
+    pub request_json: String,
+    pub sealed_xml: Option<Vec<u8>>,
+    /// Including this claim.
+    pub attempts: i32,
+    pub test_mode: bool,
+    /// PACs the document was ever sent to (failover), comma-separated.
+    pub pac_route: Option<String>,
+}
+
+/// Claims one due row; a `stamping` row whose lease expired is due too (its worker died).
+/// `claimed_from = state` keeps the state it was claimed from (SET reads the old values).
+macro_rules! claim_stamp_sql {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE outbox SET claimed_from = state, state = 'stamping', lease_owner = $1, \
+             lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 \
+             WHERE id = (SELECT id FROM outbox \
+                         WHERE (state IN ('pending', 'retry_scheduled', 'unknown') AND run_at <= $3) \
+                            OR (state = 'stamping' AND lease_expires_at <= $3) \
+                         ORDER BY run_at, id LIMIT 1",
+            $lock,
+            ") RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route"
+        )
+    };
+}
+
+macro_rules! claim_cancel_sql {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE cancellations SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, \
+             updated_at = $3 \
+             WHERE id = (SELECT id FROM cancellations \
+                         WHERE state IN ('requested', 'retry_scheduled', 'unknown', 'pending_receiver') \
+                           AND run_at <= $3 AND (lease_expires_at IS NULL OR lease_expires_at <= $3) \
+                         ORDER BY run_at, id LIMIT 1",
+            $lock,
+            ") RETURNING id, outbox_id, uuid, rfc_emisor, rfc_receptor, total, motivo, folio_sustitucion, \
+             state, attempts"
+        )
+    };
+}
+
+/// A cancellation a worker holds the lease of.
+#[derive(Debug, Clone)]
+pub struct ClaimedCancel {
+    pub id: i64,
+    pub outbox_id: Option<i64>,
+    pub uuid: String,
+    pub rfc_emisor: String,
+    pub rfc_receptor: String,
+    pub total: String,
+    pub motivo: String,
+    pub folio_sustitucion: Option<String>,
+    pub state: String,
+    pub attempts: i32,
+}
+
+/// One PAC call, for the append-only attempt log.
+#[derive(Debug, Clone)]
+pub struct Attempt<'a> {
+    pub outbox_id: Option<i64>,
+    pub cancellation_id: Option<i64>,
+    pub operation: &'a str,
+    pub pac: &'a str,
+    pub outcome: &'a str,
+    pub http_status: Option<i32>,
+    pub code: Option<&'a str>,
+    pub message: Option<&'a str>,
+    pub latency_ms: i64,
+    pub uuid: Option<&'a str>,
+    pub worker: &'a str,
+}
+
+/// A logged attempt as read back.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AttemptRow {
+    pub id: i64,
+    pub outbox_id: Option<i64>,
+    pub operation: String,
+    pub pac: String,
+    pub outcome: String,
+    pub http_status: Option<i32>,
+    pub code: Option<String>,
+    pub message: Option<String>,
+    pub latency_ms: i64,
+    pub uuid: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// What a stamping attempt leaves in the row.
+#[derive(Debug, Clone)]
+pub enum Settle<'a> {
+    Stamped {
+        uuid: &'a str,
+        tfd_xml: &'a str,
+        stamped_xml: &'a [u8],
+        fecha_timbrado: &'a str,
+        flag: Option<&'a str>,
+    },
+    /// `retry_scheduled` or `unknown`, run again at `run_at`.
+    Later {
+        state: &'a str,
+        run_at: DateTime<Utc>,
+        code: Option<&'a str>,
+        message: &'a str,
+    },
+    /// `failed` or `expired`: a human decides.
+    Final {
+        state: &'a str,
+        code: Option<&'a str>,
+        message: &'a str,
+    },
+}
+
+impl Db {
+    /// Claims the next due outbox row for `owner` until `lease_until`.
+    pub async fn claim_stamp(
+        &self,
+        owner: &str,
+        lease_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ClaimedStamp>, StoreError> {
+        Ok(fetch_opt!(
+            self,
+            "claim an outbox row",
+            true,
+            claim_stamp_sql!(""),
+            claim_stamp_sql!(" FOR UPDATE SKIP LOCKED"),
+            [owner, lease_until, now],
+            |r: &dyn RowLike| r.claimed()
+        ))
+    }
+
+    /// Extends the lease while the PAC call runs; `false` when the lease was lost.
+    pub async fn extend_stamp_lease(
+        &self,
+        id: i64,
+        owner: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let n = exec!(
+            self,
+            "extend an outbox lease",
+            "UPDATE outbox SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND state = 'stamping'",
+            until,
+            id,
+            owner
+        );
+        Ok(n == 1)
+    }
+
+    /// Stores the sealed bytes, once: if another worker sealed first, its bytes stay (sealing
+    /// is deterministic, so they are the same). Returns the bytes now in the row.
+    pub async fn save_sealed(&self, id: i64, xml: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let now = Utc::now();
+        exec!(
+            self,
+            "store the sealed comprobante",
+            "UPDATE outbox SET sealed_xml = $1, sealed_at = $2 WHERE id = $3 AND sealed_xml IS NULL",
+            xml,
+            now,
+            id
+        );
+        let sql = "SELECT sealed_xml FROM outbox WHERE id = $1";
+        let got: Option<Option<Vec<u8>>> = fetch_opt!(
+            self,
+            "read the sealed comprobante",
+            false,
+            sql,
+            sql,
+            [id],
+            |r: &_| get_bytes(r)
+        );
+        got.flatten().ok_or_else(|| {
+            StoreError::Other(format!(
+                "outbox row {id} has no sealed comprobante after sealing"
+            ))
+        })
+    }
+
+    /// Records where a document is about to be sent (failover), before sending it.
+    pub async fn add_pac_route(&self, stamp_key: &str, route: &str) -> Result<(), StoreError> {
+        exec!(
+            self,
+            "record the PAC route",
+            "UPDATE outbox SET pac_route = CASE WHEN pac_route IS NULL OR pac_route = '' THEN $1 \
+               WHEN (',' || pac_route || ',') LIKE ('%,' || $1 || ',%') THEN pac_route \
+               ELSE pac_route || ',' || $1 END WHERE stamp_key = $2",
+            route,
+            stamp_key
+        );
+        Ok(())
+    }
+
+    /// The PACs a key was ever sent to.
+    pub async fn pac_routes(&self, stamp_key: &str) -> Result<Vec<String>, StoreError> {
+        let sql = "SELECT pac_route FROM outbox WHERE stamp_key = $1";
+        let got: Option<Option<String>> = fetch_opt!(
+            self,
+            "read the PAC route",
+            false,
+            sql,
+            sql,
+            [stamp_key],
+            |r: &_| get_opt_string(r, "pac_route")
+        );
+        Ok(got
+            .flatten()
+            .map(|s| {
+                s.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Settles a claimed row, if this worker still holds its lease. `false` when it does not
+    /// (another worker reclaimed it; it will reach the same answer from the idempotent PAC).
+    pub async fn settle_stamp(
+        &self,
+        id: i64,
+        owner: &str,
+        s: &Settle<'_>,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let n = match s {
+            Settle::Stamped {
+                uuid,
+                tfd_xml,
+                stamped_xml,
+                fecha_timbrado,
+                flag,
+            } => exec!(
+                self,
+                "record the stamp",
+                "UPDATE outbox SET state = 'stamped', uuid = $1, tfd_xml = $2, stamped_xml = $3, \
+                 fecha_timbrado = $4, stamped_at = $5, flag = COALESCE($6, flag), lease_owner = NULL, \
+                 lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, updated_at = $5 \
+                 WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
+                *uuid,
+                *tfd_xml,
+                *stamped_xml,
+                *fecha_timbrado,
+                now,
+                *flag,
+                id,
+                owner
+            ),
+            Settle::Later {
+                state,
+                run_at,
+                code,
+                message,
+            } => exec!(
+                self,
+                "schedule the next attempt",
+                "UPDATE outbox SET state = $1, run_at = $2, last_error_code = $3, last_error_message = $4, \
+                 lease_owner = NULL, lease_expires_at = NULL, updated_at = $5 \
+                 WHERE id = $6 AND lease_owner = $7 AND state = 'stamping'",
+                *state,
+                *run_at,
+                *code,
+                *message,
+                now,
+                id,
+                owner
+            ),
+            Settle::Final {
+                state,
+                code,
+                message,
+            } => exec!(
+                self,
+                "record the final state",
+                "UPDATE outbox SET state = $1, last_error_code = $2, last_error_message = $3, \
+                 lease_owner = NULL, lease_expires_at = NULL, updated_at = $4 \
+                 WHERE id = $5 AND lease_owner = $6 AND state = 'stamping'",
+                *state,
+                *code,
+                *message,
+                now,
+                id,
+                owner
+            ),
+        };
+        Ok(n == 1)
+    }
+
+    /// On shutdown: rows whose PAC call did not finish become `unknown` (the call may have
+    /// reached the PAC), to be recovered first by whichever worker takes them next.
+    pub async fn release_stamp_leases(&self, owner: &str) -> Result<u64, StoreError> {
+        let now = Utc::now();
+        Ok(exec!(
+            self,
+            "release leases",
+            "UPDATE outbox SET state = 'unknown', run_at = $1, lease_owner = NULL, lease_expires_at = NULL, \
+             last_error_message = 'released at shutdown while a PAC call was in flight', updated_at = $1 \
+             WHERE lease_owner = $2 AND state = 'stamping'",
+            now,
+            owner
+        ))
+    }
+
+    /// Appends one PAC call to the attempt log.
+    pub async fn log_attempt(&self, a: &Attempt<'_>) -> Result<(), StoreError> {
+        let now = Utc::now();
+        exec!(
+            self,
+            "log a PAC attempt",
+            "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, http_status, \
+             code, message, latency_ms, uuid, worker, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            a.outbox_id,
+            a.cancellation_id,
+            a.operation,
+            a.pac,
+            a.outcome,
+            a.http_status,
+            a.code,
+            a.message,
+            a.latency_ms,
+            a.uuid,
+            a.worker,
+            now
+        );
+        Ok(())
+    }
+
+    /// The attempt log of one outbox row, oldest first.
+    pub async fn attempts_of(&self, outbox_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
+        let sql = "SELECT id, outbox_id, operation, pac, outcome, http_status, code, message, latency_ms, uuid, at \
+                   FROM pac_attempts WHERE outbox_id = $1 ORDER BY id";
+        Ok(fetch_all!(
+            self,
+            "read the attempt log",
+            sql,
+            [outbox_id],
+            |r: &_| attempt_row(r)
+        ))
+    }
+
+    /// Registers or refreshes this process's worker pool.
+    pub async fn worker_heartbeat(
+        &self,
+        id: &str,
+        hostname: &str,
+        concurrency: i32,
+        in_flight: i32,
+        started_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let pid = i64::from(std::process::id());
+        exec!(
+            self,
+            "record the worker heartbeat",
+            "INSERT INTO workers (id, hostname, pid, concurrency, in_flight, started_at, last_seen) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (id) DO UPDATE SET in_flight = $5, last_seen = $7, stopped_at = NULL",
+            id,
+            hostname,
+            pid,
+            concurrency,
+            in_flight,
+            started_at,
+            now
+        );
+        Ok(())
+    }
+
+    pub async fn worker_stopped(&self, id: &str) -> Result<(), StoreError> {
+        let now = Utc::now();
+        exec!(
+            self,
+            "record the worker stop",
+            "UPDATE workers SET stopped_at = $1, in_flight = 0 WHERE id = $2",
+            now,
+            id
+        );
+        Ok(())
+    }
+
+    /// Outbox rows per state.
+    pub async fn outbox_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = "SELECT state, COUNT(*) AS n FROM outbox GROUP BY state ORDER BY state";
+        Ok(fetch_all!(self, "count outbox rows", sql, [], |r: &_| {
+            count_row(r)
+        }))
+    }
+
+    /// Claims the next due cancellation (to send, or to poll) for `owner`.
+    pub async fn claim_cancellation(
+        &self,
+        owner: &str,
+        lease_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ClaimedCancel>, StoreError> {
+        Ok(fetch_opt!(
+            self,
+            "claim a cancellation",
+            true,
+            claim_cancel_sql!(""),
+            claim_cancel_sql!(" FOR UPDATE SKIP LOCKED"),
+            [owner, lease_until, now],
+            |r: &_| cancel_row(r)
+        ))
+    }
+
+    /// Records a cancellation's progress and releases its lease.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn settle_cancellation(
+        &self,
+        id: i64,
+        owner: &str,
+        state: &str,
+        run_at: DateTime<Utc>,
+        estatus: Option<&str>,
+        sat_estado: Option<&str>,
+        acuse: Option<&str>,
+        error: Option<(&str, &str)>,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let (code, message) = error.map_or((None, None), |(c, m)| (Some(c), Some(m)));
+        let n = exec!(
+            self,
+            "record the cancellation's progress",
+            "UPDATE cancellations SET state = $1, run_at = $2, estatus_cancelacion = COALESCE($3, estatus_cancelacion), \
+             sat_estado = COALESCE($4, sat_estado), acuse_xml = COALESCE($5, acuse_xml), last_error_code = $6, \
+             last_error_message = $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = $8 \
+             WHERE id = $9 AND lease_owner = $10",
+            state,
+            run_at,
+            estatus,
+            sat_estado,
+            acuse,
+            code,
+            message,
+            now,
+            id,
+            owner
+        );
+        Ok(n == 1)
+    }
+
+    /// The stamped XML of an outbox row, for the SAT status query of its cancellation.
+    pub async fn stamped_xml_of(&self, outbox_id: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        let sql = "SELECT stamped_xml FROM outbox WHERE id = $1";
+        let got: Option<Option<Vec<u8>>> = fetch_opt!(
+            self,
+            "read the stamped XML",
+            false,
+            sql,
+            sql,
+            [outbox_id],
+            |r: &_| get_opt_bytes(r, "stamped_xml")
+        );
+        Ok(got.flatten())
+    }
+}
+
+/// Row access shared by both backends' row types.
+trait RowLike {
+    fn claimed(&self) -> Result<ClaimedStamp, sqlx::Error>;
+}
+
+macro_rules! impl_rowlike {
+    ($row:ty) => {
+        impl RowLike for $row {
+            fn claimed(&self) -> Result<ClaimedStamp, sqlx::Error> {
+                Ok(ClaimedStamp {
+                    id: self.try_get("id")?,
+                    claimed_from: self
+                        .try_get::<Option<String>, _>("claimed_from")?
+                        .unwrap_or_default(),
+                    stamp_key: self.try_get("stamp_key")?,
+                    request_json: self.try_get("request_json")?,
+                    sealed_xml: self.try_get("sealed_xml")?,
+                    attempts: self.try_get("attempts")?,
+                    test_mode: self.try_get("test_mode")?,
+                    pac_route: self.try_get("pac_route")?,
+                })
+            }
+        }
+    };
+}
+impl_rowlike!(sqlx::sqlite::SqliteRow);
+impl_rowlike!(sqlx::postgres::PgRow);
+
+fn get_bytes<R: RowExt>(r: &R) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    r.opt_bytes("sealed_xml")
+}
+
+fn get_opt_bytes<R: RowExt>(r: &R, col: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    r.opt_bytes(col)
+}
+
+fn get_opt_string<R: RowExt>(r: &R, col: &str) -> Result<Option<String>, sqlx::Error> {
+    r.opt_string(col)
+}
+
+fn count_row<R: RowExt>(r: &R) -> Result<(String, i64), sqlx::Error> {
+    Ok((r.string("state")?, r.int64("n")?))
+}
+
+fn attempt_row<R: RowExt>(r: &R) -> Result<AttemptRow, sqlx::Error> {
+    Ok(AttemptRow {
+        id: r.int64("id")?,
+        outbox_id: r.opt_int64("outbox_id")?,
+        operation: r.string("operation")?,
+        pac: r.string("pac")?,
+        outcome: r.string("outcome")?,
+        http_status: r.opt_int32("http_status")?,
+        code: r.opt_string("code")?,
+        message: r.opt_string("message")?,
+        latency_ms: r.int64("latency_ms")?,
+        uuid: r.opt_string("uuid")?,
+        at: r.time("at")?,
+    })
+}
+
+fn cancel_row<R: RowExt>(r: &R) -> Result<ClaimedCancel, sqlx::Error> {
+    Ok(ClaimedCancel {
+        id: r.int64("id")?,
+        outbox_id: r.opt_int64("outbox_id")?,
+        uuid: r.string("uuid")?,
+        rfc_emisor: r.string("rfc_emisor")?,
+        rfc_receptor: r.string("rfc_receptor")?,
+        total: r.string("total")?,
+        motivo: r.string("motivo")?,
+        folio_sustitucion: r.opt_string("folio_sustitucion")?,
+        state: r.string("state")?,
+        attempts: r.int32("attempts")?,
+    })
+}
+
+/// Typed column access, implemented for both backends' rows.
+pub(crate) trait RowExt {
+    fn string(&self, c: &str) -> Result<String, sqlx::Error>;
+    fn opt_string(&self, c: &str) -> Result<Option<String>, sqlx::Error>;
+    fn int64(&self, c: &str) -> Result<i64, sqlx::Error>;
+    fn opt_int64(&self, c: &str) -> Result<Option<i64>, sqlx::Error>;
+    fn int32(&self, c: &str) -> Result<i32, sqlx::Error>;
+    fn opt_int32(&self, c: &str) -> Result<Option<i32>, sqlx::Error>;
+    fn opt_bytes(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error>;
+    fn time(&self, c: &str) -> Result<DateTime<Utc>, sqlx::Error>;
+}
+
+macro_rules! impl_rowext {
+    ($row:ty) => {
+        impl RowExt for $row {
+            fn string(&self, c: &str) -> Result<String, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_string(&self, c: &str) -> Result<Option<String>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn int64(&self, c: &str) -> Result<i64, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_int64(&self, c: &str) -> Result<Option<i64>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn int32(&self, c: &str) -> Result<i32, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_int32(&self, c: &str) -> Result<Option<i32>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_bytes(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn time(&self, c: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+                self.try_get(c)
+            }
+        }
+    };
+}
+impl_rowext!(sqlx::sqlite::SqliteRow);
+impl_rowext!(sqlx::postgres::PgRow);
+
+impl Db {
+    /// A cancelled CFDI leaves the stamped list.
+    pub async fn mark_outbox_canceled(&self, outbox_id: i64) -> Result<(), StoreError> {
+        let now = Utc::now();
+        exec!(
+            self,
+            "mark the invoice cancelled",
+            "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'",
+            now,
+            outbox_id
+        );
+        Ok(())
+    }
+}
+
+/// The worker-facing view of one outbox row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OutboxStatus {
+    pub id: i64,
+    pub state: String,
+    pub run_at: DateTime<Utc>,
+    pub attempts: i32,
+    pub uuid: Option<String>,
+    pub last_error_code: Option<String>,
+    pub last_error_message: Option<String>,
+    pub sealed_xml: Option<Vec<u8>>,
+    pub stamped_xml: Option<Vec<u8>>,
+}
+
+fn status_row<R: RowExt>(r: &R) -> Result<OutboxStatus, sqlx::Error> {
+    Ok(OutboxStatus {
+        id: r.int64("id")?,
+        state: r.string("state")?,
+        run_at: r.time("run_at")?,
+        attempts: r.int32("attempts")?,
+        uuid: r.opt_string("uuid")?,
+        last_error_code: r.opt_string("last_error_code")?,
+        last_error_message: r.opt_string("last_error_message")?,
+        sealed_xml: r.opt_bytes("sealed_xml")?,
+        stamped_xml: r.opt_bytes("stamped_xml")?,
+    })
+}
+
+impl Db {
+    /// One outbox row by its stamp key.
+    pub async fn outbox_status(&self, stamp_key: &str) -> Result<Option<OutboxStatus>, StoreError> {
+        let sql = "SELECT id, state, run_at, attempts, uuid, last_error_code, last_error_message, sealed_xml, \
+                   stamped_xml FROM outbox WHERE stamp_key = $1";
+        Ok(fetch_opt!(
+            self,
+            "read an outbox row",
+            false,
+            sql,
+            sql,
+            [stamp_key],
+            |r: &_| status_row(r)
+        ))
+    }
+}
+
+fn worker_count_row<R: RowExt>(r: &R) -> Result<(String, i64), sqlx::Error> {
+    Ok((r.opt_string("worker")?.unwrap_or_default(), r.int64("n")?))
+}
+
+impl Db {
+    /// Stamp attempts per worker process: how the work was shared.
+    pub async fn attempts_per_worker(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = "SELECT worker, COUNT(*) AS n FROM pac_attempts WHERE operation = 'stamp' GROUP BY worker ORDER BY worker";
+        Ok(fetch_all!(
+            self,
+            "count attempts per worker",
+            sql,
+            [],
+            |r: &_| worker_count_row(r)
+        ))
+    }
+}

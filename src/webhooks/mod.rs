@@ -1,0 +1,390 @@
+//! Inbound payment webhooks: raw bytes in, a verified and deduplicated payment out, written with
+//! its frozen outbox row in one transaction (`docs/webhooks.md` §8).
+//!
+//! Routes read `web::Bytes` (never a JSON extractor) so the signature is checked over the exact
+//! bytes received. A 2xx is sent only once the delivery is durably stored.
+
+pub mod mercadopago;
+pub mod signature;
+pub mod stripe;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::Utc;
+use sha2::{Digest, Sha256};
+
+use crate::error::WebhookError;
+use crate::startup::AppState;
+use crate::store::{EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
+
+/// Routes under `/webhooks`.
+pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {
+    cfg.service(
+        web::scope("/webhooks")
+            .app_data(web::PayloadConfig::new(body_limit))
+            .route("/stripe", web::post().to(stripe_webhook))
+            .route("/mercadopago", web::post().to(mercadopago_webhook)),
+    );
+}
+
+fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The headers and query worth keeping with the raw body (signatures are not secrets).
+fn audit_headers(req: &HttpRequest) -> String {
+    let mut m = BTreeMap::new();
+    for name in [
+        "stripe-signature",
+        "x-signature",
+        "x-request-id",
+        "content-type",
+        "user-agent",
+    ] {
+        if let Some(v) = header(req, name) {
+            m.insert(name.to_owned(), v.to_owned());
+        }
+    }
+    if !req.query_string().is_empty() {
+        m.insert("query".to_owned(), req.query_string().to_owned());
+    }
+    serde_json::to_string(&m).unwrap_or_else(|_| "{}".into())
+}
+
+fn event(
+    provider: &str,
+    event_id: String,
+    event_type: String,
+    status: &str,
+    req: &HttpRequest,
+    body: &[u8],
+) -> NewEvent {
+    NewEvent {
+        provider: provider.to_owned(),
+        event_id,
+        event_type,
+        status: status.to_owned(),
+        reason: None,
+        payment_ref: None,
+        livemode: None,
+        api_version: None,
+        account: None,
+        headers_json: audit_headers(req),
+        raw_body: body.to_vec(),
+        next_attempt_at: None,
+    }
+}
+
+/// Keeps a signed but unreadable body for audit, then refuses it with 400.
+async fn malformed(
+    state: &AppState,
+    provider: &str,
+    req: &HttpRequest,
+    body: &[u8],
+    reason: String,
+) -> WebhookError {
+    let digest = hex::encode(Sha256::digest(body));
+    let mut ev = event(
+        provider,
+        format!("malformed:{}", &digest[..32]),
+        String::new(),
+        "malformed",
+        req,
+        body,
+    );
+    ev.reason = Some(reason.clone());
+    match state.db.record_event(&ev).await {
+        Ok(_) => WebhookError::Malformed(reason),
+        Err(e) => WebhookError::Unavailable(e),
+    }
+}
+
+fn ack(outcome: &str, extra: serde_json::Value) -> HttpResponse {
+    let mut body = serde_json::json!({ "received": true, "outcome": outcome });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    HttpResponse::Ok().json(body)
+}
+
+fn outcome_name(o: &IngestOutcome) -> &'static str {
+    match o {
+        IngestOutcome::DuplicateEvent => "duplicate",
+        IngestOutcome::DuplicatePayment => "duplicate_payment",
+        IngestOutcome::Recorded {
+            outbox_row: Some(_),
+            ..
+        } => "invoice_queued",
+        IngestOutcome::Recorded { .. } => "payment_recorded",
+    }
+}
+
+/// `POST /webhooks/stripe`.
+#[tracing::instrument(skip_all, fields(event_id = tracing::field::Empty, event_type = tracing::field::Empty))]
+async fn stripe_webhook(
+    req: HttpRequest,
+    body: web::Bytes,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, WebhookError> {
+    let secrets: Vec<&str> = state
+        .settings
+        .stripe
+        .webhook_secrets
+        .iter()
+        .map(|s| s.expose())
+        .collect();
+    signature::verify_stripe(
+        header(&req, "stripe-signature"),
+        &body,
+        &secrets,
+        state.settings.stripe.tolerance_seconds,
+        Utc::now().timestamp(),
+    )?;
+    let ev = match stripe::parse(&body) {
+        Ok(ev) => ev,
+        Err(reason) => return Err(malformed(&state, stripe::PROVIDER, &req, &body, reason).await),
+    };
+    let span = tracing::Span::current();
+    span.record("event_id", ev.id.as_str());
+    span.record("event_type", ev.kind.as_str());
+    let mut row = event(
+        stripe::PROVIDER,
+        ev.id.clone(),
+        ev.kind.clone(),
+        "processed",
+        &req,
+        &body,
+    );
+    row.livemode = Some(ev.livemode);
+    row.api_version = ev.api_version.clone();
+    row.account = ev.account.clone();
+    let (status, reason, payment_ref) = match stripe::classify(&ev) {
+        stripe::Meaning::Paid(facts) => {
+            row.payment_ref = Some(facts.payment_id.clone());
+            let (payment, draft) = state.ingestor.plan(&facts);
+            let out = state
+                .db
+                .ingest(&EventRow::Insert(Box::new(row)), &payment, draft)
+                .await?;
+            tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %payment.status, "stripe payment");
+            let folio = match &out {
+                IngestOutcome::Recorded { folio, .. } => folio.clone(),
+                _ => None,
+            };
+            return Ok(ack(
+                outcome_name(&out),
+                serde_json::json!({ "payment_status": payment.status, "folio": folio, "reason": payment.reason }),
+            ));
+        }
+        stripe::Meaning::Record {
+            payment_ref,
+            reason,
+        } => ("recorded", reason, payment_ref),
+        stripe::Meaning::Ignore(reason) => ("ignored", reason, None),
+        stripe::Meaning::Attention {
+            payment_ref,
+            reason,
+        } => ("needs_attention", reason, payment_ref),
+    };
+    row.status = status.to_owned();
+    row.reason = Some(reason.clone());
+    row.payment_ref = payment_ref;
+    let inserted = state.db.record_event(&row).await?;
+    let outcome = if inserted.is_some() {
+        status
+    } else {
+        "duplicate"
+    };
+    tracing::info!(outcome, %reason, "stripe event");
+    Ok(ack(outcome, serde_json::json!({ "reason": reason })))
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct MpQuery {
+    #[serde(rename = "data.id")]
+    data_id: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+/// `POST /webhooks/mercadopago?data.id=…&type=payment`.
+#[tracing::instrument(skip_all, fields(event_id = tracing::field::Empty, data_id = tracing::field::Empty))]
+async fn mercadopago_webhook(
+    req: HttpRequest,
+    body: web::Bytes,
+    query: web::Query<MpQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, WebhookError> {
+    let mp = &state.settings.mercadopago;
+    let request_id = header(&req, "x-request-id");
+    signature::verify_mercadopago(
+        header(&req, "x-signature"),
+        request_id,
+        query.data_id.as_deref(),
+        mp.webhook_secret.as_ref().map(|s| s.expose()),
+        mp.tolerance_seconds,
+        Utc::now().timestamp(),
+    )?;
+    let n = match mercadopago::Notification::parse(&body) {
+        Ok(n) => n,
+        Err(reason) => {
+            return Err(malformed(&state, mercadopago::PROVIDER, &req, &body, reason).await);
+        }
+    };
+    let kind = query.kind.clone().unwrap_or_else(|| n.kind().to_owned());
+    let data_id = query.data_id.clone().or_else(|| n.data_id());
+    let key = n.event_key(data_id.as_deref(), request_id);
+    tracing::Span::current()
+        .record("event_id", key.as_str())
+        .record("data_id", data_id.as_deref().unwrap_or(""));
+    let mut row = event(
+        mercadopago::PROVIDER,
+        key.clone(),
+        kind.clone(),
+        "ignored",
+        &req,
+        &body,
+    );
+    row.livemode = n.live_mode;
+    row.api_version = n.api_version.clone();
+    row.account = n.user_id.as_ref().map(ToString::to_string);
+    row.payment_ref = data_id.clone();
+    if kind != "payment" {
+        row.reason = Some(format!("notification type {kind:?} is not invoiced"));
+        let inserted = state.db.record_event(&row).await?;
+        return Ok(ack(
+            if inserted.is_some() {
+                "ignored"
+            } else {
+                "duplicate"
+            },
+            serde_json::json!({}),
+        ));
+    }
+    let Some(data_id) = data_id else {
+        return Err(malformed(
+            &state,
+            mercadopago::PROVIDER,
+            &req,
+            &body,
+            "payment notification without data.id".into(),
+        )
+        .await);
+    };
+    // Stored first: from here on the notification cannot be lost, whatever the API does.
+    row.status = "pending_fetch".into();
+    row.next_attempt_at =
+        Some(Utc::now() + chrono::Duration::seconds(retry_delay_seconds(&state, 0)));
+    let id = match state.db.record_event(&row).await? {
+        Some(id) => id,
+        None => match state.db.event_status(mercadopago::PROVIDER, &key).await? {
+            Some((id, status)) if status == "pending_fetch" => id,
+            _ => return Ok(ack("duplicate", serde_json::json!({}))),
+        },
+    };
+    let pending = PendingFetch {
+        id,
+        provider: mercadopago::PROVIDER.into(),
+        event_id: key,
+        payment_ref: Some(data_id),
+        livemode: n.live_mode,
+        attempts: 0,
+    };
+    let outcome = resolve(&state, &pending).await?;
+    Ok(ack(outcome, serde_json::json!({})))
+}
+
+/// Seconds before the next fetch after `attempts` failures: the configured interval, doubling,
+/// at most an hour.
+fn retry_delay_seconds(state: &AppState, attempts: i32) -> i64 {
+    let base = state.settings.mercadopago.retry_interval_seconds.max(1);
+    let factor = 1u64 << attempts.clamp(0, 6);
+    i64::try_from((base * factor).min(3600)).unwrap_or(3600)
+}
+
+/// Fetches the payment a stored notification points to and records what it means. A failed
+/// fetch only reschedules: the notification stays stored as `pending_fetch`.
+pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str, StoreError> {
+    let data_id = p.payment_ref.clone().unwrap_or_default();
+    let payment = match state.mp.payment(&data_id).await {
+        Ok(payment) => payment,
+        Err(e) => {
+            let at = Utc::now() + chrono::Duration::seconds(retry_delay_seconds(state, p.attempts));
+            tracing::warn!(event_id = %p.event_id, error = %e, next_attempt = %at, "payment fetch failed; kept for retry");
+            state.db.reschedule_fetch(p.id, at, &e.to_string()).await?;
+            return Ok("stored_pending_fetch");
+        }
+    };
+    let payment_ref = payment.id_text();
+    match payment.meaning(&p.event_id, p.livemode) {
+        mercadopago::Meaning::Paid(facts) => {
+            let (row, draft) = state.ingestor.plan(&facts);
+            let out = state
+                .db
+                .ingest(
+                    &EventRow::Stored {
+                        id: p.id,
+                        payment_ref,
+                        livemode: facts.livemode,
+                    },
+                    &row,
+                    draft,
+                )
+                .await?;
+            tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %row.status, "mercadopago payment");
+            Ok(outcome_name(&out))
+        }
+        mercadopago::Meaning::Record(reason) => {
+            state
+                .db
+                .finish_pending_event(
+                    p.id,
+                    "recorded",
+                    Some(&reason),
+                    Some(&payment_ref),
+                    payment.live_mode,
+                )
+                .await?;
+            Ok("recorded")
+        }
+        mercadopago::Meaning::Attention(reason) => {
+            state
+                .db
+                .finish_pending_event(
+                    p.id,
+                    "needs_attention",
+                    Some(&reason),
+                    Some(&payment_ref),
+                    payment.live_mode,
+                )
+                .await?;
+            Ok("needs_attention")
+        }
+    }
+}
+
+/// Background retry of notifications whose payment could not be fetched. Runs until the
+/// process stops; beats the `mp_fetch_retry` heartbeat each round.
+pub async fn fetch_retry_loop(state: web::Data<AppState>) {
+    let interval = Duration::from_secs(state.settings.mercadopago.retry_interval_seconds.max(1));
+    let lease = Duration::from_secs(state.settings.mercadopago.fetch_timeout_seconds * 2 + 30);
+    loop {
+        state.health.beat(crate::health::MP_FETCH_RETRY);
+        match state.db.claim_pending_fetches(lease, 20).await {
+            Ok(batch) => {
+                for p in &batch {
+                    if let Err(e) = resolve(&state, p).await {
+                        tracing::warn!(event_id = %p.event_id, error = %e, "stored notification not resolved");
+                    }
+                }
+                if !batch.is_empty() {
+                    continue;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot claim stored notifications"),
+        }
+        tokio::time::sleep(interval).await;
+    }
+}

@@ -1,0 +1,261 @@
+//! Stripe snapshot events (`docs/webhooks.md` §2–3): which ones invoice, and the payment facts
+//! they carry. Parsing is tolerant: unknown fields are ignored, most fields optional.
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ingest::{self, CustomerData, Method, PaymentFacts};
+
+pub const PROVIDER: &str = "stripe";
+
+/// The event envelope.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Event {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Seconds since the epoch: when the event (the success) happened.
+    pub created: i64,
+    #[serde(default)]
+    pub livemode: bool,
+    pub api_version: Option<String>,
+    pub account: Option<String>,
+    pub data: EventData,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EventData {
+    pub object: Value,
+}
+
+/// What an event means for us.
+#[derive(Debug, Clone)]
+pub enum Meaning {
+    /// A paid sale to invoice.
+    Paid(Box<PaymentFacts>),
+    /// Kept for a later flow (refunds → egreso, disputes → review).
+    Record {
+        payment_ref: Option<String>,
+        reason: String,
+    },
+    /// Nothing to do; answered 200 and kept as `ignored`.
+    Ignore(String),
+    /// Signed but unusable: recorded as needing attention.
+    Attention {
+        payment_ref: Option<String>,
+        reason: String,
+    },
+}
+
+/// Parses the body of a verified delivery.
+pub fn parse(body: &[u8]) -> Result<Event, String> {
+    let v: Event = serde_json::from_slice(body).map_err(|e| format!("not a Stripe event: {e}"))?;
+    if v.id.is_empty() {
+        return Err("not a Stripe event: empty id".into());
+    }
+    Ok(v)
+}
+
+fn s(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// An id field that is either the id string or an expanded object with `id`.
+fn id_of(v: &Value, key: &str) -> Option<String> {
+    match v.get(key) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(obj @ Value::Object(_)) => s(obj, "id"),
+        _ => None,
+    }
+}
+
+pub fn classify(ev: &Event) -> Meaning {
+    let o = &ev.data.object;
+    match ev.kind.as_str() {
+        "payment_intent.succeeded" => paid(payment_intent(ev, o)),
+        "checkout.session.completed" => match o.get("payment_status").and_then(Value::as_str) {
+            Some("paid") => paid(checkout_session(ev, o)),
+            other => Meaning::Ignore(format!(
+                "checkout session with payment_status {}: waiting for async_payment_succeeded",
+                other.unwrap_or("missing")
+            )),
+        },
+        "checkout.session.async_payment_succeeded" => paid(checkout_session(ev, o)),
+        k if k.starts_with("charge.refunded") || k.starts_with("refund.") => Meaning::Record {
+            payment_ref: id_of(o, "payment_intent")
+                .or_else(|| id_of(o, "charge"))
+                .or_else(|| s(o, "id")),
+            reason: "refund: kept for the credit note (egreso)".into(),
+        },
+        k if k.starts_with("charge.dispute.") => Meaning::Record {
+            payment_ref: id_of(o, "payment_intent").or_else(|| id_of(o, "charge")),
+            reason: "dispute: kept for manual review".into(),
+        },
+        other => Meaning::Ignore(format!("event type {other} is not invoiced")),
+    }
+}
+
+fn paid(r: Result<PaymentFacts, (Option<String>, String)>) -> Meaning {
+    match r {
+        Ok(f) => Meaning::Paid(Box::new(f)),
+        Err((payment_ref, reason)) => Meaning::Attention {
+            payment_ref,
+            reason,
+        },
+    }
+}
+
+fn paid_at(ev: &Event) -> Result<DateTime<Utc>, (Option<String>, String)> {
+    DateTime::from_timestamp(ev.created, 0)
+        .ok_or((None, format!("event created {} is not a time", ev.created)))
+}
+
+fn amount(
+    o: &Value,
+    keys: &[&str],
+    id: &str,
+) -> Result<(rust_decimal::Decimal, String), (Option<String>, String)> {
+    let minor = keys
+        .iter()
+        .find_map(|k| o.get(*k).and_then(Value::as_i64))
+        .ok_or((Some(id.to_owned()), format!("missing {}", keys.join(" / "))))?;
+    let currency = s(o, "currency")
+        .ok_or((Some(id.to_owned()), "missing currency".into()))?
+        .to_uppercase();
+    let amount = ingest::from_minor_units(minor, &currency).ok_or((
+        Some(id.to_owned()),
+        format!("currency {currency} is not in c_Moneda"),
+    ))?;
+    Ok((amount, currency))
+}
+
+/// The method from an expanded charge, else from the single allowed method type.
+fn method(o: &Value) -> Method {
+    let details = o
+        .get("latest_charge")
+        .and_then(|c| c.get("payment_method_details"))
+        .or_else(|| o.get("payment_method_details"));
+    if let Some(d) = details {
+        return method_from_details(d);
+    }
+    let types: Vec<&str> = o
+        .get("payment_method_types")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match types.as_slice() {
+        ["oxxo"] => Method::Oxxo,
+        ["customer_balance"] => Method::Spei,
+        ["card"] | [] => Method::Card(None),
+        _ => Method::Card(None),
+    }
+}
+
+fn method_from_details(d: &Value) -> Method {
+    match d.get("type").and_then(Value::as_str) {
+        Some("card") => Method::Card(d.get("card").and_then(|c| s(c, "funding"))),
+        Some("oxxo") => Method::Oxxo,
+        Some("customer_balance") => Method::Spei,
+        Some(other) => Method::Other(other.to_owned()),
+        None => Method::Card(None),
+    }
+}
+
+fn payment_intent(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>, String)> {
+    let id = s(o, "id").ok_or((None, "payment intent without id".into()))?;
+    let (amount, currency) = amount(o, &["amount_received", "amount"], &id)?;
+    let mut customer = CustomerData {
+        email: s(o, "receipt_email"),
+        ..CustomerData::default()
+    };
+    customer.fill_from_metadata(o.get("metadata"));
+    Ok(PaymentFacts {
+        provider: PROVIDER,
+        payment_id: id,
+        event_id: ev.id.clone(),
+        amount,
+        currency,
+        method: method(o),
+        paid_at: paid_at(ev)?,
+        livemode: ev.livemode,
+        customer,
+        description: s(o, "description"),
+    })
+}
+
+fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>, String)> {
+    let session = s(o, "id").ok_or((None, "checkout session without id".into()))?;
+    // The PaymentIntent id, when there is one, so the same sale seen through
+    // payment_intent.succeeded is recognised as the same payment.
+    let id = id_of(o, "payment_intent").unwrap_or(session);
+    let (amount, currency) = amount(o, &["amount_total"], &id)?;
+    let mut customer = CustomerData::default();
+    if let Some(cd) = o.get("customer_details") {
+        customer.rfc = cd
+            .get("tax_ids")
+            .and_then(Value::as_array)
+            .and_then(|ids| {
+                ids.iter()
+                    .find(|t| t.get("type").and_then(Value::as_str) == Some("mx_rfc"))
+            })
+            .and_then(|t| s(t, "value"))
+            .map(|v| v.trim().to_uppercase());
+        customer.nombre = s(cd, "business_name")
+            .or_else(|| s(cd, "name"))
+            .filter(|n| !n.trim().is_empty());
+        customer.codigo_postal = cd.get("address").and_then(|a| s(a, "postal_code"));
+        customer.email = s(cd, "email");
+    }
+    customer.fill_from_metadata(o.get("metadata"));
+    Ok(PaymentFacts {
+        provider: PROVIDER,
+        payment_id: id,
+        event_id: ev.id.clone(),
+        amount,
+        currency,
+        method: method(o),
+        paid_at: paid_at(ev)?,
+        livemode: ev.livemode,
+        customer,
+        description: None,
+    })
+}
+
+/// A realistic signed-ready `payment_intent.succeeded` body for `send-test-webhook` and tests.
+/// `suffix` makes the event and payment ids unique.
+pub fn sample_payment_intent(suffix: &str, created: i64, livemode: bool) -> String {
+    serde_json::json!({
+        "id": format!("evt_test_{suffix}"),
+        "object": "event",
+        "api_version": "2026-06-24.dahlia",
+        "created": created,
+        "data": { "object": {
+            "id": format!("pi_test_{suffix}"),
+            "object": "payment_intent",
+            "amount": 11600,
+            "amount_received": 11600,
+            "currency": "mxn",
+            "customer": null,
+            "description": "Plan Pro - suscripción mensual",
+            "latest_charge": format!("ch_test_{suffix}"),
+            "livemode": livemode,
+            "metadata": {
+                "order_id": format!("ORD-{suffix}"),
+                "rfc": "XIQB891116QE4",
+                "razon_social": "BERENICE XIMO QUEZADA",
+                "regimen_fiscal": "612",
+                "codigo_postal": "26015",
+                "uso_cfdi": "G03"
+            },
+            "payment_method_types": ["card"],
+            "receipt_email": "cliente@example.mx",
+            "status": "succeeded"
+        }},
+        "livemode": livemode,
+        "pending_webhooks": 1,
+        "request": { "id": null, "idempotency_key": null },
+        "type": "payment_intent.succeeded"
+    })
+    .to_string()
+}

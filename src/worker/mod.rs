@@ -1,0 +1,910 @@
+//! The worker pool: drains the outbox at least once into an idempotent PAC, which makes each
+//! sale's stamp happen exactly once.
+//!
+//! # States of an outbox row
+//!
+//! ```text
+//! pending ──claim──▶ stamping ──Stamped / AlreadyStamped──▶ stamped
+//!                       │ ├──Retryable (nothing happened)──▶ retry_scheduled ──(run_at)──▶ stamping
+//!                       │ ├──Unknown (may have happened)───▶ unknown ──(run_at)──▶ stamping: recover first
+//!                       │ ├──Rejected (code, message)──────▶ failed        (a human fixes the data)
+//!                       │ ├──attempts exhausted────────────▶ failed        (dead letter)
+//!                       │ └──Fecha past the 72 h window────▶ expired       (only an admin refreeze)
+//!                       └──lease expired (process died)────▶ reclaimed by any worker: recover first
+//! ```
+//!
+//! Rules that make "exactly once" hold:
+//! - A row is claimed with a lease in one short statement; no transaction or row lock is held
+//!   while the PAC call runs, and a keepalive extends the lease meanwhile.
+//! - The document is sealed once from the frozen request and the sealed bytes are stored before
+//!   the first PAC call; every attempt sends those bytes under the row's stamp key.
+//! - A row that may have reached the PAC (`unknown`, or a `stamping` row whose worker died) is
+//!   first *recovered* by key; only if the PAC holds no stamp are the same bytes sent again.
+//! - Every PAC call is appended to `pac_attempts`.
+//!
+//! Cancellations ([`cancel`]) are drained by the same loops with the same discipline.
+
+pub mod cancel;
+pub mod retry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeZone, Utc};
+use chrono_tz::America::Mexico_City;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::cfdi::{self, Csd, InvoiceRequest};
+use crate::domain::StampKey;
+use crate::pac::{self, AttemptLog, PacClient, Recovery, Route, StampOutcome};
+use crate::store::worker::{Attempt, ClaimedStamp, Settle};
+use crate::store::{Db, StoreError};
+
+pub use retry::RetryPolicy;
+
+/// `[worker]` settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Rows processed at once by this process.
+    pub concurrency: usize,
+    /// How long a claim lasts without a keepalive; a dead worker's rows return after this.
+    pub lease: Duration,
+    /// Sleep between polls when there is nothing to do.
+    pub idle_poll: Duration,
+    /// On shutdown, how long in-flight PAC calls may take before their rows are released.
+    pub shutdown_grace: Duration,
+    /// The SAT window between Fecha and stamping.
+    pub window: Duration,
+    /// Treat a row as expired this long before the window closes (the PAC checks on arrival).
+    pub window_margin: Duration,
+    /// First delay between status polls of a cancellation awaiting the receptor.
+    pub cancel_poll: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            lease: Duration::from_secs(30),
+            idle_poll: Duration::from_millis(500),
+            shutdown_grace: Duration::from_secs(20),
+            window: Duration::from_secs(72 * 3600),
+            window_margin: Duration::from_secs(60),
+            cancel_poll: Duration::from_secs(60),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Reads `[worker]`: `concurrency` plus the optional keys below, each validated.
+    pub fn from_settings(s: &crate::config::WorkerSettings) -> Result<Self, String> {
+        let mut c = Self {
+            concurrency: s.concurrency,
+            ..Self::default()
+        };
+        if c.concurrency == 0 || c.concurrency > 1024 {
+            return Err(format!(
+                "[worker] concurrency must be 1 to 1024, not {}",
+                c.concurrency
+            ));
+        }
+        for (k, v) in &s.extra {
+            let n = v
+                .as_integer()
+                .filter(|n| *n >= 0)
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| format!("[worker] {k} must be a non-negative integer"))?;
+            match k.as_str() {
+                "lease_seconds" if n >= 2 => c.lease = Duration::from_secs(n),
+                "idle_poll_ms" if n >= 10 => c.idle_poll = Duration::from_millis(n),
+                "shutdown_grace_seconds" => c.shutdown_grace = Duration::from_secs(n),
+                "window_hours" if n >= 1 => c.window = Duration::from_secs(n * 3600),
+                "window_margin_seconds" => c.window_margin = Duration::from_secs(n),
+                "cancel_poll_seconds" if n >= 1 => c.cancel_poll = Duration::from_secs(n),
+                "backoff_base_seconds" if n >= 1 => c.retry.base = Duration::from_secs(n),
+                "backoff_cap_seconds" if n >= 1 => c.retry.cap = Duration::from_secs(n),
+                "max_attempts" if n >= 1 => {
+                    c.retry.max_attempts =
+                        i32::try_from(n).map_err(|_| "[worker] max_attempts is too large")?;
+                }
+                "lease_seconds"
+                | "idle_poll_ms"
+                | "window_hours"
+                | "cancel_poll_seconds"
+                | "backoff_base_seconds"
+                | "backoff_cap_seconds"
+                | "max_attempts" => {
+                    return Err(format!("[worker] {k} = {n} is too small"));
+                }
+                other => {
+                    return Err(format!(
+                        "[worker] unknown key `{other}` (known: concurrency, lease_seconds, idle_poll_ms, \
+                         shutdown_grace_seconds, window_hours, window_margin_seconds, cancel_poll_seconds, \
+                         backoff_base_seconds, backoff_cap_seconds, max_attempts)"
+                    ));
+                }
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// What every worker loop shares.
+pub struct Worker {
+    pub db: Db,
+    pub pac: Arc<PacClient>,
+    /// The issuer's CSD, to seal frozen requests.
+    pub csd: Arc<Csd>,
+    pub cfg: WorkerConfig,
+    /// Label of the configured PAC in the attempt log (`sandbox`, `sw`, `finkok`).
+    pub pac_label: String,
+    /// Whether the PAC issues real CFDIs: test-mode payments are never sent to it.
+    pub pac_is_production: bool,
+    /// This process's id in leases, heartbeats and the attempt log.
+    pub id: String,
+    /// Rows being processed right now (reported by the heartbeat).
+    in_flight: AtomicI32,
+    started_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.id)
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+/// A running pool; [`Pool::shutdown`] drains it.
+#[derive(Debug)]
+pub struct Pool {
+    token: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Pool {
+    /// Asks the pool to stop claiming and waits until in-flight work is finished or released.
+    pub async fn shutdown(self) {
+        self.token.cancel();
+        if let Err(e) = self.handle.await {
+            error!(error = %e, "worker pool ended abnormally");
+        }
+    }
+
+    /// The token that stops the pool (shared with the HTTP server's shutdown).
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+impl Worker {
+    pub fn new(
+        db: Db,
+        pac: Arc<PacClient>,
+        csd: Arc<Csd>,
+        cfg: WorkerConfig,
+        pac_label: &str,
+        pac_is_production: bool,
+    ) -> Self {
+        let suffix: u32 = rand::random_range(0..0x10000);
+        Self {
+            db,
+            pac,
+            csd,
+            cfg,
+            pac_label: pac_label.to_owned(),
+            pac_is_production,
+            id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
+            in_flight: AtomicI32::new(0),
+            started_at: Utc::now(),
+        }
+    }
+
+    /// Starts `concurrency` loops and a heartbeat; they stop when `token` is cancelled.
+    pub fn start(
+        self: Arc<Self>,
+        token: CancellationToken,
+        health: Option<crate::health::Health>,
+    ) -> Pool {
+        let handle = tokio::spawn(self.run(token.clone(), health));
+        Pool { token, handle }
+    }
+
+    async fn run(self: Arc<Self>, token: CancellationToken, health: Option<crate::health::Health>) {
+        info!(worker = %self.id, concurrency = self.cfg.concurrency, pac = %self.pac_label, "worker pool started");
+        let mut loops = JoinSet::new();
+        for slot in 0..self.cfg.concurrency {
+            let me = self.clone();
+            let t = token.clone();
+            loops.spawn(async move { me.slot_loop(slot, t).await });
+        }
+        let beat = {
+            let me = self.clone();
+            let t = token.clone();
+            tokio::spawn(async move { me.heartbeat_loop(t, health).await })
+        };
+        token.cancelled().await;
+        info!(worker = %self.id, in_flight = self.in_flight.load(Ordering::Relaxed), "worker pool stopping: no new claims");
+        let deadline = tokio::time::sleep(self.cfg.shutdown_grace);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                next = loops.join_next() => if next.is_none() { break },
+                () = &mut deadline => {
+                    warn!(worker = %self.id, remaining = loops.len(), "shutdown deadline reached; abandoning in-flight calls");
+                    loops.abort_all();
+                    while loops.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        beat.abort();
+        match self.db.release_stamp_leases(&self.id).await {
+            Ok(0) => {}
+            Ok(n) => {
+                warn!(worker = %self.id, rows = n, "rows released as `unknown`: they will be recovered from the PAC before any resend")
+            }
+            Err(e) => {
+                error!(worker = %self.id, error = %e, "could not release leases; they return when they expire")
+            }
+        }
+        if let Err(e) = self.db.worker_stopped(&self.id).await {
+            warn!(error = %e, "could not record the worker stop");
+        }
+        info!(worker = %self.id, "worker pool stopped");
+    }
+
+    async fn heartbeat_loop(
+        &self,
+        token: CancellationToken,
+        health: Option<crate::health::Health>,
+    ) {
+        if let Some(h) = &health {
+            h.register(crate::health::WORKER, Duration::from_secs(30));
+        }
+        let conc = i32::try_from(self.cfg.concurrency).unwrap_or(i32::MAX);
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                () = token.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let in_flight = self.in_flight.load(Ordering::Relaxed);
+            match self
+                .db
+                .worker_heartbeat(&self.id, &hostname(), conc, in_flight, self.started_at)
+                .await
+            {
+                Ok(()) => {
+                    if let Some(h) = &health {
+                        h.beat(crate::health::WORKER);
+                    }
+                }
+                Err(e) => warn!(error = %e, "worker heartbeat failed"),
+            }
+        }
+    }
+
+    /// One concurrency slot: claim, process, repeat; sleep when idle.
+    async fn slot_loop(&self, slot: usize, token: CancellationToken) {
+        while !token.is_cancelled() {
+            let worked = match self.next(slot).await {
+                Ok(w) => w,
+                Err(e) => {
+                    warn!(slot, error = %e, "worker cannot reach the database; retrying");
+                    false
+                }
+            };
+            if !worked {
+                let jitter = self.cfg.idle_poll.mul_f64(rand::random_range(0.5..1.5));
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep(jitter) => {}
+                }
+            }
+        }
+    }
+
+    /// Processes one due row (a stamp first, else a cancellation); `false` when none was due.
+    async fn next(&self, slot: usize) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let lease_until = now + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
+        if let Some(c) = self.db.claim_stamp(&self.id, lease_until, now).await? {
+            self.in_flight.fetch_add(1, Ordering::Relaxed);
+            let span = info_span!("invoice", outbox_id = c.id, key = %c.stamp_key, slot);
+            let r = self.process_stamp(c).instrument(span).await;
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            r?;
+            return Ok(true);
+        }
+        if let Some(c) = self
+            .db
+            .claim_cancellation(&self.id, lease_until, now)
+            .await?
+        {
+            self.in_flight.fetch_add(1, Ordering::Relaxed);
+            let span = info_span!("cancellation", id = c.id, uuid = %c.uuid, slot);
+            let r = self.process_cancel(c).instrument(span).await;
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            r?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    async fn settle(&self, id: i64, s: Settle<'_>) -> Result<(), StoreError> {
+        if !self.db.settle_stamp(id, &self.id, &s).await? {
+            warn!(
+                "lease lost before settling; another worker owns the row and will reach the same answer from the PAC"
+            );
+        }
+        Ok(())
+    }
+
+    async fn fail(
+        &self,
+        id: i64,
+        state: &str,
+        code: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        warn!(state, code, message, "invoice needs a human");
+        self.settle(
+            id,
+            Settle::Final {
+                state,
+                code: Some(code),
+                message,
+            },
+        )
+        .await
+    }
+
+    fn later(&self, attempts: i32, retry_after: Option<Duration>) -> DateTime<Utc> {
+        Utc::now()
+            + chrono::Duration::from_std(self.cfg.retry.delay(attempts, retry_after))
+                .unwrap_or_default()
+    }
+
+    /// The stamping of one claimed row, following the state machine above.
+    async fn process_stamp(&self, c: ClaimedStamp) -> Result<(), StoreError> {
+        let id = c.id;
+        let req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
+            Ok(r) => r,
+            Err(e) => {
+                return self
+                    .fail(
+                        id,
+                        "failed",
+                        "FROZEN",
+                        &format!("the frozen request cannot be read: {e}"),
+                    )
+                    .await;
+            }
+        };
+        let Ok(key) = StampKey::parse(&c.stamp_key) else {
+            return self
+                .fail(
+                    id,
+                    "failed",
+                    "FROZEN",
+                    &format!("stamp key `{}` is malformed", c.stamp_key),
+                )
+                .await;
+        };
+        let folio = format!(
+            "{}-{}",
+            req.serie.as_deref().unwrap_or(""),
+            req.folio.as_deref().unwrap_or("")
+        );
+        if c.test_mode && self.pac_is_production {
+            return self
+                .fail(
+                    id,
+                    "failed",
+                    "TEST_MODE",
+                    "a test-mode payment is never sent to a production PAC",
+                )
+                .await;
+        }
+        // Seal once; the stored bytes are what every attempt sends.
+        let sealed = match c.sealed_xml {
+            Some(x) => x,
+            None => match cfdi::seal(&req, &self.csd) {
+                Ok(s) => {
+                    let stored = self.db.save_sealed(id, &s.xml).await?;
+                    info!(%folio, total = %s.total, "comprobante sealed");
+                    stored
+                }
+                Err(e) => {
+                    return self
+                        .fail(
+                            id,
+                            "failed",
+                            "SEAL",
+                            &format!("cannot seal the frozen comprobante: {e}"),
+                        )
+                        .await;
+                }
+            },
+        };
+        let expired = self.past_window(&req);
+        let maybe_sent = c.claimed_from == "unknown" || c.claimed_from == "stamping";
+        if maybe_sent {
+            let t = Instant::now();
+            let r = self.pac.recover_by_key(&sealed, &key).await;
+            self.log_recovery(id, &r, t).await?;
+            match r {
+                Recovery::Found(stamp) => {
+                    return self.stamped(id, &folio, &stamp, &sealed, true).await;
+                }
+                Recovery::NotFound if expired => {
+                    return self
+                        .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC confirms it was never stamped; refreeze it from the admin", req.fecha))
+                        .await;
+                }
+                Recovery::NotFound => {
+                    info!(%folio, "PAC confirms no stamp yet; sending the same bytes again")
+                }
+                Recovery::Unresolved { reason } if expired => {
+                    return self
+                        .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC could not confirm whether it was stamped ({reason}); reconcile before refreezing", req.fecha))
+                        .await;
+                }
+                Recovery::Unresolved { reason } => {
+                    if c.attempts >= self.cfg.retry.max_attempts {
+                        return self
+                            .fail(
+                                id,
+                                "failed",
+                                "UNKNOWN",
+                                &format!(
+                                    "outcome still unknown after {} attempts: {reason}",
+                                    c.attempts
+                                ),
+                            )
+                            .await;
+                    }
+                    info!(%folio, %reason, "outcome still unknown; will ask the PAC again");
+                    let run_at = self.later(c.attempts, None);
+                    return self
+                        .settle(
+                            id,
+                            Settle::Later {
+                                state: "unknown",
+                                run_at,
+                                code: None,
+                                message: &reason,
+                            },
+                        )
+                        .await;
+                }
+            }
+        } else if expired {
+            return self
+                .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin", req.fecha))
+                .await;
+        }
+
+        let (route, outcome, latency) = self.stamp_with_keepalive(id, &sealed, &key).await?;
+        self.log_stamp(id, route, &outcome, latency).await?;
+        match outcome {
+            StampOutcome::Stamped(stamp) => self.stamped(id, &folio, &stamp, &sealed, false).await,
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content: true,
+            } => self.stamped(id, &folio, &stamp, &sealed, true).await,
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content: false,
+            } => {
+                let msg = format!(
+                    "the stamp key was already used for another document (UUID {}); reconcile before retrying",
+                    stamp.uuid
+                );
+                self.fail(id, "failed", "CFDI3307", &msg).await
+            }
+            // The PAC's window check: the frozen Fecha is too old to stamp.
+            StampOutcome::Rejected { code, message } if code == "401" => {
+                self.fail(id, "expired", &code, &message).await
+            }
+            StampOutcome::Rejected { code, message } => {
+                self.fail(id, "failed", &code, &message).await
+            }
+            StampOutcome::Retryable {
+                reason,
+                retry_after,
+            } => {
+                if c.attempts >= self.cfg.retry.max_attempts {
+                    return self
+                        .fail(
+                            id,
+                            "failed",
+                            "EXHAUSTED",
+                            &format!("{} attempts, last: {reason}", c.attempts),
+                        )
+                        .await;
+                }
+                let run_at = self.later(c.attempts, retry_after);
+                info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
+                self.settle(
+                    id,
+                    Settle::Later {
+                        state: "retry_scheduled",
+                        run_at,
+                        code: None,
+                        message: &reason,
+                    },
+                )
+                .await
+            }
+            StampOutcome::Unknown { reason } => {
+                // Ask again soon, recovering first.
+                let run_at = self.later(1, None);
+                warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
+                self.settle(
+                    id,
+                    Settle::Later {
+                        state: "unknown",
+                        run_at,
+                        code: None,
+                        message: &reason,
+                    },
+                )
+                .await
+            }
+        }
+    }
+
+    fn past_window(&self, req: &InvoiceRequest) -> bool {
+        let Some(fecha) = Mexico_City.from_local_datetime(&req.fecha).earliest() else {
+            return false;
+        };
+        let limit = fecha.with_timezone(&Utc)
+            + chrono::Duration::from_std(self.cfg.window).unwrap_or_default()
+            - chrono::Duration::from_std(self.cfg.window_margin).unwrap_or_default();
+        Utc::now() >= limit
+    }
+
+    /// Sends the sealed bytes, extending the lease while the call runs.
+    async fn stamp_with_keepalive(
+        &self,
+        id: i64,
+        sealed: &[u8],
+        key: &StampKey,
+    ) -> Result<(&'static str, StampOutcome, Duration), StoreError> {
+        let t = Instant::now();
+        let log = DbRouteLog { db: &self.db };
+        let call = async {
+            match &*self.pac {
+                PacClient::Failover(f) => {
+                    let (route, out) = f.stamp_logged(sealed, key, &log).await;
+                    (route_label(route), out)
+                }
+                other => ("", other.stamp(sealed, key).await),
+            }
+        };
+        tokio::pin!(call);
+        let mut tick = tokio::time::interval(self.cfg.lease / 3);
+        tick.tick().await;
+        let (route, out) = loop {
+            tokio::select! {
+                out = &mut call => break out,
+                _ = tick.tick() => {
+                    let until = Utc::now() + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
+                    if !self.db.extend_stamp_lease(id, &self.id, until).await.unwrap_or(false) {
+                        warn!("lease could not be extended during the PAC call");
+                    }
+                }
+            }
+        };
+        Ok((route, out, t.elapsed()))
+    }
+
+    async fn stamped(
+        &self,
+        id: i64,
+        folio: &str,
+        stamp: &pac::Stamp,
+        sealed: &[u8],
+        recovered: bool,
+    ) -> Result<(), StoreError> {
+        let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
+        let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
+        info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
+        self.settle(
+            id,
+            Settle::Stamped {
+                uuid: &stamp.uuid,
+                tfd_xml: &tfd_xml,
+                stamped_xml: &stamp.xml,
+                fecha_timbrado: &stamp.tfd.fecha_timbrado,
+                flag,
+            },
+        )
+        .await
+    }
+
+    fn label<'a>(&'a self, route: &'a str) -> &'a str {
+        if route.is_empty() {
+            &self.pac_label
+        } else {
+            route
+        }
+    }
+
+    async fn log_stamp(
+        &self,
+        id: i64,
+        route: &str,
+        out: &StampOutcome,
+        latency: Duration,
+    ) -> Result<(), StoreError> {
+        let (outcome, code, message, uuid, status) = match out {
+            StampOutcome::Stamped(s) => ("stamped", None, None, Some(s.uuid.as_str()), Some(200)),
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content,
+            } => (
+                if *same_content {
+                    "already_stamped"
+                } else {
+                    "key_reused"
+                },
+                Some(if *same_content { "307" } else { "CFDI3307" }),
+                None,
+                Some(stamp.uuid.as_str()),
+                None,
+            ),
+            StampOutcome::Rejected { code, message } => (
+                "rejected",
+                Some(code.as_str()),
+                Some(message.as_str()),
+                None,
+                http_status(message),
+            ),
+            StampOutcome::Retryable { reason, .. } => (
+                "retryable",
+                None,
+                Some(reason.as_str()),
+                None,
+                http_status(reason),
+            ),
+            StampOutcome::Unknown { reason } => (
+                "unknown",
+                None,
+                Some(reason.as_str()),
+                None,
+                http_status(reason),
+            ),
+        };
+        self.db
+            .log_attempt(&Attempt {
+                outbox_id: Some(id),
+                cancellation_id: None,
+                operation: "stamp",
+                pac: self.label(route),
+                outcome,
+                http_status: status,
+                code,
+                message,
+                latency_ms: i64::try_from(latency.as_millis()).unwrap_or(i64::MAX),
+                uuid,
+                worker: &self.id,
+            })
+            .await
+    }
+
+    async fn log_recovery(&self, id: i64, r: &Recovery, t: Instant) -> Result<(), StoreError> {
+        let (outcome, message, uuid) = match r {
+            Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
+            Recovery::NotFound => ("not_found", None, None),
+            Recovery::Unresolved { reason } => ("unresolved", Some(reason.as_str()), None),
+        };
+        self.db
+            .log_attempt(&Attempt {
+                outbox_id: Some(id),
+                cancellation_id: None,
+                operation: "recover",
+                pac: &self.pac_label,
+                outcome,
+                http_status: message.and_then(http_status),
+                code: None,
+                message,
+                latency_ms: i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX),
+                uuid,
+                worker: &self.id,
+            })
+            .await
+    }
+}
+
+/// The HTTP status an adapter wrote into its reason (`HTTP 503: …`), when it did.
+fn http_status(text: &str) -> Option<i32> {
+    let i = text.find("HTTP ")?;
+    let digits: String = text[i + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().filter(|s| (100..600).contains(s))
+}
+
+fn route_label(r: Route) -> &'static str {
+    match r {
+        Route::Primary => "primary",
+        Route::Backup => "backup",
+    }
+}
+
+/// The failover client's durable memory of where each key was sent: `outbox.pac_route`.
+struct DbRouteLog<'a> {
+    db: &'a Db,
+}
+
+impl AttemptLog for DbRouteLog<'_> {
+    fn sent_to<'a>(
+        &'a self,
+        key: &'a StampKey,
+    ) -> pac::failover::BoxFuture<'a, Result<Vec<Route>, String>> {
+        Box::pin(async move {
+            let routes = self
+                .db
+                .pac_routes(key.as_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(routes
+                .iter()
+                .filter_map(|r| match r.as_str() {
+                    "primary" => Some(Route::Primary),
+                    "backup" => Some(Route::Backup),
+                    _ => None,
+                })
+                .collect())
+        })
+    }
+
+    fn before_send<'a>(
+        &'a self,
+        key: &'a StampKey,
+        route: Route,
+    ) -> pac::failover::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.db
+                .add_pac_route(key.as_str(), route_label(route))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Everything `serve` and `autofactura worker` need to run a pool, built from the settings.
+pub struct Services {
+    pub worker: Arc<Worker>,
+    /// The in-process sandbox PAC when the embedded default runs one (kept alive with the pool).
+    pub sandbox: Option<crate::pacsim::SandboxHandle>,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("worker", &self.worker)
+            .field("sandbox", &self.sandbox.is_some())
+            .finish()
+    }
+}
+
+/// Known test hosts of real PACs: documents sent there are not real CFDIs.
+const TEST_PAC_HOSTS: &[&str] = &[
+    "services.test.sw.com.mx",
+    "api.test.sw.com.mx",
+    "demo-facturacion.finkok.com",
+];
+
+/// Connects the PAC (starting the in-process sandbox for the embedded default), loads the CSD
+/// and builds the worker.
+pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Result<Services> {
+    let mut pac_cfg: pac::PacConfig = toml::Value::Table(settings.pac.clone())
+        .try_into()
+        .map_err(|e| anyhow::anyhow!("[pac]: {e}"))?;
+    if pac_cfg.kind == pac::PacKind::Sandbox && pac_cfg.sandbox_state.is_none() {
+        // Keep the sandbox's journal beside the SQLite file (or under ./data).
+        let url = settings.database.url.expose();
+        let dir = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .map(|p| std::path::Path::new(p.split('?').next().unwrap_or(p)))
+            .and_then(std::path::Path::parent)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map_or_else(
+                || std::path::PathBuf::from("data"),
+                std::path::Path::to_path_buf,
+            );
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        pac_cfg.sandbox_state = Some(dir.join("pacsim-state.jsonl"));
+    }
+    let label = match pac_cfg.kind {
+        pac::PacKind::Sandbox => "sandbox",
+        pac::PacKind::Sw => "sw",
+        pac::PacKind::Finkok => "finkok",
+    };
+    let production = pac_cfg.kind != pac::PacKind::Sandbox
+        && !pac_cfg
+            .url
+            .as_deref()
+            .is_some_and(|u| TEST_PAC_HOSTS.iter().any(|h| u.contains(h)));
+    let connected = pac::connect(&pac_cfg).await?;
+    let e = &settings.emisor;
+    let csd = match (&e.csd_cer, &e.csd_key, &e.csd_password) {
+        (Some(cer), Some(key), Some(pw)) => Csd::from_files(cer, key, pw.expose())?,
+        _ => crate::cli::sandbox_csd()?,
+    };
+    let cfg = WorkerConfig::from_settings(&settings.worker).map_err(|e| anyhow::anyhow!(e))?;
+    let worker = Worker::new(
+        db,
+        Arc::new(connected.client),
+        Arc::new(csd),
+        cfg,
+        label,
+        production,
+    );
+    Ok(Services {
+        worker: Arc::new(worker),
+        sandbox: connected.sandbox,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_http_status_from_adapter_reasons() {
+        assert_eq!(http_status("HTTP 503: busy"), Some(503));
+        assert_eq!(
+            http_status("stamped, but HTTP 500 without a message"),
+            Some(500)
+        );
+        assert_eq!(http_status("connection refused"), None);
+    }
+
+    #[test]
+    fn worker_settings_are_validated() {
+        let mut s = crate::config::WorkerSettings {
+            concurrency: 4,
+            extra: toml::Table::new(),
+        };
+        s.extra
+            .insert("lease_seconds".into(), toml::Value::Integer(5));
+        s.extra
+            .insert("max_attempts".into(), toml::Value::Integer(3));
+        let c = WorkerConfig::from_settings(&s).expect("valid");
+        assert_eq!(
+            (c.concurrency, c.lease, c.retry.max_attempts),
+            (4, Duration::from_secs(5), 3)
+        );
+        s.extra.insert("lease_secs".into(), toml::Value::Integer(5));
+        assert!(
+            WorkerConfig::from_settings(&s)
+                .expect_err("unknown key")
+                .contains("unknown key `lease_secs`")
+        );
+        s.extra.clear();
+        s.concurrency = 0;
+        assert!(WorkerConfig::from_settings(&s).is_err());
+    }
+}

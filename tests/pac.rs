@@ -1,0 +1,1124 @@
+//! PAC clients against the sandbox PAC over real HTTP (SW adapter), Finkok against SOAP
+//! fixtures, the sandbox's checks, faults, persistence and the failover rule.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use autofactura::cfdi::{self, InvoiceRequest, cadena::cadena_comprobante, dom::Element};
+use autofactura::cli::{SAMPLE_REQUESTS, now_in_mexico, sandbox_csd};
+use autofactura::domain::StampKey;
+use autofactura::pac::failover::MemoryLog;
+use autofactura::pac::{
+    CancelOutcome, CancelRequest, Failover, Motivo, PacClient, PacConfig, PacKind, Recovery, Route,
+    StampOutcome, StatusOutcome, StatusQuery,
+};
+use autofactura::pacsim::faults::FaultSpec;
+use autofactura::pacsim::{Sandbox, SandboxHandle};
+use chrono::Duration as ChronoDuration;
+use serde_json::Value;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh request (unique folio, Fecha a minute ago) from sample 01 (Total 578.84 MXN).
+fn request() -> InvoiceRequest {
+    let mut req: InvoiceRequest = serde_json::from_str(SAMPLE_REQUESTS[0].1).unwrap();
+    req.folio = Some(format!(
+        "T{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    req.fecha = now_in_mexico() - ChronoDuration::minutes(1);
+    req
+}
+
+fn seal(req: &InvoiceRequest) -> Vec<u8> {
+    cfdi::seal(req, &sandbox_csd().unwrap()).unwrap().xml
+}
+
+fn sealed() -> Vec<u8> {
+    seal(&request())
+}
+
+fn key() -> StampKey {
+    StampKey::derive(
+        "test",
+        &format!(
+            "{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ),
+        "ingreso",
+    )
+}
+
+/// Replaces an attribute of the root and re-seals with the test CSD, so only the edit is wrong.
+fn edit_and_reseal(xml: &[u8], attr: &str, value: &str) -> Vec<u8> {
+    let text = String::from_utf8(xml.to_vec()).unwrap();
+    let root = Element::parse(xml).unwrap();
+    let old = format!(" {attr}=\"{}\"", root.attr(attr).unwrap());
+    let text = text.replacen(&old, &format!(" {attr}=\"{value}\""), 1);
+    let root = Element::parse(text.as_bytes()).unwrap();
+    let sello = sandbox_csd()
+        .unwrap()
+        .sign(&cadena_comprobante(&root).unwrap())
+        .unwrap();
+    text.replacen(
+        &format!(" Sello=\"{}\"", root.attr("Sello").unwrap()),
+        &format!(" Sello=\"{sello}\""),
+        1,
+    )
+    .into_bytes()
+}
+
+struct Sim {
+    _dir: tempfile::TempDir,
+    state: std::path::PathBuf,
+    handle: SandboxHandle,
+}
+
+impl Sim {
+    async fn start(faults: &str) -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("pacsim.jsonl");
+        let (_, handle) = Sandbox::start_in_process(&state, FaultSpec::parse(faults).unwrap())
+            .await
+            .unwrap();
+        Sim {
+            _dir: dir,
+            state,
+            handle,
+        }
+    }
+
+    fn url(&self) -> &str {
+        self.handle.url()
+    }
+
+    fn client(&self) -> PacClient {
+        client_for(self.url(), 5)
+    }
+
+    async fn stamps(&self) -> Vec<Value> {
+        let v: Value = reqwest::get(format!("{}/_sim/stamps", self.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v.as_array().unwrap().clone()
+    }
+
+    async fn set_faults(&self, spec: &str) {
+        let r = reqwest::Client::new()
+            .put(format!("{}/_sim/faults", self.url()))
+            .body(spec.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    }
+
+    async fn post(&self, path: &str) -> reqwest::StatusCode {
+        reqwest::Client::new()
+            .post(format!("{}{path}", self.url()))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    async fn advance_days(&self, days: i64) {
+        assert!(
+            self.post(&format!("/_sim/clock/advance?seconds={}", days * 86400))
+                .await
+                .is_success()
+        );
+    }
+}
+
+fn client_for(url: &str, timeout: u64) -> PacClient {
+    let cfg = PacConfig {
+        kind: PacKind::Sandbox,
+        url: Some(url.to_owned()),
+        request_timeout: timeout,
+        connect_timeout: 2,
+        ..PacConfig::default()
+    };
+    PacClient::from_config(&cfg).unwrap()
+}
+
+fn expect_stamped(o: StampOutcome) -> autofactura::pac::Stamp {
+    match o {
+        StampOutcome::Stamped(s) => s,
+        other => panic!("expected Stamped, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_stamp_is_a_valid_cfdi_with_a_tfd_the_sandbox_certificate_verifies() {
+    let sim = Sim::start("").await;
+    let xml = sealed();
+    let stamp = expect_stamped(sim.client().stamp(&xml, &key()).await);
+    assert!(stamp.belongs_to(&xml));
+    assert_eq!(stamp.uuid, stamp.uuid.to_uppercase());
+    let certs = autofactura::cli::known_tfd_certificates();
+    let report = cfdi::verify::verify(
+        &stamp.xml,
+        &cfdi::verify::VerifyOptions { tfd_certs: &certs },
+    );
+    assert!(report.is_valid(), "{:?}", report.problems);
+    assert!(
+        report.notes.is_empty(),
+        "the SelloSAT must be checked: {:?}",
+        report.notes
+    );
+    assert_eq!(report.uuid.as_deref(), Some(stamp.uuid.as_str()));
+    let tfd_cadena = stamp.tfd.cadena().unwrap();
+    assert!(
+        tfd_cadena.starts_with(&format!("||1.1|{}|", stamp.uuid)),
+        "{tfd_cadena}"
+    );
+}
+
+#[tokio::test]
+async fn the_embedded_default_runs_the_sandbox_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg: PacConfig = toml::from_str(&format!(
+        "sandbox_state = {:?}",
+        dir.path().join("state.jsonl").display().to_string()
+    ))
+    .unwrap();
+    let connected = autofactura::pac::connect(&cfg).await.unwrap();
+    let sandbox = connected.sandbox.expect("an in-process sandbox");
+    let stamp = expect_stamped(connected.client.stamp(&sealed(), &key()).await);
+    assert_eq!(sandbox.sim().stamps()[0].uuid, stamp.uuid);
+    let status = connected
+        .client
+        .sat_status(&StatusQuery::from_stamped_xml(&stamp.xml).unwrap())
+        .await;
+    assert!(matches!(status, StatusOutcome::Found(s) if s.estado == "Vigente"));
+}
+
+#[tokio::test]
+async fn the_same_bytes_and_key_again_get_307_with_the_original_and_no_second_stamp() {
+    let sim = Sim::start("").await;
+    let (xml, k) = (sealed(), key());
+    let first = expect_stamped(sim.client().stamp(&xml, &k).await);
+    for other_key in [k.clone(), key()] {
+        match sim.client().stamp(&xml, &other_key).await {
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content,
+            } => {
+                assert!(same_content);
+                assert_eq!(stamp.uuid, first.uuid);
+                assert_eq!(stamp.xml, first.xml);
+            }
+            other => panic!("expected AlreadyStamped, got {other:?}"),
+        }
+    }
+    let stamps = sim.stamps().await;
+    assert_eq!(stamps.len(), 1);
+    assert_eq!(stamps[0]["uuid"], first.uuid.as_str());
+    assert_eq!(stamps[0]["customid"], k.as_str());
+    assert_eq!(stamps[0]["cadena_sha256"].as_str().unwrap().len(), 64);
+}
+
+#[tokio::test]
+async fn a_key_reused_for_other_content_gets_cfdi3307_and_the_original_fetched_by_uuid() {
+    let sim = Sim::start("").await;
+    let k = key();
+    let first = expect_stamped(sim.client().stamp(&sealed(), &k).await);
+    let other = sealed();
+    match sim.client().stamp(&other, &k).await {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(!same_content, "CFDI3307 must be flagged as other content");
+            assert_eq!(stamp.uuid, first.uuid);
+            assert_eq!(stamp.xml, first.xml, "the XML was fetched by UUID");
+        }
+        o => panic!("expected AlreadyStamped, got {o:?}"),
+    }
+    assert_eq!(sim.stamps().await.len(), 1);
+    // Past the customid window the key is free again.
+    sim.set_faults("customid_window=1h").await;
+    sim.advance_days(1).await;
+    let other = seal(&InvoiceRequest {
+        fecha: now_in_mexico() + ChronoDuration::days(1) - ChronoDuration::minutes(1),
+        ..request()
+    });
+    assert!(matches!(
+        sim.client().stamp(&other, &k).await,
+        StampOutcome::Stamped(_)
+    ));
+}
+
+async fn rejected(sim: &Sim, xml: &[u8]) -> (String, String) {
+    match sim.client().stamp(xml, &key()).await {
+        StampOutcome::Rejected { code, message } => (code, message),
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tampered_documents_are_rejected_with_the_codes_a_pac_uses() {
+    let sim = Sim::start("").await;
+    let xml = sealed();
+    let text = String::from_utf8(xml.clone()).unwrap();
+    let root = Element::parse(&xml).unwrap();
+
+    // The content changed after sealing: the Sello no longer verifies.
+    let total = root.attr("Total").unwrap();
+    let tampered = text.replacen(&format!("Total=\"{total}\""), "Total=\"1.00\"", 1);
+    let (code, message) = rejected(&sim, tampered.as_bytes()).await;
+    assert_eq!(code, "CFDI40102");
+    assert!(message.starts_with("CFDI40102 - "), "{message}");
+
+    // Re-sealed with wrong sums: the validator's codes.
+    assert_eq!(
+        rejected(&sim, &edit_and_reseal(&xml, "Total", "579.84"))
+            .await
+            .0,
+        "CFDI40119"
+    );
+    assert_eq!(
+        rejected(&sim, &edit_and_reseal(&xml, "SubTotal", "500.00"))
+            .await
+            .0,
+        "CFDI40108"
+    );
+
+    // Fecha older than 72 hours, or in the future.
+    let old = now_in_mexico() - ChronoDuration::hours(73);
+    assert_eq!(
+        rejected(
+            &sim,
+            &seal(&InvoiceRequest {
+                fecha: old,
+                ..request()
+            })
+        )
+        .await
+        .0,
+        "401"
+    );
+    let future = now_in_mexico() + ChronoDuration::hours(2);
+    assert_eq!(
+        rejected(
+            &sim,
+            &seal(&InvoiceRequest {
+                fecha: future,
+                ..request()
+            })
+        )
+        .await
+        .0,
+        "401"
+    );
+
+    // Not a CFDI at all; a missing required attribute.
+    assert_eq!(rejected(&sim, b"<not-xml").await.0, "301");
+    let no_lugar = text.replacen(" LugarExpedicion=\"42501\"", "", 1);
+    assert_eq!(rejected(&sim, no_lugar.as_bytes()).await.0, "301");
+
+    // NoCertificado that is not the certificate's serial.
+    assert_eq!(
+        rejected(
+            &sim,
+            &edit_and_reseal(&xml, "NoCertificado", "30001000000500003417")
+        )
+        .await
+        .0,
+        "303"
+    );
+    assert!(sim.stamps().await.is_empty());
+}
+
+#[tokio::test]
+async fn refusals_before_processing_are_retryable() {
+    let sim = Sim::start("status503=1").await;
+    assert!(matches!(
+        sim.client().stamp(&sealed(), &key()).await,
+        StampOutcome::Retryable { .. }
+    ));
+    sim.set_faults("status429=1:retry_after=7").await;
+    match sim.client().stamp(&sealed(), &key()).await {
+        StampOutcome::Retryable { retry_after, .. } => {
+            assert_eq!(retry_after, Some(Duration::from_secs(7)))
+        }
+        other => panic!("expected Retryable, got {other:?}"),
+    }
+    sim.set_faults("outage=0s..1h").await;
+    assert!(matches!(
+        sim.client().stamp(&sealed(), &key()).await,
+        StampOutcome::Retryable { .. }
+    ));
+    assert!(sim.stamps().await.is_empty());
+
+    // Nothing listens on a port we just released: connection refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = client_for(&format!("http://127.0.0.1:{port}"), 5);
+    assert!(matches!(
+        refused.stamp(&sealed(), &key()).await,
+        StampOutcome::Retryable { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_500_or_a_reset_may_hide_a_stamp_so_it_is_unknown() {
+    let sim = Sim::start("status500=1").await;
+    assert!(matches!(
+        sim.client().stamp(&sealed(), &key()).await,
+        StampOutcome::Unknown { .. }
+    ));
+    sim.set_faults("reset=1").await;
+    assert!(matches!(
+        sim.client().stamp(&sealed(), &key()).await,
+        StampOutcome::Unknown { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_lost_response_is_unknown_and_recover_by_key_returns_the_one_stamp() {
+    for spec in [
+        "lose_response=1",
+        "lose_response=1:mode=hang:hang=5s",
+        "malformed=1",
+    ] {
+        let sim = Sim::start(spec).await;
+        let (xml, k) = (sealed(), key());
+        let client = client_for(sim.url(), 2);
+        assert!(
+            matches!(client.stamp(&xml, &k).await, StampOutcome::Unknown { .. }),
+            "{spec}"
+        );
+        let committed = sim.stamps().await;
+        assert_eq!(
+            committed.len(),
+            1,
+            "{spec}: the stamp was committed before the answer was lost"
+        );
+        sim.set_faults("").await;
+        match client.recover_by_key(&xml, &k).await {
+            Recovery::Found(s) => assert_eq!(s.uuid, committed[0]["uuid"].as_str().unwrap()),
+            other => panic!("{spec}: expected Found, got {other:?}"),
+        }
+        assert_eq!(
+            sim.stamps().await.len(),
+            1,
+            "{spec}: recovering must not stamp again"
+        );
+    }
+}
+
+#[tokio::test]
+async fn recover_by_uuid_finds_not_found_and_unavailable() {
+    let sim = Sim::start("").await;
+    let stamp = expect_stamped(sim.client().stamp(&sealed(), &key()).await);
+    match sim
+        .client()
+        .recover_by_uuid(&stamp.uuid, "EKU9003173C9")
+        .await
+    {
+        Recovery::Found(s) => assert_eq!(s, stamp),
+        other => panic!("expected Found, got {other:?}"),
+    }
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    assert_eq!(
+        sim.client().recover_by_uuid(unknown, "EKU9003173C9").await,
+        Recovery::NotFound
+    );
+    sim.set_faults("recover_unavailable=1").await;
+    assert!(matches!(
+        sim.client()
+            .recover_by_uuid(&stamp.uuid, "EKU9003173C9")
+            .await,
+        Recovery::Unresolved { .. }
+    ));
+}
+
+#[tokio::test]
+async fn an_expired_token_is_renewed_transparently() {
+    let sim = Sim::start("token_ttl=1h").await;
+    let client = sim.client();
+    expect_stamped(client.stamp(&sealed(), &key()).await);
+    // Two hours later (sandbox time) the cached token is dead; the client logs in again. The
+    // document must be fresh relative to the moved clock.
+    sim.post("/_sim/clock/advance?seconds=7200").await;
+    let later = seal(&InvoiceRequest {
+        fecha: now_in_mexico() + ChronoDuration::hours(2) - ChronoDuration::minutes(1),
+        ..request()
+    });
+    expect_stamped(client.stamp(&later, &key()).await);
+
+    let bad = PacConfig {
+        kind: PacKind::Sw,
+        url: Some(sim.url().to_owned()),
+        user: Some("sandbox".into()),
+        password: Some("wrong".into()),
+        ..PacConfig::default()
+    };
+    let bad = PacClient::from_config(&bad).unwrap();
+    assert!(matches!(
+        bad.stamp(&sealed(), &key()).await,
+        StampOutcome::Retryable { .. }
+    ));
+}
+
+#[tokio::test]
+async fn restarting_the_sandbox_keeps_its_stamps() {
+    let sim = Sim::start("").await;
+    let (xml, k) = (sealed(), key());
+    let first = expect_stamped(sim.client().stamp(&xml, &k).await);
+    let Sim {
+        _dir,
+        state,
+        handle,
+    } = sim;
+    handle.stop().await;
+    let (url, handle) = Sandbox::start_in_process(&state, FaultSpec::default())
+        .await
+        .unwrap();
+    let sim = Sim {
+        _dir,
+        state,
+        handle,
+    };
+    assert_eq!(sim.stamps().await.len(), 1);
+    match client_for(&url, 5).stamp(&xml, &k).await {
+        StampOutcome::AlreadyStamped { stamp, .. } => assert_eq!(stamp.uuid, first.uuid),
+        other => panic!("expected AlreadyStamped after restart, got {other:?}"),
+    }
+}
+
+/// Runs `autofactura pac-sim` and returns the child and its URL.
+fn spawn_pac_sim(state: &Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"))
+        .args(["pac-sim", "--listen", "127.0.0.1:0", "--state"])
+        .arg(state)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .nth(3)
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_owned();
+    (child, url)
+}
+
+#[tokio::test]
+async fn the_pac_sim_command_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.jsonl");
+    let (xml, k) = (sealed(), key());
+    let (mut child, url) = spawn_pac_sim(&state);
+    let first = expect_stamped(client_for(&url, 5).stamp(&xml, &k).await);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let (mut child, url) = spawn_pac_sim(&state);
+    let stamps: Value = reqwest::get(format!("{url}/_sim/stamps"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stamps[0]["uuid"], first.uuid.as_str());
+    let again = client_for(&url, 5).stamp(&xml, &k).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(again.stamp().map(|s| s.uuid.clone()), Some(first.uuid));
+    assert!(matches!(
+        again,
+        StampOutcome::AlreadyStamped {
+            same_content: true,
+            ..
+        }
+    ));
+}
+
+fn cancel_req(uuid: &str, motivo: Motivo) -> CancelRequest {
+    CancelRequest {
+        rfc_emisor: "EKU9003173C9".into(),
+        uuid: uuid.into(),
+        motivo,
+        folio_sustitucion: None,
+    }
+}
+
+async fn status_of(
+    client: &PacClient,
+    stamp: &autofactura::pac::Stamp,
+) -> autofactura::pac::SatStatus {
+    match client
+        .sat_status(&StatusQuery::from_stamped_xml(&stamp.xml).unwrap())
+        .await
+    {
+        StatusOutcome::Found(s) => s,
+        other => panic!("expected Found, got {other:?}"),
+    }
+}
+
+fn requested_code(o: CancelOutcome) -> String {
+    match o {
+        CancelOutcome::Requested { code, acuse, .. } => {
+            assert!(acuse.contains("<EstatusUUID>"), "{acuse}");
+            code
+        }
+        other => panic!("expected Requested, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_small_invoice_cancels_without_acceptance() {
+    let sim = Sim::start("").await;
+    let client = sim.client();
+    let stamp = expect_stamped(client.stamp(&sealed(), &key()).await);
+    let before = status_of(&client, &stamp).await;
+    assert_eq!(
+        (before.estado.as_str(), before.es_cancelable.as_str()),
+        ("Vigente", "Cancelable sin aceptación")
+    );
+    assert_eq!(
+        requested_code(
+            client
+                .cancel(&cancel_req(&stamp.uuid, Motivo::SinRelacion))
+                .await
+        ),
+        "201"
+    );
+    let after = status_of(&client, &stamp).await;
+    assert_eq!(after.estado, "Cancelado");
+    assert_eq!(after.estatus_cancelacion, "Cancelado sin aceptación");
+    assert_eq!(
+        requested_code(
+            client
+                .cancel(&cancel_req(&stamp.uuid, Motivo::SinRelacion))
+                .await
+        ),
+        "202"
+    );
+}
+
+/// A stamped invoice over 1,000 MXN: seen days later, cancelling it needs acceptance.
+async fn large_stamp(sim: &Sim) -> autofactura::pac::Stamp {
+    let mut req = request();
+    req.lines[0].unit_price = "5000.00".parse().unwrap();
+    expect_stamped(sim.client().stamp(&seal(&req), &key()).await)
+}
+
+#[tokio::test]
+async fn a_large_invoice_waits_for_the_receptor_who_accepts_rejects_or_lets_time_pass() {
+    let sim = Sim::start("").await;
+    let client = sim.client();
+    let (accepted, rejected_, lapsed) = (
+        large_stamp(&sim).await,
+        large_stamp(&sim).await,
+        large_stamp(&sim).await,
+    );
+    sim.advance_days(5).await;
+    for s in [&accepted, &rejected_, &lapsed] {
+        assert_eq!(
+            status_of(&client, s).await.es_cancelable,
+            "Cancelable con aceptación"
+        );
+        assert_eq!(
+            requested_code(
+                client
+                    .cancel(&cancel_req(&s.uuid, Motivo::SinRelacion))
+                    .await
+            ),
+            "201"
+        );
+        let st = status_of(&client, s).await;
+        assert_eq!(
+            (st.estado.as_str(), st.estatus_cancelacion.as_str()),
+            ("Vigente", "En proceso")
+        );
+    }
+    assert_eq!(
+        requested_code(
+            client
+                .cancel(&cancel_req(&accepted.uuid, Motivo::SinRelacion))
+                .await
+        ),
+        "202"
+    );
+    assert_eq!(
+        sim.post(&format!("/_sim/cancellations/{}/accept", accepted.uuid))
+            .await,
+        reqwest::StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        sim.post(&format!("/_sim/cancellations/{}/reject", rejected_.uuid))
+            .await,
+        reqwest::StatusCode::NO_CONTENT
+    );
+    let st = status_of(&client, &accepted).await;
+    assert_eq!(
+        (st.estado.as_str(), st.estatus_cancelacion.as_str()),
+        ("Cancelado", "Cancelado con aceptación")
+    );
+    let st = status_of(&client, &rejected_).await;
+    assert_eq!(
+        (st.estado.as_str(), st.estatus_cancelacion.as_str()),
+        ("Vigente", "Solicitud rechazada")
+    );
+    sim.advance_days(6).await;
+    let st = status_of(&client, &lapsed).await;
+    assert_eq!(
+        (st.estado.as_str(), st.estatus_cancelacion.as_str()),
+        ("Cancelado", "Plazo vencido")
+    );
+    // A second request after a rejection waits with no deadline.
+    assert_eq!(
+        requested_code(
+            client
+                .cancel(&cancel_req(&rejected_.uuid, Motivo::SinRelacion))
+                .await
+        ),
+        "201"
+    );
+    sim.advance_days(10).await;
+    assert_eq!(
+        status_of(&client, &rejected_).await.estatus_cancelacion,
+        "En proceso"
+    );
+}
+
+#[tokio::test]
+async fn cancellation_refusals_carry_the_sat_codes() {
+    let sim = Sim::start("").await;
+    let client = sim.client();
+    let stamp = expect_stamped(client.stamp(&sealed(), &key()).await);
+    let code = |o: CancelOutcome| match o {
+        CancelOutcome::Rejected { code, .. } => code,
+        other => panic!("expected Rejected, got {other:?}"),
+    };
+    assert_eq!(
+        code(
+            client
+                .cancel(&cancel_req(
+                    "00000000-0000-4000-8000-000000000000",
+                    Motivo::SinRelacion
+                ))
+                .await
+        ),
+        "205"
+    );
+    let wrong_rfc = CancelRequest {
+        rfc_emisor: "XIQB891116QE4".into(),
+        ..cancel_req(&stamp.uuid, Motivo::SinRelacion)
+    };
+    assert_eq!(code(client.cancel(&wrong_rfc).await), "203");
+    assert_eq!(
+        code(
+            client
+                .cancel(&cancel_req(&stamp.uuid, Motivo::ConRelacion))
+                .await
+        ),
+        "301"
+    );
+
+    // A live CFDI related to it makes it "No cancelable", except for its own replacement (01).
+    let mut replacement = request();
+    replacement.relacionados = vec![cfdi::RelacionadosData {
+        tipo_relacion: "04".into(),
+        uuids: vec![stamp.uuid.clone()],
+    }];
+    let replacement = expect_stamped(client.stamp(&seal(&replacement), &key()).await);
+    assert_eq!(
+        code(
+            client
+                .cancel(&cancel_req(&stamp.uuid, Motivo::SinRelacion))
+                .await
+        ),
+        "no_cancelable"
+    );
+    let with_folio = CancelRequest {
+        folio_sustitucion: Some(replacement.uuid.clone()),
+        ..cancel_req(&stamp.uuid, Motivo::ConRelacion)
+    };
+    assert_eq!(requested_code(client.cancel(&with_folio).await), "201");
+
+    // Right after stamping SAT does not know the UUID yet.
+    sim.set_faults("ingest=16m").await;
+    let fresh = expect_stamped(client.stamp(&sealed(), &key()).await);
+    assert_eq!(
+        code(
+            client
+                .cancel(&cancel_req(&fresh.uuid, Motivo::SinRelacion))
+                .await
+        ),
+        "205"
+    );
+    let q = StatusQuery::from_stamped_xml(&fresh.xml).unwrap();
+    assert!(
+        matches!(client.sat_status(&q).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 602"))
+    );
+    sim.post("/_sim/clock/advance?seconds=1000").await;
+    assert_eq!(
+        requested_code(
+            client
+                .cancel(&cancel_req(&fresh.uuid, Motivo::SinRelacion))
+                .await
+        ),
+        "201"
+    );
+}
+
+#[tokio::test]
+async fn the_status_service_checks_the_expression_and_can_be_down() {
+    let sim = Sim::start("").await;
+    let client = sim.client();
+    let stamp = expect_stamped(client.stamp(&sealed(), &key()).await);
+    let mut q = StatusQuery::from_stamped_xml(&stamp.xml).unwrap();
+    assert!(matches!(
+        client.sat_status(&q).await,
+        StatusOutcome::Found(_)
+    ));
+    q.total = "1.00".into();
+    assert!(
+        matches!(client.sat_status(&q).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 601"))
+    );
+    q.uuid = "00000000-0000-4000-8000-000000000000".into();
+    assert!(
+        matches!(client.sat_status(&q).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 602"))
+    );
+    sim.set_faults("status_unavailable=1").await;
+    assert!(matches!(
+        client.sat_status(&q).await,
+        StatusOutcome::Unavailable { .. }
+    ));
+}
+
+fn failover(primary: &Sim, backup: &Sim) -> Failover {
+    Failover::new(client_for(primary.url(), 2), client_for(backup.url(), 2))
+}
+
+#[tokio::test]
+async fn failover_goes_to_the_backup_only_when_the_primary_definitely_did_not_stamp() {
+    let (primary, backup) = (Sim::start("status503=1").await, Sim::start("").await);
+    let f = failover(&primary, &backup);
+    let log = MemoryLog::default();
+    let (xml, k) = (sealed(), key());
+    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
+    assert_eq!(route, Route::Backup);
+    let stamp = expect_stamped(outcome);
+    // The primary is back, but the document stays with the backup: same stamp, no new one.
+    primary.set_faults("").await;
+    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
+    assert_eq!(route, Route::Backup);
+    assert_eq!(outcome.stamp().map(|s| s.uuid.clone()), Some(stamp.uuid));
+    assert!(primary.stamps().await.is_empty());
+    assert_eq!(backup.stamps().await.len(), 1);
+}
+
+#[tokio::test]
+async fn failover_never_follows_an_unknown_until_recover_resolves_it() {
+    use autofactura::pac::AttemptLog;
+    let (primary, backup) = (Sim::start("lose_response=1").await, Sim::start("").await);
+    let f = failover(&primary, &backup);
+    let log = MemoryLog::default();
+
+    // The primary stamps and loses the answer: recover at the primary resolves it there.
+    let (xml, k) = (sealed(), key());
+    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
+    assert_eq!(route, Route::Primary);
+    assert!(
+        matches!(
+            &outcome,
+            StampOutcome::AlreadyStamped {
+                same_content: true,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        outcome.stamp().map(|s| s.uuid.as_str()),
+        primary.stamps().await[0]["uuid"].as_str()
+    );
+
+    // A send to the primary whose answer was lost (say, in a crash): while the primary
+    // refuses, the document may be stamped there, so the backup is not asked.
+    let (xml, k) = (sealed(), key());
+    log.before_send(&k, Route::Primary).await.unwrap();
+    primary.set_faults("status503=1").await;
+    for _ in 0..2 {
+        let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
+        assert_eq!(route, Route::Primary);
+        assert!(
+            matches!(outcome, StampOutcome::Unknown { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert!(backup.stamps().await.is_empty());
+
+    // Once the primary answers, the same bytes and key resolve there.
+    primary.set_faults("").await;
+    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
+    assert_eq!(route, Route::Primary);
+    assert!(outcome.stamp().is_some(), "{outcome:?}");
+    assert_eq!(primary.stamps().await.len(), 2);
+    assert!(backup.stamps().await.is_empty());
+}
+
+// ---- Finkok, against SOAP fixtures served by a local server ----
+
+mod finkok {
+    use super::*;
+    use actix_web::{App, HttpResponse, HttpServer, web};
+
+    /// Answers each SOAP operation from a queue of fixture bodies; records the calls.
+    #[derive(Default)]
+    pub struct Fake {
+        queues: Mutex<HashMap<String, VecDeque<String>>>,
+        pub calls: Mutex<Vec<String>>,
+    }
+
+    impl Fake {
+        pub fn push(&self, op: &str, body: String) {
+            self.queues
+                .lock()
+                .unwrap()
+                .entry(op.to_owned())
+                .or_default()
+                .push_back(body);
+        }
+    }
+
+    fn op_of(body: &str) -> String {
+        let start = body.find("<f:").map(|i| i + 3).unwrap_or(0);
+        body[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    }
+
+    async fn answer(fake: web::Data<Arc<Fake>>, body: String) -> HttpResponse {
+        let op = op_of(&body);
+        fake.calls.lock().unwrap().push(op.clone());
+        let mut queues = fake.queues.lock().unwrap();
+        let q = queues.entry(op.clone()).or_default();
+        let next = if q.len() > 1 {
+            q.pop_front()
+        } else {
+            q.front().cloned()
+        };
+        match next {
+            Some(b) if b.contains("<senv:Fault>") => HttpResponse::InternalServerError()
+                .content_type("text/xml")
+                .body(b),
+            Some(b) => HttpResponse::Ok().content_type("text/xml").body(b),
+            None => HttpResponse::NotFound().body(format!("no fixture for {op}")),
+        }
+    }
+
+    pub fn serve(fake: Arc<Fake>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let data = web::Data::new(fake);
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .default_service(web::post().to(answer))
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+        tokio::spawn(server);
+        url
+    }
+
+    pub fn fixture(name: &str, stamp: Option<&autofactura::pac::Stamp>) -> String {
+        let path = format!("{}/fixtures/pac/finkok/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).unwrap();
+        match stamp {
+            Some(s) => {
+                let xml =
+                    quick_xml::escape::escape(std::str::from_utf8(&s.xml).unwrap()).into_owned();
+                text.replace("{{XML}}", &xml).replace("{{UUID}}", &s.uuid)
+            }
+            None => text,
+        }
+    }
+
+    pub fn client(url: &str, stamped_wait: u64) -> PacClient {
+        let cfg = PacConfig {
+            kind: PacKind::Finkok,
+            url: Some(url.to_owned()),
+            user: Some("demo@example.com".into()),
+            password: Some("secret".into()),
+            stamped_wait,
+            request_timeout: 5,
+            ..PacConfig::default()
+        };
+        let c = autofactura::pac::finkok::FinkokClient::new(&cfg)
+            .unwrap()
+            .with_cancel_csd(autofactura::pac::finkok::CancelCsd {
+                cer_pem_b64: "Y2Vy".into(),
+                key_pem_b64: "a2V5".into(),
+            });
+        PacClient::Finkok(c)
+    }
+
+    /// A real stamped CFDI (from the sandbox logic) to put inside fixtures.
+    pub fn stamped(xml: &[u8]) -> autofactura::pac::Stamp {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = autofactura::pacsim::Sim::open(&dir.path().join("s.jsonl"), FaultSpec::default())
+            .unwrap();
+        match sim.stamp(xml, None).unwrap() {
+            autofactura::pacsim::StampAnswer::Stamped(r) => {
+                autofactura::pac::Stamp::from_xml(r.xml.into_bytes()).unwrap()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn finkok_stamp_outcomes_from_its_soap_answers() {
+    let xml = sealed();
+    let stamp = finkok::stamped(&xml);
+
+    let fake = Arc::new(finkok::Fake::default());
+    fake.push("stamp", finkok::fixture("stamp-ok.xml", Some(&stamp)));
+    let url = finkok::serve(fake.clone());
+    assert_eq!(
+        finkok::client(&url, 5).stamp(&xml, &key()).await,
+        StampOutcome::Stamped(stamp.clone())
+    );
+
+    let fake = Arc::new(finkok::Fake::default());
+    fake.push(
+        "stamp",
+        finkok::fixture("stamp-307-with-xml.xml", Some(&stamp)),
+    );
+    let url = finkok::serve(fake.clone());
+    assert_eq!(
+        finkok::client(&url, 5).stamp(&xml, &key()).await,
+        StampOutcome::AlreadyStamped {
+            stamp: stamp.clone(),
+            same_content: true
+        }
+    );
+
+    // 307 with an empty body; `stamped` lags with 603 twice, then answers.
+    let fake = Arc::new(finkok::Fake::default());
+    fake.push("stamp", finkok::fixture("stamp-307-empty.xml", None));
+    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
+    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
+    fake.push("stamped", finkok::fixture("stamped-ok.xml", Some(&stamp)));
+    let url = finkok::serve(fake.clone());
+    assert_eq!(
+        finkok::client(&url, 10).stamp(&xml, &key()).await,
+        StampOutcome::AlreadyStamped {
+            stamp: stamp.clone(),
+            same_content: true
+        }
+    );
+    assert_eq!(
+        fake.calls.lock().unwrap().as_slice(),
+        ["stamp", "stamped", "stamped", "stamped"]
+    );
+
+    // 307 and `stamped` never catches up within the wait: stamped for sure, XML unknown.
+    let fake = Arc::new(finkok::Fake::default());
+    fake.push("stamp", finkok::fixture("stamp-307-empty.xml", None));
+    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
+    let url = finkok::serve(fake.clone());
+    assert!(matches!(
+        finkok::client(&url, 1).stamp(&xml, &key()).await,
+        StampOutcome::Unknown { .. }
+    ));
+
+    let fake = Arc::new(finkok::Fake::default());
+    fake.push("stamp", finkok::fixture("stamp-rejected.xml", None));
+    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
+    let url = finkok::serve(fake.clone());
+    let c = finkok::client(&url, 1);
+    assert_eq!(
+        c.stamp(&xml, &key()).await,
+        StampOutcome::Rejected {
+            code: "302".into(),
+            message: "Sello mal formado o inválido".into()
+        }
+    );
+    assert_eq!(c.recover_by_key(&xml, &key()).await, Recovery::NotFound);
+
+    let fake = Arc::new(finkok::Fake::default());
+    fake.push("stamp", finkok::fixture("soap-fault.xml", None));
+    let url = finkok::serve(fake.clone());
+    assert!(matches!(
+        finkok::client(&url, 1).stamp(&xml, &key()).await,
+        StampOutcome::Unknown { .. }
+    ));
+}
+
+#[tokio::test]
+async fn finkok_cancel_and_status_from_its_soap_answers() {
+    let stamp = finkok::stamped(&sealed());
+    let fake = Arc::new(finkok::Fake::default());
+    fake.push("cancel", finkok::fixture("cancel-201.xml", Some(&stamp)));
+    fake.push("cancel", finkok::fixture("cancel-205.xml", Some(&stamp)));
+    fake.push("cancel", finkok::fixture("cancel-708.xml", None));
+    fake.push(
+        "get_sat_status",
+        finkok::fixture("get-sat-status.xml", None),
+    );
+    fake.push(
+        "get_sat_status",
+        finkok::fixture("get-sat-status-601.xml", None),
+    );
+    let url = finkok::serve(fake.clone());
+    let c = finkok::client(&url, 1);
+    let req = cancel_req(&stamp.uuid, Motivo::SinRelacion);
+    match c.cancel(&req).await {
+        CancelOutcome::Requested {
+            code,
+            acuse,
+            estatus_cancelacion,
+        } => {
+            assert_eq!(code, "201");
+            assert!(acuse.starts_with("<Acuse"), "{acuse}");
+            assert_eq!(estatus_cancelacion.as_deref(), Some("En proceso"));
+        }
+        other => panic!("expected Requested, got {other:?}"),
+    }
+    assert!(matches!(c.cancel(&req).await, CancelOutcome::Rejected { code, .. } if code == "205"));
+    assert!(matches!(
+        c.cancel(&req).await,
+        CancelOutcome::Retryable { .. }
+    ));
+
+    let q = StatusQuery::from_stamped_xml(&stamp.xml).unwrap();
+    match c.sat_status(&q).await {
+        StatusOutcome::Found(s) => {
+            assert_eq!(s.estado, "Vigente");
+            assert_eq!(s.estatus_cancelacion, "En proceso");
+        }
+        other => panic!("expected Found, got {other:?}"),
+    }
+    // N - 601 next to Estado Vigente: CodigoEstatus wins.
+    assert!(
+        matches!(c.sat_status(&q).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 601"))
+    );
+}

@@ -1,0 +1,199 @@
+//! Shared test harness: the real server on 127.0.0.1:0 over SQLite (temp dir) or PostgreSQL (a
+//! fresh database per test on AUTOFACTURA_TEST_DATABASE_URL).
+#![allow(dead_code)]
+
+use std::str::FromStr;
+
+use autofactura::config::Settings;
+use autofactura::startup::{AppState, Application};
+use autofactura::store::{self, Db};
+use autofactura::webhooks::signature;
+use sqlx::Connection;
+
+pub const STRIPE_SECRET: &str = "whsec_test_secret";
+pub const MP_SECRET: &str = "mp_test_secret";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub db: Db,
+    pub state: actix_web::web::Data<AppState>,
+    pub settings: Settings,
+    pub http: reqwest::Client,
+    pub config_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    pg_db: Option<(String, String)>,
+}
+
+/// Spawns the app on `backend` with `tweak` applied to the settings file text. `None` (after a
+/// loud SKIP line) when PostgreSQL is asked for but AUTOFACTURA_TEST_DATABASE_URL is unset.
+pub async fn spawn_app_with(backend: Backend, extra_toml: &str) -> Option<TestApp> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (url, pg_db) = match backend {
+        Backend::Sqlite => (
+            format!("sqlite://{}", dir.path().join("test.db").display()),
+            None,
+        ),
+        Backend::Postgres => {
+            let Ok(admin) = std::env::var("AUTOFACTURA_TEST_DATABASE_URL") else {
+                eprintln!(
+                    "\n*** SKIP PostgreSQL: AUTOFACTURA_TEST_DATABASE_URL is not set; this test ran on SQLite only ***\n"
+                );
+                return None;
+            };
+            let name = format!("af_test_{}", uuid::Uuid::new_v4().simple());
+            let mut conn = sqlx::PgConnection::connect(&admin)
+                .await
+                .expect("connect to the test PostgreSQL");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut conn)
+                .await
+                .expect("create test database");
+            let opts = sqlx::postgres::PgConnectOptions::from_str(&admin).expect("pg url");
+            let url = format!(
+                "postgres://{}:{}@{}:{}/{name}",
+                opts.get_username(),
+                std::env::var("AUTOFACTURA_TEST_PG_PASSWORD")
+                    .unwrap_or_else(|_| password_of(&admin)),
+                opts.get_host(),
+                opts.get_port()
+            );
+            (url, Some((admin, name)))
+        }
+    };
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{url}\"\nmax_connections = 8\n\
+         [stripe]\nwebhook_secrets = [\"whsec_other\", \"{STRIPE_SECRET}\"]\n\
+         [mercadopago]\nwebhook_secret = \"{MP_SECRET}\"\naccess_token = \"TEST-token\"\n{extra_toml}\n"
+    );
+    let config_file = dir.path().join("autofactura.toml");
+    std::fs::write(&config_file, &text).expect("write config");
+    let settings = Settings::from_parts(Some(&text), &[]).expect("test settings");
+    let app = Application::build(settings.clone())
+        .await
+        .expect("build app");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let state = app.state();
+    let db = state.db.clone();
+    tokio::spawn(app.run_until_stopped());
+    Some(TestApp {
+        address,
+        db,
+        state,
+        settings,
+        http: reqwest::Client::new(),
+        config_file,
+        _dir: dir,
+        pg_db,
+    })
+}
+
+fn password_of(url: &str) -> String {
+    url.split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, p)| p.to_owned())
+        .unwrap_or_default()
+}
+
+pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
+    spawn_app_with(backend, "").await
+}
+
+impl TestApp {
+    pub async fn post_stripe(&self, body: &str, header: Option<String>) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(format!("{}/webhooks/stripe", self.address))
+            .body(body.to_owned());
+        if let Some(h) = header {
+            req = req.header("Stripe-Signature", h);
+        }
+        req.send().await.expect("request")
+    }
+
+    /// Signs `body` now with the configured test secret, as Stripe does.
+    pub async fn post_stripe_signed(&self, body: &str) -> reqwest::Response {
+        let t = chrono::Utc::now().timestamp();
+        self.post_stripe(
+            body,
+            Some(signature::stripe_header(
+                &[STRIPE_SECRET],
+                t,
+                body.as_bytes(),
+            )),
+        )
+        .await
+    }
+
+    pub async fn post_mp_signed(&self, data_id: &str, body: &str) -> reqwest::Response {
+        let ts = chrono::Utc::now().timestamp().to_string();
+        let rid = uuid::Uuid::new_v4().to_string();
+        let v1 = signature::mp_sign(MP_SECRET, Some(data_id), Some(&rid), &ts);
+        self.http
+            .post(format!(
+                "{}/webhooks/mercadopago?data.id={data_id}&type=payment",
+                self.address
+            ))
+            .header("x-signature", format!("ts={ts},v1={v1}"))
+            .header("x-request-id", rid)
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn invoices(&self) -> Vec<store::InvoiceRow> {
+        self.db.list_invoices(None).await.expect("list invoices")
+    }
+
+    pub async fn events(&self) -> Vec<store::EventRecord> {
+        self.db.list_events().await.expect("list events")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some((admin, name)) = self.pg_db.take() {
+            // Best effort: a leftover test database is harmless.
+            let _ = std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async {
+                    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+                        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                        )))
+                        .execute(&mut c)
+                        .await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// Runs each named `async fn(Backend)` once per backend, as `<name>_sqlite` and `<name>_postgres`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name($crate::support::Backend::Sqlite).await } )*
+        }
+        mod postgres {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name($crate::support::Backend::Postgres).await } )*
+        }
+    };
+}

@@ -1,0 +1,523 @@
+//! The worker pool against the sandbox PAC: every test checks the sandbox's own record of what it
+//! stamped (`/_sim/stamps`), the ground truth for "exactly once".
+
+mod support;
+
+use std::time::Duration;
+
+use autofactura::domain::StampKey;
+use autofactura::pacsim::faults::FaultSpec;
+use autofactura::pacsim::{Sandbox, SandboxHandle};
+use autofactura::store::worker::OutboxStatus;
+use autofactura::webhooks::stripe;
+use autofactura::worker::{self, Pool, Services};
+use serde_json::Value;
+use support::{Backend, TestApp, spawn_app_with};
+
+/// The app (no pool yet), and a sandbox PAC it points at.
+struct Rig {
+    app: TestApp,
+    sim: SandboxHandle,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
+     backoff_base_seconds = 1\nbackoff_cap_seconds = 2\nshutdown_grace_seconds = 1\n";
+
+async fn rig(b: Backend, faults: &str, worker_toml: &str) -> Option<Rig> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = FaultSpec::parse(faults).expect("fault spec");
+    let (url, sim) = Sandbox::start_in_process(&dir.path().join("sim.jsonl"), spec)
+        .await
+        .expect("sandbox");
+    let extra = format!("[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n{worker_toml}");
+    let app = spawn_app_with(b, &extra).await?;
+    Some(Rig {
+        app,
+        sim,
+        http: reqwest::Client::new(),
+        _dir: dir,
+    })
+}
+
+impl Rig {
+    async fn pool(&self) -> (Pool, Services) {
+        let services = worker::services(&self.app.settings, self.app.db.clone())
+            .await
+            .expect("worker services");
+        let pool = services
+            .worker
+            .clone()
+            .start(tokio_util::sync::CancellationToken::new(), None);
+        (pool, services)
+    }
+
+    async fn stamps(&self) -> Vec<Value> {
+        let r = self
+            .http
+            .get(format!("{}/_sim/stamps", self.sim.url()))
+            .send()
+            .await
+            .expect("sim");
+        r.json().await.expect("stamps json")
+    }
+
+    async fn stamps_for(&self, key: &str) -> Vec<Value> {
+        self.stamps()
+            .await
+            .into_iter()
+            .filter(|s| s["customid"] == key)
+            .collect()
+    }
+
+    async fn set_faults(&self, spec: &str) {
+        let r = self
+            .http
+            .put(format!("{}/_sim/faults", self.sim.url()))
+            .body(spec.to_owned())
+            .send()
+            .await
+            .expect("sim");
+        assert!(r.status().is_success(), "faults {spec}: {}", r.status());
+    }
+
+    /// Delivers a signed payment and returns its stamp key.
+    async fn pay(&self, suffix: &str, created: i64) -> String {
+        let body = stripe::sample_payment_intent(suffix, created, false);
+        let r = self.app.post_stripe_signed(&body).await;
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+        let v: Value = serde_json::from_str(&body).expect("json");
+        let pi = v["data"]["object"]["id"].as_str().expect("pi id");
+        StampKey::derive("stripe", pi, "ingreso").to_string()
+    }
+
+    async fn row(&self, key: &str) -> OutboxStatus {
+        self.app
+            .db
+            .outbox_status(key)
+            .await
+            .expect("db")
+            .expect("outbox row")
+    }
+
+    /// Waits until the row reaches `state` (or fails the test after `secs`).
+    async fn wait_state(&self, key: &str, state: &str, secs: u64) -> OutboxStatus {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let row = self.row(key).await;
+            if row.state == state {
+                return row;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "row never reached {state}: {row:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
+    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+        return;
+    };
+    let (pool, _s) = rig.pool().await;
+    let key = rig.pay("happy", now()).await;
+    let row = rig.wait_state(&key, "stamped", 20).await;
+    let stamps = rig.stamps_for(&key).await;
+    assert_eq!(stamps.len(), 1, "{stamps:?}");
+    assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let stamped = row.stamped_xml.expect("stamped xml");
+    let report = autofactura::cfdi::verify::verify(
+        &stamped,
+        &autofactura::cfdi::verify::VerifyOptions {
+            tfd_certs: &autofactura::cli::known_tfd_certificates(),
+        },
+    );
+    assert!(report.is_valid(), "{:?}", report.problems);
+    assert!(
+        report.notes.is_empty(),
+        "the TFD verifies with the sandbox certificate: {:?}",
+        report.notes
+    );
+    let attempts = rig.app.db.attempts_of(row.id).await.expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(
+        (attempts[0].operation.as_str(), attempts[0].outcome.as_str()),
+        ("stamp", "stamped")
+    );
+    assert_eq!(attempts[0].pac, "sandbox");
+    let list = rig.app.invoices().await;
+    assert!(
+        list.iter()
+            .any(|i| i.uuid == row.uuid && i.status.starts_with("stamped")),
+        "{list:?}"
+    );
+    pool.shutdown().await;
+}
+
+async fn a_lost_response_is_recovered_without_a_second_stamp(b: Backend) {
+    let Some(rig) = rig(b, "lose_response=1:mode=drop", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("lost", now()).await;
+    let (pool, _s) = rig.pool().await;
+    // The sandbox stamps, then drops the connection: the outcome is unknown to us.
+    let row = rig.wait_state(&key, "unknown", 20).await;
+    assert_eq!(rig.stamps_for(&key).await.len(), 1, "the PAC did stamp");
+    rig.set_faults("").await;
+    let row2 = rig.wait_state(&key, "stamped", 20).await;
+    let stamps = rig.stamps_for(&key).await;
+    assert_eq!(stamps.len(), 1, "recovered, not stamped twice: {stamps:?}");
+    assert_eq!(row2.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
+    let ops: Vec<(&str, &str)> = log
+        .iter()
+        .map(|a| (a.operation.as_str(), a.outcome.as_str()))
+        .collect();
+    assert_eq!(ops.first(), Some(&("stamp", "unknown")), "{ops:?}");
+    assert_eq!(
+        ops.last(),
+        Some(&("recover", "found")),
+        "the next attempt asks first: {ops:?}"
+    );
+    assert!(
+        !ops.iter().skip(1).any(|(op, _)| *op == "stamp"),
+        "no fresh stamp after an unknown: {ops:?}"
+    );
+    pool.shutdown().await;
+}
+
+async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
+    let Some(rig) = rig(b, "status503=1", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("busy", now()).await;
+    let (pool, _s) = rig.pool().await;
+    let row = rig.wait_state(&key, "retry_scheduled", 20).await;
+    assert!(
+        row.run_at > chrono::Utc::now() - chrono::Duration::milliseconds(200),
+        "scheduled ahead: {row:?}"
+    );
+    assert!(rig.stamps_for(&key).await.is_empty());
+    rig.set_faults("status429=1:retry_after=3").await;
+    // Wait for a 429 attempt and check the schedule honours Retry-After.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
+        if let Some(a) = log.iter().find(|a| a.http_status == Some(429)) {
+            let r = rig.row(&key).await;
+            assert_eq!(r.state, "retry_scheduled");
+            assert!(
+                r.run_at >= a.at + chrono::Duration::milliseconds(2900),
+                "Retry-After 3 s honoured: {r:?} after {a:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no 429 attempt: {log:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    rig.set_faults("").await;
+    let done = rig.wait_state(&key, "stamped", 30).await;
+    assert_eq!(rig.stamps_for(&key).await.len(), 1);
+    let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
+    assert!(
+        log.iter()
+            .any(|a| a.outcome == "retryable" && a.http_status == Some(503)),
+        "{log:?}"
+    );
+    assert_eq!(log.last().map(|a| a.outcome.as_str()), Some("stamped"));
+    pool.shutdown().await;
+}
+
+async fn retries_stop_after_max_attempts_as_a_dead_letter(b: Backend) {
+    let worker = format!("{FAST_WORKER}max_attempts = 2\n");
+    let Some(rig) = rig(b, "status503=1", &worker).await else {
+        return;
+    };
+    let key = rig.pay("dead", now()).await;
+    let (pool, _s) = rig.pool().await;
+    let row = rig.wait_state(&key, "failed", 30).await;
+    assert_eq!(row.last_error_code.as_deref(), Some("EXHAUSTED"), "{row:?}");
+    assert!(rig.stamps_for(&key).await.is_empty());
+    pool.shutdown().await;
+}
+
+async fn a_rejection_fails_with_the_pacs_code_and_message(b: Backend) {
+    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("tampered", now()).await;
+    // Store bytes that are not what the Sello signed (as if altered after sealing), before
+    // any worker seals: the worker must send them as they are, and the PAC must refuse them.
+    let row = rig.row(&key).await;
+    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let mut req: autofactura::cfdi::InvoiceRequest = serde_json::from_str(json).expect("sample");
+    req.fecha = autofactura::cli::now_in_mexico();
+    let sealed = autofactura::cfdi::seal(&req, &autofactura::cli::sandbox_csd().expect("csd"))
+        .expect("seal");
+    let tampered =
+        String::from_utf8(sealed.xml)
+            .expect("utf8")
+            .replacen("Folio=\"101\"", "Folio=\"999\"", 1);
+    rig.app
+        .db
+        .save_sealed(row.id, tampered.as_bytes())
+        .await
+        .expect("store");
+    let (pool, _s) = rig.pool().await;
+    let failed = rig.wait_state(&key, "failed", 20).await;
+    assert_eq!(
+        failed.last_error_code.as_deref(),
+        Some("CFDI40102"),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .last_error_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("CFDI40102"),
+        "verbatim: {failed:?}"
+    );
+    assert!(rig.stamps_for(&key).await.is_empty());
+    pool.shutdown().await;
+}
+
+async fn a_sale_past_the_72_hour_window_expires_unsent(b: Backend) {
+    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("late", now() - 73 * 3600).await;
+    let (pool, _s) = rig.pool().await;
+    let row = rig.wait_state(&key, "expired", 20).await;
+    assert_eq!(row.last_error_code.as_deref(), Some("WINDOW"));
+    assert!(
+        row.last_error_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("72-hour"),
+        "{row:?}"
+    );
+    assert!(rig.stamps_for(&key).await.is_empty(), "nothing was sent");
+    pool.shutdown().await;
+}
+
+async fn an_unknown_outcome_past_the_window_expires_after_asking_the_pac(b: Backend) {
+    // The window is 72 h; a sale 71 h 59 m 30 s old is sent, its answer lost, and by the time
+    // the worker asks again the window has closed: nothing was stamped, so it is expired.
+    let worker = format!("{FAST_WORKER}window_margin_seconds = 0\n");
+    let Some(rig) = rig(b, "reset=1", &worker).await else {
+        return;
+    };
+    let key = rig.pay("edge", now() - 72 * 3600 + 3).await;
+    let (pool, _s) = rig.pool().await;
+    let row = rig.wait_state(&key, "expired", 30).await;
+    assert!(rig.stamps_for(&key).await.is_empty());
+    let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
+    assert!(!log.is_empty(), "{log:?}");
+    pool.shutdown().await;
+}
+
+async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b: Backend) {
+    let Some(rig) = rig(b, "latency=3s", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("shutdown", now()).await;
+    let (pool, s) = rig.pool().await;
+    rig.wait_state(&key, "stamping", 10).await;
+    // The grace period (1 s) is shorter than the PAC's latency (3 s): the row is released.
+    pool.shutdown().await;
+    drop(s);
+    let row = rig.row(&key).await;
+    assert_eq!(row.state, "unknown", "{row:?}");
+    rig.set_faults("").await;
+    let (pool, _s) = rig.pool().await;
+    let done = rig.wait_state(&key, "stamped", 20).await;
+    let stamps = rig.stamps_for(&key).await;
+    assert_eq!(stamps.len(), 1, "{stamps:?}");
+    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    pool.shutdown().await;
+}
+
+/// A child process that is killed if the test ends early.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_worker_process(config: &std::path::Path) -> Child {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"))
+        .arg("--config")
+        .arg(config)
+        .arg("worker")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn autofactura worker");
+    Child(child)
+}
+
+async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_with_one_uuid(
+    b: Backend,
+) {
+    // The sandbox commits the stamp and then holds its answer: the worker process is waiting for
+    // it when it is killed with SIGKILL, so the stamp exists at the PAC and not in our database.
+    let Some(rig) = rig(b, "lose_response=1:mode=hang:hang=120s", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("killed", now()).await;
+    let mut worker = spawn_worker_process(&rig.app.config_file);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while rig.stamps_for(&key).await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker process never reached the PAC"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.0.kill().expect("SIGKILL");
+    worker.0.wait().expect("wait");
+    let row = rig.row(&key).await;
+    assert_eq!(
+        (row.state.as_str(), row.uuid.as_deref()),
+        ("stamping", None),
+        "the database never heard back"
+    );
+    rig.set_faults("").await;
+    let _restarted = spawn_worker_process(&rig.app.config_file);
+    let done = rig.wait_state(&key, "stamped", 60).await;
+    let stamps = rig.stamps_for(&key).await;
+    assert_eq!(stamps.len(), 1, "one UUID after the restart: {stamps:?}");
+    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
+    assert_eq!(
+        log.iter()
+            .map(|a| (a.operation.as_str(), a.outcome.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("recover", "found")],
+        "the killed attempt left no log line; the restarted worker asked the PAC first"
+    );
+}
+
+on_both_backends!(
+    a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_with_one_uuid,
+    a_paid_sale_is_sealed_stamped_and_logged,
+    a_lost_response_is_recovered_without_a_second_stamp,
+    server_errors_and_429_are_retried_with_backoff,
+    retries_stop_after_max_attempts_as_a_dead_letter,
+    a_rejection_fails_with_the_pacs_code_and_message,
+    a_sale_past_the_72_hour_window_expires_unsent,
+    an_unknown_outcome_past_the_window_expires_after_asking_the_pac,
+    shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once,
+);
+
+/// Two pools on one PostgreSQL (as two appliance instances would be) drain 1,000 rows: every
+/// row is stamped exactly once, and both pools take part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_pools_on_one_postgresql_stamp_a_thousand_rows_exactly_once() {
+    let Some(rig) = rig(
+        Backend::Postgres,
+        "",
+        "[worker]\nconcurrency = 8\nidle_poll_ms = 20\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let n = 1000;
+    let mut keys = Vec::with_capacity(n);
+    let mut tasks = tokio::task::JoinSet::new();
+    let base = now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(n / 16) {
+        let chunk = chunk.to_vec();
+        let app_addr = rig.app.address.clone();
+        tasks.spawn(async move {
+            let http = reqwest::Client::new();
+            let mut ks = Vec::new();
+            for i in chunk {
+                let body = stripe::sample_payment_intent(&format!("bulk{i}"), base, false);
+                let t = chrono::Utc::now().timestamp();
+                let sig = autofactura::webhooks::signature::stripe_header(
+                    &[support::STRIPE_SECRET],
+                    t,
+                    body.as_bytes(),
+                );
+                let r = http
+                    .post(format!("{app_addr}/webhooks/stripe"))
+                    .header("Stripe-Signature", sig)
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .expect("post");
+                assert_eq!(r.status(), 200);
+                let v: Value = serde_json::from_str(&body).expect("json");
+                ks.push(
+                    StampKey::derive(
+                        "stripe",
+                        v["data"]["object"]["id"].as_str().expect("id"),
+                        "ingreso",
+                    )
+                    .to_string(),
+                );
+            }
+            ks
+        });
+    }
+    while let Some(ks) = tasks.join_next().await {
+        keys.extend(ks.expect("task"));
+    }
+    let (a, sa) = rig.pool().await;
+    let (b, sb) = rig.pool().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let counts = rig.app.db.outbox_counts().await.expect("counts");
+        let stamped = counts
+            .iter()
+            .find(|(s, _)| s == "stamped")
+            .map_or(0, |c| c.1);
+        if stamped == i64::try_from(n).expect("n") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not drained: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stamps = rig.stamps().await;
+    assert_eq!(stamps.len(), n, "one stamp per row, no more");
+    let mut customids: Vec<&str> = stamps
+        .iter()
+        .filter_map(|s| s["customid"].as_str())
+        .collect();
+    customids.sort_unstable();
+    customids.dedup();
+    assert_eq!(customids.len(), n, "no key stamped twice");
+    for k in keys.iter().step_by(97) {
+        let row = rig.row(k).await;
+        let s = rig.stamps_for(k).await;
+        assert_eq!(row.uuid.as_deref(), s[0]["uuid"].as_str());
+    }
+    // Both pools took part (neither was starved).
+    let ids = [sa.worker.id.clone(), sb.worker.id.clone()];
+    let per_worker = rig.app.db.attempts_per_worker().await.expect("per worker");
+    for id in &ids {
+        let c = per_worker.iter().find(|(w, _)| w == id).map_or(0, |x| x.1);
+        assert!(c > 0, "pool {id} stamped nothing: {per_worker:?}");
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
