@@ -140,6 +140,37 @@ pub struct Attempt<'a> {
     pub worker: &'a str,
 }
 
+/// The attempt log's INSERT, for either backend.
+fn insert_attempt<'q, DB: sqlx::Database>(
+    a: &'q Attempt<'q>,
+    now: DateTime<Utc>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<i32>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    DateTime<Utc>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    sqlx::query(
+        "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, http_status, \
+         code, message, latency_ms, uuid, worker, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(a.outbox_id)
+    .bind(a.cancellation_id)
+    .bind(a.operation)
+    .bind(a.pac)
+    .bind(a.outcome)
+    .bind(a.http_status)
+    .bind(a.code)
+    .bind(a.message)
+    .bind(a.latency_ms)
+    .bind(a.uuid)
+    .bind(a.worker)
+    .bind(now)
+}
+
 /// A logged attempt as read back.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AttemptRow {
@@ -284,74 +315,79 @@ impl Db {
             .unwrap_or_default())
     }
 
-    /// Settles a claimed row, if this worker still holds its lease. `false` when it does not
-    /// (another worker reclaimed it; it will reach the same answer from the idempotent PAC).
+    /// Settles a claimed row, if this worker still holds its lease, and appends the attempt that
+    /// led to it in the same transaction (one commit, and the log never disagrees with the row).
+    /// `false` when the lease was lost (another worker reclaimed the row; it will reach the same
+    /// answer from the idempotent PAC); the attempt is logged either way.
     pub async fn settle_stamp(
         &self,
         id: i64,
         owner: &str,
         s: &Settle<'_>,
+        attempt: Option<&Attempt<'_>>,
     ) -> Result<bool, StoreError> {
         let now = Utc::now();
-        let n = match s {
-            Settle::Stamped {
-                uuid,
-                tfd_xml,
-                stamped_xml,
-                fecha_timbrado,
-                flag,
-            } => exec!(
-                self,
-                "record the stamp",
-                "UPDATE outbox SET state = 'stamped', uuid = $1, tfd_xml = $2, stamped_xml = $3, \
-                 fecha_timbrado = $4, stamped_at = $5, flag = COALESCE($6, flag), lease_owner = NULL, \
-                 lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, updated_at = $5 \
-                 WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
-                *uuid,
-                *tfd_xml,
-                *stamped_xml,
-                *fecha_timbrado,
-                now,
-                *flag,
-                id,
-                owner
-            ),
-            Settle::Later {
-                state,
-                run_at,
-                code,
-                message,
-            } => exec!(
-                self,
-                "schedule the next attempt",
-                "UPDATE outbox SET state = $1, run_at = $2, last_error_code = $3, last_error_message = $4, \
-                 lease_owner = NULL, lease_expires_at = NULL, updated_at = $5 \
-                 WHERE id = $6 AND lease_owner = $7 AND state = 'stamping'",
-                *state,
-                *run_at,
-                *code,
-                *message,
-                now,
-                id,
-                owner
-            ),
-            Settle::Final {
-                state,
-                code,
-                message,
-            } => exec!(
-                self,
-                "record the final state",
-                "UPDATE outbox SET state = $1, last_error_code = $2, last_error_message = $3, \
-                 lease_owner = NULL, lease_expires_at = NULL, updated_at = $4 \
-                 WHERE id = $5 AND lease_owner = $6 AND state = 'stamping'",
-                *state,
-                *code,
-                *message,
-                now,
-                id,
-                owner
-            ),
+        macro_rules! run {
+            ($tx:expr) => {{
+                if let Some(a) = attempt {
+                    insert_attempt(a, now).execute(&mut *$tx).await.map_err(ctx("log a PAC attempt"))?;
+                }
+                let q = match s {
+                    Settle::Stamped { uuid, tfd_xml, stamped_xml, fecha_timbrado, flag } => sqlx::query(
+                        "UPDATE outbox SET state = 'stamped', uuid = $1, tfd_xml = $2, stamped_xml = $3, \
+                         fecha_timbrado = $4, stamped_at = $5, flag = COALESCE($6, flag), lease_owner = NULL, \
+                         lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, updated_at = $5 \
+                         WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
+                    )
+                    .bind(*uuid)
+                    .bind(*tfd_xml)
+                    .bind(*stamped_xml)
+                    .bind(*fecha_timbrado)
+                    .bind(now)
+                    .bind(*flag),
+                    Settle::Later { state, run_at, code, message } => sqlx::query(
+                        "UPDATE outbox SET state = $1, run_at = $2, last_error_code = $3, last_error_message = $4, \
+                         lease_owner = NULL, lease_expires_at = NULL, updated_at = $5, uuid = $6 \
+                         WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
+                    )
+                    .bind(*state)
+                    .bind(*run_at)
+                    .bind(*code)
+                    .bind(*message)
+                    .bind(now)
+                    .bind(None::<String>),
+                    Settle::Final { state, code, message } => sqlx::query(
+                        "UPDATE outbox SET state = $1, last_error_code = $2, last_error_message = $3, \
+                         lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, run_at = $4, uuid = $5, \
+                         flag = COALESCE($6, flag) WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
+                    )
+                    .bind(*state)
+                    .bind(*code)
+                    .bind(*message)
+                    .bind(now)
+                    .bind(None::<String>)
+                    .bind(None::<String>),
+                };
+                q.bind(id).bind(owner).execute(&mut *$tx).await.map_err(ctx("settle an outbox row"))?.rows_affected()
+            }};
+        }
+        let n = match self {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ctx("begin a transaction"))?;
+                let n = run!(tx);
+                tx.commit().await.map_err(ctx("commit the outcome"))?;
+                n
+            }
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
+                let n = run!(tx);
+                tx.commit().await.map_err(ctx("commit the outcome"))?;
+                n
+            }
         };
         Ok(n == 1)
     }
@@ -374,24 +410,21 @@ impl Db {
     /// Appends one PAC call to the attempt log.
     pub async fn log_attempt(&self, a: &Attempt<'_>) -> Result<(), StoreError> {
         let now = Utc::now();
-        exec!(
-            self,
-            "log a PAC attempt",
-            "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, http_status, \
-             code, message, latency_ms, uuid, worker, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            a.outbox_id,
-            a.cancellation_id,
-            a.operation,
-            a.pac,
-            a.outcome,
-            a.http_status,
-            a.code,
-            a.message,
-            a.latency_ms,
-            a.uuid,
-            a.worker,
-            now
-        );
+        match self {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                insert_attempt(a, now)
+                    .execute(pool)
+                    .await
+                    .map_err(ctx("log a PAC attempt"))?;
+            }
+            Db::Postgres(pool) => {
+                insert_attempt(a, now)
+                    .execute(pool)
+                    .await
+                    .map_err(ctx("log a PAC attempt"))?;
+            }
+        }
         Ok(())
     }
 

@@ -347,7 +347,17 @@ impl Worker {
     }
 
     async fn settle(&self, id: i64, s: Settle<'_>) -> Result<(), StoreError> {
-        if !self.db.settle_stamp(id, &self.id, &s).await? {
+        self.settle_logged(id, s, None).await
+    }
+
+    /// Settles and appends the attempt that led here, in one transaction.
+    async fn settle_logged(
+        &self,
+        id: i64,
+        s: Settle<'_>,
+        attempt: Option<&Attempt<'_>>,
+    ) -> Result<(), StoreError> {
+        if !self.db.settle_stamp(id, &self.id, &s, attempt).await? {
             warn!(
                 "lease lost before settling; another worker owns the row and will reach the same answer from the PAC"
             );
@@ -362,16 +372,24 @@ impl Worker {
         code: &str,
         message: &str,
     ) -> Result<(), StoreError> {
+        self.fail_logged(id, state, code, message, None).await
+    }
+
+    async fn fail_logged(
+        &self,
+        id: i64,
+        state: &str,
+        code: &str,
+        message: &str,
+        attempt: Option<&Attempt<'_>>,
+    ) -> Result<(), StoreError> {
         warn!(state, code, message, "invoice needs a human");
-        self.settle(
-            id,
-            Settle::Final {
-                state,
-                code: Some(code),
-                message,
-            },
-        )
-        .await
+        let s = Settle::Final {
+            state,
+            code: Some(code),
+            message,
+        };
+        self.settle_logged(id, s, attempt).await
     }
 
     fn later(&self, attempts: i32, retry_after: Option<Duration>) -> DateTime<Utc> {
@@ -450,7 +468,7 @@ impl Worker {
             self.log_recovery(id, &r, t).await?;
             match r {
                 Recovery::Found(stamp) => {
-                    return self.stamped(id, &folio, &stamp, &sealed, true).await;
+                    return self.stamped(id, &folio, &stamp, &sealed, true, None).await;
                 }
                 Recovery::NotFound if expired => {
                     return self
@@ -501,13 +519,16 @@ impl Worker {
         }
 
         let (route, outcome, latency) = self.stamp_with_keepalive(id, &sealed, &key).await?;
-        self.log_stamp(id, route, &outcome, latency).await?;
-        match outcome {
-            StampOutcome::Stamped(stamp) => self.stamped(id, &folio, &stamp, &sealed, false).await,
+        let attempt = self.stamp_attempt(id, route, &outcome, latency);
+        let a = Some(&attempt);
+        match &outcome {
+            StampOutcome::Stamped(stamp) => {
+                self.stamped(id, &folio, stamp, &sealed, false, a).await
+            }
             StampOutcome::AlreadyStamped {
                 stamp,
                 same_content: true,
-            } => self.stamped(id, &folio, &stamp, &sealed, true).await,
+            } => self.stamped(id, &folio, stamp, &sealed, true, a).await,
             StampOutcome::AlreadyStamped {
                 stamp,
                 same_content: false,
@@ -516,56 +537,44 @@ impl Worker {
                     "the stamp key was already used for another document (UUID {}); reconcile before retrying",
                     stamp.uuid
                 );
-                self.fail(id, "failed", "CFDI3307", &msg).await
+                self.fail_logged(id, "failed", "CFDI3307", &msg, a).await
             }
             // The PAC's window check: the frozen Fecha is too old to stamp.
             StampOutcome::Rejected { code, message } if code == "401" => {
-                self.fail(id, "expired", &code, &message).await
+                self.fail_logged(id, "expired", code, message, a).await
             }
             StampOutcome::Rejected { code, message } => {
-                self.fail(id, "failed", &code, &message).await
+                self.fail_logged(id, "failed", code, message, a).await
             }
             StampOutcome::Retryable {
                 reason,
                 retry_after,
             } => {
                 if c.attempts >= self.cfg.retry.max_attempts {
-                    return self
-                        .fail(
-                            id,
-                            "failed",
-                            "EXHAUSTED",
-                            &format!("{} attempts, last: {reason}", c.attempts),
-                        )
-                        .await;
+                    let msg = format!("{} attempts, last: {reason}", c.attempts);
+                    return self.fail_logged(id, "failed", "EXHAUSTED", &msg, a).await;
                 }
-                let run_at = self.later(c.attempts, retry_after);
+                let run_at = self.later(c.attempts, *retry_after);
                 info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
-                self.settle(
-                    id,
-                    Settle::Later {
-                        state: "retry_scheduled",
-                        run_at,
-                        code: None,
-                        message: &reason,
-                    },
-                )
-                .await
+                let later = Settle::Later {
+                    state: "retry_scheduled",
+                    run_at,
+                    code: None,
+                    message: reason,
+                };
+                self.settle_logged(id, later, a).await
             }
             StampOutcome::Unknown { reason } => {
                 // Ask again soon, recovering first.
                 let run_at = self.later(1, None);
                 warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
-                self.settle(
-                    id,
-                    Settle::Later {
-                        state: "unknown",
-                        run_at,
-                        code: None,
-                        message: &reason,
-                    },
-                )
-                .await
+                let later = Settle::Later {
+                    state: "unknown",
+                    run_at,
+                    code: None,
+                    message: reason,
+                };
+                self.settle_logged(id, later, a).await
             }
         }
     }
@@ -622,11 +631,12 @@ impl Worker {
         stamp: &pac::Stamp,
         sealed: &[u8],
         recovered: bool,
+        attempt: Option<&Attempt<'_>>,
     ) -> Result<(), StoreError> {
         let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
         let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
         info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
-        self.settle(
+        self.settle_logged(
             id,
             Settle::Stamped {
                 uuid: &stamp.uuid,
@@ -635,6 +645,7 @@ impl Worker {
                 fecha_timbrado: &stamp.tfd.fecha_timbrado,
                 flag,
             },
+            attempt,
         )
         .await
     }
@@ -647,13 +658,13 @@ impl Worker {
         }
     }
 
-    async fn log_stamp(
-        &self,
+    fn stamp_attempt<'a>(
+        &'a self,
         id: i64,
-        route: &str,
-        out: &StampOutcome,
+        route: &'a str,
+        out: &'a StampOutcome,
         latency: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Attempt<'a> {
         let (outcome, code, message, uuid, status) = match out {
             StampOutcome::Stamped(s) => ("stamped", None, None, Some(s.uuid.as_str()), Some(200)),
             StampOutcome::AlreadyStamped {
@@ -692,21 +703,19 @@ impl Worker {
                 http_status(reason),
             ),
         };
-        self.db
-            .log_attempt(&Attempt {
-                outbox_id: Some(id),
-                cancellation_id: None,
-                operation: "stamp",
-                pac: self.label(route),
-                outcome,
-                http_status: status,
-                code,
-                message,
-                latency_ms: i64::try_from(latency.as_millis()).unwrap_or(i64::MAX),
-                uuid,
-                worker: &self.id,
-            })
-            .await
+        Attempt {
+            outbox_id: Some(id),
+            cancellation_id: None,
+            operation: "stamp",
+            pac: self.label(route),
+            outcome,
+            http_status: status,
+            code,
+            message,
+            latency_ms: i64::try_from(latency.as_millis()).unwrap_or(i64::MAX),
+            uuid,
+            worker: &self.id,
+        }
     }
 
     async fn log_recovery(&self, id: i64, r: &Recovery, t: Instant) -> Result<(), StoreError> {
