@@ -253,7 +253,7 @@ impl Db {
     /// is deterministic, so they are the same). Returns the bytes now in the row.
     pub async fn save_sealed(&self, id: i64, xml: &[u8]) -> Result<Vec<u8>, StoreError> {
         let now = Utc::now();
-        exec!(
+        let written = exec!(
             self,
             "store the sealed comprobante",
             "UPDATE outbox SET sealed_xml = $1, sealed_at = $2 WHERE id = $3 AND sealed_xml IS NULL",
@@ -261,6 +261,9 @@ impl Db {
             now,
             id
         );
+        if written == 1 {
+            return Ok(xml.to_vec());
+        }
         let sql = "SELECT sealed_xml FROM outbox WHERE id = $1";
         let got: Option<Option<Vec<u8>>> = fetch_opt!(
             self,
