@@ -15,11 +15,14 @@
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`ops`]: the operator commands behind `serve`, `migrate`, `invoices list`, `send-test-webhook`.
+//! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
+//!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging.
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod cfdi;
 pub mod cli;
 pub mod config;
