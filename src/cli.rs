@@ -113,9 +113,9 @@ pub fn run() -> ExitCode {
         Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
         Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
         Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
-        Some(Command::Reconcile) => block_on(crate::admin::reconcile::command(
-            cli.config.as_deref(),
-        )),
+        Some(Command::Reconcile) => {
+            block_on(crate::admin::reconcile::command(cli.config.as_deref()))
+        }
         Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
             ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
         ),

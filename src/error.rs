@@ -87,7 +87,9 @@ pub enum AdminError {
     #[error("login required")]
     LoginRequired,
     /// The form's CSRF token is missing or not this session's.
-    #[error("the form is stale or did not come from this admin (CSRF token mismatch); reload the page and try again")]
+    #[error(
+        "the form is stale or did not come from this admin (CSRF token mismatch); reload the page and try again"
+    )]
     Csrf,
     #[error("too many failed logins from this address; try again in {} minutes", .0.as_secs().div_ceil(60))]
     TooManyAttempts(std::time::Duration),
@@ -129,7 +131,9 @@ impl ResponseError for AdminError {
             }
             Self::Store(e) => tracing::error!(error = %e, "admin: storage unavailable"),
             Self::Render(e) => tracing::error!(error = %e, "admin: template failed"),
-            other => tracing::info!(reason = %other, status = status.as_u16(), "admin request refused"),
+            other => {
+                tracing::info!(reason = %other, status = status.as_u16(), "admin request refused")
+            }
         }
         let mut r = HttpResponse::build(status);
         if let Self::TooManyAttempts(wait) = self {

@@ -12,8 +12,8 @@ use actix_web::{App, HttpServer, web};
 use crate::admin::{self, Admin};
 use crate::config::Settings;
 use crate::health::{self, Health};
-use crate::pac::{self, PacClient, PacConfig};
 use crate::ingest::Ingestor;
+use crate::pac::{self, PacClient, PacConfig};
 use crate::store::{self, Db};
 use crate::webhooks::{self, mercadopago};
 

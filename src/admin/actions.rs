@@ -282,7 +282,8 @@ pub async fn cancel(
         let motivo = form.motivo.clone();
         let folio = form.folio_sustitucion.clone();
         async move {
-            let page = pages::cancel_page(&state, &session, id, &motivo, &folio, Some(error)).await?;
+            let page =
+                pages::cancel_page(&state, &session, id, &motivo, &folio, Some(error)).await?;
             let mut resp = html(&page)?;
             *resp.status_mut() = status;
             Ok::<_, AdminError>(resp)
@@ -342,16 +343,14 @@ pub async fn cancel(
             "/admin/payments/{}?notice=cancel_requested#doc-{id}",
             d.payment_id
         ))),
-        Err(CancelConflict::AlreadyRequested { state: s }) => {
-            again(
-                format!(
-                    "a cancellation of {} was already requested ({s}); follow it on the detail page",
-                    facts.uuid
-                ),
-                StatusCode::CONFLICT,
-            )
-            .await
-        }
+        Err(CancelConflict::AlreadyRequested { state: s }) => again(
+            format!(
+                "a cancellation of {} was already requested ({s}); follow it on the detail page",
+                facts.uuid
+            ),
+            StatusCode::CONFLICT,
+        )
+        .await,
     }
 }
 
@@ -369,10 +368,7 @@ pub struct RefreezeForm {
 }
 
 /// The corrected receptor, validated; `None` when the document has none to correct.
-fn corrected_receptor(
-    old: &ReceptorData,
-    f: &ReceptorForm,
-) -> Result<ReceptorData, String> {
+fn corrected_receptor(old: &ReceptorData, f: &ReceptorForm) -> Result<ReceptorData, String> {
     match old {
         ReceptorData::PublicoEnGeneral => Ok(ReceptorData::PublicoEnGeneral),
         ReceptorData::Nominativo { .. } => {
@@ -380,15 +376,22 @@ fn corrected_receptor(
             let digits = |s: &str, n: usize| s.len() == n && s.chars().all(|c| c.is_ascii_digit());
             let nombre = f.nombre.trim().to_uppercase();
             if nombre.is_empty() {
-                return Err("Nombre: write the receptor's name as in its Constancia de Situación Fiscal".into());
+                return Err(
+                    "Nombre: write the receptor's name as in its Constancia de Situación Fiscal"
+                        .into(),
+                );
             }
             let cp = f.domicilio_fiscal.trim();
             if !digits(cp, 5) {
-                return Err(format!("DomicilioFiscalReceptor `{cp}` is not a 5-digit postal code"));
+                return Err(format!(
+                    "DomicilioFiscalReceptor `{cp}` is not a 5-digit postal code"
+                ));
             }
             let regimen = f.regimen_fiscal.trim();
             if !digits(regimen, 3) {
-                return Err(format!("RegimenFiscalReceptor `{regimen}` is not a 3-digit c_RegimenFiscal code"));
+                return Err(format!(
+                    "RegimenFiscalReceptor `{regimen}` is not a 3-digit c_RegimenFiscal code"
+                ));
             }
             let uso = f.uso_cfdi.trim().to_uppercase();
             if !(3..=4).contains(&uso.len()) || !uso.chars().all(|c| c.is_ascii_alphanumeric()) {
@@ -419,7 +422,8 @@ pub async fn refreeze(
         let session = session.clone();
         let receptor = form.receptor.clone();
         async move {
-            let page = pages::refreeze_page(&state, &session, id, Some(&receptor), Some(error)).await?;
+            let page =
+                pages::refreeze_page(&state, &session, id, Some(&receptor), Some(error)).await?;
             let mut resp = html(&page)?;
             *resp.status_mut() = status;
             Ok::<_, AdminError>(resp)
@@ -743,9 +747,7 @@ pub async fn resolve_finding(
         .resolve_finding(id, &session.actor, "closed by hand")
         .await?
     {
-        return Err(AdminError::Refused(format!(
-            "finding #{id} is not open"
-        )));
+        return Err(AdminError::Refused(format!("finding #{id} is not open")));
     }
     Ok(see_other("/admin/reconcile?notice=resolved".into()))
 }

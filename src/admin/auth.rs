@@ -88,8 +88,9 @@ pub async fn resolve_password_hash(
     configured_password: Option<&str>,
 ) -> anyhow::Result<String> {
     if let Some(h) = configured_hash.filter(|h| !h.is_empty()) {
-        PasswordHash::new(h)
-            .map_err(|e| anyhow::anyhow!("[admin] password_hash is not an argon2 PHC string: {e}"))?;
+        PasswordHash::new(h).map_err(|e| {
+            anyhow::anyhow!("[admin] password_hash is not an argon2 PHC string: {e}")
+        })?;
         return Ok(h.to_owned());
     }
     if let Some(p) = configured_password.filter(|p| !p.is_empty()) {
@@ -169,7 +170,12 @@ pub fn secure(admin: &Admin, req: &HttpRequest) -> bool {
 }
 
 /// A cookie with the admin's attributes.
-pub fn cookie<'c>(name: &'c str, value: String, secure: bool, max_age: Option<Duration>) -> Cookie<'c> {
+pub fn cookie<'c>(
+    name: &'c str,
+    value: String,
+    secure: bool,
+    max_age: Option<Duration>,
+) -> Cookie<'c> {
     let mut c = Cookie::build(name, value)
         .path("/admin")
         .http_only(true)

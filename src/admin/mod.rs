@@ -127,12 +127,9 @@ impl Admin {
         sandbox: Option<Arc<Sim>>,
     ) -> anyhow::Result<Admin> {
         let cfg = AdminConfig::from_settings(settings)?;
-        let password_hash = auth::resolve_password_hash(
-            db,
-            cfg.password_hash.as_deref(),
-            cfg.password.as_deref(),
-        )
-        .await?;
+        let password_hash =
+            auth::resolve_password_hash(db, cfg.password_hash.as_deref(), cfg.password.as_deref())
+                .await?;
         Ok(Admin {
             password_hash,
             limiter: auth::LoginLimiter::default(),
@@ -166,9 +163,18 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/documents/{id}/retry", web::post().to(actions::retry))
             .route("/documents/{id}/cancel", web::get().to(pages::cancel_form))
             .route("/documents/{id}/cancel", web::post().to(actions::cancel))
-            .route("/documents/{id}/refreeze", web::get().to(pages::refreeze_form))
-            .route("/documents/{id}/refreeze", web::post().to(actions::refreeze))
-            .route("/documents/{id}/sat-status", web::post().to(actions::sat_status))
+            .route(
+                "/documents/{id}/refreeze",
+                web::get().to(pages::refreeze_form),
+            )
+            .route(
+                "/documents/{id}/refreeze",
+                web::post().to(actions::refreeze),
+            )
+            .route(
+                "/documents/{id}/sat-status",
+                web::post().to(actions::sat_status),
+            )
             .route("/cancellations", web::get().to(pages::cancellations))
             .route("/cancellations/{id}/acuse", web::get().to(pages::acuse))
             .route("/reconcile", web::get().to(pages::reconcile))
@@ -177,7 +183,10 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
                 "/findings/{id}/cancel-extra",
                 web::post().to(actions::cancel_extra),
             )
-            .route("/findings/{id}/resolve", web::post().to(actions::resolve_finding))
+            .route(
+                "/findings/{id}/resolve",
+                web::post().to(actions::resolve_finding),
+            )
             .route("/audit", web::get().to(pages::audit)),
     );
 }

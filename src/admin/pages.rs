@@ -43,11 +43,19 @@ impl Layout {
 /// The fixed messages a redirect may ask for (`?notice=…`): never text from the URL.
 fn notice_text(key: &str) -> Option<&'static str> {
     Some(match key {
-        "retried" => "Sent back to the queue with the same frozen bytes and key; a worker will stamp it.",
+        "retried" => {
+            "Sent back to the queue with the same frozen bytes and key; a worker will stamp it."
+        }
         "bulk_retried" => "The selected rejected documents were sent back to the queue.",
-        "cancel_requested" => "Cancellation request frozen; a worker sends it to the PAC and follows its status.",
-        "refrozen" => "A new generation was frozen with today's Fecha; a worker will seal and stamp it.",
-        "adopted" => "The PAC already held a stamp for this document: it was adopted into the record and flagged.",
+        "cancel_requested" => {
+            "Cancellation request frozen; a worker sends it to the PAC and follows its status."
+        }
+        "refrozen" => {
+            "A new generation was frozen with today's Fecha; a worker will seal and stamp it."
+        }
+        "adopted" => {
+            "The PAC already held a stamp for this document: it was adopted into the record and flagged."
+        }
         "reconciled" => "Reconciliation finished; see the findings below.",
         "resolved" => "Finding closed.",
         "sat_status" => "SAT status queried; the answer is recorded below.",
@@ -92,7 +100,13 @@ pub async fn login_page(
     admin: web::Data<Admin>,
     q: web::Query<NoticeQuery>,
 ) -> Result<HttpResponse, AdminError> {
-    login_response(&req, &admin, None, q.notice.as_deref(), actix_web::http::StatusCode::OK)
+    login_response(
+        &req,
+        &admin,
+        None,
+        q.notice.as_deref(),
+        actix_web::http::StatusCode::OK,
+    )
 }
 
 /// The login form with a fresh double-submit CSRF cookie.
@@ -553,10 +567,11 @@ pub async fn invoices(
     let search = q.q.clone().unwrap_or_default();
     let from_s = q.from.clone().unwrap_or_default();
     let to_s = q.to.clone().unwrap_or_default();
-    let from = parse_day(Some(&from_s))?.map_or(DateTime::<Utc>::MIN_UTC, day_start);
+    let (earliest, latest) = ListFilter::open_range();
+    let from = parse_day(Some(&from_s))?.map_or(earliest, day_start);
     let until = parse_day(Some(&to_s))?
         .and_then(|d| d.succ_opt())
-        .map_or(DateTime::<Utc>::MAX_UTC, day_start);
+        .map_or(latest, day_start);
     let page = q.page.unwrap_or(1).max(1);
     let filter = ListFilter {
         view,
@@ -579,8 +594,7 @@ pub async fn invoices(
         tabs: TABS,
         bulk: rows.iter().any(|r| r.retryable),
         prev_link: (page > 1).then(|| query_link(&view_key, &search, &from_s, &to_s, page - 1)),
-        next_link: (page < pages)
-            .then(|| query_link(&view_key, &search, &from_s, &to_s, page + 1)),
+        next_link: (page < pages).then(|| query_link(&view_key, &search, &from_s, &to_s, page + 1)),
         view: view_key,
         q: search,
         from: from_s,
@@ -805,7 +819,8 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
         .collect();
     let cancels: Vec<CancellationRow> = db.cancellations_of(d.id).await?;
     let live_cancel = cancels.iter().any(|c| {
-        c.uuid.eq_ignore_ascii_case(d.uuid.as_deref().unwrap_or_default())
+        c.uuid
+            .eq_ignore_ascii_case(d.uuid.as_deref().unwrap_or_default())
             && !matches!(c.state.as_str(), "rejected" | "failed")
     });
     let actions: Vec<ActionRow> = db.actions_on("outbox", &d.id.to_string()).await?;
@@ -998,10 +1013,7 @@ pub struct CancelPage {
 }
 
 /// The stamped document and its facts, or why it cannot be cancelled from here.
-pub async fn stamped_doc(
-    state: &AppState,
-    id: i64,
-) -> Result<(DocFull, CancelFacts), AdminError> {
+pub async fn stamped_doc(state: &AppState, id: i64) -> Result<(DocFull, CancelFacts), AdminError> {
     let d = state
         .db
         .document(id)
@@ -1242,11 +1254,10 @@ pub async fn reconcile(
             .await?
             .map(|c| state_label(&c.state).0)
             .unwrap_or_default();
-        let facts: Option<CancelFacts> = serde_json::from_str::<super::reconcile::FindingDetail>(
-            &f.detail,
-        )
-        .ok()
-        .and_then(|d| d.facts);
+        let facts: Option<CancelFacts> =
+            serde_json::from_str::<super::reconcile::FindingDetail>(&f.detail)
+                .ok()
+                .and_then(|d| d.facts);
         let acceptance = match &facts {
             Some(fa) => {
                 let ex = rules::exemptions(fa, now);
@@ -1286,7 +1297,10 @@ pub async fn reconcile(
         .last()
         .map(ActionView::of);
     let periodic = match admin.reconcile_interval {
-        Some(d) => format!("Runs by itself every {}.", age(now - Duration::seconds(d.as_secs() as i64), now)),
+        Some(d) => format!(
+            "Runs by itself every {}.",
+            age(now - Duration::seconds(d.as_secs() as i64), now)
+        ),
         None => "Periodic runs are off ([admin] reconcile_interval_seconds = 0).".into(),
     };
     html(&ReconcilePage {
@@ -1318,7 +1332,12 @@ pub async fn audit(
         .recent_actions(200)
         .await?
         .iter()
-        .map(|a| (ActionView::of(a), format!("{} {}", a.target_kind, a.target_id)))
+        .map(|a| {
+            (
+                ActionView::of(a),
+                format!("{} {}", a.target_kind, a.target_id),
+            )
+        })
         .collect();
     html(&AuditPage {
         l: Layout::new(&session, "Audit log", "audit", None),

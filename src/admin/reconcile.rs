@@ -301,13 +301,16 @@ pub async fn command(config: Option<&std::path::Path>) -> anyhow::Result<ExitCod
         &lock,
         &settings.emisor.rfc,
         "reconcile (command)",
-    ).await?;
+    )
+    .await?;
     println!("{}", report.summary());
     for (id, uuid) in &report.adopted {
         println!("adopted   document #{id}: {uuid} (flagged)");
     }
     for (id, uuid) in &report.duplicates {
-        println!("duplicate document #{id}: extra live UUID {uuid}; cancel it from /admin/reconcile");
+        println!(
+            "duplicate document #{id}: extra live UUID {uuid}; cancel it from /admin/reconcile"
+        );
     }
     for uuid in &report.orphans {
         println!("unmatched {uuid}: see /admin/reconcile");
@@ -319,8 +322,9 @@ pub async fn command(config: Option<&std::path::Path>) -> anyhow::Result<ExitCod
         h.stop().await;
     }
     db.close().await;
-    let attention =
-        !report.duplicates.is_empty() || !report.orphans.is_empty() || !report.unresolved.is_empty();
+    let attention = !report.duplicates.is_empty()
+        || !report.orphans.is_empty()
+        || !report.unresolved.is_empty();
     Ok(if attention {
         ExitCode::FAILURE
     } else {

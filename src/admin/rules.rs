@@ -164,9 +164,7 @@ pub enum MotivoError {
     NotRelated { replacement: String, uuid: String },
     #[error("a document cannot replace itself")]
     SelfReplacement,
-    #[error(
-        "motivo 04 is only for a factura global whose operation is now invoiced nominatively"
-    )]
+    #[error("motivo 04 is only for a factura global whose operation is now invoiced nominatively")]
     NotGlobal,
     #[error("FolioSustitucion is only used with motivo 01")]
     UnexpectedReplacement,
@@ -231,7 +229,10 @@ pub const MOTIVOS: &[(&str, &str)] = &[
     ("01", "Comprobante emitido con errores con relación"),
     ("02", "Comprobante emitido con errores sin relación"),
     ("03", "No se llevó a cabo la operación"),
-    ("04", "Operación nominativa relacionada en una factura global"),
+    (
+        "04",
+        "Operación nominativa relacionada en una factura global",
+    ),
 ];
 
 #[cfg(test)]
@@ -330,7 +331,10 @@ mod tests {
             check_motivo(Motivo::SinRelacion, &doc, Some(other), None),
             Err(MotivoError::UnexpectedReplacement)
         );
-        assert_eq!(check_motivo(Motivo::SinRelacion, &doc, None, None), Ok(None));
+        assert_eq!(
+            check_motivo(Motivo::SinRelacion, &doc, None, None),
+            Ok(None)
+        );
         assert_eq!(
             check_motivo(Motivo::NominativaEnGlobal, &doc, None, None),
             Err(MotivoError::NotGlobal)

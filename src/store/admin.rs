@@ -376,6 +376,19 @@ impl ListView {
     }
 }
 
+impl ListFilter {
+    /// Earliest and latest instants a list filter uses when no date is given: inside both
+    /// backends' ranges, and four-digit years so SQLite's text comparison orders them right.
+    pub fn open_range() -> (DateTime<Utc>, DateTime<Utc>) {
+        (
+            DateTime::<Utc>::UNIX_EPOCH,
+            chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map_or(DateTime::<Utc>::UNIX_EPOCH, |t| t.and_utc()),
+        )
+    }
+}
+
 /// The filters of an admin list.
 #[derive(Debug, Clone)]
 pub struct ListFilter {
@@ -484,15 +497,20 @@ impl Db {
     }
 
     /// The session with this token hash, if it has not expired.
-    pub async fn admin_session(&self, token_hash: &str) -> Result<Option<AdminSession>, StoreError> {
+    pub async fn admin_session(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<AdminSession>, StoreError> {
         const SQL: &str = "SELECT csrf_token, actor, expires_at FROM admin_sessions \
             WHERE token_hash = ? AND expires_at > ?";
         let now = Utc::now();
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AdminSession>(d.sql(SQL))
-            .bind(token_hash)
-            .bind(now)
-            .fetch_optional(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AdminSession>(
+            d.sql(SQL)
+        )
+        .bind(token_hash)
+        .bind(now)
+        .fetch_optional(pool)
+        .await)
         .map_err(ctx("read a session"))
     }
 
@@ -536,9 +554,11 @@ impl Db {
         const SQL: &str = "SELECT COALESCE(o.state, p.status) AS state, COUNT(*) AS n \
             FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id \
             GROUP BY COALESCE(o.state, p.status) ORDER BY 1";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(d.sql(SQL))
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("count documents by state"))
     }
 
@@ -546,9 +566,11 @@ impl Db {
     pub async fn oldest_pending(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         const SQL: &str = "SELECT created_at FROM outbox \
             WHERE state IN ('pending', 'stamping', 'retry_scheduled', 'unknown') ORDER BY created_at LIMIT 1";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (DateTime<Utc>,)>(d.sql(SQL))
-            .fetch_optional(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (DateTime<Utc>,)>(
+            d.sql(SQL)
+        )
+        .fetch_optional(pool)
+        .await)
         .map(|r| r.map(|(t,)| t))
         .map_err(ctx("find the oldest pending document"))
     }
@@ -557,9 +579,11 @@ impl Db {
     pub async fn cancellation_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         const SQL: &str =
             "SELECT state, COUNT(*) AS n FROM cancellations GROUP BY state ORDER BY state";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(d.sql(SQL))
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("count cancellations"))
     }
 
@@ -567,9 +591,11 @@ impl Db {
     pub async fn open_finding_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         const SQL: &str = "SELECT kind, COUNT(*) AS n FROM reconciliation_findings \
             WHERE status = 'open' GROUP BY kind ORDER BY kind";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(d.sql(SQL))
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("count findings"))
     }
 
@@ -586,10 +612,12 @@ impl Db {
     /// The latest PAC calls, newest first.
     pub async fn recent_attempts(&self, limit: i64) -> Result<Vec<AttemptRow>, StoreError> {
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM pac_attempts ORDER BY id DESC LIMIT ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(d.owned(sql))
-            .bind(limit)
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
+            d.owned(sql)
+        )
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("list PAC attempts"))
     }
 
@@ -599,10 +627,12 @@ impl Db {
             "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts \
              WHERE outcome IN ('rejected', 'retryable', 'unknown', 'unresolved') ORDER BY id DESC LIMIT ?"
         );
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(d.owned(sql))
-            .bind(limit)
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
+            d.owned(sql)
+        )
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("list failed PAC attempts"))
     }
 
@@ -735,11 +765,13 @@ impl Db {
             "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE outbox_id = ? \
              OR cancellation_id IN (SELECT id FROM cancellations WHERE outbox_id = ?) ORDER BY id"
         );
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(d.owned(sql))
-            .bind(outbox_id)
-            .bind(outbox_id)
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
+            d.owned(sql)
+        )
+        .bind(outbox_id)
+        .bind(outbox_id)
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("read the attempt log"))
     }
 
@@ -759,10 +791,12 @@ impl Db {
     ) -> Result<Vec<CancellationRow>, StoreError> {
         let sql =
             format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE outbox_id = ? ORDER BY id");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(d.owned(sql))
-            .bind(outbox_id)
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(outbox_id)
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("read cancellations"))
     }
 
@@ -771,19 +805,23 @@ impl Db {
         uuid: &str,
     ) -> Result<Option<CancellationRow>, StoreError> {
         let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE UPPER(uuid) = ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(d.owned(sql))
-            .bind(uuid.to_uppercase())
-            .fetch_optional(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(uuid.to_uppercase())
+        .fetch_optional(pool)
+        .await)
         .map_err(ctx("read a cancellation"))
     }
 
     pub async fn cancellation(&self, id: i64) -> Result<Option<CancellationRow>, StoreError> {
         let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE id = ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(d.owned(sql))
-            .bind(id)
-            .fetch_optional(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(id)
+        .fetch_optional(pool)
+        .await)
         .map_err(ctx("read a cancellation"))
     }
 
@@ -826,11 +864,13 @@ impl Db {
         let sql = format!(
             "SELECT {CANCEL_COLUMNS} FROM cancellations WHERE {cond} ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?"
         );
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(d.owned(sql))
-            .bind(limit)
-            .bind(offset)
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("list cancellations"))
     }
 
@@ -1101,9 +1141,11 @@ impl Db {
             SELECT h.outbox_id, h.generation, h.stamp_key, h.sealed_xml, o.generation AS current_generation, \
             o.uuid AS recorded_uuid, o.state FROM outbox_history h JOIN outbox o ON o.id = h.outbox_id \
             WHERE h.sealed_xml IS NOT NULL ORDER BY 1, 2";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, SealedGeneration>(d.sql(SQL))
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| sqlx::query_as::<_, SealedGeneration>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
         .map_err(ctx("list sealed generations"))
     }
 
@@ -1111,9 +1153,11 @@ impl Db {
     pub async fn all_stamp_keys(&self) -> Result<Vec<(String, i64, i32, bool)>, StoreError> {
         const SQL: &str = "SELECT stamp_key, id, generation, 1 = 1 AS current FROM outbox \
             UNION ALL SELECT stamp_key, outbox_id, generation, 1 = 0 AS current FROM outbox_history";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64, i32, bool)>(d.sql(SQL))
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool, d| {
+            sqlx::query_as::<_, (String, i64, i32, bool)>(d.sql(SQL))
+                .fetch_all(pool)
+                .await
+        })
         .map_err(ctx("list stamp keys"))
     }
 

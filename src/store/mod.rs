@@ -8,9 +8,9 @@ mod admin;
 mod sql;
 
 pub use admin::{
-    ActionRow, AdminPacCall, AdminSession, AttemptRow, CANCEL_IN_PROCESS, CancelConflict, CancellationRow, DocFull,
-    DocRow, FindingRow, HistoryRow, ListFilter, ListView, NewCancellation, PaymentRow,
-    SealedGeneration, WorkerRow,
+    ActionRow, AdminPacCall, AdminSession, AttemptRow, CANCEL_IN_PROCESS, CancelConflict,
+    CancellationRow, DocFull, DocRow, FindingRow, HistoryRow, ListFilter, ListView,
+    NewCancellation, PaymentRow, SealedGeneration, WorkerRow,
 };
 
 use std::borrow::Cow;
@@ -42,7 +42,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "worker_admin",
         include_str!("../../migrations/sqlite/0002_worker_admin.sql"),
     ),
-    (3, "admin", include_str!("../../migrations/sqlite/0003_admin.sql")),
+    (
+        3,
+        "admin",
+        include_str!("../../migrations/sqlite/0003_admin.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
