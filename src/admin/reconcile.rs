@@ -23,7 +23,7 @@ use super::rules::CancelFacts;
 use crate::domain::StampKey;
 use crate::pac::{PacClient, Recovery, Stamp};
 use crate::pacsim::Sim;
-use crate::store::{Db, StoreError};
+use crate::store::{AdminPacCall, Db, StoreError};
 
 /// What a finding row's `detail` holds (JSON): a sentence for people and, for stamps, the
 /// facts a cancellation needs.
@@ -192,7 +192,26 @@ pub async fn run(
             continue;
         };
         report.checked += 1;
-        match pac.recover_by_key(&g.sealed_xml, &key).await {
+        let started = std::time::Instant::now();
+        let recovery = pac.recover_by_key(&g.sealed_xml, &key).await;
+        let (outcome, message, uuid) = match &recovery {
+            Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
+            Recovery::NotFound => ("not_found", None, None),
+            Recovery::Unresolved { reason } => ("unresolved", Some(reason.as_str()), None),
+        };
+        db.log_admin_pac_call(&AdminPacCall {
+            outbox_id: Some(g.outbox_id),
+            operation: "recover",
+            pac: "primary",
+            outcome,
+            code: None,
+            message,
+            latency_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            uuid,
+            by: actor,
+        })
+        .await?;
+        match recovery {
             Recovery::Found(stamp) => {
                 settle(db, &mut report, g.outbox_id, g.generation, &stamp, actor).await?;
             }

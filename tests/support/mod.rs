@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod webdriver;
 
 use std::str::FromStr;
 
