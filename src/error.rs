@@ -145,7 +145,7 @@ impl ResponseError for AdminError {
              <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
              <title>{code} · autofactura admin</title><link rel=\"stylesheet\" href=\"/admin/static/admin.css\"></head>\
              <body class=\"error-page\"><main><h1>{code} {reason}</h1><p class=\"error\" role=\"alert\">{message}</p>\
-             <p><a href=\"javascript:history.back()\">Back</a> · <a href=\"/admin\">Dashboard</a></p></main></body></html>",
+             <p><a href=\"/admin\">Dashboard</a></p></main></body></html>",
             code = status.as_u16(),
             reason = status.canonical_reason().unwrap_or_default(),
         ))

@@ -15,15 +15,17 @@ use support::{Backend, TestApp};
 
 async fn sign_in(d: &Driver, app: &TestApp) {
     d.goto(&format!("{}/admin", app.address)).await;
+    let url = d.wait_url(|u| u.ends_with("/admin/login")).await;
     assert!(
-        d.url().await.ends_with("/admin/login"),
-        "an anonymous visit lands on the login page"
+        url.ends_with("/admin/login"),
+        "an anonymous visit lands on the login page: {url}"
     );
     d.type_into(&d.find("#name").await, "Ana").await;
     d.type_into(&d.find("#password").await, PASSWORD).await;
     d.click(&d.find("form button[type=submit]").await).await;
-    assert!(d.url().await.ends_with("/admin"), "{}", d.url().await);
-    assert!(d.page_text().await.contains("Dashboard"));
+    let url = d.wait_url(|u| u.ends_with("/admin")).await;
+    assert!(url.ends_with("/admin"), "{url}");
+    assert!(d.wait_text("Last errors").await.contains("Dashboard"));
 }
 
 async fn started() -> Option<(TestApp, Driver)> {
@@ -94,7 +96,7 @@ async fn an_admin_cancels_a_stamped_invoice() {
         .await;
     d.click(&d.link("pi_test_e2e_cancel").await).await;
     d.click(&d.find(&format!("#cancel-{id}")).await).await;
-    let page = d.page_text().await;
+    let page = d.wait_text("Cancel now").await;
     assert!(
         page.contains("Cancel now, no receptor approval needed"),
         "{page}"
@@ -133,7 +135,7 @@ async fn an_admin_cancels_a_stamped_invoice() {
         ("02", "Ana", false)
     );
     d.click(&d.link("Cancellations").await).await;
-    assert!(d.page_text().await.contains(&uuid));
+    assert!(d.wait_text(&uuid).await.contains(&uuid));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -172,14 +174,16 @@ async fn screenshots_of_the_main_pages() {
     sign_in(&d, &app).await;
     // Reconciliation from its page adopts the lost stamp.
     d.click(&d.link("Reconciliation").await).await;
+    d.wait_url(|u| u.ends_with("/admin/reconcile")).await;
     d.click(&d.find("#reconcile-now").await).await;
-    let text = d.page_text().await;
+    let text = d.wait_text("Reconciliation finished").await;
     assert!(text.contains("Reconciliation finished"), "{text}");
     assert!(text.contains("adopted by reconciliation"), "{text}");
     d.screenshot("reconcile").await;
     assert_eq!(doc(&app, lost).await.state, "stamped");
 
     d.click(&d.link("Dashboard").await).await;
+    d.wait_text("Last errors").await;
     let dash = d.screenshot("dashboard").await;
     assert!(std::fs::metadata(&dash).unwrap().len() > 10_000);
     d.goto(&format!("{}/admin/invoices?view=pending", app.address))

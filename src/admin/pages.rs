@@ -1010,6 +1010,8 @@ pub struct CancelPage {
     pub folio: String,
     pub error: Option<String>,
     pub global: bool,
+    /// SAT's last recorded answer (`EsCancelable` among it), when someone asked.
+    pub sat_status: Option<ActionView>,
 }
 
 /// The stamped document and its facts, or why it cannot be cancelled from here.
@@ -1053,7 +1055,16 @@ pub async fn cancel_page(
         .cancellation_by_uuid(&f.uuid)
         .await?
         .map(|c| state_label(&c.state).0);
+    let sat_status = state
+        .db
+        .actions_on("outbox", &d.id.to_string())
+        .await?
+        .iter()
+        .rev()
+        .find(|a| a.action == "sat_status")
+        .map(ActionView::of);
     Ok(CancelPage {
+        sat_status,
         l: Layout::new(session, format!("Cancel {}", f.uuid), "invoices", None),
         doc_id: d.id,
         payment_row: d.payment_id,

@@ -120,13 +120,47 @@ impl Driver {
             .as_str()
             .unwrap_or_else(|| panic!("no session: {r}"))
             .to_owned();
-        Driver {
+        let d = Driver {
             child,
             base,
             session,
             http,
             _profile: profile,
+        };
+        // Finding an element waits for it a little, as a person would.
+        d.call(
+            reqwest::Method::POST,
+            "/timeouts",
+            Some(json!({ "implicit": 5000, "pageLoad": 30000 })),
+        )
+        .await;
+        d
+    }
+
+    /// Polls (every 100 ms, up to 15 s) until the current URL satisfies `ok`; the URL.
+    pub async fn wait_url(&self, ok: impl Fn(&str) -> bool) -> String {
+        let mut url = self.url().await;
+        for _ in 0..150 {
+            if ok(&url) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            url = self.url().await;
         }
+        url
+    }
+
+    /// Polls (every 100 ms, up to 15 s) until the page text contains `needle`; the text.
+    pub async fn wait_text(&self, needle: &str) -> String {
+        let mut text = self.page_text().await;
+        for _ in 0..150 {
+            if text.contains(needle) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            text = self.page_text().await;
+        }
+        text
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
