@@ -9,8 +9,8 @@ use autofactura::cfdi::{InvoiceRequest, RelacionadosData};
 use autofactura::pac::StampOutcome;
 use chrono::Utc;
 use support::admin::{
-    Browser, PASSWORD, admin_app, count, doc, hidden, mark_failed, mark_state, outbox_of, pay,
-    pay_at, seal, send_to_pac, set_request, stamped,
+    Browser, PASSWORD, admin_app, count, doc, finish_cancellation, hidden, mark_failed, mark_state,
+    outbox_of, pay, pay_at, seal, send_to_pac, set_request, stamped,
 };
 use support::{Backend, spawn_app};
 
@@ -512,6 +512,98 @@ async fn cancel_freezes_a_request_and_enforces_the_motivo_rules(b: Backend) {
     );
 }
 
+async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_asked_again(
+    b: Backend,
+) {
+    let Some(app) = admin_app(b).await else {
+        return;
+    };
+    let id = pay(&app, "progress1").await;
+    let uuid = stamped(&app, id).await;
+    let br = Browser::new(&app);
+    let csrf = br.login().await;
+    let path = format!("/admin/documents/{id}/cancel");
+    assert_eq!(
+        br.post(&path, &[("csrf", &csrf), ("motivo", "02")])
+            .await
+            .status,
+        303
+    );
+    // The receptor said no (what the worker records from SAT's answer).
+    finish_cancellation(
+        &app,
+        &uuid,
+        "rejected",
+        "Solicitud rechazada",
+        "<Acuse n=\"1\"/>",
+    )
+    .await;
+    let detail = br
+        .get(&format!(
+            "/admin/payments/{}",
+            doc(&app, id).await.payment_id
+        ))
+        .await;
+    assert!(detail.body.contains("Cancellation rejected"));
+    assert!(detail.body.contains("Solicitud rechazada (still Vigente)"));
+    assert!(
+        detail.body.contains(&format!("id=\"cancel-{id}\"")),
+        "asked again"
+    );
+    let in_process = br.get("/admin/cancellations").await;
+    assert!(!in_process.body.contains(&uuid));
+    let all = br.get("/admin/cancellations?all=1").await;
+    assert!(all.body.contains(&uuid) && all.body.contains("/acuse"));
+    let c = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    let acuse = br
+        .get(&format!("/admin/cancellations/{}/acuse", c.id))
+        .await;
+    assert_eq!(acuse.status, 200);
+    assert_eq!(acuse.body, "<Acuse n=\"1\"/>");
+    assert!(
+        acuse.headers["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment")
+    );
+    // Asked again (motivo 03): the same row goes back to `requested`.
+    assert_eq!(
+        br.post(&path, &[("csrf", &csrf), ("motivo", "03")])
+            .await
+            .status,
+        303
+    );
+    let again = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    assert_eq!(
+        (again.id, again.state.as_str(), again.motivo.as_str()),
+        (c.id, "requested", "03")
+    );
+    finish_cancellation(
+        &app,
+        &uuid,
+        "canceled",
+        "Cancelado sin aceptación",
+        "<Acuse n=\"2\"/>",
+    )
+    .await;
+    let detail = br
+        .get(&format!(
+            "/admin/payments/{}",
+            doc(&app, id).await.payment_id
+        ))
+        .await;
+    assert!(detail.body.contains("Final: cancelled"));
+    assert!(!detail.body.contains(&format!("id=\"cancel-{id}\"")));
+    assert_eq!(
+        br.post(&path, &[("csrf", &csrf), ("motivo", "02")])
+            .await
+            .status,
+        409,
+        "a cancelled UUID is not asked again"
+    );
+    assert_eq!(br.get("/admin/cancellations/999/acuse").await.status, 404);
+}
+
 async fn motivo_01_accepts_a_stamped_replacement_related_by_04(b: Backend) {
     let Some(app) = admin_app(b).await else {
         return;
@@ -901,6 +993,7 @@ on_both_backends!(
     bulk_retry_takes_every_selected_rejected_document,
     cancel_freezes_a_request_and_enforces_the_motivo_rules,
     motivo_01_accepts_a_stamped_replacement_related_by_04,
+    the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_asked_again,
     refreeze_starts_a_new_generation_once_the_pac_confirms_no_stamp,
     refreeze_adopts_the_stamp_when_the_pac_had_stamped_the_old_document,
     sat_status_is_asked_and_recorded,

@@ -342,3 +342,27 @@ pub async fn count(app: &TestApp, sql: &str) -> i64 {
         }
     }
 }
+
+/// What the cancellation worker writes when SAT's answer is final.
+pub async fn finish_cancellation(
+    app: &TestApp,
+    uuid: &str,
+    state: &str,
+    estatus: &str,
+    acuse: &str,
+) {
+    fixture_sql!(
+        &app.db,
+        "UPDATE cancellations SET state = ?, estatus_cancelacion = ?, sat_estado = ?, acuse_xml = ?, attempts = 2 WHERE uuid = ?",
+        state.to_owned(),
+        estatus.to_owned(),
+        if state == "canceled" {
+            "Cancelado"
+        } else {
+            "Vigente"
+        }
+        .to_owned(),
+        acuse.to_owned(),
+        uuid.to_owned()
+    );
+}
