@@ -47,6 +47,9 @@ pub enum Command {
         #[arg(long)]
         url: Option<String>,
     },
+    /// Compare what the PAC holds for our keys and RFC with our records: adopt unrecorded
+    /// stamps, list duplicates (exit 1 when something needs a human).
+    Reconcile,
     /// Run the sandbox PAC (SW's REST shape) as a server.
     PacSim {
         /// Address to listen on, e.g. 127.0.0.1:8089 (port 0 picks one).
@@ -113,6 +116,9 @@ pub fn run() -> ExitCode {
         Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
         Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
         Some(Command::Worker) => block_on(ops::worker(cli.config.as_deref())),
+        Some(Command::Reconcile) => {
+            block_on(crate::admin::reconcile::command(cli.config.as_deref()))
+        }
         Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
             ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
         ),

@@ -78,3 +78,92 @@ impl ResponseError for WebhookError {
         r.json(serde_json::json!({ "error": self.code(), "reason": reason }))
     }
 }
+
+/// Why an admin request did not do what it asked. Pages are short HTML with the reason; the
+/// cause of a 5xx is logged, never shown.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// No live session: the browser is sent to the login page.
+    #[error("login required")]
+    LoginRequired,
+    /// The form's CSRF token is missing or not this session's.
+    #[error(
+        "the form is stale or did not come from this admin (CSRF token mismatch); reload the page and try again"
+    )]
+    Csrf,
+    #[error("too many failed logins from this address; try again in {} minutes", .0.as_secs().div_ceil(60))]
+    TooManyAttempts(std::time::Duration),
+    #[error("{0}")]
+    NotFound(String),
+    /// The action is not allowed in the current state, with the reason.
+    #[error("{0}")]
+    Refused(String),
+    /// The form is not valid.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("storage unavailable")]
+    Store(#[from] StoreError),
+    #[error("page rendering failed")]
+    Render(#[from] askama::Error),
+}
+
+impl ResponseError for AdminError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::LoginRequired => StatusCode::SEE_OTHER,
+            Self::Csrf => StatusCode::FORBIDDEN,
+            Self::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Refused(_) => StatusCode::CONFLICT,
+            Self::Invalid(_) => StatusCode::BAD_REQUEST,
+            Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        match self {
+            Self::LoginRequired => {
+                return HttpResponse::SeeOther()
+                    .insert_header(("Location", "/admin/login"))
+                    .finish();
+            }
+            Self::Store(e) => tracing::error!(error = %e, "admin: storage unavailable"),
+            Self::Render(e) => tracing::error!(error = %e, "admin: template failed"),
+            other => {
+                tracing::info!(reason = %other, status = status.as_u16(), "admin request refused")
+            }
+        }
+        let mut r = HttpResponse::build(status);
+        if let Self::TooManyAttempts(wait) = self {
+            r.insert_header(("Retry-After", wait.as_secs().max(1).to_string()));
+        }
+        let message = html_escape(&self.to_string());
+        r.content_type("text/html; charset=utf-8").body(format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+             <title>{code} · autofactura admin</title><link rel=\"stylesheet\" href=\"/admin/static/admin.css\"></head>\
+             <body class=\"error-page\"><main><h1>{code} {reason}</h1><p class=\"error\" role=\"alert\">{message}</p>\
+             <p><a href=\"/admin\">Dashboard</a></p></main></body></html>",
+            code = status.as_u16(),
+            reason = status.canonical_reason().unwrap_or_default(),
+        ))
+    }
+}
+
+/// Text for HTML element content and attribute values.
+pub fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

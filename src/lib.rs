@@ -17,11 +17,14 @@
 //! - [`ops`]: the operator commands behind `serve`, `migrate`, `invoices list`, `send-test-webhook`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
+//! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
+//!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging.
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod cfdi;
 pub mod cli;
 pub mod config;

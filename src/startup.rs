@@ -9,14 +9,15 @@ use std::time::Duration;
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, web};
 
+use crate::admin::{self, Admin};
 use crate::config::Settings;
 use crate::health::{self, Health};
 use crate::ingest::Ingestor;
+use crate::pac::{self, PacClient, PacConfig};
 use crate::store::{self, Db};
 use crate::webhooks::{self, mercadopago};
 
 /// What every request handler and background loop shares.
-#[derive(Debug)]
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub db: Db,
@@ -24,6 +25,21 @@ pub struct AppState {
     pub mp: mercadopago::Client,
     /// Heartbeats of background loops, reported by `/readyz`.
     pub health: Health,
+    /// The PAC (`[pac]`), shared by the workers and the admin.
+    pub pac: Arc<PacClient>,
+    /// The in-process sandbox PAC when `[pac]` asks for it (kept alive with the client).
+    pub pac_sandbox: Option<crate::pacsim::SandboxHandle>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("settings", &self.settings)
+            .field("db", &self.db)
+            .field("pac", &self.pac)
+            .field("pac_sandbox", &self.pac_sandbox.as_ref().map(|h| h.url()))
+            .finish_non_exhaustive()
+    }
 }
 
 pub struct Application {
@@ -32,6 +48,7 @@ pub struct Application {
     state: web::Data<AppState>,
     /// The worker pool, when this application runs one (`serve` does; tests may not).
     workers: Option<(crate::worker::Pool, crate::worker::Services)>,
+    admin: web::Data<Admin>,
 }
 
 impl Application {
@@ -39,11 +56,21 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let db = store::connect(&settings.database).await?;
         db.migrate().await?;
-        Self::build_with_db(settings, db)
+        let connected = pac::connect(&pac_config(&settings)?).await?;
+        let pac = Arc::new(connected.client);
+        let sim = connected.sandbox.as_ref().map(|h| h.sim().clone());
+        let admin = Admin::new(&settings, &db, pac.clone(), sim).await?;
+        Self::build_with_db(settings, db, pac, connected.sandbox, admin)
     }
 
-    /// Binds with an already connected and migrated database.
-    pub fn build_with_db(settings: Settings, db: Db) -> anyhow::Result<Self> {
+    /// Binds with an already connected and migrated database and PAC.
+    pub fn build_with_db(
+        settings: Settings,
+        db: Db,
+        pac: Arc<PacClient>,
+        pac_sandbox: Option<crate::pacsim::SandboxHandle>,
+        admin: Admin,
+    ) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(&settings.server.listen)
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.server.listen))?;
         let port = listener.local_addr()?.port();
@@ -88,7 +115,11 @@ impl Application {
             ingestor,
             mp,
             health,
+            pac,
+            pac_sandbox,
         });
+        let admin = web::Data::new(admin);
+        let admin_data = admin.clone();
         let data = state.clone();
         let server = HttpServer::new(move || {
             App::new()
@@ -96,6 +127,7 @@ impl Application {
                 .app_data(data.clone())
                 .configure(health::routes)
                 .configure(|cfg| webhooks::routes(cfg, body_limit))
+                .configure(|cfg| admin::routes(cfg, admin_data.clone()))
                 .configure(|cfg| {
                     if mp_sandbox {
                         cfg.route(
@@ -112,12 +144,21 @@ impl Application {
             server,
             state,
             workers: None,
+            admin,
         })
     }
 
     /// Starts the worker pool beside the HTTP server (`serve`).
     pub async fn with_workers(mut self) -> anyhow::Result<Self> {
-        let services = crate::worker::services(&self.state.settings, self.state.db.clone()).await?;
+        let worker = crate::worker::worker_for(
+            &self.state.settings,
+            self.state.db.clone(),
+            self.state.pac.clone(),
+        )?;
+        let services = crate::worker::Services {
+            worker,
+            sandbox: None,
+        };
         let pool = services.worker.clone().start(
             tokio_util::sync::CancellationToken::new(),
             Some(self.state.health.clone()),
@@ -137,9 +178,19 @@ impl Application {
     /// Serves until the server stops (Ctrl-C / SIGTERM) or a background loop ends.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let retry = tokio::spawn(webhooks::fetch_retry_loop(self.state.clone()));
+        let reconcile = self.admin.reconcile_interval.map(|every| {
+            tokio::spawn(admin::reconcile::periodic(
+                self.state.db.clone(),
+                self.admin.clone(),
+                every,
+            ))
+        });
         // actix stops the server on SIGTERM / Ctrl-C; then the pool drains with its deadline.
         let result = self.server.await;
         retry.abort();
+        if let Some(r) = reconcile {
+            r.abort();
+        }
         if let Some((pool, services)) = self.workers {
             pool.shutdown().await;
             drop(services);
@@ -157,4 +208,29 @@ async fn sandbox_mp_payment(id: web::Path<String>) -> actix_web::HttpResponse {
         None => actix_web::HttpResponse::NotFound()
             .json(serde_json::json!({ "message": "Payment not found" })),
     }
+}
+
+/// The `[pac]` table as the PAC module reads it. The in-process sandbox keeps its journal next
+/// to the SQLite database (or under `data/` with PostgreSQL) unless `sandbox_state` says where.
+pub fn pac_config(settings: &Settings) -> anyhow::Result<PacConfig> {
+    let mut cfg: PacConfig = settings
+        .pac
+        .clone()
+        .try_into()
+        .map_err(|e: toml::de::Error| anyhow::anyhow!("[pac] {}", e.message()))?;
+    if cfg.sandbox_state.is_none() {
+        let url = settings.database.url.expose();
+        let dir = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .map(|p| p.split('?').next().unwrap_or(p))
+            .and_then(|p| std::path::Path::new(p).parent().map(|d| d.to_path_buf()))
+            .unwrap_or_else(|| std::path::PathBuf::from("data"));
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        }
+        cfg.sandbox_state = Some(dir.join("pacsim-state.jsonl"));
+    }
+    Ok(cfg)
 }

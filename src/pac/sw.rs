@@ -307,9 +307,10 @@ impl SwClient {
         match self.stamp(xml, key).await {
             StampOutcome::Stamped(s) => Recovery::Found(s),
             StampOutcome::AlreadyStamped { stamp, .. } => Recovery::Found(stamp),
-            StampOutcome::Rejected { code, message } => Recovery::Unresolved {
-                reason: format!("resend rejected: {code} {message}"),
-            },
+            // SW (and the sandbox) answer a known customid or known content with `307` before
+            // validating, so a refusal of these very bytes under this key means it holds no
+            // stamp of them: a definite answer, not an open question.
+            StampOutcome::Rejected { .. } => Recovery::NotFound,
             StampOutcome::Retryable { reason, .. } | StampOutcome::Unknown { reason } => {
                 Recovery::Unresolved { reason }
             }

@@ -4,8 +4,15 @@
 //! statement from [`sql`]. Transactions never span a network call: callers fetch first, then
 //! hand complete values to one short transaction here.
 
+mod admin;
 mod sql;
 pub mod worker;
+
+pub use admin::{
+    ActionRow, AdminPacCall, AdminSession, AttemptRow, CANCEL_IN_PROCESS, CancelConflict,
+    CancellationRow, DocFull, DocRow, FindingRow, HistoryRow, ListFilter, ListView,
+    NewCancellation, PaymentRow, SealedGeneration, WorkerRow,
+};
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -36,6 +43,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "worker_admin",
         include_str!("../../migrations/sqlite/0002_worker_admin.sql"),
     ),
+    (
+        3,
+        "admin",
+        include_str!("../../migrations/sqlite/0003_admin.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -47,6 +59,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "worker_admin",
         include_str!("../../migrations/postgres/0002_worker_admin.sql"),
+    ),
+    (
+        3,
+        "admin",
+        include_str!("../../migrations/postgres/0003_admin.sql"),
     ),
 ];
 

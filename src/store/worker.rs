@@ -171,22 +171,6 @@ where
     .bind(now)
 }
 
-/// A logged attempt as read back.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct AttemptRow {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub operation: String,
-    pub pac: String,
-    pub outcome: String,
-    pub http_status: Option<i32>,
-    pub code: Option<String>,
-    pub message: Option<String>,
-    pub latency_ms: i64,
-    pub uuid: Option<String>,
-    pub at: DateTime<Utc>,
-}
-
 /// What a stamping attempt leaves in the row.
 #[derive(Debug, Clone)]
 pub enum Settle<'a> {
@@ -431,19 +415,6 @@ impl Db {
         Ok(())
     }
 
-    /// The attempt log of one outbox row, oldest first.
-    pub async fn attempts_of(&self, outbox_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
-        let sql = "SELECT id, outbox_id, operation, pac, outcome, http_status, code, message, latency_ms, uuid, at \
-                   FROM pac_attempts WHERE outbox_id = $1 ORDER BY id";
-        Ok(fetch_all!(
-            self,
-            "read the attempt log",
-            sql,
-            [outbox_id],
-            |r: &_| attempt_row(r)
-        ))
-    }
-
     /// Registers or refreshes this process's worker pool.
     pub async fn worker_heartbeat(
         &self,
@@ -606,22 +577,6 @@ fn count_row<R: RowExt>(r: &R) -> Result<(String, i64), sqlx::Error> {
     Ok((r.string("state")?, r.int64("n")?))
 }
 
-fn attempt_row<R: RowExt>(r: &R) -> Result<AttemptRow, sqlx::Error> {
-    Ok(AttemptRow {
-        id: r.int64("id")?,
-        outbox_id: r.opt_int64("outbox_id")?,
-        operation: r.string("operation")?,
-        pac: r.string("pac")?,
-        outcome: r.string("outcome")?,
-        http_status: r.opt_int32("http_status")?,
-        code: r.opt_string("code")?,
-        message: r.opt_string("message")?,
-        latency_ms: r.int64("latency_ms")?,
-        uuid: r.opt_string("uuid")?,
-        at: r.time("at")?,
-    })
-}
-
 fn cancel_row<R: RowExt>(r: &R) -> Result<ClaimedCancel, sqlx::Error> {
     Ok(ClaimedCancel {
         id: r.int64("id")?,
@@ -644,7 +599,6 @@ pub(crate) trait RowExt {
     fn int64(&self, c: &str) -> Result<i64, sqlx::Error>;
     fn opt_int64(&self, c: &str) -> Result<Option<i64>, sqlx::Error>;
     fn int32(&self, c: &str) -> Result<i32, sqlx::Error>;
-    fn opt_int32(&self, c: &str) -> Result<Option<i32>, sqlx::Error>;
     fn opt_bytes(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error>;
     fn time(&self, c: &str) -> Result<DateTime<Utc>, sqlx::Error>;
 }
@@ -665,9 +619,6 @@ macro_rules! impl_rowext {
                 self.try_get(c)
             }
             fn int32(&self, c: &str) -> Result<i32, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn opt_int32(&self, c: &str) -> Result<Option<i32>, sqlx::Error> {
                 self.try_get(c)
             }
             fn opt_bytes(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {

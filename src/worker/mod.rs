@@ -823,29 +823,24 @@ const TEST_PAC_HOSTS: &[&str] = &[
     "demo-facturacion.finkok.com",
 ];
 
-/// Connects the PAC (starting the in-process sandbox for the embedded default), loads the CSD
-/// and builds the worker.
+/// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the
+/// worker: for `autofactura worker` and tests, which have no running application.
 pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Result<Services> {
-    let mut pac_cfg: pac::PacConfig = toml::Value::Table(settings.pac.clone())
-        .try_into()
-        .map_err(|e| anyhow::anyhow!("[pac]: {e}"))?;
-    if pac_cfg.kind == pac::PacKind::Sandbox && pac_cfg.sandbox_state.is_none() {
-        // Keep the sandbox's journal beside the SQLite file (or under ./data).
-        let url = settings.database.url.expose();
-        let dir = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .map(|p| std::path::Path::new(p.split('?').next().unwrap_or(p)))
-            .and_then(std::path::Path::parent)
-            .filter(|d| !d.as_os_str().is_empty())
-            .map_or_else(
-                || std::path::PathBuf::from("data"),
-                std::path::Path::to_path_buf,
-            );
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-        pac_cfg.sandbox_state = Some(dir.join("pacsim-state.jsonl"));
-    }
+    let connected = pac::connect(&crate::startup::pac_config(settings)?).await?;
+    let worker = worker_for(settings, db, Arc::new(connected.client))?;
+    Ok(Services {
+        worker,
+        sandbox: connected.sandbox,
+    })
+}
+
+/// Builds the worker around an already connected PAC (`serve` shares the application's).
+pub fn worker_for(
+    settings: &crate::config::Settings,
+    db: Db,
+    pac: Arc<PacClient>,
+) -> anyhow::Result<Arc<Worker>> {
+    let pac_cfg = crate::startup::pac_config(settings)?;
     let label = match pac_cfg.kind {
         pac::PacKind::Sandbox => "sandbox",
         pac::PacKind::Sw => "sw",
@@ -856,25 +851,20 @@ pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Res
             .url
             .as_deref()
             .is_some_and(|u| TEST_PAC_HOSTS.iter().any(|h| u.contains(h)));
-    let connected = pac::connect(&pac_cfg).await?;
     let e = &settings.emisor;
     let csd = match (&e.csd_cer, &e.csd_key, &e.csd_password) {
         (Some(cer), Some(key), Some(pw)) => Csd::from_files(cer, key, pw.expose())?,
         _ => crate::cli::sandbox_csd()?,
     };
     let cfg = WorkerConfig::from_settings(&settings.worker).map_err(|e| anyhow::anyhow!(e))?;
-    let worker = Worker::new(
+    Ok(Arc::new(Worker::new(
         db,
-        Arc::new(connected.client),
+        pac,
         Arc::new(csd),
         cfg,
         label,
         production,
-    );
-    Ok(Services {
-        worker: Arc::new(worker),
-        sandbox: connected.sandbox,
-    })
+    )))
 }
 
 #[cfg(test)]

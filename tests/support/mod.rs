@@ -2,6 +2,9 @@
 //! fresh database per test on AUTOFACTURA_TEST_DATABASE_URL).
 #![allow(dead_code)]
 
+pub mod admin;
+pub mod webdriver;
+
 use std::str::FromStr;
 
 use autofactura::config::Settings;
@@ -66,8 +69,17 @@ pub async fn spawn_app_with(backend: Backend, extra_toml: &str) -> Option<TestAp
             (url, Some((admin, name)))
         }
     };
+    // The in-process sandbox PAC keeps its journal in the test's directory.
+    let pac = if extra_toml.contains("[pac]") {
+        String::new()
+    } else {
+        format!(
+            "[pac]\nsandbox_state = \"{}\"\n",
+            dir.path().join("pacsim.jsonl").display()
+        )
+    };
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{url}\"\nmax_connections = 8\n\
+        "{pac}[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{url}\"\nmax_connections = 8\n\
          [stripe]\nwebhook_secrets = [\"whsec_other\", \"{STRIPE_SECRET}\"]\n\
          [mercadopago]\nwebhook_secret = \"{MP_SECRET}\"\naccess_token = \"TEST-token\"\n{extra_toml}\n"
     );

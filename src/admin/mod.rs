@@ -1,0 +1,250 @@
+//! The admin dashboard in the browser: what is pending, failed, duplicated or being cancelled,
+//! and the fixes (retry, cancel, refreeze, reconcile) without SQL.
+//!
+//! Server-rendered with askama (`templates/admin/`); the CSS and the little JavaScript are
+//! embedded (`static/`). Every route but the login page and the static files takes a
+//! [`auth::Session`], and every form carries the session's CSRF token. Every action is recorded
+//! in `admin_actions` with who and when.
+//!
+//! - [`auth`]: password, sessions, CSRF, the login limiter.
+//! - [`pages`]: dashboard, lists, the detail page, XML views and downloads.
+//! - [`actions`]: retry, bulk retry, cancel, refreeze, SAT status, findings.
+//! - [`rules`]: cancellation rules (motivos, RMF regla 2.7.1.35).
+//! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
+
+pub mod actions;
+pub mod auth;
+pub mod pages;
+pub mod reconcile;
+pub mod rules;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{HttpResponse, web};
+use chrono::{DateTime, Utc};
+
+use crate::config::Settings;
+use crate::pac::PacClient;
+use crate::pacsim::Sim;
+use crate::store::Db;
+
+/// The admin's own settings, read from the `[admin]` table.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub password_hash: Option<String>,
+    pub password: Option<String>,
+    /// Always mark cookies `Secure` (also done per request when it came over TLS).
+    pub secure_cookies: bool,
+    pub session_ttl: Duration,
+    /// How often reconciliation runs in the background; `None` = only on demand.
+    pub reconcile_interval: Option<Duration>,
+}
+
+impl AdminConfig {
+    /// Reads `[admin]`: `password_hash`, `password`, `secure_cookies`, `session_hours`,
+    /// `reconcile_interval_seconds` (0 = off; default 3600).
+    pub fn from_settings(s: &Settings) -> anyhow::Result<AdminConfig> {
+        let extra = &s.admin.extra;
+        for k in extra.keys() {
+            if ![
+                "password_hash",
+                "secure_cookies",
+                "session_hours",
+                "reconcile_interval_seconds",
+            ]
+            .contains(&k.as_str())
+            {
+                anyhow::bail!("[admin] unknown key `{k}`");
+            }
+        }
+        let int = |k: &str, default: i64| -> anyhow::Result<u64> {
+            match extra.get(k) {
+                None => Ok(u64::try_from(default).unwrap_or(0)),
+                Some(toml::Value::Integer(n)) if *n >= 0 => Ok(u64::try_from(*n).unwrap_or(0)),
+                Some(toml::Value::String(v)) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("[admin] {k} must be a whole number")),
+                Some(_) => anyhow::bail!("[admin] {k} must be a whole number"),
+            }
+        };
+        let secure_cookies = match extra.get("secure_cookies") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(toml::Value::String(v)) => v.trim() == "true",
+            Some(_) => anyhow::bail!("[admin] secure_cookies must be true or false"),
+        };
+        let password_hash = match extra.get("password_hash") {
+            None => None,
+            Some(toml::Value::String(h)) => Some(h.clone()),
+            Some(_) => anyhow::bail!("[admin] password_hash must be a string"),
+        };
+        let hours = int("session_hours", 12)?.max(1);
+        let every = int("reconcile_interval_seconds", 3600)?;
+        Ok(AdminConfig {
+            password_hash,
+            password: s.admin.password.as_ref().map(|p| p.expose().to_owned()),
+            secure_cookies,
+            session_ttl: Duration::from_secs(hours * 3600),
+            reconcile_interval: (every > 0).then(|| Duration::from_secs(every)),
+        })
+    }
+}
+
+/// What the admin routes share besides [`crate::startup::AppState`].
+pub struct Admin {
+    pub password_hash: String,
+    pub limiter: auth::LoginLimiter,
+    pub secure_cookies: bool,
+    pub session_ttl: Duration,
+    pub reconcile_interval: Option<Duration>,
+    pub pac: Arc<PacClient>,
+    /// The in-process sandbox PAC, whose stamp list reconciliation can read by RFC.
+    pub sandbox: Option<Arc<Sim>>,
+    /// One reconciliation at a time per process.
+    pub reconcile_lock: tokio::sync::Mutex<()>,
+    /// Our RFC: reconciliation matches the PAC's stamps for it.
+    pub emisor_rfc: String,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field("secure_cookies", &self.secure_cookies)
+            .field("session_ttl", &self.session_ttl)
+            .field("pac", &self.pac)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// Resolves the password (generating one on the very first start) and keeps the PAC handle.
+    pub async fn new(
+        settings: &Settings,
+        db: &Db,
+        pac: Arc<PacClient>,
+        sandbox: Option<Arc<Sim>>,
+    ) -> anyhow::Result<Admin> {
+        let cfg = AdminConfig::from_settings(settings)?;
+        let password_hash =
+            auth::resolve_password_hash(db, cfg.password_hash.as_deref(), cfg.password.as_deref())
+                .await?;
+        Ok(Admin {
+            password_hash,
+            limiter: auth::LoginLimiter::default(),
+            secure_cookies: cfg.secure_cookies,
+            session_ttl: cfg.session_ttl,
+            reconcile_interval: cfg.reconcile_interval,
+            pac,
+            sandbox,
+            reconcile_lock: tokio::sync::Mutex::new(()),
+            emisor_rfc: settings.emisor.rfc.clone(),
+        })
+    }
+}
+
+/// Mounts `/admin`.
+pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
+    cfg.service(
+        web::scope("/admin")
+            .app_data(admin)
+            .app_data(web::FormConfig::default().limit(64 * 1024))
+            .route("", web::get().to(pages::dashboard))
+            .route("/", web::get().to(pages::dashboard))
+            .route("/login", web::get().to(pages::login_page))
+            .route("/login", web::post().to(actions::login))
+            .route("/logout", web::post().to(actions::logout))
+            .route("/static/{file}", web::get().to(static_file))
+            .route("/invoices", web::get().to(pages::invoices))
+            .route("/invoices/retry", web::post().to(actions::bulk_retry))
+            .route("/payments/{id}", web::get().to(pages::payment))
+            .route("/documents/{id}/xml/{which}", web::get().to(pages::xml))
+            .route("/documents/{id}/retry", web::post().to(actions::retry))
+            .route("/documents/{id}/cancel", web::get().to(pages::cancel_form))
+            .route("/documents/{id}/cancel", web::post().to(actions::cancel))
+            .route(
+                "/documents/{id}/refreeze",
+                web::get().to(pages::refreeze_form),
+            )
+            .route(
+                "/documents/{id}/refreeze",
+                web::post().to(actions::refreeze),
+            )
+            .route(
+                "/documents/{id}/sat-status",
+                web::post().to(actions::sat_status),
+            )
+            .route("/cancellations", web::get().to(pages::cancellations))
+            .route("/cancellations/{id}/acuse", web::get().to(pages::acuse))
+            .route("/reconcile", web::get().to(pages::reconcile))
+            .route("/reconcile", web::post().to(actions::reconcile_now))
+            .route(
+                "/findings/{id}/cancel-extra",
+                web::post().to(actions::cancel_extra),
+            )
+            .route(
+                "/findings/{id}/resolve",
+                web::post().to(actions::resolve_finding),
+            )
+            .route("/audit", web::get().to(pages::audit)),
+    );
+}
+
+const ADMIN_CSS: &str = include_str!("../../static/admin.css");
+const ADMIN_JS: &str = include_str!("../../static/admin.js");
+
+/// The embedded assets (no CDN; public, as the login page needs them).
+async fn static_file(file: web::Path<String>) -> HttpResponse {
+    let (body, ty) = match file.as_str() {
+        "admin.css" => (ADMIN_CSS, "text/css; charset=utf-8"),
+        "admin.js" => (ADMIN_JS, "text/javascript; charset=utf-8"),
+        _ => return HttpResponse::NotFound().finish(),
+    };
+    HttpResponse::Ok()
+        .content_type(ty)
+        .insert_header(("Cache-Control", "public, max-age=3600"))
+        .body(body)
+}
+
+/// A UTC instant as Mexico City time, as the admin reads it.
+pub fn local(t: DateTime<Utc>) -> String {
+    crate::pacsim::clock::to_local(t)
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+/// "3 h 12 min", "45 s".
+pub fn age(since: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let s = (now - since).num_seconds().max(0);
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// How a state reads in the admin, and its badge colour class.
+pub fn state_label(state: &str) -> (String, &'static str) {
+    let (label, class) = match state {
+        "pending" => ("Pending", "info"),
+        "stamping" => ("Stamping", "info"),
+        "retry_scheduled" => ("Retry scheduled", "warn"),
+        "unknown" => ("Outcome unknown", "warn"),
+        "stamped" => ("Stamped", "ok"),
+        "failed" => ("Rejected by the PAC", "bad"),
+        "expired" => ("Expired (72 h)", "bad"),
+        "awaiting_global" => ("Awaiting factura global", "muted"),
+        "needs_attention" => ("Needs attention", "bad"),
+        "invoice_pending" => ("Invoice pending", "info"),
+        // Cancellations.
+        "requested" => ("Cancel requested", "info"),
+        "sending" => ("Sending cancellation", "info"),
+        "pending_receiver" => ("Waiting for the receptor", "warn"),
+        "canceled" => ("Cancelled", "muted"),
+        "rejected" => ("Cancellation rejected", "bad"),
+        other => return (other.to_owned(), "muted"),
+    };
+    (label.to_owned(), class)
+}

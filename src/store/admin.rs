@@ -1,0 +1,1271 @@
+//! The admin's statements: sessions, dashboard figures, lists, the detail page, and the actions
+//! (retry, cancellation requests, refreeze, adoption of a stamp, reconciliation findings).
+//!
+//! The text is written once with `?` placeholders; [`Dialect::sql`] numbers them (`$1`, `$2`, …)
+//! for PostgreSQL. Nothing else differs: timestamps are bound as `DateTime<Utc>`, booleans as
+//! `bool`, and no statement uses a backend-specific function.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::AssertSqlSafe;
+
+use super::{Db, StoreError, ctx};
+
+#[derive(Debug, Clone, Copy)]
+enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    fn sql(self, text: &'static str) -> AssertSqlSafe<Cow<'static, str>> {
+        AssertSqlSafe(match self {
+            Dialect::Sqlite => Cow::Borrowed(text),
+            Dialect::Postgres => Cow::Owned(numbered(text)),
+        })
+    }
+
+    fn owned(self, text: String) -> AssertSqlSafe<Cow<'static, str>> {
+        AssertSqlSafe(match self {
+            Dialect::Sqlite => Cow::Owned(text),
+            Dialect::Postgres => Cow::Owned(numbered(&text)),
+        })
+    }
+}
+
+/// `?` → `$1`, `$2`, … (no statement here has a `?` inside a literal).
+fn numbered(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut n = 0;
+    for c in text.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Runs `$body` with `$ex` bound to the pool of the backend and `$d` to its dialect. Writers
+/// pass `write` to queue behind this process's other SQLite writers.
+macro_rules! on_pool {
+    ($db:expr, |$ex:ident, $d:ident| $body:expr) => {
+        match $db {
+            Db::Sqlite { pool, .. } => {
+                let $ex = pool;
+                let $d = Dialect::Sqlite;
+                $body
+            }
+            Db::Postgres(pool) => {
+                let $ex = pool;
+                let $d = Dialect::Postgres;
+                $body
+            }
+        }
+    };
+    ($db:expr, write, |$ex:ident, $d:ident| $body:expr) => {
+        match $db {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let $ex = pool;
+                let $d = Dialect::Sqlite;
+                $body
+            }
+            Db::Postgres(pool) => {
+                let $ex = pool;
+                let $d = Dialect::Postgres;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` inside one transaction (`$tx`), committed when the body returns `Ok`; an early
+/// `?` drops the transaction, which rolls it back.
+macro_rules! in_tx {
+    ($db:expr, $what:literal, |$tx:ident, $d:ident| $body:expr) => {
+        match $db {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let mut $tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ctx("begin a transaction"))?;
+                let $d = Dialect::Sqlite;
+                let out = $body;
+                $tx.commit().await.map_err(ctx($what))?;
+                out
+            }
+            Db::Postgres(pool) => {
+                let mut $tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
+                let $d = Dialect::Postgres;
+                let out = $body;
+                $tx.commit().await.map_err(ctx($what))?;
+                out
+            }
+        }
+    };
+}
+
+/// A live admin session.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AdminSession {
+    pub csrf_token: String,
+    pub actor: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// One row of a `workers` heartbeat table.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct WorkerRow {
+    pub id: String,
+    pub hostname: String,
+    pub pid: i64,
+    pub concurrency: i32,
+    pub in_flight: i32,
+    pub started_at: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    pub stopped_at: Option<DateTime<Utc>>,
+}
+
+/// One PAC call of the append-only log.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub id: i64,
+    pub outbox_id: Option<i64>,
+    pub cancellation_id: Option<i64>,
+    pub operation: String,
+    pub pac: String,
+    pub outcome: String,
+    pub http_status: Option<i32>,
+    pub code: Option<String>,
+    pub message: Option<String>,
+    pub latency_ms: i64,
+    pub uuid: Option<String>,
+    pub worker: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// A payment with (at most) one of its documents: one line of an admin list.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DocRow {
+    pub payment_row: i64,
+    pub provider: String,
+    pub payment_id: String,
+    pub amount: String,
+    pub currency: String,
+    pub paid_at: DateTime<Utc>,
+    pub livemode: bool,
+    pub outbox_id: Option<i64>,
+    pub kind: Option<String>,
+    pub state: String,
+    pub serie: Option<String>,
+    pub folio: Option<String>,
+    pub uuid: Option<String>,
+    pub attempts: i32,
+    pub last_error_code: Option<String>,
+    pub last_error_message: Option<String>,
+    pub run_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+    pub flag: Option<String>,
+    pub request_json: Option<String>,
+}
+
+/// The payment of a detail page.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PaymentRow {
+    pub id: i64,
+    pub provider: String,
+    pub payment_id: String,
+    pub event_id: String,
+    pub amount: String,
+    pub currency: String,
+    pub method: String,
+    pub forma_pago: Option<String>,
+    pub customer_json: String,
+    pub paid_at: DateTime<Utc>,
+    pub livemode: bool,
+    pub status: String,
+    pub reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Everything stored about one document (outbox row).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DocFull {
+    pub id: i64,
+    pub payment_id: i64,
+    pub kind: String,
+    pub stamp_key: String,
+    pub request_json: String,
+    pub sealed_xml: Option<Vec<u8>>,
+    pub state: String,
+    pub attempts: i32,
+    pub run_at: DateTime<Utc>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub last_error_code: Option<String>,
+    pub last_error_message: Option<String>,
+    pub uuid: Option<String>,
+    pub stamped_xml: Option<Vec<u8>>,
+    pub test_mode: bool,
+    pub fecha: NaiveDateTime,
+    pub serie: Option<String>,
+    pub folio: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub pac_route: Option<String>,
+    pub generation: i32,
+    pub sealed_at: Option<DateTime<Utc>>,
+    pub stamped_at: Option<DateTime<Utc>>,
+    pub fecha_timbrado: Option<String>,
+    pub flag: Option<String>,
+    /// The payment's provider and id (for stamp keys of new generations).
+    pub provider: String,
+    pub provider_payment_id: String,
+}
+
+/// An earlier generation of a refrozen document.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HistoryRow {
+    pub outbox_id: i64,
+    pub generation: i32,
+    pub stamp_key: String,
+    pub request_json: String,
+    pub sealed_xml: Option<Vec<u8>>,
+    pub reason: String,
+    pub actor: String,
+    pub at: DateTime<Utc>,
+}
+
+/// A frozen cancellation request and its progress.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CancellationRow {
+    pub id: i64,
+    pub outbox_id: Option<i64>,
+    pub uuid: String,
+    pub rfc_emisor: String,
+    pub rfc_receptor: String,
+    pub total: String,
+    pub motivo: String,
+    pub folio_sustitucion: Option<String>,
+    pub state: String,
+    pub requires_acceptance: bool,
+    pub attempts: i32,
+    pub run_at: DateTime<Utc>,
+    pub estatus_cancelacion: Option<String>,
+    pub sat_estado: Option<String>,
+    pub acuse_xml: Option<String>,
+    pub last_error_code: Option<String>,
+    pub last_error_message: Option<String>,
+    pub requested_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A cancellation to freeze.
+#[derive(Debug, Clone)]
+pub struct NewCancellation {
+    pub outbox_id: i64,
+    pub uuid: String,
+    pub rfc_emisor: String,
+    pub rfc_receptor: String,
+    pub total: String,
+    pub motivo: String,
+    pub folio_sustitucion: Option<String>,
+    pub requires_acceptance: bool,
+}
+
+/// A PAC call made from the admin, for the attempt log.
+#[derive(Debug, Clone)]
+pub struct AdminPacCall<'a> {
+    pub outbox_id: Option<i64>,
+    /// `recover`, `sat_status`, …
+    pub operation: &'a str,
+    pub pac: &'a str,
+    pub outcome: &'a str,
+    pub code: Option<&'a str>,
+    pub message: Option<&'a str>,
+    pub latency_ms: i64,
+    pub uuid: Option<&'a str>,
+    /// Who asked (`admin:<name>` or `reconcile`), in the `worker` column.
+    pub by: &'a str,
+}
+
+/// Why a cancellation was not frozen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelConflict {
+    /// A request for this UUID exists and is not rejected or failed.
+    AlreadyRequested { state: String },
+}
+
+/// What reconciliation found.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FindingRow {
+    pub id: i64,
+    pub kind: String,
+    pub outbox_id: Option<i64>,
+    pub uuid: String,
+    pub stamp_key: Option<String>,
+    pub detail: String,
+    pub status: String,
+    pub found_at: DateTime<Utc>,
+    pub resolved_at: Option<DateTime<Utc>>,
+}
+
+/// One recorded admin action.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ActionRow {
+    pub id: i64,
+    pub actor: String,
+    pub action: String,
+    pub target_kind: String,
+    pub target_id: String,
+    pub detail: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// A sealed document the PAC may hold a stamp of, for reconciliation.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SealedGeneration {
+    pub outbox_id: i64,
+    pub generation: i32,
+    pub stamp_key: String,
+    pub sealed_xml: Vec<u8>,
+    /// The generation the row carries now.
+    pub current_generation: i32,
+    /// The UUID recorded on the row (of its current generation), if any.
+    pub recorded_uuid: Option<String>,
+    pub state: String,
+}
+
+/// Which documents an admin list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListView {
+    /// pending, stamping, retry_scheduled, unknown.
+    Pending,
+    /// failed (PAC rejection) and needs_attention (could not be built).
+    Failed,
+    Expired,
+    Stamped,
+    /// Payments waiting for the factura global.
+    AwaitingGlobal,
+    /// Flagged by reconciliation (adopted stamps, duplicates).
+    Flagged,
+    All,
+}
+
+impl ListView {
+    /// The SQL condition on the shown state; constant text, never user input.
+    fn condition(self) -> &'static str {
+        match self {
+            Self::Pending => {
+                "COALESCE(o.state, p.status) IN ('pending', 'stamping', 'retry_scheduled', 'unknown')"
+            }
+            Self::Failed => "COALESCE(o.state, p.status) IN ('failed', 'needs_attention')",
+            Self::Expired => "COALESCE(o.state, p.status) = 'expired'",
+            Self::Stamped => "COALESCE(o.state, p.status) = 'stamped'",
+            Self::AwaitingGlobal => "COALESCE(o.state, p.status) = 'awaiting_global'",
+            Self::Flagged => "o.flag IS NOT NULL",
+            Self::All => "1 = 1",
+        }
+    }
+}
+
+impl ListFilter {
+    /// Earliest and latest instants a list filter uses when no date is given: inside both
+    /// backends' ranges, and four-digit years so SQLite's text comparison orders them right.
+    pub fn open_range() -> (DateTime<Utc>, DateTime<Utc>) {
+        (
+            DateTime::<Utc>::UNIX_EPOCH,
+            chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map_or(DateTime::<Utc>::UNIX_EPOCH, |t| t.and_utc()),
+        )
+    }
+}
+
+/// The filters of an admin list.
+#[derive(Debug, Clone)]
+pub struct ListFilter {
+    pub view: ListView,
+    /// Payment id, UUID, RFC or serie-folio; empty = any.
+    pub query: String,
+    /// Paid at or after / before (UTC).
+    pub from: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+const DOC_COLUMNS: &str = "p.id AS payment_row, p.provider, p.payment_id, p.amount, p.currency, \
+    p.paid_at, p.livemode, o.id AS outbox_id, o.kind, COALESCE(o.state, p.status) AS state, o.serie, \
+    o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, o.last_error_code, \
+    COALESCE(o.last_error_message, p.reason) AS last_error_message, o.run_at, \
+    COALESCE(o.updated_at, p.updated_at) AS updated_at, o.flag, o.request_json";
+
+/// The search part of a list: the same conditions with the same binds for rows and count.
+const LIST_WHERE: &str = " FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id \
+    WHERE p.paid_at >= ? AND p.paid_at < ? AND (? = '' OR p.payment_id = ? OR UPPER(COALESCE(o.uuid, '')) = ? \
+    OR (? <> '' AND o.request_json LIKE ?) \
+    OR (COALESCE(o.serie, '') || '-' || COALESCE(o.folio, '')) = ? OR COALESCE(o.folio, '') = ?)";
+
+const FULL_DOC: &str = "SELECT o.id, o.payment_id, o.kind, o.stamp_key, o.request_json, o.sealed_xml, \
+    o.state, o.attempts, o.run_at, o.lease_owner, o.lease_expires_at, o.last_error_code, \
+    o.last_error_message, o.uuid, o.stamped_xml, o.test_mode, o.fecha, o.serie, o.folio, o.created_at, \
+    o.updated_at, o.pac_route, o.generation, o.sealed_at, o.stamped_at, o.fecha_timbrado, o.flag, \
+    p.provider, p.payment_id AS provider_payment_id \
+    FROM outbox o JOIN payments p ON p.id = o.payment_id";
+
+const CANCEL_COLUMNS: &str = "id, outbox_id, uuid, rfc_emisor, rfc_receptor, total, motivo, \
+    folio_sustitucion, state, requires_acceptance, attempts, run_at, estatus_cancelacion, sat_estado, \
+    acuse_xml, last_error_code, last_error_message, requested_by, created_at, updated_at";
+
+const ATTEMPT_COLUMNS: &str = "id, outbox_id, cancellation_id, operation, pac, outcome, http_status, \
+    code, message, latency_ms, uuid, worker, at";
+
+const INSERT_ACTION: &str = "INSERT INTO admin_actions (actor, action, target_kind, target_id, detail, at) \
+    VALUES (?, ?, ?, ?, ?, ?)";
+
+/// Cancellation states that are still moving.
+pub const CANCEL_IN_PROCESS: &[&str] = &[
+    "requested",
+    "sending",
+    "retry_scheduled",
+    "unknown",
+    "pending_receiver",
+];
+
+impl Db {
+    /// The generated admin password hash, if one was stored.
+    pub async fn admin_password_hash(&self) -> Result<Option<String>, StoreError> {
+        const SQL: &str = "SELECT password_hash FROM admin_credentials WHERE id = 1";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (String,)>(d.sql(SQL))
+            .fetch_optional(pool)
+            .await)
+        .map(|r| r.map(|(h,)| h))
+        .map_err(ctx("read the admin credentials"))
+    }
+
+    /// Stores a generated password hash unless one exists; `false` when another instance won.
+    pub async fn store_admin_password_hash(&self, hash: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "INSERT INTO admin_credentials (id, password_hash, created_at) \
+            VALUES (1, ?, ?) ON CONFLICT (id) DO NOTHING";
+        let now = Utc::now();
+        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+            .bind(hash)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map(|n| n == 1)
+        .map_err(ctx("store the admin credentials"))
+    }
+
+    pub async fn create_admin_session(
+        &self,
+        token_hash: &str,
+        csrf_token: &str,
+        actor: &str,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        const PURGE: &str = "DELETE FROM admin_sessions WHERE expires_at < ?";
+        const SQL: &str = "INSERT INTO admin_sessions (token_hash, csrf_token, actor, created_at, expires_at) \
+            VALUES (?, ?, ?, ?, ?)";
+        let now = Utc::now();
+        in_tx!(self, "create a session", |tx, d| {
+            sqlx::query(d.sql(PURGE))
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("purge expired sessions"))?;
+            sqlx::query(d.sql(SQL))
+                .bind(token_hash)
+                .bind(csrf_token)
+                .bind(actor)
+                .bind(now)
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("create a session"))?;
+        });
+        Ok(())
+    }
+
+    /// The session with this token hash, if it has not expired.
+    pub async fn admin_session(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<AdminSession>, StoreError> {
+        const SQL: &str = "SELECT csrf_token, actor, expires_at FROM admin_sessions \
+            WHERE token_hash = ? AND expires_at > ?";
+        let now = Utc::now();
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AdminSession>(
+            d.sql(SQL)
+        )
+        .bind(token_hash)
+        .bind(now)
+        .fetch_optional(pool)
+        .await)
+        .map_err(ctx("read a session"))
+    }
+
+    pub async fn delete_admin_session(&self, token_hash: &str) -> Result<(), StoreError> {
+        const SQL: &str = "DELETE FROM admin_sessions WHERE token_hash = ?";
+        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+            .bind(token_hash)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map_err(ctx("delete a session"))?;
+        Ok(())
+    }
+
+    /// Records who did what (outside any other change, e.g. a login or a failed action).
+    pub async fn record_admin_action(
+        &self,
+        actor: &str,
+        action: &str,
+        target_kind: &str,
+        target_id: &str,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        on_pool!(self, write, |pool, d| sqlx::query(d.sql(INSERT_ACTION))
+            .bind(actor)
+            .bind(action)
+            .bind(target_kind)
+            .bind(target_id)
+            .bind(detail)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map_err(ctx("record an admin action"))?;
+        Ok(())
+    }
+
+    /// `(state, count)` over documents, plus payments that have no document yet.
+    pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        const SQL: &str = "SELECT COALESCE(o.state, p.status) AS state, COUNT(*) AS n \
+            FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id \
+            GROUP BY COALESCE(o.state, p.status) ORDER BY 1";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("count documents by state"))
+    }
+
+    /// When the oldest document still waiting for a stamp was queued.
+    pub async fn oldest_pending(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        const SQL: &str = "SELECT created_at FROM outbox \
+            WHERE state IN ('pending', 'stamping', 'retry_scheduled', 'unknown') ORDER BY created_at LIMIT 1";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (DateTime<Utc>,)>(
+            d.sql(SQL)
+        )
+        .fetch_optional(pool)
+        .await)
+        .map(|r| r.map(|(t,)| t))
+        .map_err(ctx("find the oldest pending document"))
+    }
+
+    /// `(state, count)` of cancellations.
+    pub async fn cancellation_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        const SQL: &str =
+            "SELECT state, COUNT(*) AS n FROM cancellations GROUP BY state ORDER BY state";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("count cancellations"))
+    }
+
+    /// Open reconciliation findings by kind.
+    pub async fn open_finding_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        const SQL: &str = "SELECT kind, COUNT(*) AS n FROM reconciliation_findings \
+            WHERE status = 'open' GROUP BY kind ORDER BY kind";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("count findings"))
+    }
+
+    /// Worker processes that have not stopped, most recent heartbeat first.
+    pub async fn workers(&self) -> Result<Vec<WorkerRow>, StoreError> {
+        const SQL: &str = "SELECT id, hostname, pid, concurrency, in_flight, started_at, last_seen, stopped_at \
+            FROM workers ORDER BY last_seen DESC LIMIT 20";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, WorkerRow>(d.sql(SQL))
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("list workers"))
+    }
+
+    /// The latest PAC calls, newest first.
+    pub async fn recent_attempts(&self, limit: i64) -> Result<Vec<AttemptRow>, StoreError> {
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM pac_attempts ORDER BY id DESC LIMIT ?");
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
+            d.owned(sql)
+        )
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("list PAC attempts"))
+    }
+
+    /// The latest PAC calls that did not succeed, newest first.
+    pub async fn recent_failed_attempts(&self, limit: i64) -> Result<Vec<AttemptRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts \
+             WHERE outcome IN ('rejected', 'retryable', 'unknown', 'unresolved') ORDER BY id DESC LIMIT ?"
+        );
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
+            d.owned(sql)
+        )
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("list failed PAC attempts"))
+    }
+
+    /// Documents with a recorded error, most recent change first.
+    pub async fn recent_errors(&self, limit: i64) -> Result<Vec<DocRow>, StoreError> {
+        let sql = format!(
+            "SELECT {DOC_COLUMNS} FROM payments p JOIN outbox o ON o.payment_id = p.id \
+             WHERE o.last_error_code IS NOT NULL OR o.last_error_message IS NOT NULL \
+             ORDER BY o.updated_at DESC LIMIT ?"
+        );
+        on_pool!(self, |pool, d| sqlx::query_as::<_, DocRow>(d.owned(sql))
+            .bind(limit)
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("list recent errors"))
+    }
+
+    /// One page of a list and the number of rows over all pages.
+    pub async fn list_documents(&self, f: &ListFilter) -> Result<(Vec<DocRow>, i64), StoreError> {
+        let q = f.query.trim().to_owned();
+        let upper = q.to_uppercase();
+        // An RFC is searched inside the frozen request, where it is stored upper case.
+        let like = if looks_like_rfc(&upper) {
+            format!("%\"{upper}\"%")
+        } else {
+            String::new()
+        };
+        let cond = f.view.condition();
+        let rows_sql = format!(
+            "SELECT {DOC_COLUMNS}{LIST_WHERE} AND {cond} \
+             ORDER BY COALESCE(o.updated_at, p.updated_at) DESC, p.id DESC LIMIT ? OFFSET ?"
+        );
+        let count_sql = format!("SELECT COUNT(*){LIST_WHERE} AND {cond}");
+        macro_rules! bind_search {
+            ($query:expr) => {
+                $query
+                    .bind(f.from)
+                    .bind(f.until)
+                    .bind(&q)
+                    .bind(&q)
+                    .bind(&upper)
+                    .bind(&like)
+                    .bind(&like)
+                    .bind(&q)
+                    .bind(&q)
+            };
+        }
+        on_pool!(self, |pool, d| {
+            let rows = bind_search!(sqlx::query_as::<_, DocRow>(d.owned(rows_sql)))
+                .bind(f.limit)
+                .bind(f.offset)
+                .fetch_all(pool)
+                .await
+                .map_err(ctx("list documents"))?;
+            let (total,): (i64,) = bind_search!(sqlx::query_as(d.owned(count_sql)))
+                .fetch_one(pool)
+                .await
+                .map_err(ctx("count documents"))?;
+            Ok((rows, total))
+        })
+    }
+
+    pub async fn payment(&self, id: i64) -> Result<Option<PaymentRow>, StoreError> {
+        const SQL: &str = "SELECT id, provider, payment_id, event_id, amount, currency, method, forma_pago, \
+            customer_json, paid_at, livemode, status, reason, created_at FROM payments WHERE id = ?";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, PaymentRow>(d.sql(SQL))
+            .bind(id)
+            .fetch_optional(pool)
+            .await)
+        .map_err(ctx("read a payment"))
+    }
+
+    pub async fn documents_of_payment(&self, payment_row: i64) -> Result<Vec<DocFull>, StoreError> {
+        let sql = format!("{FULL_DOC} WHERE o.payment_id = ? ORDER BY o.id");
+        on_pool!(self, |pool, d| sqlx::query_as::<_, DocFull>(d.owned(sql))
+            .bind(payment_row)
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("read the documents of a payment"))
+    }
+
+    pub async fn document(&self, outbox_id: i64) -> Result<Option<DocFull>, StoreError> {
+        let sql = format!("{FULL_DOC} WHERE o.id = ?");
+        on_pool!(self, |pool, d| sqlx::query_as::<_, DocFull>(d.owned(sql))
+            .bind(outbox_id)
+            .fetch_optional(pool)
+            .await)
+        .map_err(ctx("read a document"))
+    }
+
+    /// The stamped document carrying `uuid`, if we recorded one.
+    pub async fn document_by_uuid(&self, uuid: &str) -> Result<Option<DocFull>, StoreError> {
+        let sql = format!("{FULL_DOC} WHERE UPPER(o.uuid) = ?");
+        on_pool!(self, |pool, d| sqlx::query_as::<_, DocFull>(d.owned(sql))
+            .bind(uuid.to_uppercase())
+            .fetch_optional(pool)
+            .await)
+        .map_err(ctx("find a document by UUID"))
+    }
+
+    /// Stamped documents whose frozen request relates to `uuid` (CfdiRelacionados), other than
+    /// `except`. They must be cancelled first: SAT answers `No cancelable` while they live.
+    pub async fn documents_relating_to(
+        &self,
+        uuid: &str,
+        except: Option<&str>,
+    ) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT o.uuid FROM outbox o \
+            WHERE o.uuid IS NOT NULL AND o.state = 'stamped' AND o.request_json LIKE ? \
+            AND UPPER(o.uuid) <> ? AND NOT EXISTS (SELECT 1 FROM cancellations c \
+                WHERE UPPER(c.uuid) = UPPER(o.uuid) AND c.state = 'canceled')";
+        let like = format!("%{}%", uuid.to_uppercase());
+        let except = except.unwrap_or_default().to_uppercase();
+        let rows: Vec<(String,)> = on_pool!(self, |pool, d| sqlx::query_as(d.sql(SQL))
+            .bind(like)
+            .bind(except)
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("find related documents"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(u,)| u)
+            .filter(|u| !u.eq_ignore_ascii_case(uuid))
+            .collect())
+    }
+
+    /// The PAC calls about a document and its cancellations, oldest first.
+    pub async fn attempts_of(&self, outbox_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE outbox_id = ? \
+             OR cancellation_id IN (SELECT id FROM cancellations WHERE outbox_id = ?) ORDER BY id"
+        );
+        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
+            d.owned(sql)
+        )
+        .bind(outbox_id)
+        .bind(outbox_id)
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("read the attempt log"))
+    }
+
+    pub async fn history_of(&self, outbox_id: i64) -> Result<Vec<HistoryRow>, StoreError> {
+        const SQL: &str = "SELECT outbox_id, generation, stamp_key, request_json, sealed_xml, reason, actor, at \
+            FROM outbox_history WHERE outbox_id = ? ORDER BY generation";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, HistoryRow>(d.sql(SQL))
+            .bind(outbox_id)
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("read the generations of a document"))
+    }
+
+    pub async fn cancellations_of(
+        &self,
+        outbox_id: i64,
+    ) -> Result<Vec<CancellationRow>, StoreError> {
+        let sql =
+            format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE outbox_id = ? ORDER BY id");
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(outbox_id)
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("read cancellations"))
+    }
+
+    pub async fn cancellation_by_uuid(
+        &self,
+        uuid: &str,
+    ) -> Result<Option<CancellationRow>, StoreError> {
+        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE UPPER(uuid) = ?");
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(uuid.to_uppercase())
+        .fetch_optional(pool)
+        .await)
+        .map_err(ctx("read a cancellation"))
+    }
+
+    pub async fn cancellation(&self, id: i64) -> Result<Option<CancellationRow>, StoreError> {
+        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE id = ?");
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(id)
+        .fetch_optional(pool)
+        .await)
+        .map_err(ctx("read a cancellation"))
+    }
+
+    /// Appends a PAC call the admin made (recover before a refreeze, reconciliation, a SAT
+    /// status query) to the attempt log the workers write.
+    pub async fn log_admin_pac_call(&self, call: &AdminPacCall<'_>) -> Result<(), StoreError> {
+        const SQL: &str = "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, \
+            http_status, code, message, latency_ms, uuid, worker, at) VALUES (?, NULL, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)";
+        let now = Utc::now();
+        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+            .bind(call.outbox_id)
+            .bind(call.operation)
+            .bind(call.pac)
+            .bind(call.outcome)
+            .bind(call.code)
+            .bind(call.message)
+            .bind(call.latency_ms)
+            .bind(call.uuid)
+            .bind(call.by)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map_err(ctx("log a PAC call"))?;
+        Ok(())
+    }
+
+    /// Cancellations, newest first; `in_process` keeps the ones still moving.
+    pub async fn list_cancellations(
+        &self,
+        in_process: bool,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<CancellationRow>, StoreError> {
+        let cond = if in_process {
+            "state IN ('requested', 'sending', 'retry_scheduled', 'unknown', 'pending_receiver')"
+        } else {
+            "1 = 1"
+        };
+        let sql = format!(
+            "SELECT {CANCEL_COLUMNS} FROM cancellations WHERE {cond} ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?"
+        );
+        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
+            d.owned(sql)
+        )
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("list cancellations"))
+    }
+
+    pub async fn actions_on(
+        &self,
+        target_kind: &str,
+        target_id: &str,
+    ) -> Result<Vec<ActionRow>, StoreError> {
+        const SQL: &str = "SELECT id, actor, action, target_kind, target_id, detail, at FROM admin_actions \
+            WHERE target_kind = ? AND target_id = ? ORDER BY id";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, ActionRow>(d.sql(SQL))
+            .bind(target_kind)
+            .bind(target_id)
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("read admin actions"))
+    }
+
+    pub async fn recent_actions(&self, limit: i64) -> Result<Vec<ActionRow>, StoreError> {
+        const SQL: &str = "SELECT id, actor, action, target_kind, target_id, detail, at FROM admin_actions \
+            ORDER BY id DESC LIMIT ?";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, ActionRow>(d.sql(SQL))
+            .bind(limit)
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("read admin actions"))
+    }
+
+    /// Sends a `failed` document back to the worker: state `pending`, due now, attempts reset
+    /// (the attempt log keeps the history), the frozen bytes and key untouched. `false` when
+    /// the row is not `failed` (any more).
+    pub async fn retry_failed(&self, outbox_id: i64, actor: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "UPDATE outbox SET state = 'pending', run_at = ?, attempts = 0, \
+            lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? AND state = 'failed'";
+        let now = Utc::now();
+        in_tx!(self, "commit a retry", |tx, d| {
+            let done = sqlx::query(d.sql(SQL))
+                .bind(now)
+                .bind(now)
+                .bind(outbox_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("retry a document"))?
+                .rows_affected();
+            if done == 1 {
+                sqlx::query(d.sql(INSERT_ACTION))
+                    .bind(actor)
+                    .bind("retry")
+                    .bind("outbox")
+                    .bind(outbox_id.to_string())
+                    .bind(Some("failed → pending, same frozen bytes and key"))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(ctx("record an admin action"))?;
+            }
+            Ok::<bool, StoreError>(done == 1)
+        })
+    }
+
+    /// Freezes a cancellation request for the worker (state `requested`, due now). A UUID whose
+    /// earlier request ended `rejected` or `failed` is asked again on the same row.
+    pub async fn request_cancellation(
+        &self,
+        c: &NewCancellation,
+        actor: &str,
+    ) -> Result<Result<i64, CancelConflict>, StoreError> {
+        const EXISTING: &str = "SELECT id, state FROM cancellations WHERE UPPER(uuid) = ?";
+        const INSERT: &str = "INSERT INTO cancellations (outbox_id, uuid, rfc_emisor, rfc_receptor, total, \
+            motivo, folio_sustitucion, state, requires_acceptance, attempts, run_at, requested_by, created_at, updated_at) \
+            VALUES (?, ?, ?, ?, ?, ?, ?, 'requested', ?, 0, ?, ?, ?, ?) RETURNING id";
+        const AGAIN: &str = "UPDATE cancellations SET motivo = ?, folio_sustitucion = ?, state = 'requested', \
+            requires_acceptance = ?, attempts = 0, run_at = ?, lease_owner = NULL, lease_expires_at = NULL, \
+            last_error_code = NULL, last_error_message = NULL, requested_by = ?, updated_at = ? \
+            WHERE id = ? AND state IN ('rejected', 'failed')";
+        let now = Utc::now();
+        let uuid = c.uuid.to_uppercase();
+        in_tx!(self, "commit a cancellation request", |tx, d| {
+            let existing: Option<(i64, String)> = sqlx::query_as(d.sql(EXISTING))
+                .bind(&uuid)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(ctx("look for an earlier cancellation"))?;
+            let id = match existing {
+                Some((id, state)) if state == "rejected" || state == "failed" => {
+                    sqlx::query(d.sql(AGAIN))
+                        .bind(&c.motivo)
+                        .bind(&c.folio_sustitucion)
+                        .bind(c.requires_acceptance)
+                        .bind(now)
+                        .bind(actor)
+                        .bind(now)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(ctx("request a cancellation again"))?;
+                    id
+                }
+                Some((_, state)) => {
+                    return Ok(Err(CancelConflict::AlreadyRequested { state }));
+                }
+                None => {
+                    let (id,): (i64,) = sqlx::query_as(d.sql(INSERT))
+                        .bind(c.outbox_id)
+                        .bind(&uuid)
+                        .bind(&c.rfc_emisor)
+                        .bind(&c.rfc_receptor)
+                        .bind(&c.total)
+                        .bind(&c.motivo)
+                        .bind(&c.folio_sustitucion)
+                        .bind(c.requires_acceptance)
+                        .bind(now)
+                        .bind(actor)
+                        .bind(now)
+                        .bind(now)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(ctx("freeze a cancellation"))?;
+                    id
+                }
+            };
+            let detail = format!(
+                "UUID {uuid}, motivo {}{}, {}",
+                c.motivo,
+                c.folio_sustitucion
+                    .as_deref()
+                    .map(|f| format!(", sustituido por {f}"))
+                    .unwrap_or_default(),
+                if c.requires_acceptance {
+                    "the receptor must accept"
+                } else {
+                    "no acceptance needed"
+                }
+            );
+            sqlx::query(d.sql(INSERT_ACTION))
+                .bind(actor)
+                .bind("cancel")
+                .bind("outbox")
+                .bind(c.outbox_id.to_string())
+                .bind(Some(detail))
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("record an admin action"))?;
+            Ok::<_, StoreError>(Ok(id))
+        })
+    }
+
+    /// Starts a new generation of an `expired` or `failed` document: the current one goes to
+    /// `outbox_history`, the row gets the new request and key, no sealed bytes, state `pending`.
+    /// `false` when the row changed meanwhile (other state or generation).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn refreeze(
+        &self,
+        outbox_id: i64,
+        expected_generation: i32,
+        new_request_json: &str,
+        new_key: &str,
+        new_fecha: NaiveDateTime,
+        reason: &str,
+        actor: &str,
+    ) -> Result<bool, StoreError> {
+        const ARCHIVE: &str = "INSERT INTO outbox_history (outbox_id, generation, stamp_key, request_json, \
+            sealed_xml, reason, actor, at) SELECT id, generation, stamp_key, request_json, sealed_xml, ?, ?, ? \
+            FROM outbox WHERE id = ? AND generation = ? AND state IN ('expired', 'failed') AND uuid IS NULL";
+        const RENEW: &str = "UPDATE outbox SET request_json = ?, stamp_key = ?, generation = generation + 1, \
+            sealed_xml = NULL, sealed_at = NULL, state = 'pending', attempts = 0, run_at = ?, fecha = ?, \
+            lease_owner = NULL, lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, \
+            pac_route = NULL, updated_at = ? \
+            WHERE id = ? AND generation = ? AND state IN ('expired', 'failed') AND uuid IS NULL";
+        let now = Utc::now();
+        in_tx!(self, "commit a refreeze", |tx, d| {
+            let archived = sqlx::query(d.sql(ARCHIVE))
+                .bind(reason)
+                .bind(actor)
+                .bind(now)
+                .bind(outbox_id)
+                .bind(expected_generation)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("archive a generation"))?
+                .rows_affected();
+            if archived != 1 {
+                return Ok(false);
+            }
+            sqlx::query(d.sql(RENEW))
+                .bind(new_request_json)
+                .bind(new_key)
+                .bind(now)
+                .bind(new_fecha)
+                .bind(now)
+                .bind(outbox_id)
+                .bind(expected_generation)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("refreeze a document"))?;
+            sqlx::query(d.sql(INSERT_ACTION))
+                .bind(actor)
+                .bind("refreeze")
+                .bind("outbox")
+                .bind(outbox_id.to_string())
+                .bind(Some(format!(
+                    "generation {expected_generation} archived, generation {} frozen with Fecha {new_fecha} and key {new_key}: {reason}",
+                    expected_generation + 1
+                )))
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("record an admin action"))?;
+            Ok::<bool, StoreError>(true)
+        })
+    }
+
+    /// Records a stamp the PAC holds for a document we never recorded it on, and flags the row
+    /// for a human. `false` when the row already has a UUID.
+    pub async fn adopt_stamp(
+        &self,
+        outbox_id: i64,
+        uuid: &str,
+        stamped_xml: &[u8],
+        fecha_timbrado: &str,
+        flag: &str,
+        actor: &str,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "UPDATE outbox SET uuid = ?, stamped_xml = ?, fecha_timbrado = ?, state = 'stamped', \
+            stamped_at = ?, flag = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ? \
+            WHERE id = ? AND uuid IS NULL";
+        let now = Utc::now();
+        in_tx!(self, "commit an adopted stamp", |tx, d| {
+            let done = sqlx::query(d.sql(SQL))
+                .bind(uuid.to_uppercase())
+                .bind(stamped_xml)
+                .bind(fecha_timbrado)
+                .bind(now)
+                .bind(flag)
+                .bind(now)
+                .bind(outbox_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("adopt a stamp"))?
+                .rows_affected();
+            if done == 1 {
+                sqlx::query(d.sql(INSERT_ACTION))
+                    .bind(actor)
+                    .bind("adopt_stamp")
+                    .bind("outbox")
+                    .bind(outbox_id.to_string())
+                    .bind(Some(format!("UUID {uuid}: {flag}")))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(ctx("record an admin action"))?;
+            }
+            Ok::<bool, StoreError>(done == 1)
+        })
+    }
+
+    /// Every sealed generation we hold without a stamp recorded for it: the current one of rows
+    /// whose outcome is open (`unknown`, or `expired` after unanswered attempts), and every
+    /// archived one. (`failed` rows were refused by the PAC: a definite non-stamp.)
+    pub async fn sealed_generations_to_reconcile(
+        &self,
+    ) -> Result<Vec<SealedGeneration>, StoreError> {
+        const SQL: &str = "SELECT o.id AS outbox_id, o.generation, o.stamp_key, o.sealed_xml, \
+            o.generation AS current_generation, o.uuid AS recorded_uuid, o.state FROM outbox o \
+            WHERE o.sealed_xml IS NOT NULL AND o.uuid IS NULL AND o.state IN ('unknown', 'expired') \
+            UNION ALL \
+            SELECT h.outbox_id, h.generation, h.stamp_key, h.sealed_xml, o.generation AS current_generation, \
+            o.uuid AS recorded_uuid, o.state FROM outbox_history h JOIN outbox o ON o.id = h.outbox_id \
+            WHERE h.sealed_xml IS NOT NULL ORDER BY 1, 2";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, SealedGeneration>(
+            d.sql(SQL)
+        )
+        .fetch_all(pool)
+        .await)
+        .map_err(ctx("list sealed generations"))
+    }
+
+    /// Every stamp key we ever froze (current and archived) → `(outbox_id, generation, current)`.
+    pub async fn all_stamp_keys(&self) -> Result<Vec<(String, i64, i32, bool)>, StoreError> {
+        const SQL: &str = "SELECT stamp_key, id, generation, 1 = 1 AS current FROM outbox \
+            UNION ALL SELECT stamp_key, outbox_id, generation, 1 = 0 AS current FROM outbox_history";
+        on_pool!(self, |pool, d| {
+            sqlx::query_as::<_, (String, i64, i32, bool)>(d.sql(SQL))
+                .fetch_all(pool)
+                .await
+        })
+        .map_err(ctx("list stamp keys"))
+    }
+
+    /// Notes a finding once per `(kind, uuid)`; `true` when it is new.
+    pub async fn record_finding(
+        &self,
+        kind: &str,
+        outbox_id: Option<i64>,
+        uuid: &str,
+        stamp_key: Option<&str>,
+        detail: &str,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "INSERT INTO reconciliation_findings (kind, outbox_id, uuid, stamp_key, detail, status, found_at) \
+            VALUES (?, ?, ?, ?, ?, 'open', ?) ON CONFLICT (kind, uuid) DO NOTHING";
+        let now = Utc::now();
+        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+            .bind(kind)
+            .bind(outbox_id)
+            .bind(uuid.to_uppercase())
+            .bind(stamp_key)
+            .bind(detail)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map(|n| n == 1)
+        .map_err(ctx("record a finding"))
+    }
+
+    /// Findings, newest first; `status` filters (`open`, `resolved`).
+    pub async fn findings(
+        &self,
+        kind: Option<&str>,
+        status: Option<&str>,
+    ) -> Result<Vec<FindingRow>, StoreError> {
+        const SQL: &str = "SELECT id, kind, outbox_id, uuid, stamp_key, detail, status, found_at, resolved_at \
+            FROM reconciliation_findings WHERE (? = '' OR kind = ?) AND (? = '' OR status = ?) ORDER BY id DESC";
+        let kind = kind.unwrap_or_default();
+        let status = status.unwrap_or_default();
+        on_pool!(self, |pool, d| sqlx::query_as::<_, FindingRow>(d.sql(SQL))
+            .bind(kind)
+            .bind(kind)
+            .bind(status)
+            .bind(status)
+            .fetch_all(pool)
+            .await)
+        .map_err(ctx("list findings"))
+    }
+
+    pub async fn finding(&self, id: i64) -> Result<Option<FindingRow>, StoreError> {
+        const SQL: &str = "SELECT id, kind, outbox_id, uuid, stamp_key, detail, status, found_at, resolved_at \
+            FROM reconciliation_findings WHERE id = ?";
+        on_pool!(self, |pool, d| sqlx::query_as::<_, FindingRow>(d.sql(SQL))
+            .bind(id)
+            .fetch_optional(pool)
+            .await)
+        .map_err(ctx("read a finding"))
+    }
+
+    /// Closes a finding and records who did it.
+    pub async fn resolve_finding(
+        &self,
+        id: i64,
+        actor: &str,
+        detail: &str,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "UPDATE reconciliation_findings SET status = 'resolved', resolved_at = ? \
+            WHERE id = ? AND status = 'open'";
+        let now = Utc::now();
+        in_tx!(self, "commit a resolved finding", |tx, d| {
+            let done = sqlx::query(d.sql(SQL))
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(ctx("resolve a finding"))?
+                .rows_affected();
+            if done == 1 {
+                sqlx::query(d.sql(INSERT_ACTION))
+                    .bind(actor)
+                    .bind("resolve_finding")
+                    .bind("finding")
+                    .bind(id.to_string())
+                    .bind(Some(detail))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(ctx("record an admin action"))?;
+            }
+            Ok::<bool, StoreError>(done == 1)
+        })
+    }
+}
+
+/// 12 or 13 letters and digits: the shape of an RFC (validated properly elsewhere).
+fn looks_like_rfc(s: &str) -> bool {
+    (12..=13).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '&')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_numbered_for_postgres() {
+        assert_eq!(
+            numbered("SELECT a FROM t WHERE b = ? AND c IN (?, ?)"),
+            "SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)"
+        );
+    }
+}

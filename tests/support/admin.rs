@@ -1,0 +1,368 @@
+//! Admin test helpers: a cookie-keeping HTTP client that signs in like a browser, and fixtures
+//! that put documents in the states a worker leaves them in (sealed, rejected, stamped, expired).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use autofactura::cfdi::InvoiceRequest;
+use autofactura::domain::StampKey;
+use autofactura::pac::StampOutcome;
+use autofactura::store::{Db, DocFull, ListFilter, ListView};
+use chrono::Utc;
+
+use super::{STRIPE_SECRET, TestApp, spawn_app_with};
+use autofactura::webhooks::{signature, stripe};
+
+pub const PASSWORD: &str = "correct horse battery staple";
+
+/// Spawns the app with a configured admin password.
+pub async fn admin_app(b: super::Backend) -> Option<TestApp> {
+    spawn_app_with(b, &format!("[admin]\npassword = \"{PASSWORD}\"\n")).await
+}
+
+/// A browser stand-in: keeps cookies, never follows redirects (tests look at them).
+pub struct Browser {
+    pub base: String,
+    http: reqwest::Client,
+    cookies: Mutex<BTreeMap<String, String>>,
+    /// Raw `Set-Cookie` headers seen, for attribute checks.
+    pub set_cookies: Mutex<Vec<String>>,
+    pub forwarded_proto: Option<String>,
+}
+
+pub struct Page {
+    pub status: u16,
+    pub location: Option<String>,
+    pub body: String,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl Page {
+    /// The first hidden `csrf` value in the page.
+    pub fn csrf(&self) -> String {
+        hidden(&self.body, "csrf").unwrap_or_else(|| panic!("no csrf field in:\n{}", self.body))
+    }
+}
+
+/// The value of `<input type="hidden" name="{name}" value="…">`.
+pub fn hidden(body: &str, name: &str) -> Option<String> {
+    let needle = format!("name=\"{name}\" value=\"");
+    let start = body.find(&needle)? + needle.len();
+    let end = body[start..].find('"')?;
+    Some(body[start..start + end].to_owned())
+}
+
+impl Browser {
+    pub fn new(app: &TestApp) -> Self {
+        Browser {
+            base: app.address.clone(),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            cookies: Mutex::new(BTreeMap::new()),
+            set_cookies: Mutex::new(Vec::new()),
+            forwarded_proto: None,
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    async fn finish(&self, r: reqwest::Response) -> Page {
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        for sc in headers.get_all("set-cookie") {
+            let sc = sc.to_str().unwrap_or_default().to_owned();
+            let pair = sc.split(';').next().unwrap_or_default();
+            if let Some((k, v)) = pair.split_once('=') {
+                let mut jar = self.cookies.lock().unwrap();
+                if v.is_empty() || sc.to_ascii_lowercase().contains("max-age=0") {
+                    jar.remove(k);
+                } else {
+                    jar.insert(k.to_owned(), v.to_owned());
+                }
+            }
+            self.set_cookies.lock().unwrap().push(sc);
+        }
+        let location = headers
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .map(str::to_owned);
+        let body = r.text().await.unwrap_or_default();
+        Page {
+            status,
+            location,
+            body,
+            headers,
+        }
+    }
+
+    fn req(&self, m: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut b = self
+            .http
+            .request(m, format!("{}{path}", self.base))
+            .header("Cookie", self.cookie_header());
+        if let Some(p) = &self.forwarded_proto {
+            b = b.header("X-Forwarded-Proto", p);
+        }
+        b
+    }
+
+    pub async fn get(&self, path: &str) -> Page {
+        let r = self
+            .req(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("GET");
+        self.finish(r).await
+    }
+
+    pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Page {
+        let body: String = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let r = self
+            .req(reqwest::Method::POST, path)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        self.finish(r).await
+    }
+
+    pub fn has_cookie(&self, name: &str) -> bool {
+        self.cookies.lock().unwrap().contains_key(name)
+    }
+
+    pub fn forget_cookie(&self, name: &str) {
+        self.cookies.lock().unwrap().remove(name);
+    }
+
+    /// Signs in through the login form; the answer to the POST.
+    pub async fn login_as(&self, name: &str, password: &str) -> Page {
+        let form = self.get("/admin/login").await;
+        assert_eq!(form.status, 200, "{}", form.body);
+        let csrf = form.csrf();
+        self.post(
+            "/admin/login",
+            &[("csrf", &csrf), ("name", name), ("password", password)],
+        )
+        .await
+    }
+
+    /// Signs in and returns the session's CSRF token (from the dashboard).
+    pub async fn login(&self) -> String {
+        let r = self.login_as("Ana", PASSWORD).await;
+        assert_eq!(r.status, 303, "login failed: {}", r.body);
+        let dash = self.get("/admin").await;
+        assert_eq!(dash.status, 200, "{}", dash.body);
+        dash.csrf()
+    }
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+/// Runs one fixture statement written with `?` placeholders on either backend.
+macro_rules! fixture_sql {
+    ($db:expr, $sql:expr $(, $bind:expr)* $(,)?) => {{
+        let sql: &str = $sql;
+        match $db {
+            Db::Sqlite { pool, .. } => {
+                sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))$(.bind($bind))*.execute(pool).await.expect("fixture");
+            }
+            Db::Postgres(pool) => {
+                let mut n = 0;
+                let pg: String = sql.chars().map(|c| if c == '?' { n += 1; format!("${n}") } else { c.to_string() }).collect();
+                sqlx::query(sqlx::AssertSqlSafe(pg))$(.bind($bind))*.execute(pool).await.expect("fixture");
+            }
+        }
+    }};
+}
+
+/// A paid Stripe sale created at `created` (Unix seconds), queued as a frozen document; its
+/// outbox id.
+pub async fn pay_at(app: &TestApp, suffix: &str, created: i64) -> i64 {
+    let body = stripe::sample_payment_intent(suffix, created, false);
+    let t = Utc::now().timestamp();
+    let r = app
+        .post_stripe(
+            &body,
+            Some(signature::stripe_header(
+                &[STRIPE_SECRET],
+                t,
+                body.as_bytes(),
+            )),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    outbox_of(app, &format!("pi_test_{suffix}")).await.id
+}
+
+pub async fn pay(app: &TestApp, suffix: &str) -> i64 {
+    pay_at(app, suffix, Utc::now().timestamp()).await
+}
+
+pub async fn outbox_of(app: &TestApp, payment_id: &str) -> DocFull {
+    let (rows, _) = app
+        .db
+        .list_documents(&ListFilter {
+            view: ListView::All,
+            query: payment_id.to_owned(),
+            from: ListFilter::open_range().0,
+            until: ListFilter::open_range().1,
+            limit: 10,
+            offset: 0,
+        })
+        .await
+        .expect("list");
+    let id = rows
+        .iter()
+        .find_map(|r| r.outbox_id)
+        .expect("an outbox row");
+    doc(app, id).await
+}
+
+pub async fn doc(app: &TestApp, id: i64) -> DocFull {
+    app.db.document(id).await.expect("db").expect("document")
+}
+
+/// Seals the frozen request with the sandbox CSD and stores the bytes as a worker does before
+/// its first PAC call.
+pub async fn seal(app: &TestApp, id: i64) -> Vec<u8> {
+    let d = doc(app, id).await;
+    let req: InvoiceRequest = serde_json::from_str(&d.request_json).expect("request");
+    let csd = autofactura::cli::sandbox_csd().expect("csd");
+    let xml = autofactura::cfdi::seal(&req, &csd).expect("seal").xml;
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET sealed_xml = ?, sealed_at = ? WHERE id = ?",
+        xml.clone(),
+        Utc::now(),
+        id
+    );
+    xml
+}
+
+/// Sends the sealed bytes to the sandbox PAC under the row's key, as a worker would.
+pub async fn send_to_pac(app: &TestApp, id: i64) -> StampOutcome {
+    let d = doc(app, id).await;
+    let key = StampKey::parse(&d.stamp_key).expect("key");
+    app.state
+        .pac
+        .stamp(d.sealed_xml.as_deref().expect("sealed"), &key)
+        .await
+}
+
+/// What a worker writes after a PAC rejection.
+pub async fn mark_failed(app: &TestApp, id: i64, code: &str, message: &str) {
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET state = 'failed', attempts = 1, last_error_code = ?, last_error_message = ? WHERE id = ?",
+        code.to_owned(),
+        message.to_owned(),
+        id
+    );
+}
+
+pub async fn mark_state(app: &TestApp, id: i64, state: &str) {
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET state = ? WHERE id = ?",
+        state.to_owned(),
+        id
+    );
+}
+
+/// Seals, stamps at the sandbox and records the stamp as a worker does; the UUID.
+pub async fn stamped(app: &TestApp, id: i64) -> String {
+    seal(app, id).await;
+    let stamp = match send_to_pac(app, id).await {
+        StampOutcome::Stamped(s) => s,
+        other => panic!("the sandbox did not stamp: {other:?}"),
+    };
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET state = 'stamped', uuid = ?, stamped_xml = ?, fecha_timbrado = ?, stamped_at = ? WHERE id = ?",
+        stamp.uuid.clone(),
+        stamp.xml.clone(),
+        stamp.tfd.fecha_timbrado.clone(),
+        Utc::now(),
+        id
+    );
+    stamp.uuid
+}
+
+/// Replaces the frozen request of a not yet sealed row (e.g. to relate it to another UUID).
+pub async fn set_request(app: &TestApp, id: i64, req: &InvoiceRequest) {
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET request_json = ? WHERE id = ?",
+        serde_json::to_string(req).expect("json"),
+        id
+    );
+}
+
+pub async fn count(app: &TestApp, sql: &str) -> i64 {
+    match &app.db {
+        Db::Sqlite { pool, .. } => {
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
+                .fetch_one(pool)
+                .await
+                .expect("count");
+            n
+        }
+        Db::Postgres(pool) => {
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
+                .fetch_one(pool)
+                .await
+                .expect("count");
+            n
+        }
+    }
+}
+
+/// What the cancellation worker writes when SAT's answer is final.
+pub async fn finish_cancellation(
+    app: &TestApp,
+    uuid: &str,
+    state: &str,
+    estatus: &str,
+    acuse: &str,
+) {
+    fixture_sql!(
+        &app.db,
+        "UPDATE cancellations SET state = ?, estatus_cancelacion = ?, sat_estado = ?, acuse_xml = ?, attempts = 2 WHERE uuid = ?",
+        state.to_owned(),
+        estatus.to_owned(),
+        if state == "canceled" {
+            "Cancelado"
+        } else {
+            "Vigente"
+        }
+        .to_owned(),
+        acuse.to_owned(),
+        uuid.to_owned()
+    );
+}
