@@ -5,9 +5,10 @@
 //! measured from each request's scheduled send time (so a stall counts against every request
 //! queued behind it). Target: p99 under 50 ms.
 //!
-//! Run with `cargo bench --bench ingest`. PostgreSQL needs AUTOFACTURA_TEST_DATABASE_URL (a
+//! Run with `cargo bench --bench ingest` (under `cargo test` it makes one short smoke round). PostgreSQL needs AUTOFACTURA_TEST_DATABASE_URL (a
 //! fresh database per phase is created and dropped); without it that half prints SKIP.
-//! `INGEST_BENCH_SECONDS` (default 4) and `INGEST_BENCH_ROUNDS` (default 3) tune the run.
+//! `INGEST_BENCH_SECONDS` (default 4) and `INGEST_BENCH_ROUNDS` (default 3) tune the run;
+//! `INGEST_BENCH_BACKENDS=sqlite` (or `postgres`) runs one backend only.
 //!
 //! The load generator runs in this process: a minimal HTTP/1.1 client over tokio sockets, so
 //! the client takes as little of the machine as it can from the server it measures.
@@ -49,14 +50,34 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::new("info,sqlx=warn"))
         .with_writer(std::io::sink)
         .try_init();
-    let secs = env_u64("INGEST_BENCH_SECONDS", 4).max(1);
-    let rounds = env_u64("INGEST_BENCH_ROUNDS", 3).max(1);
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it,
+    // and then one short round checks that the bench still works.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    if smoke {
+        println!(
+            "ingest: smoke run (cargo test, unoptimized): numbers are not meaningful; use `cargo bench --bench ingest`"
+        );
+    }
+    let secs = if smoke {
+        1
+    } else {
+        env_u64("INGEST_BENCH_SECONDS", 4).max(1)
+    };
+    let rounds = if smoke {
+        1
+    } else {
+        env_u64("INGEST_BENCH_ROUNDS", 3).max(1)
+    };
     println!(
         "ingest: {CONNECTIONS} connections, {rounds} rounds of {secs} s raw + {secs} s HTTP per backend, {} CPUs",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let mut all_met = true;
+    let only = std::env::var("INGEST_BENCH_BACKENDS").unwrap_or_default();
     for backend in [Backend::Sqlite, Backend::Postgres] {
+        if !only.is_empty() && !only.contains(backend.name()) {
+            continue;
+        }
         match run_backend(backend, secs, rounds).await? {
             Some(met) => all_met &= met,
             None => continue,
@@ -208,11 +229,13 @@ async fn measure(
     let mut ratios = Vec::new();
     let mut peaks = Vec::new();
     for round in 1..=rounds {
-        let raw = raw_rate(&raw_db, &template, &ids, warm, run).await?;
-        let http = http_rate(port, &template, &ids, warm, run).await?;
+        let (raw, raw_cpu) = cpu_per_op(&ids, raw_rate(&raw_db, &template, &ids, warm, run)).await;
+        let (http, http_cpu) = cpu_per_op(&ids, http_rate(port, &template, &ids, warm, run)).await;
+        let (raw, http) = (raw?, http?);
         let ratio = http.accepted_per_sec / raw;
         println!(
-            "{name}: round {round}: raw {raw:.1} ingests/s; HTTP {:.1} accepted/s ({} not accepted); ratio {ratio:.3}",
+            "{name}: round {round}: raw {raw:.1} ingests/s; HTTP {:.1} accepted/s ({} not accepted); ratio {ratio:.3}; \
+             in-process CPU per delivery: raw {raw_cpu:.0} µs, HTTP {http_cpu:.0} µs (client included)",
             http.accepted_per_sec, http.refused
         );
         ratios.push(ratio);
@@ -228,8 +251,15 @@ async fn measure(
         met(ratio_met)
     );
 
+    // The same open loop straight to the store first, for reference: what the database alone
+    // gives at this rate on this machine now.
     let rate = peak / 2.0;
-    let lat = latency_at(port, &template, &ids, rate, run).await?;
+    let direct = latency_at(Via::Store(&raw_db), &template, &ids, rate, run).await?;
+    println!(
+        "{name}: open loop at {rate:.1}/s straight to the store (reference): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        direct.p50_ms, direct.p99_ms, direct.max_ms
+    );
+    let lat = latency_at(Via::Http(port), &template, &ids, rate, run).await?;
     let p99_met = lat.p99_ms < TARGET_P99_MS && lat.refused == 0;
     println!(
         "{name}: open loop at {rate:.1}/s (half the peak {peak:.1}/s): {} sent, {} not accepted; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < {TARGET_P99_MS} ms): {}",
@@ -316,13 +346,33 @@ impl Template {
     /// The signed body of delivery number `n`: `(body, Stripe-Signature)`.
     fn delivery(&self, n: u64) -> (String, String) {
         let body = self.body.replace(MARK, &format!("b{n}"));
-        let sig = signature::stripe_header(
-            &[SECRET],
-            chrono::Utc::now().timestamp(),
-            body.as_bytes(),
-        );
+        let sig =
+            signature::stripe_header(&[SECRET], chrono::Utc::now().timestamp(), body.as_bytes());
         (body, sig)
     }
+}
+
+/// CPU time this process has used, all threads (`/proc/self/task/*/schedstat`, Linux), in ns.
+/// Threads that have ended are not counted; the server, runtime and database threads live for
+/// the whole run.
+fn process_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Runs `phase` and returns its result with the CPU time this process spent per delivery issued
+/// meanwhile, in µs.
+async fn cpu_per_op<T>(ids: &AtomicU64, phase: impl Future<Output = T>) -> (T, f64) {
+    let (n0, c0) = (ids.load(Ordering::Relaxed), process_cpu_ns());
+    let out = phase.await;
+    let (n1, c1) = (ids.load(Ordering::Relaxed), process_cpu_ns());
+    let per_op = (c1.saturating_sub(c0)) as f64 / 1e3 / (n1 - n0).max(1) as f64;
+    (out, per_op)
 }
 
 /// Ingests per second straight into the store, `CONNECTIONS` tasks at once, counted after `warm`.
@@ -343,13 +393,7 @@ async fn raw_rate(
             loop {
                 let (event, payment, draft) = template.values(ids.fetch_add(1, Ordering::Relaxed));
                 let out = db.ingest(&event, &payment, Some(draft)).await?;
-                if !matches!(
-                    out,
-                    IngestOutcome::Recorded {
-                        outbox_row: Some(_),
-                        ..
-                    }
-                ) {
+                if !queued(&out) {
                     bail!("raw ingest did not queue an invoice: {out:?}");
                 }
                 let now = Instant::now();
@@ -527,10 +571,32 @@ struct Latency {
     max_ms: f64,
 }
 
+/// Where the open loop sends deliveries: the HTTP endpoint, or straight to the store.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    Http(u16),
+    Store(&'a Db),
+}
+
+enum Sender {
+    Http(Conn),
+    Store(Db),
+}
+
+fn queued(out: &IngestOutcome) -> bool {
+    matches!(
+        out,
+        IngestOutcome::Recorded {
+            outbox_row: Some(_),
+            ..
+        }
+    )
+}
+
 /// Open loop: deliveries are scheduled at `rate` per second whatever the answers do, and each
 /// latency runs from its scheduled time to the end of its acknowledgement.
 async fn latency_at(
-    port: u16,
+    via: Via<'_>,
     template: &Arc<Template>,
     ids: &Arc<AtomicU64>,
     rate: f64,
@@ -541,8 +607,14 @@ async fn latency_at(
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..CONNECTIONS {
-        let mut conn = Conn::new(port);
-        conn.connect().await?;
+        let mut sender = match via {
+            Via::Http(port) => {
+                let mut conn = Conn::new(port);
+                conn.connect().await?;
+                Sender::Http(conn)
+            }
+            Via::Store(db) => Sender::Store(db.clone()),
+        };
         let (template, ids, rx) = (template.clone(), ids.clone(), rx.clone());
         set.spawn(async move {
             let mut out = Vec::new();
@@ -550,8 +622,17 @@ async fn latency_at(
                 let Some(scheduled) = rx.lock().await.recv().await else {
                     return anyhow::Ok(out);
                 };
-                let (body, sig) = template.delivery(ids.fetch_add(1, Ordering::Relaxed));
-                let ok = conn.post(&body, &sig).await?;
+                let n = ids.fetch_add(1, Ordering::Relaxed);
+                let ok = match &mut sender {
+                    Sender::Http(conn) => {
+                        let (body, sig) = template.delivery(n);
+                        conn.post(&body, &sig).await?
+                    }
+                    Sender::Store(db) => {
+                        let (event, payment, draft) = template.values(n);
+                        queued(&db.ingest(&event, &payment, Some(draft)).await?)
+                    }
+                };
                 out.push((scheduled.elapsed(), ok));
             }
         });
@@ -568,10 +649,7 @@ async fn latency_at(
         samples.extend(r??);
     }
     let refused = samples.iter().filter(|(_, ok)| !ok).count();
-    let mut ms: Vec<f64> = samples
-        .iter()
-        .map(|(d, _)| d.as_secs_f64() * 1e3)
-        .collect();
+    let mut ms: Vec<f64> = samples.iter().map(|(d, _)| d.as_secs_f64() * 1e3).collect();
     ms.sort_by(f64::total_cmp);
     let pct = |p: f64| {
         let i = ((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1;

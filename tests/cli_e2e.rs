@@ -182,10 +182,15 @@ fn operator_path(database_url: &str, dir: &Path) {
         assert_eq!(r["status"], "pending", "{r}");
         assert_eq!(r["serie"], "A", "{r}");
         assert_eq!(r["receptor_rfc"], "XIQB891116QE4", "{r}");
-        assert_eq!((r["amount"].as_str(), r["currency"].as_str()), (Some("116.00"), Some("MXN")));
+        assert_eq!(
+            (r["amount"].as_str(), r["currency"].as_str()),
+            (Some("116.00"), Some("MXN"))
+        );
         assert_eq!(r["livemode"], false, "{r}");
         assert!(
-            r["stamp_key"].as_str().is_some_and(|k| k.starts_with("af1-")),
+            r["stamp_key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("af1-")),
             "{r}"
         );
     }
@@ -195,7 +200,10 @@ fn operator_path(database_url: &str, dir: &Path) {
 
     let table = stdout(&run(dir, &["invoices", "list", "--config", config]));
     let lines: Vec<&str> = table.lines().collect();
-    assert!(lines[0].starts_with("PAYMENT") && lines[0].contains("FOLIO"), "{table}");
+    assert!(
+        lines[0].starts_with("PAYMENT") && lines[0].contains("FOLIO"),
+        "{table}"
+    );
     for r in [stripe, mp] {
         let line = lines
             .iter()
@@ -214,7 +222,15 @@ fn operator_path(database_url: &str, dir: &Path) {
 
     let filtered = run(
         dir,
-        &["invoices", "list", "--json", "--status", "awaiting_global", "--config", config],
+        &[
+            "invoices",
+            "list",
+            "--json",
+            "--status",
+            "awaiting_global",
+            "--config",
+            config,
+        ],
     );
     assert_eq!(
         serde_json::from_slice::<Vec<Value>>(&filtered.stdout).expect("JSON"),
@@ -225,7 +241,15 @@ fn operator_path(database_url: &str, dir: &Path) {
     drop(server);
     let out = run(
         dir,
-        &["send-test-webhook", "--config", config, "--provider", "stripe", "--url", &url],
+        &[
+            "send-test-webhook",
+            "--config",
+            config,
+            "--provider",
+            "stripe",
+            "--url",
+            &url,
+        ],
     );
     assert!(!out.status.success());
     assert!(
@@ -237,7 +261,10 @@ fn operator_path(database_url: &str, dir: &Path) {
 #[test]
 fn operator_path_on_sqlite() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("data/autofactura.db").display());
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join("data/autofactura.db").display()
+    );
     operator_path(&url, dir.path());
 }
 
@@ -251,7 +278,10 @@ fn operator_path_on_postgres() {
     };
     let name = format!("af_test_{}", uuid::Uuid::new_v4().simple());
     admin_sql(&admin, &format!("CREATE DATABASE {name}")).expect("create the test database");
-    let _drop = DropDatabase { admin: admin.clone(), name: name.clone() };
+    let _drop = DropDatabase {
+        admin: admin.clone(),
+        name: name.clone(),
+    };
     let dir = tempfile::tempdir().expect("temp dir");
     operator_path(&with_database(&admin, &name), dir.path());
 }
