@@ -130,8 +130,8 @@ pub async fn invoices_list(
 /// The human table of `invoices list`.
 pub fn table(rows: &[InvoiceRow]) -> String {
     let mut out = format!(
-        "{:<28} {:<12} {:<16} {:<10} {:<36} {:>8}  {}\n",
-        "PAYMENT", "PROVIDER", "STATUS", "FOLIO", "UUID", "ATTEMPTS", "LAST ERROR"
+        "{:<28} {:<12} {:<16} {:<10} {:<13} {:<36} {:>8}  {}\n",
+        "PAYMENT", "PROVIDER", "STATUS", "FOLIO", "RECEPTOR", "UUID", "ATTEMPTS", "LAST ERROR"
     );
     for r in rows {
         let folio = match (&r.serie, &r.folio) {
@@ -141,11 +141,12 @@ pub fn table(rows: &[InvoiceRow]) -> String {
         };
         let test = if r.livemode { "" } else { " (test)" };
         out.push_str(&format!(
-            "{:<28} {:<12} {:<16} {:<10} {:<36} {:>8}  {}\n",
+            "{:<28} {:<12} {:<16} {:<10} {:<13} {:<36} {:>8}  {}\n",
             r.payment_id,
             r.provider,
             format!("{}{test}", r.status),
             folio,
+            r.receptor_rfc.as_deref().unwrap_or("-"),
             r.uuid.as_deref().unwrap_or("-"),
             r.attempts,
             r.last_error.as_deref().unwrap_or("")

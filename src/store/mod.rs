@@ -276,6 +276,8 @@ pub struct InvoiceRow {
     pub stamp_key: Option<String>,
     #[serde(skip)]
     pub request_json: Option<String>,
+    /// The receptor's RFC in the frozen request; none for a factura global or no invoice yet.
+    pub receptor_rfc: Option<String>,
 }
 
 /// One stored webhook delivery (audit view).

@@ -49,7 +49,8 @@ pub mod sqlite {
 
     pub const LIST_INVOICES: &str = "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
         COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
-        COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json \
+        COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
+        json_extract(o.request_json, '$.receptor.rfc') AS receptor_rfc \
         FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
         WHERE (? IS NULL OR COALESCE(o.state, p.status) = ?) ORDER BY p.id";
 
@@ -103,7 +104,8 @@ pub mod postgres {
 
     pub const LIST_INVOICES: &str = "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
         COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
-        COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json \
+        COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
+        o.request_json::jsonb #>> '{receptor,rfc}' AS receptor_rfc \
         FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
         WHERE ($1::TEXT IS NULL OR COALESCE(o.state, p.status) = $1) ORDER BY p.id";
 
