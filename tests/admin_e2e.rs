@@ -53,6 +53,12 @@ async fn an_admin_retries_a_rejected_invoice_and_sees_it_stamped() {
         "CFDI40102 - El resultado de la digestión debe ser igual al resultado de la desencripción del sello.",
     )
     .await;
+    // The worker pool starts now (had it run from the start, it would have stamped the payment
+    // before it could be marked failed); it shares the application's PAC.
+    let worker =
+        autofactura::worker::worker_for(&app.settings, app.db.clone(), app.state.pac.clone())
+            .expect("worker");
+    let pool = worker.start(tokio_util::sync::CancellationToken::new(), None);
     sign_in(&d, &app).await;
     d.click(&d.link("Invoices").await).await;
     d.click(&d.link("Failed").await).await;
@@ -82,6 +88,7 @@ async fn an_admin_retries_a_rejected_invoice_and_sees_it_stamped() {
     assert_eq!(row.state, "stamped");
     let uuid = row.uuid.expect("uuid");
     assert!(d.page_text().await.contains(&uuid));
+    pool.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -210,4 +217,20 @@ async fn screenshots_of_the_main_pages() {
     d.goto(&format!("{}/admin/invoices?view=failed", app.address))
         .await;
     d.screenshot("failed-list-phone").await;
+    // With the worker pool running: the pending documents get stamped and the dashboard shows
+    // the pool's heartbeat (this is the README's picture).
+    let worker =
+        autofactura::worker::worker_for(&app.settings, app.db.clone(), app.state.pac.clone())
+            .expect("worker");
+    let pool = worker.start(tokio_util::sync::CancellationToken::new(), None);
+    d.set_window(1280, 800).await;
+    d.goto(&format!("{}/admin", app.address)).await;
+    let live = d.reload_until("HOST / PID", 30).await;
+    assert!(
+        live,
+        "the dashboard never showed the running pool: {}",
+        d.page_text().await
+    );
+    d.screenshot("dashboard-live").await;
+    pool.shutdown().await;
 }

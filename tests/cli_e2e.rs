@@ -155,10 +155,23 @@ fn operator_path(database_url: &str, dir: &Path) {
         );
     }
 
-    let out = run(dir, &["invoices", "list", "--json", "--config", config]);
-    assert!(out.status.success());
-    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
-    assert_eq!(rows.len(), 2, "{rows:#?}");
+    // The worker pool inside `serve` stamps both with the sandbox PAC within moments.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let rows: Vec<Value> = loop {
+        let out = run(dir, &["invoices", "list", "--json", "--config", config]);
+        assert!(out.status.success());
+        let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
+        assert_eq!(rows.len(), 2, "{rows:#?}");
+        if rows.iter().all(|r| r["status"] == "stamped") {
+            break rows;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not stamped: {rows:#?}\n{}",
+            server.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
     let by = |provider: &str| -> &Value {
         rows.iter()
             .find(|r| r["provider"] == provider)
@@ -178,8 +191,9 @@ fn operator_path(database_url: &str, dir: &Path) {
         "{mp}"
     );
     for r in [stripe, mp] {
-        // Frozen and queued for stamping: serie-folio allocated, receptor with the customer's RFC.
-        assert_eq!(r["status"], "pending", "{r}");
+        // Stamped: serie-folio allocated, receptor with the customer's RFC, a UUID.
+        assert_eq!(r["status"], "stamped", "{r}");
+        assert!(r["uuid"].as_str().is_some_and(|u| u.len() == 36), "{r}");
         assert_eq!(r["serie"], "A", "{r}");
         assert_eq!(r["receptor_rfc"], "XIQB891116QE4", "{r}");
         assert_eq!(
@@ -212,9 +226,10 @@ fn operator_path(database_url: &str, dir: &Path) {
         let folio = format!("A-{}", r["folio"].as_str().unwrap_or("?"));
         for part in [
             r["provider"].as_str().unwrap_or("?"),
-            "pending (test)",
+            "stamped (test)",
             folio.as_str(),
             "XIQB891116QE4",
+            r["uuid"].as_str().unwrap_or("?"),
         ] {
             assert!(line.contains(part), "{part:?} not in {line:?}");
         }
