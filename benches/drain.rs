@@ -125,6 +125,14 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     }
     let secs = start.elapsed().as_secs_f64();
     pool.shutdown().await;
+    let lat = db.attempt_latencies("stamp").await.expect("latencies");
+    if !lat.is_empty() {
+        println!(
+            "drain: {backend}: PAC call latency seen by the workers: p50 {} ms, p99 {} ms",
+            lat[lat.len() / 2],
+            lat[lat.len() * 99 / 100]
+        );
+    }
     Some(Run {
         label: format!("{backend} W={workers} L={}ms", latency.as_millis()),
         rows,

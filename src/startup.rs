@@ -150,11 +150,12 @@ impl Application {
 
     /// Starts the worker pool beside the HTTP server (`serve`).
     pub async fn with_workers(mut self) -> anyhow::Result<Self> {
-        let worker = crate::worker::worker_for(
-            &self.state.settings,
-            self.state.db.clone(),
-            self.state.pac.clone(),
-        )?;
+        let db = self
+            .state
+            .db
+            .for_workers(&self.state.settings.database)
+            .await?;
+        let worker = crate::worker::worker_for(&self.state.settings, db, self.state.pac.clone())?;
         let services = crate::worker::Services {
             worker,
             sandbox: None,

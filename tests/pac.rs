@@ -879,6 +879,50 @@ async fn failover_never_follows_an_unknown_until_recover_resolves_it() {
     assert!(backup.stamps().await.is_empty());
 }
 
+#[tokio::test]
+async fn failover_goes_to_the_backup_once_recover_at_the_primary_finds_nothing() {
+    let (primary, backup) = (Sim::start("reset=1").await, Sim::start("").await);
+    let f = failover(&primary, &backup);
+    let log = MemoryLog::default();
+    let (xml, k) = (sealed(), key());
+
+    // The connection drops after sending: unknown, and the backup is not asked.
+    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
+    assert_eq!(route, Route::Primary);
+    assert!(
+        matches!(outcome, StampOutcome::Unknown { .. }),
+        "{outcome:?}"
+    );
+    assert!(backup.stamps().await.is_empty());
+    assert!(
+        primary.stamps().await.is_empty(),
+        "the reset came before processing"
+    );
+
+    // Now the primary answers, but refuses these bytes (their Fecha is past its 72-hour window):
+    // it holds no stamp of them, so recover says not found and the backup stamps them.
+    primary.set_faults("").await;
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/_sim/clock/advance?seconds={}",
+            primary.url(),
+            73 * 3600
+        ))
+        .send()
+        .await
+        .expect("advance the primary's clock");
+    assert!(r.status().is_success());
+    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
+    assert_eq!(route, Route::Backup, "{outcome:?}");
+    assert!(matches!(outcome, StampOutcome::Stamped(_)), "{outcome:?}");
+    assert!(primary.stamps().await.is_empty());
+    assert_eq!(backup.stamps().await.len(), 1);
+    assert_eq!(
+        outcome.stamp().map(|s| s.uuid.as_str()),
+        backup.stamps().await[0]["uuid"].as_str()
+    );
+}
+
 // ---- Finkok, against SOAP fixtures served by a local server ----
 
 mod finkok {

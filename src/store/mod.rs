@@ -137,6 +137,53 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
     }
 }
 
+impl Db {
+    /// A second handle on the same database for the worker pool, whose commits do not wait for
+    /// the disk: SQLite `synchronous = NORMAL` (WAL), PostgreSQL `synchronous_commit = off`.
+    ///
+    /// Why this is safe: a committed write survives a crashed or killed process either way; only
+    /// a power loss can drop the last few worker commits, and every one of them is redone
+    /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
+    /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
+    /// deterministic). Webhook acknowledgements keep full durability on the main handle. On
+    /// SQLite both handles share the process's write lock, so they queue instead of colliding.
+    pub async fn for_workers(&self, settings: &DatabaseSettings) -> Result<Db, StoreError> {
+        let url = settings.url.expose();
+        match self {
+            Db::Sqlite { write_lock, .. } => {
+                let opts = SqliteConnectOptions::from_str(url)
+                    .map_err(ctx("parse the SQLite URL"))?
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(10))
+                    .foreign_keys(true);
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(settings.max_connections)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(opts)
+                    .await
+                    .map_err(ctx("open the SQLite database for the workers"))?;
+                Ok(Db::Sqlite {
+                    pool,
+                    write_lock: write_lock.clone(),
+                })
+            }
+            Db::Postgres(_) => {
+                let opts = PgConnectOptions::from_str(url)
+                    .map_err(ctx("parse the PostgreSQL URL"))?
+                    .options([("synchronous_commit", "off")]);
+                let pool = PgPoolOptions::new()
+                    .max_connections(settings.max_connections)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(opts)
+                    .await
+                    .map_err(ctx("connect to PostgreSQL for the workers"))?;
+                Ok(Db::Postgres(pool))
+            }
+        }
+    }
+}
+
 /// The embedded migrations of one backend, as a sqlx source.
 #[derive(Debug)]
 struct Embedded(&'static [(i64, &'static str, &'static str)]);

@@ -710,3 +710,22 @@ impl Db {
         ))
     }
 }
+
+fn latency_row<R: RowExt>(r: &R) -> Result<i64, sqlx::Error> {
+    r.int64("latency_ms")
+}
+
+impl Db {
+    /// Latencies (ms) of every logged call of one operation, ascending: for benchmarks and the
+    /// dashboard's view of PAC health.
+    pub async fn attempt_latencies(&self, operation: &str) -> Result<Vec<i64>, StoreError> {
+        let sql = "SELECT latency_ms FROM pac_attempts WHERE operation = $1 ORDER BY latency_ms";
+        Ok(fetch_all!(
+            self,
+            "read attempt latencies",
+            sql,
+            [operation],
+            |r: &_| latency_row(r)
+        ))
+    }
+}

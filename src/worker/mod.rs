@@ -827,6 +827,7 @@ const TEST_PAC_HOSTS: &[&str] = &[
 /// worker: for `autofactura worker` and tests, which have no running application.
 pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Result<Services> {
     let connected = pac::connect(&crate::startup::pac_config(settings)?).await?;
+    let db = db.for_workers(&settings.database).await?;
     let worker = worker_for(settings, db, Arc::new(connected.client))?;
     Ok(Services {
         worker,
