@@ -412,7 +412,127 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
     );
 }
 
+async fn request_cancel(rig: &Rig, key: &str, total: &str, requires_acceptance: bool) -> i64 {
+    let row = rig.row(key).await;
+    let c = autofactura::store::NewCancellation {
+        outbox_id: row.id,
+        uuid: row.uuid.clone().expect("stamped"),
+        rfc_emisor: "EKU9003173C9".into(),
+        rfc_receptor: "XIQB891116QE4".into(),
+        total: total.into(),
+        motivo: "02".into(),
+        folio_sustitucion: None,
+        requires_acceptance,
+    };
+    rig.app
+        .db
+        .request_cancellation(&c, "test")
+        .await
+        .expect("db")
+        .expect("no conflict")
+}
+
+async fn wait_cancel(rig: &Rig, id: i64, state: &str) -> autofactura::store::CancellationRow {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = rig.app.db.cancellation(id).await.expect("db").expect("row");
+        if c.state == state {
+            return c;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cancellation never reached {state}: {c:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn a_cancellation_without_acceptance_is_sent_and_ends_cancelled(b: Backend) {
+    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+        return;
+    };
+    let (pool, _s) = rig.pool().await;
+    let key = rig.pay("cancel_small", now()).await;
+    rig.wait_state(&key, "stamped", 20).await;
+    let id = request_cancel(&rig, &key, "116.00", false).await;
+    let c = wait_cancel(&rig, id, "canceled").await;
+    assert!(
+        c.acuse_xml.as_deref().is_some_and(|a| !a.is_empty()),
+        "the acuse is kept: {c:?}"
+    );
+    assert!(c.estatus_cancelacion.is_some(), "{c:?}");
+    assert_eq!(rig.row(&key).await.state, "canceled");
+    let log = rig
+        .app
+        .db
+        .attempts_of(c.outbox_id.expect("outbox"))
+        .await
+        .expect("log");
+    assert!(
+        log.iter()
+            .any(|a| a.operation == "cancel" && a.outcome == "requested"),
+        "{log:?}"
+    );
+    pool.shutdown().await;
+}
+
+async fn a_cancellation_needing_acceptance_waits_for_the_receptor(b: Backend) {
+    let worker = format!("{FAST_WORKER}cancel_poll_seconds = 1\n");
+    let Some(rig) = rig(b, "", &worker).await else {
+        return;
+    };
+    let (pool, _s) = rig.pool().await;
+    // 2,500.00 MXN to a nominative receptor, cancelled days after issue: the receptor decides.
+    let body = stripe::sample_payment_intent("cancel_big", now(), false).replace("11600", "250000");
+    let r = rig.app.post_stripe_signed(&body).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let key = StampKey::derive(
+        "stripe",
+        v["data"]["object"]["id"].as_str().expect("id"),
+        "ingreso",
+    )
+    .to_string();
+    let row = rig.wait_state(&key, "stamped", 20).await;
+    let r = rig
+        .http
+        .post(format!(
+            "{}/_sim/clock/advance?seconds={}",
+            rig.sim.url(),
+            5 * 86_400
+        ))
+        .send()
+        .await
+        .expect("sim");
+    assert!(r.status().is_success());
+    let id = request_cancel(&rig, &key, "2500.00", true).await;
+    let c = wait_cancel(&rig, id, "pending_receiver").await;
+    assert!(c.acuse_xml.is_some(), "{c:?}");
+    assert_eq!(
+        rig.row(&key).await.state,
+        "stamped",
+        "still vigente while the receptor decides"
+    );
+    let uuid = row.uuid.expect("uuid");
+    let r = rig
+        .http
+        .post(format!(
+            "{}/_sim/cancellations/{uuid}/accept",
+            rig.sim.url()
+        ))
+        .send()
+        .await
+        .expect("sim");
+    assert!(r.status().is_success(), "{}", r.status());
+    let c = wait_cancel(&rig, id, "canceled").await;
+    assert_eq!(c.sat_estado.as_deref(), Some("Cancelado"), "{c:?}");
+    assert_eq!(rig.row(&key).await.state, "canceled");
+    pool.shutdown().await;
+}
+
 on_both_backends!(
+    a_cancellation_without_acceptance_is_sent_and_ends_cancelled,
+    a_cancellation_needing_acceptance_waits_for_the_receptor,
     a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_with_one_uuid,
     a_paid_sale_is_sealed_stamped_and_logged,
     a_lost_response_is_recovered_without_a_second_stamp,
