@@ -48,6 +48,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "admin",
         include_str!("../../migrations/sqlite/0003_admin.sql"),
     ),
+    (
+        4,
+        "claim_indexes",
+        include_str!("../../migrations/sqlite/0004_claim_indexes.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -64,6 +69,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         3,
         "admin",
         include_str!("../../migrations/postgres/0003_admin.sql"),
+    ),
+    (
+        4,
+        "claim_indexes",
+        include_str!("../../migrations/postgres/0004_claim_indexes.sql"),
     ),
 ];
 

@@ -76,22 +76,28 @@ pub struct ClaimedStamp {
     pub pac_route: Option<String>,
 }
 
-/// Claims one due row; a `stamping` row whose lease expired is due too (its worker died).
+/// Claims one row: `$where` (`FROM` onwards) picks it through a partial index in claim order
+/// (migration 0004; SQLite is told which, PostgreSQL finds it),
+/// so a claim costs the same however many stamped rows the outbox holds.
 /// `claimed_from = state` keeps the state it was claimed from (SET reads the old values).
 macro_rules! claim_stamp_sql {
-    ($lock:literal) => {
+    ($where:literal, $lock:literal) => {
         concat!(
             "UPDATE outbox SET claimed_from = state, state = 'stamping', lease_owner = $1, \
              lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 \
-             WHERE id = (SELECT id FROM outbox \
-                         WHERE (state IN ('pending', 'retry_scheduled', 'unknown') AND run_at <= $3) \
-                            OR (state = 'stamping' AND lease_expires_at <= $3) \
-                         ORDER BY run_at, id LIMIT 1",
+             WHERE id = (SELECT id FROM ",
+            $where,
+            " LIMIT 1",
             $lock,
             ") RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route"
         )
     };
 }
+
+/// A row whose worker died: its lease expired while `stamping`.
+const EXPIRED_LEASE: &str = "Expired";
+/// A row due now.
+const DUE: &str = "Due";
 
 macro_rules! claim_cancel_sql {
     ($lock:literal) => {
@@ -197,22 +203,56 @@ pub enum Settle<'a> {
 }
 
 impl Db {
-    /// Claims the next due outbox row for `owner` until `lease_until`.
+    /// Claims the next due outbox row for `owner` until `lease_until`: first a row whose worker
+    /// died (so a backlog never starves it), then the oldest due one.
     pub async fn claim_stamp(
         &self,
         owner: &str,
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Option<ClaimedStamp>, StoreError> {
-        Ok(fetch_opt!(
-            self,
-            "claim an outbox row",
-            true,
-            claim_stamp_sql!(""),
-            claim_stamp_sql!(" FOR UPDATE SKIP LOCKED"),
-            [owner, lease_until, now],
-            |r: &dyn RowLike| r.claimed()
-        ))
+        for which in [EXPIRED_LEASE, DUE] {
+            let (sqlite, pg) = if which == EXPIRED_LEASE {
+                (
+                    claim_stamp_sql!(
+                        "outbox INDEXED BY outbox_lease_expired WHERE state = 'stamping' \
+                         AND lease_expires_at <= $3 ORDER BY lease_expires_at, id",
+                        ""
+                    ),
+                    claim_stamp_sql!(
+                        "outbox WHERE state = 'stamping' AND lease_expires_at <= $3 \
+                         ORDER BY lease_expires_at, id",
+                        " FOR UPDATE SKIP LOCKED"
+                    ),
+                )
+            } else {
+                (
+                    claim_stamp_sql!(
+                        "outbox INDEXED BY outbox_due WHERE state IN ('pending', 'retry_scheduled', \
+                         'unknown') AND run_at <= $3 ORDER BY run_at, id",
+                        ""
+                    ),
+                    claim_stamp_sql!(
+                        "outbox WHERE state IN ('pending', 'retry_scheduled', 'unknown') \
+                         AND run_at <= $3 ORDER BY run_at, id",
+                        " FOR UPDATE SKIP LOCKED"
+                    ),
+                )
+            };
+            let claimed = fetch_opt!(
+                self,
+                "claim an outbox row",
+                true,
+                sqlite,
+                pg,
+                [owner, lease_until, now],
+                |r: &dyn RowLike| r.claimed()
+            );
+            if claimed.is_some() {
+                return Ok(claimed);
+            }
+        }
+        Ok(None)
     }
 
     /// Extends the lease while the PAC call runs; `false` when the lease was lost.
