@@ -217,45 +217,24 @@ impl Worker {
                     t,
                 )
                 .await?;
-                if is_cancelled(&s.estatus_cancelacion, Some(&s.estado)) {
+                let (state, run_at) = if is_cancelled(&s.estatus_cancelacion, Some(&s.estado)) {
                     info!(estatus = %s.estatus_cancelacion, "CFDI cancelled");
-                    self.settle_cancel(
-                        c,
-                        "canceled",
-                        None,
-                        Some(&s.estatus_cancelacion),
-                        Some(&s.estado),
-                        None,
-                        None,
-                    )
-                    .await
+                    ("canceled", None)
                 } else if s
                     .estatus_cancelacion
                     .eq_ignore_ascii_case("Solicitud rechazada")
                 {
                     warn!("the receptor rejected the cancellation; the CFDI stays vigente");
-                    self.settle_cancel(
-                        c,
-                        "rejected",
-                        None,
-                        Some(&s.estatus_cancelacion),
-                        Some(&s.estado),
-                        None,
-                        None,
-                    )
-                    .await
+                    ("rejected", None)
                 } else {
-                    self.settle_cancel(
-                        c,
-                        "pending_receiver",
-                        Some(next_poll(c.attempts)),
-                        Some(&s.estatus_cancelacion),
-                        Some(&s.estado),
-                        None,
-                        None,
-                    )
+                    ("pending_receiver", Some(next_poll(c.attempts)))
+                };
+                let (estatus, estado) = (
+                    Some(s.estatus_cancelacion.as_str()),
+                    Some(s.estado.as_str()),
+                );
+                self.settle_cancel(c, state, run_at, estatus, estado, None, None)
                     .await
-                }
             }
             StatusOutcome::NotFound { codigo_estatus } => {
                 self.log_cancel_attempt(
