@@ -442,7 +442,7 @@ impl Worker {
         // Seal once; the stored bytes are what every attempt sends.
         let sealed = match c.sealed_xml {
             Some(x) => x,
-            None => match cfdi::seal(&req, &self.csd) {
+            None => match self.seal_off_thread(&req).await {
                 Ok(s) => {
                     let stored = self.db.save_sealed(id, &s.xml).await?;
                     info!(%folio, total = %s.total, "comprobante sealed");
@@ -577,6 +577,15 @@ impl Worker {
                 self.settle_logged(id, later, a).await
             }
         }
+    }
+
+    /// Seals on the blocking pool: an RSA signature is CPU work, and the async threads keep
+    /// serving the other slots' I/O meanwhile.
+    async fn seal_off_thread(&self, req: &InvoiceRequest) -> Result<cfdi::Sealed, cfdi::CfdiError> {
+        let (r, csd) = (req.clone(), self.csd.clone());
+        tokio::task::spawn_blocking(move || cfdi::seal(&r, &csd))
+            .await
+            .unwrap_or_else(|e| Err(cfdi::CfdiError::Csd(format!("sealing task failed: {e}"))))
     }
 
     fn past_window(&self, req: &InvoiceRequest) -> bool {
