@@ -265,10 +265,21 @@ impl Driver {
         .to_owned()
     }
 
-    /// The visible text of the whole page.
+    /// The visible text of the whole page, read in one script call so a page that is being
+    /// replaced (after a click or a form post) cannot leave a stale element in between.
     pub async fn page_text(&self) -> String {
-        let body = self.find("body").await;
-        self.text(&body).await
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({
+                "script": "return document.body ? document.body.innerText : '';",
+                "args": []
+            })),
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
     }
 
     pub async fn set_window(&self, width: u32, height: u32) {
