@@ -12,7 +12,7 @@ use crate::pac::Motivo;
 use crate::pacsim::clock;
 
 /// The receptor RFC of operations with the público en general.
-pub const RFC_PUBLICO_GENERAL: &str = "XAXX010101000";
+pub use crate::cfdi::rfc::RFC_PUBLICO_EN_GENERAL as RFC_PUBLICO_GENERAL;
 
 /// What a cancellation needs to know about a stamped comprobante.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -23,7 +23,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
 use chrono::{DateTime, Duration, Utc};
-use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
 use crate::cfdi::cadena::cadena_comprobante;
@@ -43,8 +42,6 @@ const SANDBOX_PAC_KEY: &[u8] = include_bytes!("../../fixtures/pacsim/sandbox-pac
 const SANDBOX_PAC_PASSWORD: &str = "sandbox-pac";
 /// `RfcProvCertif` of sandbox stamps (the generic test RFC: no real PAC has it).
 pub const SANDBOX_RFC_PROV_CERTIF: &str = "AAA010101AAA";
-/// The receptor RFC of operations with the público en general.
-const RFC_PUBLICO_GENERAL: &str = "XAXX010101000";
 
 /// The certificate that signs sandbox TFDs, so `cfdi verify` can check their SelloSAT.
 pub fn sandbox_tfd_certificate() -> Certificate {
@@ -367,23 +364,22 @@ impl Sim {
         None
     }
 
-    /// Whether a cancellation needs no acceptance (RMF regla 2.7.1.35, fractions I, II, III, IV,
-    /// VII and IX; the others describe taxpayers, not documents).
+    /// Whether a cancellation needs no acceptance: the same regla 2.7.1.35 rule the admin shows
+    /// ([`crate::admin::rules`]), applied to what the sandbox recorded of the stamp.
     fn sin_aceptacion(s: &StampRecord, now: DateTime<Utc>) -> bool {
-        let total_mxn = || {
-            let total = parse_amount(&s.total)?;
-            if s.moneda == "MXN" {
-                return Some(total);
-            }
-            s.tipo_cambio
-                .as_deref()
-                .and_then(parse_amount)
-                .map(|tc| total * tc)
+        let facts = crate::admin::rules::CancelFacts {
+            uuid: s.uuid.clone(),
+            rfc_emisor: s.rfc_emisor.clone(),
+            rfc_receptor: s.rfc_receptor.clone(),
+            total: s.total.clone(),
+            moneda: s.moneda.clone(),
+            tipo_cambio: s.tipo_cambio.clone(),
+            tipo: s.tipo.clone(),
+            fecha_timbrado: s.fecha_timbrado.clone(),
+            global: false,
+            related: Vec::new(),
         };
-        matches!(s.tipo.as_str(), "E" | "T" | "N")
-            || s.rfc_receptor == RFC_PUBLICO_GENERAL
-            || (s.tipo != "P" && total_mxn().is_some_and(|t| t <= Decimal::new(1000, 0)))
-            || now <= clock::end_of_next_business_day(s.stamped_at)
+        !crate::admin::rules::requires_acceptance(&facts, now)
     }
 
     /// Live CFDIs that relate to `uuid`, other than `except`.
