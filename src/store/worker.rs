@@ -202,6 +202,23 @@ pub enum Settle<'a> {
     },
 }
 
+impl Settle<'_> {
+    /// The merchant webhook this outcome triggers for an invoice requested through the API.
+    fn api_event(&self) -> Option<&'static str> {
+        match self {
+            Settle::Stamped { .. } => Some("invoice.stamped"),
+            Settle::Final { state, .. } if matches!(*state, "failed" | "expired") => {
+                Some("invoice.failed")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Queues a merchant webhook (`$1` event type) for the API invoice of outbox row `$3`, if any.
+const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
+     SELECT id, $1, 'pending', 0, $2, $2 FROM api_invoices WHERE outbox_id = $3";
+
 impl Db {
     /// Claims the next due outbox row for `owner` until `lease_until`: first a row whose worker
     /// died (so a backlog never starves it), then the oldest due one.
@@ -395,7 +412,13 @@ impl Db {
                     .bind(None::<String>)
                     .bind(None::<String>),
                 };
-                q.bind(id).bind(owner).execute(&mut *$tx).await.map_err(ctx("settle an outbox row"))?.rows_affected()
+                let n = q.bind(id).bind(owner).execute(&mut *$tx).await.map_err(ctx("settle an outbox row"))?.rows_affected();
+                // The merchant hears of an API invoice's outcome from the same commit.
+                if let (1, Some(event)) = (n, s.api_event()) {
+                    sqlx::query(API_EVENT).bind(event).bind(now).bind(id).execute(&mut *$tx).await
+                        .map_err(ctx("queue the merchant webhook"))?;
+                }
+                n
             }};
         }
         let n = match self {
@@ -675,15 +698,47 @@ impl_rowext!(sqlx::postgres::PgRow);
 
 impl Db {
     /// A cancelled CFDI leaves the stamped list.
+    /// An API invoice's merchant hears of it from the same commit.
     pub async fn mark_outbox_canceled(&self, outbox_id: i64) -> Result<(), StoreError> {
         let now = Utc::now();
-        exec!(
-            self,
-            "mark the invoice cancelled",
-            "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'",
-            now,
-            outbox_id
-        );
+        macro_rules! run {
+            ($tx:expr) => {{
+                let n = sqlx::query(
+                    "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'",
+                )
+                .bind(now)
+                .bind(outbox_id)
+                .execute(&mut *$tx)
+                .await
+                .map_err(ctx("mark the invoice cancelled"))?
+                .rows_affected();
+                if n == 1 {
+                    sqlx::query(API_EVENT)
+                        .bind("invoice.canceled")
+                        .bind(now)
+                        .bind(outbox_id)
+                        .execute(&mut *$tx)
+                        .await
+                        .map_err(ctx("queue the merchant webhook"))?;
+                }
+            }};
+        }
+        match self {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ctx("begin a transaction"))?;
+                run!(tx);
+                tx.commit().await.map_err(ctx("commit the cancellation"))?;
+            }
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
+                run!(tx);
+                tx.commit().await.map_err(ctx("commit the cancellation"))?;
+            }
+        }
         Ok(())
     }
 }
