@@ -37,7 +37,7 @@ use crate::error::ApiError;
 use crate::pac::Motivo;
 use crate::startup::AppState;
 use crate::store::api::{
-    ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, RELEASED_STATES,
+    ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, RELEASED_STATES, released,
 };
 use crate::store::{CancelConflict, NewCancellation, NewPayment, OutboxDraft};
 use keys::RequestKey;
@@ -123,7 +123,7 @@ pub struct ConceptoInput {
 /// show the invoice as the event saw it).
 pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Value {
     let req: Option<InvoiceRequest> = serde_json::from_str(&inv.request_json).ok();
-    let status = status.unwrap_or_else(|| api_status(&inv.state));
+    let status = status.unwrap_or_else(|| api_status(&inv.state, inv.last_error_code.as_deref()));
     let rfc_receptor = req.as_ref().and_then(|r| match &r.receptor {
         ReceptorData::Nominativo { rfc, .. } => Some(rfc.as_str().to_owned()),
         ReceptorData::PublicoEnGeneral => None,
@@ -155,13 +155,14 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
     })
 }
 
-/// Outbox state → API status.
-pub fn api_status(state: &str) -> &'static str {
+/// Outbox state (and error code) → API status.
+pub fn api_status(state: &str, code: Option<&str>) -> &'static str {
     match state {
         "stamped" => "stamped",
         "canceled" => "canceled",
         "unknown" => "unknown",
-        s if RELEASED_STATES.contains(&s) || s == "needs_attention" => "failed",
+        s if released(s, code) || s == "needs_attention" => "failed",
+        s if RELEASED_STATES.contains(&s) => "unknown",
         _ => "pending",
     }
 }
@@ -198,7 +199,7 @@ async fn key_state(
     if rec.state == "completed" && rec.expires_at <= Utc::now() {
         return Ok(KeyState::Free);
     }
-    if rec.state == "in_progress" && RELEASED_STATES.contains(&rec.outbox_state.as_str()) {
+    if rec.state == "in_progress" && released(&rec.outbox_state, rec.outbox_code.as_deref()) {
         return Ok(KeyState::Released(rec.invoice_id));
     }
     if rec.request_hash != hash {
@@ -410,14 +411,15 @@ async fn wait_and_answer(
                 };
                 return Ok(json_response(status, body, false).customize_location(&inv.public_id));
             }
-            s if RELEASED_STATES.contains(&s) => {
+            s if released(s, inv.last_error_code.as_deref()) => {
                 return Err(ApiError::PacRejected {
                     invoice: inv.public_id,
                     code: inv.last_error_code.unwrap_or_else(|| "UNKNOWN".into()),
                     message: inv.last_error_message.unwrap_or_default(),
                 });
             }
-            "unknown" => {
+            // Unknown, or given up while unknown: the PAC may hold a stamp.
+            s if s == "unknown" || RELEASED_STATES.contains(&s) => {
                 return Err(ApiError::OutcomeUnknown {
                     invoice: inv.public_id,
                 });
@@ -666,7 +668,7 @@ pub async fn cancel(
         return Err(ApiError::Conflict(format!(
             "invoice {} is {}: only a stamped invoice can be cancelled",
             inv.public_id,
-            api_status(&inv.state)
+            api_status(&inv.state, inv.last_error_code.as_deref())
         )));
     }
     let facts = inv

@@ -15,6 +15,15 @@ use super::{Db, NewPayment, OutboxDraft, StoreError, ctx, sql};
 /// released, and an explicitly requested folio with it.
 pub const RELEASED_STATES: &[&str] = &["failed", "expired", "superseded"];
 
+/// The worker's code for a row given up while its outcome at the PAC was still unknown: it may
+/// have been stamped, so nothing about it is released.
+pub const UNKNOWN_CODE: &str = "UNKNOWN";
+
+/// Whether an outbox row in `state` with error `code` ended without a stamp for sure.
+pub fn released(state: &str, code: Option<&str>) -> bool {
+    RELEASED_STATES.contains(&state) && code != Some(UNKNOWN_CODE)
+}
+
 /// A live API key.
 #[derive(Debug, Clone)]
 pub struct ApiKeyRow {
@@ -34,6 +43,7 @@ pub struct IdemRecord {
     pub response_body: Option<String>,
     pub expires_at: DateTime<Utc>,
     pub outbox_state: String,
+    pub outbox_code: Option<String>,
 }
 
 /// An idempotency key to take with a new invoice.
@@ -148,6 +158,7 @@ macro_rules! impl_api_row {
                     response_body: self.try_get("response_body")?,
                     expires_at: self.try_get("expires_at")?,
                     outbox_state: self.try_get("outbox_state")?,
+                    outbox_code: self.try_get("outbox_code")?,
                 })
             }
             fn invoice(&self) -> Result<ApiInvoiceRow, sqlx::Error> {
@@ -274,7 +285,7 @@ impl Db {
             self,
             "read an idempotency key",
             "SELECT i.request_hash, i.state, i.invoice_id, i.response_status, i.response_body, i.expires_at, \
-             o.state AS outbox_state FROM api_idempotency i JOIN api_invoices a ON a.id = i.invoice_id \
+             o.state AS outbox_state, o.last_error_code AS outbox_code FROM api_idempotency i JOIN api_invoices a ON a.id = i.invoice_id \
              JOIN outbox o ON o.id = a.outbox_id WHERE i.rfc_emisor = ? AND i.idem_key = ?",
             [rfc_emisor, key],
             idem
@@ -309,7 +320,8 @@ impl Db {
             "purge expired idempotency keys",
             "DELETE FROM api_idempotency WHERE expires_at <= ? AND (state = 'completed' OR invoice_id IN \
              (SELECT a.id FROM api_invoices a JOIN outbox o ON o.id = a.outbox_id \
-              WHERE o.state IN ('failed', 'expired', 'superseded')))",
+              WHERE o.state IN ('failed', 'expired', 'superseded') \
+              AND COALESCE(o.last_error_code, '') <> 'UNKNOWN'))",
             [now]
         )
     }
@@ -322,15 +334,17 @@ impl Db {
     ) -> Result<CreateOutcome, StoreError> {
         const SUPERSEDE: &str = "UPDATE outbox SET state = 'superseded', updated_at = ?, \
             last_error_message = COALESCE(last_error_message, '') || ' (superseded: its idempotency key was used again)' \
-            WHERE id = (SELECT outbox_id FROM api_invoices WHERE id = ?) AND state IN ('failed', 'expired', 'superseded')";
+            WHERE id = (SELECT outbox_id FROM api_invoices WHERE id = ?) AND state IN ('failed', 'expired', 'superseded') \
+            AND COALESCE(last_error_code, '') <> 'UNKNOWN'";
         const FREE_OLD: &str = "UPDATE api_invoices SET folio_claim = NULL WHERE id = ?";
         const DROP_KEY: &str = "DELETE FROM api_idempotency WHERE rfc_emisor = ? AND idem_key = ? \
             AND (invoice_id = ? OR (state = 'completed' AND expires_at <= ?))";
         const FOLIO_LIVE: &str = "SELECT COUNT(*) FROM outbox o WHERE o.serie = ? AND o.folio = ? \
-            AND (o.state NOT IN ('failed', 'expired', 'superseded') \
+            AND (o.state NOT IN ('failed', 'expired', 'superseded') OR COALESCE(o.last_error_code, '') = 'UNKNOWN' \
                  OR NOT EXISTS (SELECT 1 FROM api_invoices a WHERE a.outbox_id = o.id))";
         const FOLIO_RELEASE: &str = "UPDATE outbox SET state = 'superseded', updated_at = ? WHERE serie = ? \
-            AND folio = ? AND state IN ('failed', 'expired') AND id IN (SELECT outbox_id FROM api_invoices)";
+            AND folio = ? AND state IN ('failed', 'expired') AND COALESCE(last_error_code, '') <> 'UNKNOWN' \
+            AND id IN (SELECT outbox_id FROM api_invoices)";
         const FOLIO_UNCLAIM: &str =
             "UPDATE api_invoices SET folio_claim = NULL WHERE rfc_emisor = ? AND folio_claim = ?";
         const INSERT_INVOICE: &str = "INSERT INTO api_invoices (public_id, rfc_emisor, api_key_id, outbox_id, \
