@@ -365,7 +365,9 @@ impl Sim {
             return Some(reject(
                 "CFDI40143",
                 "Este RFC del receptor no existe en la lista de RFC inscritos no cancelados del SAT.",
-                vec![format!("receptor {rfc_receptor} (sandbox fault unregistered_rfc)")],
+                vec![format!(
+                    "receptor {rfc_receptor} (sandbox fault unregistered_rfc)"
+                )],
             ));
         }
         let now_local = clock::to_local(now);
