@@ -718,6 +718,97 @@ async fn a_cancelled_invoice_notifies_the_merchant(b: Backend) {
     assert_eq!(replay.body, created.body, "the stored 201 does not change");
 }
 
+/// 1: `autofactura api-key create` prints the key as its last line; `serve` takes it for the
+/// fixture request body; the key never appears in the server's output, even at debug level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_key_and_the_fixture_issue_an_invoice_and_the_key_is_never_logged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let config = dir.path().join("autofactura.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"sqlite://{}\"\n",
+            dir.path().join("af.db").display()
+        ),
+    )
+    .expect("settings");
+    let bin = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"));
+        c.current_dir(dir.path())
+            .args(args)
+            .arg("--config")
+            .arg(&config);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AUTOFACTURA__") {
+                c.env_remove(k);
+            }
+        }
+        c
+    };
+    let out = bin(&["api-key", "create", "--name", "ci"])
+        .output()
+        .expect("api-key create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let key = stdout.lines().last().expect("a line").trim().to_owned();
+    assert!(key.starts_with("afk_"), "{stdout}");
+
+    let log = dir.path().join("serve.log");
+    let file = std::fs::File::create(&log).expect("log");
+    let mut child = bin(&["serve"])
+        .env("RUST_LOG", "debug")
+        .stdout(file.try_clone().expect("log"))
+        .stderr(file)
+        .spawn()
+        .expect("serve");
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "serve never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/api/invoice.json"
+    ))
+    .expect("fixture");
+    let r = http
+        .post(format!("{base}/v1/invoices"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "cli-1")
+        .body(body)
+        .send()
+        .await
+        .expect("post");
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status, 201, "{text}\n{logged}");
+    assert!(
+        logged.contains("api invoice queued"),
+        "the request was logged:\n{logged}"
+    );
+    assert!(!logged.contains(&key), "the API key leaked into the log");
+    assert!(
+        !logged.contains(&key[4..20]),
+        "part of the API key leaked into the log"
+    );
+}
+
 on_both_backends!(
     a_stamped_invoice_is_replayed_byte_for_byte,
     caller_verdicts_are_not_replayed,
