@@ -189,10 +189,13 @@ impl Rig {
     }
 }
 
+/// One delivery: webhook-id, webhook-timestamp, webhook-signature, body.
+type Delivery = (String, String, String, Vec<u8>);
+
 /// The merchant's endpoint: records every delivery; answers 500 to the first `fail_first`.
 #[derive(Clone, Default)]
 struct Receiver {
-    got: Arc<Mutex<Vec<(String, String, String, Vec<u8>)>>>,
+    got: Arc<Mutex<Vec<Delivery>>>,
     fail_first: Arc<Mutex<usize>>,
 }
 
