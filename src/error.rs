@@ -192,10 +192,8 @@ pub enum ApiError {
     )]
     KeyReused,
     /// The first request with this key has no final answer yet.
-    #[error(
-        "a request with this idempotency key is still being processed (invoice {invoice}); retry later"
-    )]
-    InProgress { invoice: String },
+    #[error("a request with this idempotency key is still being processed; retry later")]
+    InProgress { invoice: Option<String> },
     /// The explicit folio belongs to another invoice (or one is being issued with it).
     #[error("{0}")]
     FolioConflict(String),
@@ -247,7 +245,10 @@ impl ApiError {
                 err["invoice_id"] = invoice.clone().into();
                 err["pac_code"] = code.clone().into();
             }
-            Self::InProgress { invoice } | Self::OutcomeUnknown { invoice } => {
+            Self::InProgress {
+                invoice: Some(invoice),
+            }
+            | Self::OutcomeUnknown { invoice } => {
                 err["invoice_id"] = invoice.clone().into();
             }
             _ => {}

@@ -50,12 +50,18 @@ impl Resp {
 }
 
 async fn rig(b: Backend, faults: &str, extra: &str) -> Option<Rig> {
+    rig_with(b, faults, "", extra).await
+}
+
+/// `pac_lines` go into `[pac]`, `extra` after the worker settings.
+async fn rig_with(b: Backend, faults: &str, pac_lines: &str, extra: &str) -> Option<Rig> {
     let dir = tempfile::tempdir().expect("tempdir");
     let spec = FaultSpec::parse(faults).expect("fault spec");
     let (url, sim) = Sandbox::start_in_process(&dir.path().join("sim.jsonl"), spec)
         .await
         .expect("sandbox");
-    let toml = format!("[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n{FAST_WORKER}{extra}");
+    let toml =
+        format!("[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n{pac_lines}{FAST_WORKER}{extra}");
     let app = spawn_app_with(b, &toml).await?;
     let key = autofactura::api::keys::create_api_key(&app.db, "tests", "EKU9003173C9")
         .await
@@ -664,6 +670,49 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
     }
 }
 
+// 5: the PAC holds its answer past our wait: 503 while the call is in flight, 409 after, and
+// the 201 once the worker's timeout made it ask the PAC by key.
+async fn a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome(b: Backend) {
+    let Some(rig) = rig_with(
+        b,
+        "lose_response=1:mode=hang:hang=30s",
+        "request_timeout = 2\n",
+        "[api]\nwait_for_stamp_ms = 500\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let first = rig.post(&invoice(), Some("k-hang")).await;
+    assert_eq!(
+        (first.status, first.code().as_str()),
+        (503, "STAMPING_OUTCOME_UNKNOWN"),
+        "{}",
+        first.text()
+    );
+    assert!(first.retry_after.is_some());
+    let id = first.json()["error"]["invoice_id"]
+        .as_str()
+        .expect("invoice id")
+        .to_owned();
+    let retry = rig.post(&invoice(), Some("k-hang")).await;
+    assert_eq!(retry.code(), "DUPLICATE_IN_PROGRESS");
+    rig.set_faults("").await;
+    let stamped = rig.wait_status(&id, "stamped", 60).await;
+    let stamps = rig.stamps().await;
+    assert_eq!(stamps.len(), 1, "{stamps:?}");
+    assert_eq!(stamped["uuid"], stamps[0]["uuid"]);
+    let replay = rig.post(&invoice(), Some("k-hang")).await;
+    assert_eq!(
+        (replay.status, replay.replayed),
+        (201, true),
+        "{}",
+        replay.text()
+    );
+    assert_eq!(replay.json()["uuid"], stamps[0]["uuid"]);
+}
+
 // 7: keys live for the retention; purged, the key is free and a new invoice is created.
 async fn an_expired_key_is_purged_and_free_again(b: Backend) {
     let Some(rig) = rig(b, "", "[api]\nkey_retention_hours = 1\n").await else {
@@ -822,6 +871,7 @@ on_both_backends!(
     an_explicit_folio_derives_the_key,
     an_invoice_that_ends_without_a_stamp_releases_its_key,
     a_pac_timeout_is_resolved_later_and_replayed,
+    a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome,
     an_expired_key_is_purged_and_free_again,
     a_cancelled_invoice_notifies_the_merchant,
 );

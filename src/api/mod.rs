@@ -10,9 +10,10 @@
 //! - The invoice, its frozen outbox row and the key are written in one transaction; the worker
 //!   pool stamps it; the request waits (bounded) for the outcome:
 //!   stamped → 201, stored and replayed byte for byte to every retry (`Idempotency-Replayed:
-//!   true`); PAC rejection → 422, the key is released; PAC timeout → 503
-//!   `STAMPING_OUTCOME_UNKNOWN`, the key stays taken while the worker asks the PAC, retries get
-//!   409 until then and the 201 after; still queued at the deadline → 202, the key stays taken.
+//!   true`); PAC rejection → 422, the key is released; PAC timeout (or a PAC call still in
+//!   flight when the wait ends) → 503 `STAMPING_OUTCOME_UNKNOWN`, the key stays taken while the
+//!   worker asks the PAC, retries get 409 until then and the 201 after; still queued at the
+//!   deadline → 202, the key stays taken.
 //! - The same key with another body → 422 `IDEMPOTENCY_KEY_REUSED`; while the first is running →
 //!   409 `DUPLICATE_IN_PROGRESS`. Nothing else (401, 403, any other 5xx) is stored, so those
 //!   retries really run.
@@ -123,6 +124,9 @@ pub struct ConceptoInput {
 /// show the invoice as the event saw it).
 pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Value {
     let req: Option<InvoiceRequest> = serde_json::from_str(&inv.request_json).ok();
+    // A stamped view (the stored 201, invoice.stamped) is the invoice at its stamp: no
+    // cancellation yet, whatever happened since.
+    let show_cancellation = status.is_none_or(|s| s == "canceled");
     let status = status.unwrap_or_else(|| api_status(&inv.state, inv.last_error_code.as_deref()));
     let rfc_receptor = req.as_ref().and_then(|r| match &r.receptor {
         ReceptorData::Nominativo { rfc, .. } => Some(rfc.as_str().to_owned()),
@@ -151,7 +155,7 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
         "created_at": inv.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "stamped_at": if stamped { inv.stamped_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) } else { None },
         "error": error,
-        "cancellation": if status == "stamped" || status == "canceled" { inv.cancellation.clone() } else { None },
+        "cancellation": if show_cancellation && stamped { inv.cancellation.clone() } else { None },
     })
 }
 
@@ -252,9 +256,9 @@ fn key_answer(state: KeyState, key: &RequestKey) -> Result<HttpResponse, ApiErro
     match (state, key) {
         (KeyState::Replay(status, body), _) => Ok(json_response(status, body, true)),
         (KeyState::Reused, RequestKey::Explicit(_)) => Err(ApiError::KeyReused),
-        (KeyState::InProgress(invoice), RequestKey::Explicit(_)) => {
-            Err(ApiError::InProgress { invoice })
-        }
+        (KeyState::InProgress(invoice), RequestKey::Explicit(_)) => Err(ApiError::InProgress {
+            invoice: Some(invoice),
+        }),
         (KeyState::Reused | KeyState::InProgress(_), RequestKey::Derived(_)) => {
             Err(ApiError::FolioConflict(
                 "this serie and folio belong to another invoice, or one is being issued with them"
@@ -262,9 +266,7 @@ fn key_answer(state: KeyState, key: &RequestKey) -> Result<HttpResponse, ApiErro
             ))
         }
         // A free or released key after losing a race: the winner is running.
-        (KeyState::Free | KeyState::Released(_), _) => Err(ApiError::InProgress {
-            invoice: String::new(),
-        }),
+        (KeyState::Free | KeyState::Released(_), _) => Err(ApiError::InProgress { invoice: None }),
     }
 }
 
@@ -427,7 +429,13 @@ async fn wait_and_answer(
             _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
-            // Still queued or being retried: nothing is known to have happened at the PAC.
+            if inv.state == "stamping" {
+                // A PAC call is in flight and has not answered within our wait.
+                return Err(ApiError::OutcomeUnknown {
+                    invoice: inv.public_id,
+                });
+            }
+            // Still queued or being retried: nothing is known to have reached the PAC.
             let body = invoice_json(&inv, None).to_string();
             return Ok(HttpResponse::Accepted()
                 .content_type("application/json")

@@ -207,6 +207,8 @@ impl Settle<'_> {
     fn api_event(&self) -> Option<&'static str> {
         match self {
             Settle::Stamped { .. } => Some("invoice.stamped"),
+            // Given up while the outcome was unknown: nothing is known to have failed.
+            Settle::Final { code, .. } if *code == Some(super::api::UNKNOWN_CODE) => None,
             Settle::Final { state, .. } if matches!(*state, "failed" | "expired") => {
                 Some("invoice.failed")
             }
