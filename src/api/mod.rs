@@ -748,3 +748,26 @@ pub async fn cancel(
         .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))?;
     Ok(HttpResponse::Accepted().json(invoice_json(&inv, None)))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Settings;
+
+    #[test]
+    fn api_settings_default_to_96_hour_keys_and_keep_the_webhook_secret_out_of_logs() {
+        let s = Settings::defaults().expect("defaults");
+        assert_eq!(s.api.key_retention_hours, 96);
+        let text = "[api]\nkey_retention_hours = 24\nwebhook_url = \"https://erp.example/hooks\"\n\
+                    webhook_secret = \"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\"\n";
+        let s = Settings::from_parts(Some(text), &[]).expect("settings");
+        assert_eq!(s.api.key_retention_hours, 24);
+        let dump = format!("{s:?}");
+        assert!(!dump.contains("C2FVsBQIhrscChlQIMV"), "{dump}");
+        let err = Settings::from_parts(
+            Some("[api]\nwebhook_url = \"https://erp.example/hooks\"\n"),
+            &[],
+        )
+        .expect_err("a webhook URL needs its secret");
+        assert!(err.to_string().contains("webhook_secret"), "{err}");
+    }
+}
