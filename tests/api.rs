@@ -365,6 +365,53 @@ async fn caller_verdicts_are_not_replayed(b: Backend) {
     assert_eq!(rig.stamps().await.len(), 2);
 }
 
+/// Runs one statement on the app's database (to take a table away and bring it back).
+async fn exec_sql(db: &autofactura::store::Db, sql: &str) {
+    match db {
+        autofactura::store::Db::Sqlite { pool, .. } => {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect("sql");
+        }
+        autofactura::store::Db::Postgres(pool) => {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect("sql");
+        }
+    }
+}
+
+// 4: a 5xx (storage unavailable) is not stored: the retry with the same key really runs.
+async fn a_server_error_is_not_replayed(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    exec_sql(
+        &rig.app.db,
+        "ALTER TABLE api_idempotency RENAME TO api_idempotency_away",
+    )
+    .await;
+    let down = rig.post(&invoice(), Some("k-5xx")).await;
+    assert_eq!(
+        (down.status, down.code().as_str()),
+        (503, "UNAVAILABLE"),
+        "{}",
+        down.text()
+    );
+    exec_sql(
+        &rig.app.db,
+        "ALTER TABLE api_idempotency_away RENAME TO api_idempotency",
+    )
+    .await;
+    let up = rig.post(&invoice(), Some("k-5xx")).await;
+    assert_eq!(up.status, 201, "{}", up.text());
+    assert!(!up.replayed, "the 503 was not stored: this one ran");
+    assert_eq!(rig.stamps().await.len(), 1);
+}
+
 // 2: header or body field, same effect; both and different → 400 before anything runs.
 async fn header_and_body_keys_are_one_key(b: Backend) {
     let Some(rig) = rig(b, "", "").await else {
@@ -864,6 +911,7 @@ async fn the_cli_key_and_the_fixture_issue_an_invoice_and_the_key_is_never_logge
 on_both_backends!(
     a_stamped_invoice_is_replayed_byte_for_byte,
     caller_verdicts_are_not_replayed,
+    a_server_error_is_not_replayed,
     header_and_body_keys_are_one_key,
     a_key_reused_with_another_body_is_refused,
     a_queued_invoice_answers_202_then_409_then_the_201,
