@@ -19,6 +19,8 @@
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
+//! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
+//!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate).
 //! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging.
 
@@ -26,6 +28,7 @@
 
 pub mod admin;
 pub mod cfdi;
+pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod domain;

@@ -769,3 +769,31 @@ impl Db {
         ))
     }
 }
+
+fn outcome_count_row<R: RowExt>(r: &R) -> Result<(String, String, i64), sqlx::Error> {
+    Ok((r.string("operation")?, r.string("outcome")?, r.int64("n")?))
+}
+
+impl Db {
+    /// PAC calls per operation and outcome: the attempt log summed up (the chaos run counts the
+    /// faults it met from here).
+    pub async fn attempt_outcome_counts(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let sql = "SELECT operation, outcome, COUNT(*) AS n FROM pac_attempts \
+                   GROUP BY operation, outcome ORDER BY operation, outcome";
+        Ok(fetch_all!(
+            self,
+            "count attempts per outcome",
+            sql,
+            [],
+            |r: &_| outcome_count_row(r)
+        ))
+    }
+
+    /// Stored webhook deliveries per status (`pending_fetch` ones still wait for their payment).
+    pub async fn webhook_event_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = "SELECT status AS state, COUNT(*) AS n FROM webhook_events GROUP BY status ORDER BY status";
+        Ok(fetch_all!(self, "count webhook events", sql, [], |r: &_| {
+            count_row(r)
+        }))
+    }
+}
