@@ -151,8 +151,9 @@ pub fn check(
             }
             (_, [uuid]) if !pac_uuids.contains(&uuid.to_uppercase()) => {
                 v.lost += 1;
-                v.problems
-                    .push(format!("{name}: our UUID {uuid} was never issued by the PAC"));
+                v.problems.push(format!(
+                    "{name}: our UUID {uuid} was never issued by the PAC"
+                ));
             }
             (_, [_]) => v.stamped += 1,
             (_, many) => {
@@ -315,7 +316,12 @@ mod tests {
 
     #[test]
     fn rows_still_moving_fail_the_run() {
-        let v = check(&sent(1), &ours(1), &pac(1), &[("outbox retry_scheduled".into(), 2)]);
+        let v = check(
+            &sent(1),
+            &ours(1),
+            &pac(1),
+            &[("outbox retry_scheduled".into(), 2)],
+        );
         assert_eq!(v.not_terminal, 2);
         assert!(!v.is_ok());
         assert!(v.problems.iter().any(|p| p.contains("retry_scheduled")));

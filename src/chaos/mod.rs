@@ -192,7 +192,13 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("chaos: logs and settings kept in {}", dir.display());
     }
-    result.map(|ok| if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    result.map(|ok| {
+        if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    })
 }
 
 /// The run proper; `Ok(false)` when the counts are off.
@@ -236,11 +242,8 @@ async fn run_in(
     for k in 1..=instances {
         let port = free_port()?;
         let config = dir.join(format!("appliance-{k}.toml"));
-        std::fs::write(
-            &config,
-            appliance_settings(port, database_url, &sim.url()),
-        )
-        .with_context(|| format!("cannot write {}", config.display()))?;
+        std::fs::write(&config, appliance_settings(port, database_url, &sim.url()))
+            .with_context(|| format!("cannot write {}", config.display()))?;
         appliances.push(Proc::new(
             &format!("appliance-{k}"),
             port,
@@ -353,7 +356,9 @@ async fn run_in(
         .attempt_outcome_counts()
         .await?
         .iter()
-        .filter(|(_, outcome, _)| matches!(outcome.as_str(), "retryable" | "unknown" | "unresolved"))
+        .filter(|(_, outcome, _)| {
+            matches!(outcome.as_str(), "retryable" | "unknown" | "unresolved")
+        })
         .map(|(_, _, n)| n)
         .sum();
     let mut verdict = check::check(&plan.payments, &ours, &pac, &moving);

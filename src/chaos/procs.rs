@@ -125,7 +125,11 @@ impl Proc {
     }
 
     /// Waits until the process answers its ready path with 200.
-    pub async fn wait_ready(&mut self, http: &reqwest::Client, limit: Duration) -> anyhow::Result<()> {
+    pub async fn wait_ready(
+        &mut self,
+        http: &reqwest::Client,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         let url = format!("{}{}", self.url(), self.ready_path);
         loop {

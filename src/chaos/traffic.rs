@@ -119,7 +119,8 @@ pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan 
             let id = format!("{}", secs * 1000 + mp_count % 1000);
             mp_count += 1;
             let data_id: Arc<str> = id.clone().into();
-            let created: Arc<str> = mp_notification(&id, &format!("{id}1"), "payment.created").into();
+            let created: Arc<str> =
+                mp_notification(&id, &format!("{id}1"), "payment.created").into();
             for _ in 0..k {
                 let body = if rng.random_bool(0.3) {
                     mp_notification(&id, &format!("{id}2"), "payment.updated").into()
@@ -325,7 +326,10 @@ mod tests {
         assert_eq!(sent, p.deliveries);
         assert!(p.deliveries >= 400 && p.deliveries <= 1600);
         assert!(p.groups.windows(2).all(|w| w[0].slot <= w[1].slot));
-        assert!(p.groups.iter().any(|g| g.deliveries.len() == 2), "some pairs");
+        assert!(
+            p.groups.iter().any(|g| g.deliveries.len() == 2),
+            "some pairs"
+        );
         let providers: std::collections::HashSet<_> =
             p.payments.iter().map(|s| s.provider.as_str()).collect();
         assert_eq!(providers.len(), 2);

@@ -792,8 +792,12 @@ impl Db {
     /// Stored webhook deliveries per status (`pending_fetch` ones still wait for their payment).
     pub async fn webhook_event_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         let sql = "SELECT status AS state, COUNT(*) AS n FROM webhook_events GROUP BY status ORDER BY status";
-        Ok(fetch_all!(self, "count webhook events", sql, [], |r: &_| {
-            count_row(r)
-        }))
+        Ok(fetch_all!(
+            self,
+            "count webhook events",
+            sql,
+            [],
+            |r: &_| { count_row(r) }
+        ))
     }
 }
