@@ -157,8 +157,22 @@ impl Proc {
     }
 }
 
-/// A port that was free a moment ago (children take their address from their arguments).
+/// A port that was free a moment ago (children take their address from their arguments),
+/// below the kernel's range for outgoing connections: a process restarted on it must not find
+/// it taken by one of the run's own client connections.
 pub fn free_port() -> anyhow::Result<u16> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low > 11_000 {
+        for _ in 0..200 {
+            let port = rand::random_range(10_000..low);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
