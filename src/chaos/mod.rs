@@ -367,6 +367,11 @@ async fn run_in(
         .extend(errors.iter().map(|e| format!("sender: {e}")));
     verdict.problems.extend(cast.crashes());
 
+    let per_process: Vec<String> = cast
+        .all()
+        .map(|p| format!("{} {}", p.name, p.kills))
+        .collect();
+    eprintln!("chaos: SIGKILLs per process: {}", per_process.join(", "));
     for p in cast.all() {
         p.stop().await;
     }
