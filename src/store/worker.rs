@@ -59,6 +59,10 @@ macro_rules! fetch_all {
     };
 }
 
+/// A stamped invoice whose cancellation SAT confirmed leaves the stamped list.
+const MARK_OUTBOX_CANCELED: &str =
+    "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'";
+
 /// An outbox row a worker holds the lease of.
 #[derive(Debug, Clone)]
 pub struct ClaimedStamp {
@@ -521,7 +525,9 @@ impl Db {
         ))
     }
 
-    /// Records a cancellation's progress and releases its lease.
+    /// Records a cancellation's progress and releases its lease. When it ends `canceled`,
+    /// `outbox_id` (its invoice) is marked cancelled in the same transaction, so a process
+    /// killed in between cannot leave a cancelled CFDI shown as `stamped`.
     #[allow(clippy::too_many_arguments)]
     pub async fn settle_cancellation(
         &self,
@@ -533,27 +539,66 @@ impl Db {
         sat_estado: Option<&str>,
         acuse: Option<&str>,
         error: Option<(&str, &str)>,
+        outbox_id: Option<i64>,
     ) -> Result<bool, StoreError> {
         let now = Utc::now();
         let (code, message) = error.map_or((None, None), |(c, m)| (Some(c), Some(m)));
-        let n = exec!(
-            self,
-            "record the cancellation's progress",
-            "UPDATE cancellations SET state = $1, run_at = $2, estatus_cancelacion = COALESCE($3, estatus_cancelacion), \
-             sat_estado = COALESCE($4, sat_estado), acuse_xml = COALESCE($5, acuse_xml), last_error_code = $6, \
-             last_error_message = $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = $8 \
-             WHERE id = $9 AND lease_owner = $10",
-            state,
-            run_at,
-            estatus,
-            sat_estado,
-            acuse,
-            code,
-            message,
-            now,
-            id,
-            owner
-        );
+        let outbox_id = outbox_id.filter(|_| state == "canceled");
+        macro_rules! run {
+            ($tx:expr) => {{
+                let n = sqlx::query(
+                    "UPDATE cancellations SET state = $1, run_at = $2, estatus_cancelacion = COALESCE($3, estatus_cancelacion), \
+                     sat_estado = COALESCE($4, sat_estado), acuse_xml = COALESCE($5, acuse_xml), last_error_code = $6, \
+                     last_error_message = $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = $8 \
+                     WHERE id = $9 AND lease_owner = $10",
+                )
+                .bind(state)
+                .bind(run_at)
+                .bind(estatus)
+                .bind(sat_estado)
+                .bind(acuse)
+                .bind(code)
+                .bind(message)
+                .bind(now)
+                .bind(id)
+                .bind(owner)
+                .execute(&mut *$tx)
+                .await
+                .map_err(ctx("record the cancellation's progress"))?
+                .rows_affected();
+                if let Some(oid) = outbox_id {
+                    sqlx::query(MARK_OUTBOX_CANCELED)
+                        .bind(now)
+                        .bind(oid)
+                        .execute(&mut *$tx)
+                        .await
+                        .map_err(ctx("mark the invoice cancelled"))?;
+                }
+                n
+            }};
+        }
+        let n = match self {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ctx("begin a transaction"))?;
+                let n = run!(tx);
+                tx.commit()
+                    .await
+                    .map_err(ctx("commit the cancellation's progress"))?;
+                n
+            }
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
+                let n = run!(tx);
+                tx.commit()
+                    .await
+                    .map_err(ctx("commit the cancellation's progress"))?;
+                n
+            }
+        };
         Ok(n == 1)
     }
 
@@ -672,21 +717,6 @@ macro_rules! impl_rowext {
 }
 impl_rowext!(sqlx::sqlite::SqliteRow);
 impl_rowext!(sqlx::postgres::PgRow);
-
-impl Db {
-    /// A cancelled CFDI leaves the stamped list.
-    pub async fn mark_outbox_canceled(&self, outbox_id: i64) -> Result<(), StoreError> {
-        let now = Utc::now();
-        exec!(
-            self,
-            "mark the invoice cancelled",
-            "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'",
-            now,
-            outbox_id
-        );
-        Ok(())
-    }
-}
 
 /// The worker-facing view of one outbox row.
 #[derive(Debug, Clone, serde::Serialize)]
