@@ -53,6 +53,26 @@ pub enum Command {
     /// Manage keys of the invoicing API (`/v1`).
     #[command(subcommand)]
     ApiKey(ApiKeyCommand),
+    /// Chaos run: the sandbox PAC with faults, instances killed with SIGKILL, signed webhooks
+    /// delivered 1–4 times; then check one stamp per payment (exit 1 when a count is off).
+    Chaos {
+        /// Payments to send.
+        #[arg(long)]
+        payments: usize,
+        /// PostgreSQL server (two instances on a fresh database of the run's own, dropped
+        /// after); without it, SQLite in a temporary directory and one instance.
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Payments sent per second.
+        #[arg(long, default_value_t = 20.0)]
+        rate: f64,
+        /// Seed of the traffic, faults and kills (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Keep the working directory (logs, settings, sandbox journal) after a passing run.
+        #[arg(long)]
+        keep: bool,
+    },
     /// Run the sandbox PAC (SW's REST shape) as a server.
     PacSim {
         /// Address to listen on, e.g. 127.0.0.1:8089 (port 0 picks one).
@@ -143,6 +163,19 @@ pub fn run() -> ExitCode {
         Some(Command::ApiKey(ApiKeyCommand::Create { name })) => {
             block_on(ops::api_key_create(cli.config.as_deref(), &name))
         }
+        Some(Command::Chaos {
+            payments,
+            database_url,
+            rate,
+            seed,
+            keep,
+        }) => block_on(crate::chaos::run(crate::chaos::Options {
+            payments,
+            database_url,
+            rate,
+            seed,
+            keep,
+        })),
         Some(Command::PacSim {
             listen,
             state,

@@ -21,6 +21,8 @@
 //!   the signed webhooks to the merchant and their outbox.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
+//! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
+//!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate).
 //! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging.
 
@@ -29,6 +31,7 @@
 pub mod admin;
 pub mod api;
 pub mod cfdi;
+pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod domain;

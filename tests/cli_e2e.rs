@@ -132,6 +132,11 @@ fn operator_path(database_url: &str, dir: &Path) {
     let (server, config, port) = start(dir, database_url);
     let config = config.to_str().expect("utf-8 path");
     let url = format!("http://127.0.0.1:{port}");
+    // Ready once the background loops have beaten for the first time, moments after /healthz.
+    let ready_by = Instant::now() + Duration::from_secs(30);
+    while get_status(port, "/readyz") != Some(200) && Instant::now() < ready_by {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(get_status(port, "/readyz"), Some(200), "{}", server.log());
 
     for provider in ["stripe", "mercadopago"] {

@@ -159,6 +159,74 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
     }
 }
 
+/// Whether `name` can be spliced into `CREATE DATABASE` as is (lower-case letters, digits, `_`).
+fn plain_identifier(name: &str) -> Result<&str, StoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(name)
+    } else {
+        Err(StoreError::Other(format!(
+            "`{name}` is not a plain database name (a-z, 0-9, _)"
+        )))
+    }
+}
+
+/// One statement on a fresh connection to the PostgreSQL server at `admin_url` (CREATE and
+/// DROP DATABASE cannot run inside a transaction or a pool's session state).
+async fn postgres_admin_statement(
+    admin_url: &str,
+    sql: String,
+    what: &'static str,
+) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(admin_url)
+        .await
+        .map_err(ctx("connect to PostgreSQL"))?;
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(&mut c)
+        .await
+        .map_err(ctx(what))?;
+    c.close().await.map_err(ctx("close the admin connection"))
+}
+
+/// Creates the empty database `name` on the server at `admin_url` (for a run of its own).
+pub async fn create_postgres_database(admin_url: &str, name: &str) -> Result<(), StoreError> {
+    let name = plain_identifier(name)?;
+    postgres_admin_statement(
+        admin_url,
+        format!("CREATE DATABASE {name}"),
+        "create a database",
+    )
+    .await
+}
+
+/// Drops the database `name`, closing whatever sessions still use it.
+pub async fn drop_postgres_database(admin_url: &str, name: &str) -> Result<(), StoreError> {
+    let name = plain_identifier(name)?;
+    postgres_admin_statement(
+        admin_url,
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        "drop a database",
+    )
+    .await
+}
+
+/// `url` with its database replaced by `name` (credentials, host and query parameters kept).
+pub fn postgres_url_with_database(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, format!("?{q}")),
+        None => (rest, String::new()),
+    };
+    let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
+    format!("{scheme}://{authority}/{name}{query}")
+}
+
 impl Db {
     /// A second handle on the same database for the worker pool, whose commits do not wait for
     /// the disk: SQLite `synchronous = NORMAL` (WAL), PostgreSQL `synchronous_commit = off`.

@@ -59,6 +59,10 @@ macro_rules! fetch_all {
     };
 }
 
+/// A stamped invoice whose cancellation SAT confirmed leaves the stamped list.
+const MARK_OUTBOX_CANCELED: &str =
+    "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'";
+
 /// An outbox row a worker holds the lease of.
 #[derive(Debug, Clone)]
 pub struct ClaimedStamp {
@@ -546,9 +550,10 @@ impl Db {
         ))
     }
 
-    /// Records a cancellation's progress and releases its lease. A confirmed cancellation also
-    /// takes its invoice out of the stamped list and queues the merchant's `invoice.canceled`,
-    /// in the same transaction.
+    /// Records a cancellation's progress and releases its lease. When it ends `canceled`,
+    /// `outbox_id` (its invoice) leaves the stamped list and an API invoice's merchant webhook
+    /// `invoice.canceled` is queued, in the same transaction: a process killed in between
+    /// cannot leave a cancelled CFDI shown as `stamped`.
     #[allow(clippy::too_many_arguments)]
     pub async fn settle_cancellation(
         &self,
@@ -560,9 +565,11 @@ impl Db {
         sat_estado: Option<&str>,
         acuse: Option<&str>,
         error: Option<(&str, &str)>,
+        outbox_id: Option<i64>,
     ) -> Result<bool, StoreError> {
         let now = Utc::now();
         let (code, message) = error.map_or((None, None), |(c, m)| (Some(c), Some(m)));
+        let outbox_id = outbox_id.filter(|_| state == "canceled");
         macro_rules! run {
             ($tx:expr) => {{
                 let n = sqlx::query(
@@ -585,28 +592,24 @@ impl Db {
                 .await
                 .map_err(ctx("record the cancellation's progress"))?
                 .rows_affected();
-                if n == 1 && state == "canceled" {
-                    let flipped = sqlx::query(
-                        "UPDATE outbox SET state = 'canceled', updated_at = $1 \
-                         WHERE id = (SELECT outbox_id FROM cancellations WHERE id = $2) AND state = 'stamped'",
-                    )
-                    .bind(now)
-                    .bind(id)
-                    .execute(&mut *$tx)
-                    .await
-                    .map_err(ctx("mark the invoice cancelled"))?
-                    .rows_affected();
-                    if flipped == 1 {
-                        sqlx::query(
-                            "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
-                             SELECT a.id, 'invoice.canceled', 'pending', 0, $1, $1 FROM api_invoices a \
-                             JOIN cancellations c ON c.outbox_id = a.outbox_id WHERE c.id = $2",
-                        )
+                if n == 1
+                    && let Some(oid) = outbox_id
+                {
+                    let flipped = sqlx::query(MARK_OUTBOX_CANCELED)
                         .bind(now)
-                        .bind(id)
+                        .bind(oid)
                         .execute(&mut *$tx)
                         .await
-                        .map_err(ctx("queue the merchant webhook"))?;
+                        .map_err(ctx("mark the invoice cancelled"))?
+                        .rows_affected();
+                    if flipped == 1 {
+                        sqlx::query(API_EVENT)
+                            .bind("invoice.canceled")
+                            .bind(now)
+                            .bind(oid)
+                            .execute(&mut *$tx)
+                            .await
+                            .map_err(ctx("queue the merchant webhook"))?;
                     }
                 }
                 n
@@ -753,53 +756,6 @@ macro_rules! impl_rowext {
 impl_rowext!(sqlx::sqlite::SqliteRow);
 impl_rowext!(sqlx::postgres::PgRow);
 
-impl Db {
-    /// A cancelled CFDI leaves the stamped list.
-    /// An API invoice's merchant hears of it from the same commit.
-    pub async fn mark_outbox_canceled(&self, outbox_id: i64) -> Result<(), StoreError> {
-        let now = Utc::now();
-        macro_rules! run {
-            ($tx:expr) => {{
-                let n = sqlx::query(
-                    "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'",
-                )
-                .bind(now)
-                .bind(outbox_id)
-                .execute(&mut *$tx)
-                .await
-                .map_err(ctx("mark the invoice cancelled"))?
-                .rows_affected();
-                if n == 1 {
-                    sqlx::query(API_EVENT)
-                        .bind("invoice.canceled")
-                        .bind(now)
-                        .bind(outbox_id)
-                        .execute(&mut *$tx)
-                        .await
-                        .map_err(ctx("queue the merchant webhook"))?;
-                }
-            }};
-        }
-        match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                let mut tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(ctx("begin a transaction"))?;
-                run!(tx);
-                tx.commit().await.map_err(ctx("commit the cancellation"))?;
-            }
-            Db::Postgres(pool) => {
-                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
-                run!(tx);
-                tx.commit().await.map_err(ctx("commit the cancellation"))?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The worker-facing view of one outbox row.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OutboxStatus {
@@ -878,6 +834,38 @@ impl Db {
             sql,
             [operation],
             |r: &_| latency_row(r)
+        ))
+    }
+}
+
+fn outcome_count_row<R: RowExt>(r: &R) -> Result<(String, String, i64), sqlx::Error> {
+    Ok((r.string("operation")?, r.string("outcome")?, r.int64("n")?))
+}
+
+impl Db {
+    /// PAC calls per operation and outcome: the attempt log summed up (the chaos run counts the
+    /// faults it met from here).
+    pub async fn attempt_outcome_counts(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let sql = "SELECT operation, outcome, COUNT(*) AS n FROM pac_attempts \
+                   GROUP BY operation, outcome ORDER BY operation, outcome";
+        Ok(fetch_all!(
+            self,
+            "count attempts per outcome",
+            sql,
+            [],
+            |r: &_| outcome_count_row(r)
+        ))
+    }
+
+    /// Stored webhook deliveries per status (`pending_fetch` ones still wait for their payment).
+    pub async fn webhook_event_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = "SELECT status AS state, COUNT(*) AS n FROM webhook_events GROUP BY status ORDER BY status";
+        Ok(fetch_all!(
+            self,
+            "count webhook events",
+            sql,
+            [],
+            |r: &_| { count_row(r) }
         ))
     }
 }

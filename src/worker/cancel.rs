@@ -291,16 +291,19 @@ impl Worker {
         if !self
             .db
             .settle_cancellation(
-                c.id, &self.id, state, run_at, estatus, sat_estado, acuse, error,
+                c.id,
+                &self.id,
+                state,
+                run_at,
+                estatus,
+                sat_estado,
+                acuse,
+                error,
+                c.outbox_id,
             )
             .await?
         {
             warn!("cancellation lease lost before settling");
-        }
-        if state == "canceled"
-            && let Some(oid) = c.outbox_id
-        {
-            self.db.mark_outbox_canceled(oid).await?;
         }
         Ok(())
     }

@@ -1,0 +1,572 @@
+//! The chaos run (`autofactura chaos --payments N [--database-url URL]`): the whole appliance,
+//! as separate processes, under the failures it is built to survive, then an exact count.
+//!
+//! It starts the sandbox PAC (`pac-sim`) with faults (stamps committed with the answer lost,
+//! 5xx, 429, latency, one outage window), two `serve` instances on one fresh PostgreSQL database
+//! (one instance on SQLite without a URL), and sends signed Stripe and Mercado Pago webhooks
+//! ([`traffic`]). Every few seconds it SIGKILLs a random instance and starts it again; once it
+//! SIGKILLs and restarts the sandbox PAC. When everything is quiet it compares the payments
+//! sent, our records and the sandbox's list of every stamp it issued ([`check`]) and prints
+//!
+//! ```text
+//! payments=N stamped=N lost=0 duplicated=0 orphans=0 kills=K faults=F
+//! ```
+//!
+//! `kills` counts every SIGKILL (instances and the sandbox); `faults` counts the PAC calls in our
+//! attempt log that did not get an answer (5xx, 429, lost answers, the outage, the sandbox
+//! down). The exit code is non-zero when any count is off or a row is left unfinished.
+//!
+//! The instances run with time compressed (5 s leases, backoff capped at 8 s, more attempts
+//! before a dead letter) so a run takes minutes, not hours; periodic reconciliation is off, so
+//! the worker path alone has to get every count right.
+
+pub mod check;
+pub mod procs;
+pub mod traffic;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{DatabaseSettings, SecretString};
+use crate::store::{self, Db};
+use check::{Line, OurRecord, PacStamp, TERMINAL_OUTBOX_STATES};
+use procs::{Proc, free_port};
+use traffic::SendStats;
+
+/// What `autofactura chaos` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub payments: usize,
+    /// A PostgreSQL server: the run creates a database of its own there and drops it after.
+    /// `None`: SQLite in a temporary directory, one instance.
+    pub database_url: Option<String>,
+    /// Payments per second sent.
+    pub rate: f64,
+    /// Seeds the traffic, the faults and the kills (printed, so a run can be repeated).
+    pub seed: Option<u64>,
+    /// Keep the working directory (logs, settings, the sandbox journal) even when the run passes.
+    pub keep: bool,
+}
+
+/// The fault mix of the brief: about 10 % of stamps committed with the answer lost, 10 % 5xx,
+/// 5 % 429, 20–500 ms latency.
+fn fault_spec(seed: u64, outage: Option<(Duration, Duration)>) -> String {
+    let mut s = format!(
+        "seed={seed},latency=20ms..500ms,lose_response=0.1,status500=0.05,status503=0.05,status429=0.05:retry_after=1"
+    );
+    if let Some((a, b)) = outage {
+        s.push_str(&format!(",outage={}ms..{}ms", a.as_millis(), b.as_millis()));
+    }
+    s
+}
+
+fn sim_args(state: &Path, port: u16, faults: &str) -> Vec<String> {
+    vec![
+        "pac-sim".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--state".into(),
+        state.display().to_string(),
+        "--faults".into(),
+        faults.to_owned(),
+    ]
+}
+
+/// The settings of one instance: the external sandbox, compressed time, no reconciliation.
+fn appliance_settings(port: u16, database_url: &str, sim_url: &str) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:{port}"
+
+[database]
+url = "{database_url}"
+max_connections = 8
+
+[mercadopago]
+retry_interval_seconds = 1
+fetch_timeout_seconds = 5
+
+[pac]
+kind = "sandbox"
+url = "{sim_url}"
+api_url = "{sim_url}"
+connect_timeout = 2
+request_timeout = 15
+
+[worker]
+concurrency = 8
+lease_seconds = 5
+idle_poll_ms = 200
+backoff_base_seconds = 1
+backoff_cap_seconds = 8
+max_attempts = 40
+shutdown_grace_seconds = 2
+
+[admin]
+reconcile_interval_seconds = 0
+"#
+    )
+}
+
+/// Everything the run started, and what to undo at the end.
+struct Cast {
+    sim: Proc,
+    appliances: Vec<Proc>,
+}
+
+impl Cast {
+    fn all(&mut self) -> impl Iterator<Item = &mut Proc> {
+        std::iter::once(&mut self.sim).chain(self.appliances.iter_mut())
+    }
+
+    fn crashes(&self) -> Vec<String> {
+        std::iter::once(&self.sim)
+            .chain(self.appliances.iter())
+            .filter(|p| p.crashes > 0)
+            .map(|p| {
+                format!(
+                    "{} ended by itself {} time(s); see {}",
+                    p.name,
+                    p.crashes,
+                    p.log().display()
+                )
+            })
+            .collect()
+    }
+}
+
+/// When the sandbox is killed and when its outage opens, from the start of the chaos phase.
+struct Schedule {
+    sim_kill_at: Duration,
+    outage: (Duration, Duration),
+}
+
+/// `autofactura chaos`.
+pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(opts.payments > 0, "--payments must be at least 1");
+    anyhow::ensure!(
+        opts.rate.is_finite() && opts.rate > 0.0,
+        "--rate must be a positive number"
+    );
+    let seed = opts.seed.unwrap_or_else(rand::random);
+    let run_id = format!("{:08x}", rand::random::<u32>());
+    let dir = std::env::temp_dir().join(format!("autofactura-chaos-{run_id}"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let backend = if opts.database_url.is_some() {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    eprintln!(
+        "chaos: {} payments on {backend}, seed {seed}, rate {}/s, working directory {}",
+        opts.payments,
+        opts.rate,
+        dir.display()
+    );
+
+    let pg_name = format!("af_chaos_{run_id}");
+    let database_url = match &opts.database_url {
+        Some(admin) => {
+            store::create_postgres_database(admin, &pg_name).await?;
+            store::postgres_url_with_database(admin, &pg_name)
+        }
+        None => format!("sqlite://{}", dir.join("chaos.db").display()),
+    };
+    let result = run_in(&opts, seed, &run_id, &dir, &database_url).await;
+    if let Some(admin) = &opts.database_url
+        && let Err(e) = store::drop_postgres_database(admin, &pg_name).await
+    {
+        eprintln!("chaos: could not drop the database {pg_name}: {e}");
+    }
+    let passed = matches!(result, Ok(true));
+    if passed && !opts.keep {
+        std::fs::remove_dir_all(&dir).ok();
+    } else {
+        eprintln!("chaos: logs and settings kept in {}", dir.display());
+    }
+    result.map(|ok| {
+        if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    })
+}
+
+/// The run proper; `Ok(false)` when the counts are off.
+async fn run_in(
+    opts: &Options,
+    seed: u64,
+    run_id: &str,
+    dir: &Path,
+    database_url: &str,
+) -> anyhow::Result<bool> {
+    let db = store::connect(&DatabaseSettings {
+        url: SecretString::new(database_url),
+        max_connections: 2,
+    })
+    .await?;
+    db.migrate().await?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let instances = if opts.database_url.is_some() { 2 } else { 1 };
+    // The busier part of the run, sending, sets when the sandbox dies and when its outage is.
+    let chaos_for = Duration::from_secs_f64((opts.payments as f64 / opts.rate).max(30.0));
+    let outage_len = (chaos_for / 10).clamp(Duration::from_secs(5), Duration::from_secs(20));
+    let schedule = Schedule {
+        sim_kill_at: chaos_for / 4,
+        outage: (chaos_for / 2, chaos_for / 2 + outage_len),
+    };
+
+    let sim_port = free_port()?;
+    let state = dir.join("pacsim-state.jsonl");
+    let sim = Proc::new(
+        "pac-sim",
+        sim_port,
+        sim_args(&state, sim_port, &fault_spec(seed, None)),
+        dir,
+        "/_sim/stamps",
+    )?;
+    let mut appliances = Vec::new();
+    for k in 1..=instances {
+        let port = free_port()?;
+        let config = dir.join(format!("appliance-{k}.toml"));
+        std::fs::write(&config, appliance_settings(port, database_url, &sim.url()))
+            .with_context(|| format!("cannot write {}", config.display()))?;
+        appliances.push(Proc::new(
+            &format!("appliance-{k}"),
+            port,
+            vec![
+                "serve".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+            dir,
+            "/healthz",
+        )?);
+    }
+    let mut cast = Cast { sim, appliances };
+    for p in cast.all() {
+        p.start()?;
+    }
+    for p in cast.all() {
+        p.wait_ready(&http, Duration::from_secs(90)).await?;
+    }
+    let targets: Arc<Vec<String>> = Arc::new(cast.appliances.iter().map(Proc::url).collect());
+    eprintln!(
+        "chaos: pac-sim at {} (faults {}), {} instance(s) at {}",
+        cast.sim.url(),
+        fault_spec(seed, None),
+        targets.len(),
+        targets.join(", ")
+    );
+
+    let now = chrono::Utc::now().timestamp();
+    let plan = traffic::plan(opts.payments, opts.rate, run_id, now, &mut rng);
+    eprintln!(
+        "chaos: {} payments, {} deliveries; sandbox killed at {:?}, outage {:?}..{:?}",
+        plan.payments.len(),
+        plan.deliveries,
+        schedule.sim_kill_at,
+        schedule.outage.0,
+        schedule.outage.1
+    );
+
+    let kills = Arc::new(AtomicU64::new(0));
+    let stats = Arc::new(SendStats::default());
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let chaos = tokio::spawn(chaos_loop(
+        cast,
+        stop.clone(),
+        schedule,
+        kills.clone(),
+        rng.random(),
+        state.clone(),
+        seed,
+    ));
+    let reporter = tokio::spawn(report_loop(
+        db.clone(),
+        stats.clone(),
+        kills.clone(),
+        plan.deliveries,
+        opts.payments,
+        started,
+    ));
+    let give_up = Instant::now() + chaos_for * 3 + Duration::from_secs(300);
+    let errors = traffic::send_all(
+        plan.groups,
+        targets,
+        opts.rate,
+        32,
+        rng.random(),
+        stats.clone(),
+        give_up,
+    )
+    .await;
+    let min_end = started + chaos_for;
+    if Instant::now() < min_end {
+        tokio::time::sleep_until(min_end.into()).await;
+    }
+    stop.cancel();
+    let mut cast = chaos.await.context("the kill loop failed")??;
+    eprintln!(
+        "chaos: all deliveries sent after {:.0?}; killing stopped ({} kills); waiting for quiet",
+        started.elapsed(),
+        kills.load(Ordering::Relaxed)
+    );
+
+    // Quiet: everything up, nothing killed, until no row is still moving.
+    for p in cast.all() {
+        if !p.is_running() {
+            p.start()?;
+        }
+    }
+    for p in cast.all() {
+        p.wait_ready(&http, Duration::from_secs(90)).await?;
+    }
+    let moving = wait_quiet(&db, opts.payments).await?;
+    reporter.abort();
+
+    let ours: Vec<OurRecord> = db
+        .list_invoices(None)
+        .await?
+        .into_iter()
+        .map(|r| OurRecord {
+            provider: r.provider,
+            payment_id: r.payment_id,
+            status: r.status,
+            uuid: r.uuid,
+            last_error: r.last_error,
+        })
+        .collect();
+    let pac = sim_stamps(&http, &cast.sim.url()).await?;
+    let faults: i64 = db
+        .attempt_outcome_counts()
+        .await?
+        .iter()
+        .filter(|(_, outcome, _)| {
+            matches!(outcome.as_str(), "retryable" | "unknown" | "unresolved")
+        })
+        .map(|(_, _, n)| n)
+        .sum();
+    let mut verdict = check::check(&plan.payments, &ours, &pac, &moving);
+    verdict
+        .problems
+        .extend(errors.iter().map(|e| format!("sender: {e}")));
+    verdict.problems.extend(cast.crashes());
+
+    let per_process: Vec<String> = cast
+        .all()
+        .map(|p| format!("{} {}", p.name, p.kills))
+        .collect();
+    eprintln!("chaos: SIGKILLs per process: {}", per_process.join(", "));
+    for p in cast.all() {
+        p.stop().await;
+    }
+    db.close().await;
+
+    let line = Line {
+        verdict: &verdict,
+        kills: kills.load(Ordering::Relaxed),
+        faults: u64::try_from(faults).unwrap_or(0),
+    };
+    if !verdict.problems.is_empty() {
+        eprintln!("chaos: {} problem(s):", verdict.problems.len());
+        for p in verdict.problems.iter().take(40) {
+            eprintln!("  {p}");
+        }
+    }
+    eprintln!(
+        "chaos: {} in {:.0?}: {} deliveries acknowledged, {} retried",
+        if verdict.is_ok() { "passed" } else { "FAILED" },
+        started.elapsed(),
+        stats.acknowledged.load(Ordering::Relaxed),
+        stats.retried.load(Ordering::Relaxed)
+    );
+    println!("{line}");
+    Ok(verdict.is_ok())
+}
+
+/// Kills a random instance every 2–5 s and starts it again; kills and restarts the sandbox
+/// once, its restart carrying the one outage window; restarts anything that ended by itself.
+/// Hands the processes back when `stop` fires.
+async fn chaos_loop(
+    mut cast: Cast,
+    stop: CancellationToken,
+    schedule: Schedule,
+    kills: Arc<AtomicU64>,
+    seed: u64,
+    state: PathBuf,
+    fault_seed: u64,
+) -> anyhow::Result<Cast> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let start = Instant::now();
+    let mut next_kill = start + Duration::from_millis(rng.random_range(2000..5000));
+    let mut sim_killed = false;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return Ok(cast),
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        for p in cast.all() {
+            if let Some(status) = p.ended_by_itself() {
+                eprintln!(
+                    "chaos: {} ended by itself ({status}); starting it again; see {}",
+                    p.name,
+                    p.log().display()
+                );
+                p.start()?;
+            }
+        }
+        let now = Instant::now();
+        if !sim_killed && now >= start + schedule.sim_kill_at {
+            sim_killed = true;
+            cast.sim.kill().await?;
+            kills.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
+            // The outage is measured from the sandbox's own start: the restarted one has it.
+            let since = start.elapsed();
+            let (a, b) = schedule.outage;
+            let outage = (a.saturating_sub(since), b.saturating_sub(since));
+            let faults = fault_spec(fault_seed.wrapping_add(1), Some(outage));
+            cast.sim.set_args(sim_args(&state, cast.sim.port, &faults));
+            cast.sim.start()?;
+            eprintln!("chaos: pac-sim SIGKILLed and restarted (faults {faults})");
+        }
+        if now >= next_kill {
+            let i = rng.random_range(0..cast.appliances.len());
+            let p = &mut cast.appliances[i];
+            if p.is_running() {
+                p.kill().await?;
+                kills.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
+                p.start()?;
+            }
+            next_kill = Instant::now() + Duration::from_millis(rng.random_range(2000..5000));
+        }
+    }
+}
+
+/// Progress on stderr every five seconds.
+async fn report_loop(
+    db: Db,
+    stats: Arc<SendStats>,
+    kills: Arc<AtomicU64>,
+    deliveries: usize,
+    payments: usize,
+    started: Instant,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let stamped = db
+            .outbox_counts()
+            .await
+            .ok()
+            .and_then(|c| c.into_iter().find(|(s, _)| s == "stamped"))
+            .map_or(0, |(_, n)| n);
+        eprintln!(
+            "chaos: {:>4.0?}  deliveries {}/{deliveries} acknowledged ({} retried)  stamped {stamped}/{payments}  kills {}",
+            started.elapsed(),
+            stats.acknowledged.load(Ordering::Relaxed),
+            stats.retried.load(Ordering::Relaxed),
+            kills.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// Rows still moving: outbox rows outside a terminal state, notifications whose payment was
+/// not fetched yet.
+async fn moving_rows(db: &Db) -> anyhow::Result<Vec<(String, i64)>> {
+    let mut moving: Vec<(String, i64)> = db
+        .outbox_counts()
+        .await?
+        .into_iter()
+        .filter(|(s, _)| !TERMINAL_OUTBOX_STATES.contains(&s.as_str()))
+        .map(|(s, n)| (format!("outbox {s}"), n))
+        .collect();
+    moving.extend(
+        db.webhook_event_counts()
+            .await?
+            .into_iter()
+            .filter(|(s, _)| s == "pending_fetch")
+            .map(|(s, n)| (format!("webhook_events {s}"), n)),
+    );
+    Ok(moving)
+}
+
+/// Waits until no row is moving, or until nothing has changed for two minutes; then returns
+/// what still moves (empty when quiet), having printed the stuck rows.
+async fn wait_quiet(db: &Db, payments: usize) -> anyhow::Result<Vec<(String, i64)>> {
+    let stall_limit = Duration::from_secs(120);
+    let mut last = Vec::new();
+    let mut changed = Instant::now();
+    let mut said = Instant::now();
+    loop {
+        let moving = moving_rows(db).await?;
+        let total: i64 = moving.iter().map(|(_, n)| n).sum();
+        if total == 0 {
+            return Ok(moving);
+        }
+        if moving != last {
+            last = moving.clone();
+            changed = Instant::now();
+        }
+        if said.elapsed() >= Duration::from_secs(5) {
+            said = Instant::now();
+            eprintln!("chaos: quiet phase, {payments} payments, still moving: {moving:?}");
+        }
+        if changed.elapsed() >= stall_limit {
+            eprintln!("chaos: STUCK for {stall_limit:?}: {moving:?}");
+            for (what, _) in &moving {
+                if let Some(state) = what.strip_prefix("outbox ") {
+                    for r in db.list_invoices(Some(state)).await?.iter().take(10) {
+                        eprintln!(
+                            "  {} {} {} attempts={} last_error={}",
+                            r.provider,
+                            r.payment_id,
+                            r.status,
+                            r.attempts,
+                            r.last_error.as_deref().unwrap_or("-")
+                        );
+                    }
+                }
+            }
+            return Ok(moving);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The sandbox's ground truth: every stamp it ever issued.
+async fn sim_stamps(http: &reqwest::Client, sim: &str) -> anyhow::Result<Vec<PacStamp>> {
+    let list: Vec<serde_json::Value> = http
+        .get(format!("{sim}/_sim/stamps"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    list.into_iter()
+        .map(|s| {
+            Ok(PacStamp {
+                uuid: s["uuid"]
+                    .as_str()
+                    .context("a /_sim/stamps entry without uuid")?
+                    .to_owned(),
+                customid: s["customid"].as_str().map(str::to_owned),
+            })
+        })
+        .collect()
+}

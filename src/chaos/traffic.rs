@@ -1,0 +1,340 @@
+//! The payments of a chaos run and their webhook deliveries: signed like Stripe and Mercado
+//! Pago sign them, each payment delivered one to four times (redeliveries, a second event for
+//! the same sale), some pairs at the same moment to different instances, later ones out of
+//! order; every delivery retried until an instance acknowledges it, as the providers do.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::check::SentPayment;
+use crate::config::{SANDBOX_MP_SECRET, SANDBOX_STRIPE_SECRET};
+use crate::domain::StampKey;
+use crate::webhooks::{signature, stripe};
+
+/// One webhook request, re-signed at every attempt (as a provider's retry is).
+#[derive(Debug, Clone)]
+pub enum Delivery {
+    Stripe { body: Arc<str> },
+    MercadoPago { data_id: Arc<str>, body: Arc<str> },
+}
+
+/// Deliveries that go out together at `slot` (two of them: at the same moment, to different
+/// instances).
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub slot: u64,
+    pub deliveries: Vec<Delivery>,
+}
+
+#[derive(Debug)]
+pub struct Plan {
+    pub payments: Vec<SentPayment>,
+    pub groups: Vec<Group>,
+    pub deliveries: usize,
+}
+
+/// A Stripe `checkout.session.completed` for the PaymentIntent of `suffix`: the same sale seen
+/// through another event.
+fn checkout_session(suffix: &str, created: i64) -> String {
+    serde_json::json!({
+        "id": format!("evt_test_{suffix}_cs"),
+        "object": "event",
+        "api_version": "2026-06-24.dahlia",
+        "created": created,
+        "data": { "object": {
+            "id": format!("cs_test_{suffix}"),
+            "object": "checkout.session",
+            "payment_intent": format!("pi_test_{suffix}"),
+            "payment_status": "paid",
+            "amount_total": 11600,
+            "currency": "mxn",
+            "customer_details": {
+                "email": "cliente@example.mx",
+                "name": "BERENICE XIMO QUEZADA",
+                "address": { "postal_code": "26015" },
+                "tax_ids": [{ "type": "mx_rfc", "value": "XIQB891116QE4" }]
+            },
+            "metadata": {
+                "order_id": format!("ORD-{suffix}"),
+                "regimen_fiscal": "612",
+                "uso_cfdi": "G03"
+            },
+            "payment_method_types": ["card"]
+        }},
+        "livemode": false,
+        "type": "checkout.session.completed"
+    })
+    .to_string()
+}
+
+/// A Mercado Pago payment notification (`payment.created` or `payment.updated`).
+fn mp_notification(data_id: &str, notification_id: &str, action: &str) -> String {
+    serde_json::json!({
+        "id": notification_id, "live_mode": false, "type": "payment",
+        "date_created": chrono::Utc::now().to_rfc3339(), "user_id": 44444, "api_version": "v1",
+        "action": action, "data": { "id": data_id }
+    })
+    .to_string()
+}
+
+/// Plans `n` payments, half Stripe and half Mercado Pago, sent at `rate` payments per second
+/// (slot `i` is the first delivery of payment `i`). `now` is the payments' time (Unix seconds).
+pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan {
+    let mut payments = Vec::with_capacity(n);
+    let mut groups = Vec::new();
+    let mut deliveries = 0;
+    let near = (rate * 3.0).max(2.0) as u64;
+    let far = (rate * 10.0).max(4.0) as u64;
+    let mut mp_count: i64 = 0;
+    for i in 0..n {
+        let k = rng.random_range(1..=4usize);
+        let mut ds: Vec<Delivery> = Vec::with_capacity(k);
+        let provider;
+        let payment_id;
+        if rng.random_bool(0.5) {
+            provider = stripe::PROVIDER;
+            let suffix = format!("chaos{run}{i:06}");
+            payment_id = format!("pi_test_{suffix}");
+            let pi: Arc<str> = stripe::sample_payment_intent(&suffix, now, false).into();
+            for _ in 0..k {
+                ds.push(Delivery::Stripe { body: pi.clone() });
+            }
+            if k >= 2 && rng.random_bool(0.25) {
+                let at = rng.random_range(0..k);
+                ds[at] = Delivery::Stripe {
+                    body: checkout_session(&suffix, now).into(),
+                };
+            }
+        } else {
+            provider = crate::webhooks::mercadopago::PROVIDER;
+            // The sandbox's stand-in payments API reads the approval time from the id: Unix
+            // seconds, then three digits. A thousand payments per second of the past.
+            let secs = now - 1 - mp_count / 1000;
+            let id = format!("{}", secs * 1000 + mp_count % 1000);
+            mp_count += 1;
+            let data_id: Arc<str> = id.clone().into();
+            let created: Arc<str> =
+                mp_notification(&id, &format!("{id}1"), "payment.created").into();
+            for _ in 0..k {
+                let body = if rng.random_bool(0.3) {
+                    mp_notification(&id, &format!("{id}2"), "payment.updated").into()
+                } else {
+                    created.clone()
+                };
+                ds.push(Delivery::MercadoPago {
+                    data_id: data_id.clone(),
+                    body,
+                });
+            }
+            payment_id = id;
+        }
+        deliveries += ds.len();
+        payments.push(SentPayment {
+            provider: provider.to_owned(),
+            stamp_key: StampKey::derive(provider, &payment_id, "ingreso").to_string(),
+            payment_id,
+        });
+        let slot = i as u64;
+        let mut rest = ds.into_iter();
+        let first: Vec<Delivery> = if k >= 2 && rng.random_bool(0.15) {
+            rest.by_ref().take(2).collect()
+        } else {
+            rest.by_ref().take(1).collect()
+        };
+        groups.push(Group {
+            slot,
+            deliveries: first,
+        });
+        for d in rest {
+            let later = if rng.random_bool(0.1) {
+                rng.random_range(1..=far)
+            } else {
+                rng.random_range(1..=near)
+            };
+            groups.push(Group {
+                slot: slot + later,
+                deliveries: vec![d],
+            });
+        }
+    }
+    groups.sort_by_key(|g| g.slot);
+    Plan {
+        payments,
+        groups,
+        deliveries,
+    }
+}
+
+/// What the sender has done so far.
+#[derive(Debug, Default)]
+pub struct SendStats {
+    pub acknowledged: AtomicU64,
+    /// Attempts that got no 2xx (instance down, killed mid-request, 5xx) and were retried.
+    pub retried: AtomicU64,
+}
+
+/// Sends every group at its slot (`rate` slots per second), at most `concurrency` groups at a
+/// time, each delivery retried until acknowledged or until `give_up`. Returns the deliveries
+/// that never were, with why.
+pub async fn send_all(
+    plan_groups: Vec<Group>,
+    targets: Arc<Vec<String>>,
+    rate: f64,
+    concurrency: usize,
+    seed: u64,
+    stats: Arc<SendStats>,
+    give_up: Instant,
+) -> Vec<String> {
+    let http = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .pool_max_idle_per_host(concurrency)
+        .build()
+    {
+        Ok(h) => h,
+        Err(e) => return vec![format!("cannot build the HTTP client: {e}")],
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let sem = Arc::new(Semaphore::new(concurrency.max(1)));
+    let start = tokio::time::Instant::now();
+    let mut tasks = JoinSet::new();
+    let mut errors = Vec::new();
+    for g in plan_groups {
+        let due = start + Duration::from_secs_f64(g.slot as f64 / rate);
+        tokio::time::sleep_until(due).await;
+        let Ok(permit) = sem.clone().acquire_owned().await else {
+            break;
+        };
+        while let Some(done) = tasks.try_join_next() {
+            collect(done, &mut errors);
+        }
+        let first = rng.random_range(0..targets.len());
+        let (http, targets, stats) = (http.clone(), targets.clone(), stats.clone());
+        tasks.spawn(async move {
+            let mut sends = JoinSet::new();
+            for (j, d) in g.deliveries.into_iter().enumerate() {
+                let (http, targets, stats) = (http.clone(), targets.clone(), stats.clone());
+                sends.spawn(async move {
+                    deliver(&http, &targets, first + j, &d, &stats, give_up).await
+                });
+            }
+            let mut errs = Vec::new();
+            while let Some(r) = sends.join_next().await {
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => errs.push(e),
+                    Err(e) => errs.push(format!("delivery task failed: {e}")),
+                }
+            }
+            drop(permit);
+            errs
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        collect(done, &mut errors);
+    }
+    errors
+}
+
+fn collect(done: Result<Vec<String>, tokio::task::JoinError>, errors: &mut Vec<String>) {
+    match done {
+        Ok(e) => errors.extend(e),
+        Err(e) => errors.push(format!("delivery task failed: {e}")),
+    }
+}
+
+/// One delivery, to `targets[first]` and then the next instance at each retry.
+async fn deliver(
+    http: &reqwest::Client,
+    targets: &[String],
+    first: usize,
+    d: &Delivery,
+    stats: &SendStats,
+    give_up: Instant,
+) -> Result<(), String> {
+    let mut attempt: u32 = 0;
+    loop {
+        let base = &targets[(first + attempt as usize) % targets.len()];
+        let now = chrono::Utc::now().timestamp();
+        let req = match d {
+            Delivery::Stripe { body } => http
+                .post(format!("{base}/webhooks/stripe"))
+                .header(
+                    "Stripe-Signature",
+                    signature::stripe_header(&[SANDBOX_STRIPE_SECRET], now, body.as_bytes()),
+                )
+                .header("Content-Type", "application/json")
+                .body(body.to_string()),
+            Delivery::MercadoPago { data_id, body } => {
+                let request_id = uuid::Uuid::new_v4().to_string();
+                let ts = now.to_string();
+                let v1 =
+                    signature::mp_sign(SANDBOX_MP_SECRET, Some(data_id), Some(&request_id), &ts);
+                http.post(format!(
+                    "{base}/webhooks/mercadopago?data.id={data_id}&type=payment"
+                ))
+                .header("x-signature", format!("ts={ts},v1={v1}"))
+                .header("x-request-id", request_id)
+                .header("Content-Type", "application/json")
+                .body(body.to_string())
+            }
+        };
+        let why = match req.send().await {
+            Ok(r) if r.status().is_success() => {
+                stats.acknowledged.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            Ok(r) => {
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                // A refusal of the request itself will not change by sending it again.
+                if status.is_client_error() && status.as_u16() != 408 && status.as_u16() != 429 {
+                    return Err(format!("{base} refused a delivery: {status} {text}"));
+                }
+                format!("{status} {text}")
+            }
+            Err(e) => e.to_string(),
+        };
+        stats.retried.fetch_add(1, Ordering::Relaxed);
+        if Instant::now() > give_up {
+            return Err(format!(
+                "a delivery was never acknowledged after {} attempts; last: {why}",
+                attempt + 1
+            ));
+        }
+        attempt += 1;
+        let pause = Duration::from_millis(100 * u64::from(attempt.min(20)));
+        tokio::time::sleep(pause.mul_f64(rand::random_range(0.5..1.5))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_payment_is_delivered_one_to_four_times_first_at_its_slot() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let p = plan(400, 20.0, "t", 1_760_000_000, &mut rng);
+        assert_eq!(p.payments.len(), 400);
+        let sent: usize = p.groups.iter().map(|g| g.deliveries.len()).sum();
+        assert_eq!(sent, p.deliveries);
+        assert!(p.deliveries >= 400 && p.deliveries <= 1600);
+        assert!(p.groups.windows(2).all(|w| w[0].slot <= w[1].slot));
+        assert!(
+            p.groups.iter().any(|g| g.deliveries.len() == 2),
+            "some pairs"
+        );
+        let providers: std::collections::HashSet<_> =
+            p.payments.iter().map(|s| s.provider.as_str()).collect();
+        assert_eq!(providers.len(), 2);
+        let ids: std::collections::HashSet<_> =
+            p.payments.iter().map(|s| s.payment_id.as_str()).collect();
+        assert_eq!(ids.len(), 400, "payment ids are unique");
+    }
+}
