@@ -1166,3 +1166,261 @@ async fn finkok_cancel_and_status_from_its_soap_answers() {
         matches!(c.sat_status(&q).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 601"))
     );
 }
+
+// ---- Finkok, against the sandbox's Finkok SOAP shape over real HTTP ----
+
+/// The Finkok adapter pointed at the sandbox (its credentials, its CSD for `cancel`).
+fn finkok_at(sim: &Sim, stamped_wait: u64, timeout: u64) -> PacClient {
+    let cfg = PacConfig {
+        kind: PacKind::Finkok,
+        url: Some(sim.url().to_owned()),
+        user: Some("sandbox".into()),
+        password: Some("sandbox".into()),
+        stamped_wait,
+        request_timeout: timeout,
+        connect_timeout: 2,
+        ..PacConfig::default()
+    };
+    let c = autofactura::pac::finkok::FinkokClient::new(&cfg)
+        .unwrap()
+        .with_cancel_csd(autofactura::pac::finkok::CancelCsd {
+            cer_pem_b64: "Y2Vy".into(),
+            key_pem_b64: "a2V5".into(),
+        });
+    PacClient::Finkok(c)
+}
+
+#[tokio::test]
+async fn finkok_sandbox_stamps_and_answers_a_repeat_with_307_and_the_original() {
+    let sim = Sim::start("").await;
+    let finkok = finkok_at(&sim, 5, 5);
+    let xml = sealed();
+    let first = expect_stamped(finkok.stamp(&xml, &key()).await);
+    assert!(first.belongs_to(&xml));
+    let certs = autofactura::cli::known_tfd_certificates();
+    let report = cfdi::verify::verify(
+        &first.xml,
+        &cfdi::verify::VerifyOptions { tfd_certs: &certs },
+    );
+    assert!(report.is_valid(), "{:?}", report.problems);
+
+    // 307 with the previous xml: recovered without a lookup.
+    match finkok.stamp(&xml, &key()).await {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(same_content);
+            assert_eq!(stamp, first);
+        }
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    // One journal for both shapes: the SW shape sees the Finkok stamp as its 307.
+    match sim.client().stamp(&xml, &key()).await {
+        StampOutcome::AlreadyStamped { stamp, .. } => assert_eq!(stamp.uuid, first.uuid),
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    let stamps = sim.stamps().await;
+    assert_eq!(stamps.len(), 1);
+    assert_eq!(stamps[0]["uuid"], first.uuid.as_str());
+    assert!(stamps[0]["customid"].is_null(), "Finkok sends no key");
+
+    // Wrong credentials stamp nothing.
+    let cfg = PacConfig {
+        kind: PacKind::Finkok,
+        url: Some(sim.url().to_owned()),
+        user: Some("sandbox".into()),
+        password: Some("wrong".into()),
+        request_timeout: 5,
+        ..PacConfig::default()
+    };
+    let bad = PacClient::from_config(&cfg).unwrap();
+    assert!(bad.stamp(&sealed(), &key()).await.stamp().is_none());
+    assert_eq!(sim.stamps().await.len(), 1);
+}
+
+#[tokio::test]
+async fn finkok_sandbox_307_with_an_empty_body_is_recovered_through_the_stamped_lag() {
+    let sim = Sim::start("empty_307=1,stamped_lag=3s").await;
+    let xml = sealed();
+    let first = expect_stamped(finkok_at(&sim, 10, 5).stamp(&xml, &key()).await);
+
+    // Right after the stamp `stamped` still answers 603: a client that gives up at once knows
+    // the document is stamped but not its XML, so the outcome stays open.
+    match finkok_at(&sim, 0, 5).stamp(&xml, &key()).await {
+        StampOutcome::Unknown { reason } => assert!(reason.contains("603"), "{reason}"),
+        other => panic!("expected Unknown while `stamped` lags, got {other:?}"),
+    }
+    // Polling `stamped` with backoff through the lag finds the original.
+    match finkok_at(&sim, 10, 5).stamp(&xml, &key()).await {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(same_content);
+            assert_eq!(stamp, first);
+        }
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    assert_eq!(sim.stamps().await.len(), 1);
+}
+
+#[tokio::test]
+async fn finkok_sandbox_rejections_carry_the_codes_as_incidencias() {
+    let sim = Sim::start("").await;
+    let finkok = finkok_at(&sim, 1, 5);
+    let xml = sealed();
+    let text = String::from_utf8(xml.clone()).unwrap();
+    let total = Element::parse(&xml)
+        .unwrap()
+        .attr("Total")
+        .unwrap()
+        .to_owned();
+    let tampered = text.replacen(&format!("Total=\"{total}\""), "Total=\"1.00\"", 1);
+    let code = |o: StampOutcome| match o {
+        StampOutcome::Rejected { code, message } => {
+            assert!(!message.is_empty());
+            code
+        }
+        other => panic!("expected Rejected, got {other:?}"),
+    };
+    assert_eq!(
+        code(finkok.stamp(tampered.as_bytes(), &key()).await),
+        "CFDI40102"
+    );
+    assert_eq!(
+        code(
+            finkok
+                .stamp(&edit_and_reseal(&xml, "Total", "579.84"), &key())
+                .await
+        ),
+        "CFDI40119"
+    );
+    let old = seal(&InvoiceRequest {
+        fecha: now_in_mexico() - ChronoDuration::hours(73),
+        ..request()
+    });
+    assert_eq!(code(finkok.stamp(&old, &key()).await), "401");
+    assert_eq!(code(finkok.stamp(b"<not-xml", &key()).await), "301");
+    // A rejected document was never stamped: the lookup by content says so.
+    assert_eq!(
+        finkok.recover_by_key(&old, &key()).await,
+        Recovery::NotFound
+    );
+    assert!(sim.stamps().await.is_empty());
+}
+
+#[tokio::test]
+async fn finkok_sandbox_lost_response_is_unknown_then_recovered_by_content() {
+    for spec in [
+        "lose_response=1",
+        "malformed=1",
+        "lose_response=1:mode=hang:hang=5s",
+    ] {
+        let sim = Sim::start(&format!("{spec},stamped_lag=2s")).await;
+        let finkok = finkok_at(&sim, 10, 2);
+        let xml = sealed();
+        assert!(
+            matches!(
+                finkok.stamp(&xml, &key()).await,
+                StampOutcome::Unknown { .. }
+            ),
+            "{spec}"
+        );
+        let committed = sim.stamps().await;
+        assert_eq!(committed.len(), 1, "{spec}: the stamp was committed");
+        sim.set_faults("stamped_lag=2s").await;
+        match finkok.recover_by_key(&xml, &key()).await {
+            Recovery::Found(s) => assert_eq!(s.uuid, committed[0]["uuid"].as_str().unwrap()),
+            other => panic!("{spec}: expected Found, got {other:?}"),
+        }
+        // And by UUID (`get_xml`), for the emisor only.
+        let uuid = committed[0]["uuid"].as_str().unwrap();
+        assert!(matches!(
+            finkok.recover_by_uuid(uuid, "EKU9003173C9").await,
+            Recovery::Found(s) if s.uuid == uuid
+        ));
+        assert_eq!(
+            finkok.recover_by_uuid(uuid, "XIQB891116QE4").await,
+            Recovery::NotFound
+        );
+        assert_eq!(
+            sim.stamps().await.len(),
+            1,
+            "{spec}: recovering stamps nothing"
+        );
+    }
+}
+
+#[tokio::test]
+async fn finkok_sandbox_refusals_before_processing_are_retryable() {
+    let sim = Sim::start("status503=1").await;
+    let finkok = finkok_at(&sim, 1, 5);
+    assert!(matches!(
+        finkok.stamp(&sealed(), &key()).await,
+        StampOutcome::Retryable { .. }
+    ));
+    sim.set_faults("status500=1").await;
+    assert!(matches!(
+        finkok.stamp(&sealed(), &key()).await,
+        StampOutcome::Unknown { .. }
+    ));
+    assert!(sim.stamps().await.is_empty());
+}
+
+#[tokio::test]
+async fn finkok_sandbox_cancels_and_answers_the_sat_status() {
+    let sim = Sim::start("").await;
+    let finkok = finkok_at(&sim, 1, 5);
+    let stamp = expect_stamped(finkok.stamp(&sealed(), &key()).await);
+    let q = StatusQuery::from_stamped_xml(&stamp.xml).unwrap();
+    match finkok.sat_status(&q).await {
+        StatusOutcome::Found(s) => assert_eq!(
+            (s.estado.as_str(), s.es_cancelable.as_str()),
+            ("Vigente", "Cancelable sin aceptación")
+        ),
+        other => panic!("expected Found, got {other:?}"),
+    }
+    let mut wrong_total = q.clone();
+    wrong_total.total = "1.00".into();
+    assert!(
+        matches!(finkok.sat_status(&wrong_total).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 601"))
+    );
+
+    let req = cancel_req(&stamp.uuid, Motivo::SinRelacion);
+    match finkok.cancel(&req).await {
+        CancelOutcome::Requested {
+            code,
+            acuse,
+            estatus_cancelacion,
+        } => {
+            assert_eq!(code, "201");
+            assert!(acuse.contains("<EstatusUUID>201</EstatusUUID>"), "{acuse}");
+            assert_eq!(
+                estatus_cancelacion.as_deref(),
+                Some("Cancelado sin aceptación")
+            );
+        }
+        other => panic!("expected Requested, got {other:?}"),
+    }
+    assert!(
+        matches!(finkok.cancel(&req).await, CancelOutcome::Requested { code, .. } if code == "202")
+    );
+    match finkok.sat_status(&q).await {
+        StatusOutcome::Found(s) => assert_eq!(s.estado, "Cancelado"),
+        other => panic!("expected Found, got {other:?}"),
+    }
+    let unknown = cancel_req("00000000-0000-4000-8000-000000000000", Motivo::SinRelacion);
+    assert!(
+        matches!(finkok.cancel(&unknown).await, CancelOutcome::Rejected { code, .. } if code == "205")
+    );
+    let no_folio = cancel_req(&stamp.uuid, Motivo::ConRelacion);
+    assert!(
+        matches!(finkok.cancel(&no_folio).await, CancelOutcome::Rejected { code, .. } if code == "301")
+    );
+    sim.set_faults("status_unavailable=1").await;
+    assert!(matches!(
+        finkok.sat_status(&q).await,
+        StatusOutcome::Unavailable { .. }
+    ));
+}

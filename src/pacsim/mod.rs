@@ -16,6 +16,7 @@
 
 pub mod clock;
 pub mod faults;
+pub mod finkok;
 pub mod server;
 pub mod state;
 
@@ -188,6 +189,29 @@ impl Sim {
 
     pub fn stamp_by_uuid(&self, uuid: &str) -> Option<StampRecord> {
         self.lock().state.stamp(uuid).cloned()
+    }
+
+    /// Finkok's `stamped`: the stamp of these bytes (same cadena original), once its
+    /// `stamped_lag` has passed; `None` while it lags or when the content was never stamped.
+    pub fn stamped_by_content(&self, xml: &[u8]) -> Option<StampRecord> {
+        let root = Element::parse(xml).ok()?;
+        let sha = sha256_hex(&cadena_comprobante(&root).ok()?);
+        let now = self.clock.now();
+        let faults = self.faults();
+        let inner = self.lock();
+        let s = inner.state.stamps.get(*inner.state.by_cadena.get(&sha)?)?;
+        let lag = Duration::from_std(faults.stamped_lag(&s.uuid)).unwrap_or_default();
+        (now >= s.stamped_at + lag).then(|| s.clone())
+    }
+
+    /// `EstatusCancelacion` of the cancellation requested for `uuid`, as of now.
+    pub fn cancel_estatus(&self, uuid: &str) -> Option<String> {
+        let now = self.clock.now();
+        self.lock()
+            .state
+            .cancels
+            .get(&uuid.to_uppercase())
+            .map(|c| c.status.at(now).estatus().to_owned())
     }
 
     /// Checks and stamps `xml` under `customid`, or says why not. The stamp is on disk before
