@@ -1424,3 +1424,213 @@ async fn finkok_sandbox_cancels_and_answers_the_sat_status() {
         StatusOutcome::Unavailable { .. }
     ));
 }
+
+// ---- The sandbox's schema-level checks (XSD facets and catalogs) ----
+
+/// Replaces the first `from` with `to` anywhere in the document and re-seals, so only the edit
+/// is wrong.
+fn replace_and_reseal(xml: &[u8], from: &str, to: &str) -> Vec<u8> {
+    let text = String::from_utf8(xml.to_vec()).unwrap();
+    assert!(text.contains(from), "`{from}` is not in the document");
+    let text = text.replacen(from, to, 1);
+    let root = Element::parse(text.as_bytes()).unwrap();
+    let sello = sandbox_csd()
+        .unwrap()
+        .sign(&cadena_comprobante(&root).unwrap())
+        .unwrap();
+    text.replacen(
+        &format!(" Sello=\"{}\"", root.attr("Sello").unwrap()),
+        &format!(" Sello=\"{sello}\""),
+        1,
+    )
+    .into_bytes()
+}
+
+/// Stamps over SW's wire shape by hand, to read `messageDetail` (the adapter keeps the message).
+async fn raw_sw_stamp(sim: &Sim, xml: &[u8]) -> Value {
+    let http = reqwest::Client::new();
+    let auth: Value = http
+        .post(format!("{}/security/authenticate", sim.url()))
+        .header("user", "sandbox")
+        .header("password", "sandbox")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = auth["data"]["token"].as_str().unwrap().to_owned();
+    let form = reqwest::multipart::Form::new().part(
+        "xml",
+        reqwest::multipart::Part::bytes(xml.to_vec()).file_name("xml"),
+    );
+    http.post(format!("{}/v4/cfdi33/stamp/v4", sim.url()))
+        .bearer_auth(token)
+        .header("customid", key().as_str())
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Documents that break one XSD facet or catalog each (and nothing else: re-sealed), with the
+/// attribute the sandbox must name.
+fn schema_violations(xml: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let root = Element::parse(xml).unwrap();
+    let fecha = root.attr("Fecha").unwrap().to_owned();
+    let bad_fecha = fecha.replacen('T', " ", 1);
+    let no_cert = root.attr("NoCertificado").unwrap().to_owned();
+    vec![
+        (
+            "Receptor@Rfc",
+            replace_and_reseal(xml, "Rfc=\"XIQB891116QE4\"", "Rfc=\"XIQB891316QE4\""),
+        ),
+        (
+            "Comprobante@FormaPago",
+            replace_and_reseal(xml, "FormaPago=\"04\"", "FormaPago=\"77\""),
+        ),
+        (
+            "Receptor@UsoCFDI",
+            replace_and_reseal(xml, "UsoCFDI=\"G03\"", "UsoCFDI=\"Z99\""),
+        ),
+        (
+            "Comprobante@Fecha",
+            replace_and_reseal(
+                xml,
+                &format!("Fecha=\"{fecha}\""),
+                &format!("Fecha=\"{bad_fecha}\""),
+            ),
+        ),
+        (
+            "Comprobante@NoCertificado",
+            replace_and_reseal(
+                xml,
+                &format!("NoCertificado=\"{no_cert}\""),
+                &format!("NoCertificado=\"{}\"", &no_cert[1..]),
+            ),
+        ),
+        (
+            "Comprobante@SubTotal",
+            replace_and_reseal(xml, "SubTotal=\"499.00\"", "SubTotal=\"499.0000000\""),
+        ),
+        (
+            "Concepto[1]@ClaveUnidad",
+            replace_and_reseal(xml, "ClaveUnidad=\"E48\"", "ClaveUnidad=\"ZZ9\""),
+        ),
+        (
+            "Concepto[1]@ClaveProdServ",
+            replace_and_reseal(
+                xml,
+                "ClaveProdServ=\"43231500\"",
+                "ClaveProdServ=\"99999999\"",
+            ),
+        ),
+        (
+            "Comprobante@MetodoPago",
+            replace_and_reseal(xml, "MetodoPago=\"PUE\"", "MetodoPago=\"PUD\""),
+        ),
+        (
+            "Emisor@RegimenFiscal",
+            replace_and_reseal(xml, "RegimenFiscal=\"601\"", "RegimenFiscal=\"6O1\""),
+        ),
+        (
+            "Concepto[1]@ObjetoImp",
+            replace_and_reseal(xml, "ObjetoImp=\"02\"", "ObjetoImp=\"09\""),
+        ),
+        (
+            "Impuestos/Traslado@TipoFactor",
+            replace_and_reseal(
+                xml,
+                "<cfdi:Traslados>\n      <cfdi:Traslado Base=\"499.00\" Impuesto=\"002\" TipoFactor=\"Tasa\"",
+                "<cfdi:Traslados>\n      <cfdi:Traslado Base=\"499.00\" Impuesto=\"002\" TipoFactor=\"tasa\"",
+            ),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn documents_the_xsd_refuses_are_rejected_with_301_naming_the_attribute() {
+    let sim = Sim::start("").await;
+    let xml = sealed();
+    for (attr, doc) in schema_violations(&xml) {
+        let answer = raw_sw_stamp(&sim, &doc).await;
+        assert_eq!(answer["status"], "error", "{attr}: {answer}");
+        assert_eq!(
+            answer["message"], "301 - XML mal formado",
+            "{attr}: {answer}"
+        );
+        let detail = answer["messageDetail"].as_str().unwrap();
+        assert!(detail.contains(attr), "{attr}: {detail}");
+        // The adapters read the same code, in both wire shapes.
+        assert!(
+            matches!(sim.client().stamp(&doc, &key()).await, StampOutcome::Rejected { code, .. } if code == "301"),
+            "{attr}"
+        );
+        assert!(
+            matches!(finkok_at(&sim, 0, 5).stamp(&doc, &key()).await, StampOutcome::Rejected { code, .. } if code == "301"),
+            "{attr}"
+        );
+    }
+    // A régimen the XSD still lists but the CFDI 4.0 catalog retired.
+    let retired = replace_and_reseal(&xml, "RegimenFiscal=\"601\"", "RegimenFiscal=\"609\"");
+    let answer = raw_sw_stamp(&sim, &retired).await;
+    assert_eq!(answer["message"], "301 - XML mal formado", "{answer}");
+    assert!(sim.stamps().await.is_empty());
+    // The untouched document passes.
+    expect_stamped(sim.client().stamp(&xml, &key()).await);
+}
+
+#[tokio::test]
+async fn every_sample_the_engine_produces_passes_the_sandbox_checks() {
+    let sim = Sim::start("").await;
+    for (name, json) in SAMPLE_REQUESTS {
+        let mut req: InvoiceRequest = serde_json::from_str(json).unwrap();
+        req.folio = Some(format!("S{}-{name}", std::process::id()));
+        req.fecha = now_in_mexico() - ChronoDuration::minutes(1);
+        let xml = seal(&req);
+        match sim.client().stamp(&xml, &key()).await {
+            StampOutcome::Stamped(s) => assert!(s.belongs_to(&xml), "{name}"),
+            other => panic!("sample {name}: expected Stamped, got {other:?}"),
+        }
+    }
+    assert_eq!(sim.stamps().await.len(), SAMPLE_REQUESTS.len());
+}
+
+/// The XSD itself (xmllint, installed by scripts/test) refuses every document of
+/// `schema_violations` and accepts the untouched one: the checker is no stricter than the XSD.
+#[test]
+fn the_xsd_refuses_what_the_sandbox_refuses() {
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/sat/schemas/www.sat.gob.mx/sitio_internet/cfd/4/cfdv40.xsd");
+    let dir = tempfile::tempdir().unwrap();
+    let xml = sealed();
+    let good = dir.path().join("good.xml");
+    std::fs::write(&good, &xml).unwrap();
+    let mut files = vec![("good", good)];
+    for (i, (attr, doc)) in schema_violations(&xml).into_iter().enumerate() {
+        let path = dir.path().join(format!("bad-{i}.xml"));
+        std::fs::write(&path, doc).unwrap();
+        files.push((attr, path));
+    }
+    let out = std::process::Command::new("xmllint")
+        .args(["--nonet", "--noout", "--schema"])
+        .arg(&schema)
+        .args(files.iter().map(|(_, p)| p))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run xmllint: {e} (scripts/test installs it)"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (attr, path) in &files {
+        let p = path.display();
+        if *attr == "good" {
+            assert!(stderr.contains(&format!("{p} validates")), "{stderr}");
+        } else {
+            assert!(
+                stderr.contains(&format!("{p} fails to validate")),
+                "{attr}: {stderr}"
+            );
+        }
+    }
+}

@@ -8,7 +8,8 @@
 //! ground truth for "one payment, one UUID".
 //!
 //! Rejection codes (SAT's timbrado validations as PACs report them): `301` XML mal formado
-//! (unparsable, or a required element/attribute missing), `303` Sello no corresponde al emisor
+//! (unparsable, a required element/attribute missing, or an attribute the XSD refuses: pattern,
+//! length, decimals or catalog, see [`schema`]), `303` Sello no corresponde al emisor
 //! (certificate not the emisor's, or NoCertificado not its serial), `305` La fecha de emisión no
 //! está dentro de la vigencia del CSD del emisor, `401` Fecha y hora de generación fuera de
 //! rango (older than 72 h or in the future), `CFDI40102` for a Sello that does not verify, and the
@@ -17,6 +18,7 @@
 pub mod clock;
 pub mod faults;
 pub mod finkok;
+pub mod schema;
 pub mod server;
 pub mod state;
 
@@ -305,28 +307,28 @@ impl Sim {
     /// The validations, in the order a PAC reports them; `None` when the document passes.
     fn check(&self, xml: &[u8], root: &Element, now: DateTime<Utc>) -> Option<StampAnswer> {
         let report = verify(xml, &VerifyOptions::default());
-        // Schema-level structure first: the problems without a SAT code.
+        // Schema level first (XSD facets and catalogs, then the structure problems without a
+        // SAT code), as a PAC validates against the XSD before anything else.
+        let mut structural = schema::check(root);
         let cert = root
             .attr("Certificado")
             .and_then(|c| Certificate::from_base64(c).ok());
         let Some(cert) = cert else {
-            return Some(reject(
-                "301",
-                "XML mal formado",
-                vec!["Certificado is missing or unreadable".into()],
-            ));
+            structural.push("Certificado is missing or unreadable".into());
+            return Some(reject("301", "XML mal formado", structural));
         };
         let fecha = root.attr("Fecha").and_then(parse_fecha);
-        let structural: Vec<String> = report
-            .problems
-            .iter()
-            .filter(|p| {
-                p.code.is_none()
-                    && !p.message.contains("certificate")
-                    && !p.message.contains("NoCertificado")
-            })
-            .map(ToString::to_string)
-            .collect();
+        structural.extend(
+            report
+                .problems
+                .iter()
+                .filter(|p| {
+                    p.code.is_none()
+                        && !p.message.contains("certificate")
+                        && !p.message.contains("NoCertificado")
+                })
+                .map(ToString::to_string),
+        );
         if !structural.is_empty() || fecha.is_none() {
             return Some(reject("301", "XML mal formado", structural));
         }
