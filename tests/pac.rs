@@ -1,5 +1,6 @@
-//! PAC clients against the sandbox PAC over real HTTP (SW adapter), Finkok against SOAP
-//! fixtures, the sandbox's checks, faults, persistence and the failover rule.
+//! PAC clients against the sandbox PAC over real HTTP (the SW adapter against its REST shape, the
+//! Finkok adapter against its SOAP shape and against SOAP fixtures), the sandbox's checks (XSD
+//! facets and catalogs included), faults, persistence and the failover rule.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -1633,4 +1634,67 @@ fn the_xsd_refuses_what_the_sandbox_refuses() {
             );
         }
     }
+}
+
+// ---- SW recover by key: no lookup by customid, so the same bytes and key go again ----
+
+#[tokio::test]
+async fn sw_recover_by_key_resends_the_same_bytes_and_key() {
+    let sim = Sim::start("").await;
+    let client = sim.client();
+
+    // Stamped before: the resend answers 307 with the original, and nothing new is stamped.
+    let (xml, k) = (sealed(), key());
+    let first = expect_stamped(client.stamp(&xml, &k).await);
+    match client.stamp(&xml, &k).await {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(same_content);
+            assert_eq!(stamp, first);
+        }
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    assert_eq!(
+        client.recover_by_key(&xml, &k).await,
+        Recovery::Found(first.clone())
+    );
+    assert_eq!(sim.stamps().await.len(), 1);
+
+    // The key reused for other content (CFDI3307): found, but a stamp of other bytes.
+    let other = sealed();
+    match client.recover_by_key(&other, &k).await {
+        Recovery::Found(s) => {
+            assert_eq!(s.uuid, first.uuid);
+            assert!(!s.belongs_to(&other));
+        }
+        r => panic!("expected Found, got {r:?}"),
+    }
+    assert_eq!(sim.stamps().await.len(), 1);
+
+    // Never stamped, and the PAC refuses these very bytes (Fecha past the 72-hour window): it
+    // holds no stamp of them.
+    let (late, late_key) = (sealed(), key());
+    sim.post(&format!("/_sim/clock/advance?seconds={}", 73 * 3600))
+        .await;
+    assert_eq!(
+        client.recover_by_key(&late, &late_key).await,
+        Recovery::NotFound
+    );
+    assert_eq!(sim.stamps().await.len(), 1);
+
+    // Never stamped but valid: the resend stamps them now; one CFDI, under this key.
+    let fresh = seal(&InvoiceRequest {
+        fecha: now_in_mexico() + ChronoDuration::hours(73) - ChronoDuration::minutes(1),
+        ..request()
+    });
+    let fresh_key = key();
+    match client.recover_by_key(&fresh, &fresh_key).await {
+        Recovery::Found(s) => assert!(s.belongs_to(&fresh)),
+        r => panic!("expected Found, got {r:?}"),
+    }
+    let stamps = sim.stamps().await;
+    assert_eq!(stamps.len(), 2);
+    assert_eq!(stamps[1]["customid"], fresh_key.as_str());
 }

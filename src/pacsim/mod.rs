@@ -1,10 +1,11 @@
-//! The sandbox PAC: checks what a real PAC checks, stamps with its own certificate, deduplicates
-//! like SW, models SAT cancellation and status, injects faults, and remembers everything across
-//! `kill -9`.
+//! The sandbox PAC: checks what a real PAC checks (the XSD's facets and catalogs in
+//! [`schema`]), stamps with its own certificate, deduplicates like SW and like Finkok, models SAT
+//! cancellation and status, injects faults, and remembers everything across `kill -9`.
 //!
-//! It speaks SW's REST shape ([`server`]), so the one SW adapter ([`crate::pac::sw`]) talks to
-//! it in-process (the embedded default, [`Sandbox::start_in_process`]), from tests, and as
-//! `autofactura pac-sim --listen ADDR`. `GET /_sim/stamps` lists every stamp ever issued: the
+//! It speaks SW's REST shape ([`server`]), so the SW adapter ([`crate::pac::sw`]) talks to it
+//! in-process (the embedded default, [`Sandbox::start_in_process`]), from tests, and as
+//! `autofactura pac-sim --listen ADDR`; and Finkok's SOAP shape ([`finkok`]) over the same
+//! state, for the Finkok adapter. `GET /_sim/stamps` lists every stamp ever issued: the
 //! ground truth for "one payment, one UUID".
 //!
 //! Rejection codes (SAT's timbrado validations as PACs report them): `301` XML mal formado
