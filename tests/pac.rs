@@ -1698,3 +1698,40 @@ async fn sw_recover_by_key_resends_the_same_bytes_and_key() {
     assert_eq!(stamps.len(), 2);
     assert_eq!(stamps[1]["customid"], fresh_key.as_str());
 }
+
+/// `quick_stamp` answers a repeat with `307` and never the previous stamp (raw SOAP: the adapter
+/// uses `stamp`).
+#[tokio::test]
+async fn finkok_sandbox_quick_stamp_never_returns_the_previous_stamp() {
+    use base64::Engine;
+    let sim = Sim::start("").await;
+    let xml = sealed();
+    let first = expect_stamped(finkok_at(&sim, 1, 5).stamp(&xml, &key()).await);
+    let envelope = format!(
+        concat!(
+            r#"<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:f="http://facturacion.finkok.com/stamp">"#,
+            r#"<soapenv:Body><f:quick_stamp><f:xml>{}</f:xml><f:username>sandbox</f:username><f:password>sandbox</f:password></f:quick_stamp></soapenv:Body></soapenv:Envelope>"#
+        ),
+        base64::engine::general_purpose::STANDARD.encode(&xml)
+    );
+    let body = reqwest::Client::new()
+        .post(format!("{}/servicios/soap/stamp", sim.url()))
+        .header("Content-Type", "text/xml; charset=utf-8")
+        .body(envelope)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let root = Element::parse(body.as_bytes()).unwrap();
+    let result = root.path("http://schemas.xmlsoap.org/soap/envelope/", &["Body"]);
+    let text = result[0].text_content();
+    assert!(body.contains("quick_stampResult"), "{body}");
+    assert!(
+        body.contains("<s0:CodigoError>307</s0:CodigoError>"),
+        "{body}"
+    );
+    assert!(!text.contains(&first.uuid), "{body}");
+    assert_eq!(sim.stamps().await.len(), 1);
+}

@@ -171,6 +171,11 @@ const IMPUESTOS_TRASLADO: &[(&str, Ty, bool)] = &[
     ("Importe", Importe, false),
 ];
 
+/// The `cfdi:` descendants of `e` along `names`.
+fn ch<'a>(e: &'a Element, names: &[&'static str]) -> Vec<&'a Element> {
+    e.path(NS_CFDI, names)
+}
+
 /// Every way the comprobante's attributes break the XSD (empty when none).
 pub fn check(root: &Element) -> Vec<String> {
     let mut out = Vec::new();
@@ -182,55 +187,52 @@ pub fn check(root: &Element) -> Vec<String> {
         attrs(e, label, spec, &mut out);
     };
     at(root, "Comprobante", COMPROBANTE);
-    let ch = |e: &'_ Element, names: &[&'static str]| -> Vec<Element> {
-        e.path(NS_CFDI, names).into_iter().cloned().collect()
-    };
     for e in ch(root, &["InformacionGlobal"]) {
-        at(&e, "InformacionGlobal", INFORMACION_GLOBAL);
+        at(e, "InformacionGlobal", INFORMACION_GLOBAL);
     }
     for rel in ch(root, &["CfdiRelacionados"]) {
-        at(&rel, "CfdiRelacionados", CFDI_RELACIONADOS);
-        for e in ch(&rel, &["CfdiRelacionado"]) {
-            at(&e, "CfdiRelacionado", CFDI_RELACIONADO);
+        at(rel, "CfdiRelacionados", CFDI_RELACIONADOS);
+        for e in ch(rel, &["CfdiRelacionado"]) {
+            at(e, "CfdiRelacionado", CFDI_RELACIONADO);
         }
     }
     for e in ch(root, &["Emisor"]) {
-        at(&e, "Emisor", EMISOR);
+        at(e, "Emisor", EMISOR);
     }
     for e in ch(root, &["Receptor"]) {
-        at(&e, "Receptor", RECEPTOR);
+        at(e, "Receptor", RECEPTOR);
     }
-    for (i, c) in ch(root, &["Conceptos", "Concepto"]).iter().enumerate() {
+    for (i, c) in ch(root, &["Conceptos", "Concepto"]).into_iter().enumerate() {
         let n = i + 1;
         at(c, &format!("Concepto[{n}]"), CONCEPTO);
         for e in ch(c, &["Impuestos", "Traslados", "Traslado"]) {
-            at(&e, &format!("Concepto[{n}]/Traslado"), CONCEPTO_TRASLADO);
+            at(e, &format!("Concepto[{n}]/Traslado"), CONCEPTO_TRASLADO);
         }
         for e in ch(c, &["Impuestos", "Retenciones", "Retencion"]) {
-            at(&e, &format!("Concepto[{n}]/Retencion"), CONCEPTO_RETENCION);
+            at(e, &format!("Concepto[{n}]/Retencion"), CONCEPTO_RETENCION);
         }
         for e in ch(c, &["ACuentaTerceros"]) {
             at(
-                &e,
+                e,
                 &format!("Concepto[{n}]/ACuentaTerceros"),
                 A_CUENTA_TERCEROS,
             );
         }
         for e in ch(c, &["InformacionAduanera"]) {
             at(
-                &e,
+                e,
                 &format!("Concepto[{n}]/InformacionAduanera"),
                 INFORMACION_ADUANERA,
             );
         }
         for e in ch(c, &["CuentaPredial"]) {
-            at(&e, &format!("Concepto[{n}]/CuentaPredial"), CUENTA_PREDIAL);
+            at(e, &format!("Concepto[{n}]/CuentaPredial"), CUENTA_PREDIAL);
         }
         for p in ch(c, &["Parte"]) {
-            at(&p, &format!("Concepto[{n}]/Parte"), PARTE);
-            for e in ch(&p, &["InformacionAduanera"]) {
+            at(p, &format!("Concepto[{n}]/Parte"), PARTE);
+            for e in ch(p, &["InformacionAduanera"]) {
                 at(
-                    &e,
+                    e,
                     &format!("Concepto[{n}]/Parte/InformacionAduanera"),
                     INFORMACION_ADUANERA,
                 );
@@ -238,12 +240,12 @@ pub fn check(root: &Element) -> Vec<String> {
         }
     }
     for imp in ch(root, &["Impuestos"]) {
-        at(&imp, "Impuestos", IMPUESTOS);
-        for e in ch(&imp, &["Retenciones", "Retencion"]) {
-            at(&e, "Impuestos/Retencion", IMPUESTOS_RETENCION);
+        at(imp, "Impuestos", IMPUESTOS);
+        for e in ch(imp, &["Retenciones", "Retencion"]) {
+            at(e, "Impuestos/Retencion", IMPUESTOS_RETENCION);
         }
-        for e in ch(&imp, &["Traslados", "Traslado"]) {
-            at(&e, "Impuestos/Traslado", IMPUESTOS_TRASLADO);
+        for e in ch(imp, &["Traslados", "Traslado"]) {
+            at(e, "Impuestos/Traslado", IMPUESTOS_TRASLADO);
         }
     }
     // The 4.0 catalogs, narrower than catCFDI.xsd for régimen and uso.
