@@ -73,7 +73,7 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
     },
-    /// Run the sandbox PAC (SW's REST shape) as a server.
+    /// Run the sandbox PAC as a server (SW's REST shape and Finkok's SOAP shape).
     PacSim {
         /// Address to listen on, e.g. 127.0.0.1:8089 (port 0 picks one).
         #[arg(long)]

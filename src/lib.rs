@@ -7,8 +7,9 @@
 //! - [`domain`]: identifiers shared across modules (the stamp key).
 //! - [`pac`]: PAC clients (SW, Finkok, failover) turning every answer into one unambiguous
 //!   outcome; the SAT status query.
-//! - [`pacsim`]: the sandbox PAC (SW wire shape, SAT checks, dedup, cancellation, faults,
-//!   persistent state); in-process for the embedded default or `autofactura pac-sim`.
+//! - [`pacsim`]: the sandbox PAC (SW's and Finkok's wire shapes, XSD and SAT checks, dedup,
+//!   cancellation, faults, persistent state); in-process for the embedded default or
+//!   `autofactura pac-sim`.
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
 //! - [`config`]: settings (defaults → TOML file → `AUTOFACTURA__…` env), validation, redaction.
 //! - [`store`]: the database (SQLite or PostgreSQL); every SQL statement and migration.

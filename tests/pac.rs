@@ -1,5 +1,6 @@
-//! PAC clients against the sandbox PAC over real HTTP (SW adapter), Finkok against SOAP
-//! fixtures, the sandbox's checks, faults, persistence and the failover rule.
+//! PAC clients against the sandbox PAC over real HTTP (the SW adapter against its REST shape, the
+//! Finkok adapter against its SOAP shape and against SOAP fixtures), the sandbox's checks (XSD
+//! facets and catalogs included), faults, persistence and the failover rule.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -1165,4 +1166,593 @@ async fn finkok_cancel_and_status_from_its_soap_answers() {
     assert!(
         matches!(c.sat_status(&q).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 601"))
     );
+}
+
+// ---- Finkok, against the sandbox's Finkok SOAP shape over real HTTP ----
+
+/// The Finkok adapter pointed at the sandbox (its credentials, its CSD for `cancel`).
+fn finkok_at(sim: &Sim, stamped_wait: u64, timeout: u64) -> PacClient {
+    let cfg = PacConfig {
+        kind: PacKind::Finkok,
+        url: Some(sim.url().to_owned()),
+        user: Some("sandbox".into()),
+        password: Some("sandbox".into()),
+        stamped_wait,
+        request_timeout: timeout,
+        connect_timeout: 2,
+        ..PacConfig::default()
+    };
+    let c = autofactura::pac::finkok::FinkokClient::new(&cfg)
+        .unwrap()
+        .with_cancel_csd(autofactura::pac::finkok::CancelCsd {
+            cer_pem_b64: "Y2Vy".into(),
+            key_pem_b64: "a2V5".into(),
+        });
+    PacClient::Finkok(c)
+}
+
+#[tokio::test]
+async fn finkok_sandbox_stamps_and_answers_a_repeat_with_307_and_the_original() {
+    let sim = Sim::start("").await;
+    let finkok = finkok_at(&sim, 5, 5);
+    let xml = sealed();
+    let first = expect_stamped(finkok.stamp(&xml, &key()).await);
+    assert!(first.belongs_to(&xml));
+    let certs = autofactura::cli::known_tfd_certificates();
+    let report = cfdi::verify::verify(
+        &first.xml,
+        &cfdi::verify::VerifyOptions { tfd_certs: &certs },
+    );
+    assert!(report.is_valid(), "{:?}", report.problems);
+
+    // 307 with the previous xml: recovered without a lookup.
+    match finkok.stamp(&xml, &key()).await {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(same_content);
+            assert_eq!(stamp, first);
+        }
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    // One journal for both shapes: the SW shape sees the Finkok stamp as its 307.
+    match sim.client().stamp(&xml, &key()).await {
+        StampOutcome::AlreadyStamped { stamp, .. } => assert_eq!(stamp.uuid, first.uuid),
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    let stamps = sim.stamps().await;
+    assert_eq!(stamps.len(), 1);
+    assert_eq!(stamps[0]["uuid"], first.uuid.as_str());
+    assert!(stamps[0]["customid"].is_null(), "Finkok sends no key");
+
+    // Wrong credentials stamp nothing.
+    let cfg = PacConfig {
+        kind: PacKind::Finkok,
+        url: Some(sim.url().to_owned()),
+        user: Some("sandbox".into()),
+        password: Some("wrong".into()),
+        request_timeout: 5,
+        ..PacConfig::default()
+    };
+    let bad = PacClient::from_config(&cfg).unwrap();
+    assert!(bad.stamp(&sealed(), &key()).await.stamp().is_none());
+    assert_eq!(sim.stamps().await.len(), 1);
+}
+
+#[tokio::test]
+async fn finkok_sandbox_307_with_an_empty_body_is_recovered_through_the_stamped_lag() {
+    let sim = Sim::start("empty_307=1,stamped_lag=3s").await;
+    let xml = sealed();
+    let first = expect_stamped(finkok_at(&sim, 10, 5).stamp(&xml, &key()).await);
+
+    // Right after the stamp `stamped` still answers 603: a client that gives up at once knows
+    // the document is stamped but not its XML, so the outcome stays open.
+    match finkok_at(&sim, 0, 5).stamp(&xml, &key()).await {
+        StampOutcome::Unknown { reason } => assert!(reason.contains("603"), "{reason}"),
+        other => panic!("expected Unknown while `stamped` lags, got {other:?}"),
+    }
+    // Polling `stamped` with backoff through the lag finds the original.
+    match finkok_at(&sim, 10, 5).stamp(&xml, &key()).await {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(same_content);
+            assert_eq!(stamp, first);
+        }
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    assert_eq!(sim.stamps().await.len(), 1);
+}
+
+#[tokio::test]
+async fn finkok_sandbox_rejections_carry_the_codes_as_incidencias() {
+    let sim = Sim::start("").await;
+    let finkok = finkok_at(&sim, 1, 5);
+    let xml = sealed();
+    let text = String::from_utf8(xml.clone()).unwrap();
+    let total = Element::parse(&xml)
+        .unwrap()
+        .attr("Total")
+        .unwrap()
+        .to_owned();
+    let tampered = text.replacen(&format!("Total=\"{total}\""), "Total=\"1.00\"", 1);
+    let code = |o: StampOutcome| match o {
+        StampOutcome::Rejected { code, message } => {
+            assert!(!message.is_empty());
+            code
+        }
+        other => panic!("expected Rejected, got {other:?}"),
+    };
+    assert_eq!(
+        code(finkok.stamp(tampered.as_bytes(), &key()).await),
+        "CFDI40102"
+    );
+    assert_eq!(
+        code(
+            finkok
+                .stamp(&edit_and_reseal(&xml, "Total", "579.84"), &key())
+                .await
+        ),
+        "CFDI40119"
+    );
+    let old = seal(&InvoiceRequest {
+        fecha: now_in_mexico() - ChronoDuration::hours(73),
+        ..request()
+    });
+    assert_eq!(code(finkok.stamp(&old, &key()).await), "401");
+    assert_eq!(code(finkok.stamp(b"<not-xml", &key()).await), "301");
+    // A rejected document was never stamped: the lookup by content says so.
+    assert_eq!(
+        finkok.recover_by_key(&old, &key()).await,
+        Recovery::NotFound
+    );
+    assert!(sim.stamps().await.is_empty());
+}
+
+#[tokio::test]
+async fn finkok_sandbox_lost_response_is_unknown_then_recovered_by_content() {
+    for spec in [
+        "lose_response=1",
+        "malformed=1",
+        "lose_response=1:mode=hang:hang=5s",
+    ] {
+        let sim = Sim::start(&format!("{spec},stamped_lag=2s")).await;
+        let finkok = finkok_at(&sim, 10, 2);
+        let xml = sealed();
+        assert!(
+            matches!(
+                finkok.stamp(&xml, &key()).await,
+                StampOutcome::Unknown { .. }
+            ),
+            "{spec}"
+        );
+        let committed = sim.stamps().await;
+        assert_eq!(committed.len(), 1, "{spec}: the stamp was committed");
+        sim.set_faults("stamped_lag=2s").await;
+        match finkok.recover_by_key(&xml, &key()).await {
+            Recovery::Found(s) => assert_eq!(s.uuid, committed[0]["uuid"].as_str().unwrap()),
+            other => panic!("{spec}: expected Found, got {other:?}"),
+        }
+        // And by UUID (`get_xml`), for the emisor only.
+        let uuid = committed[0]["uuid"].as_str().unwrap();
+        assert!(matches!(
+            finkok.recover_by_uuid(uuid, "EKU9003173C9").await,
+            Recovery::Found(s) if s.uuid == uuid
+        ));
+        assert_eq!(
+            finkok.recover_by_uuid(uuid, "XIQB891116QE4").await,
+            Recovery::NotFound
+        );
+        assert_eq!(
+            sim.stamps().await.len(),
+            1,
+            "{spec}: recovering stamps nothing"
+        );
+    }
+}
+
+#[tokio::test]
+async fn finkok_sandbox_refusals_before_processing_are_retryable() {
+    let sim = Sim::start("status503=1").await;
+    let finkok = finkok_at(&sim, 1, 5);
+    assert!(matches!(
+        finkok.stamp(&sealed(), &key()).await,
+        StampOutcome::Retryable { .. }
+    ));
+    sim.set_faults("status500=1").await;
+    assert!(matches!(
+        finkok.stamp(&sealed(), &key()).await,
+        StampOutcome::Unknown { .. }
+    ));
+    assert!(sim.stamps().await.is_empty());
+}
+
+#[tokio::test]
+async fn finkok_sandbox_cancels_and_answers_the_sat_status() {
+    let sim = Sim::start("").await;
+    let finkok = finkok_at(&sim, 1, 5);
+    let stamp = expect_stamped(finkok.stamp(&sealed(), &key()).await);
+    let q = StatusQuery::from_stamped_xml(&stamp.xml).unwrap();
+    match finkok.sat_status(&q).await {
+        StatusOutcome::Found(s) => assert_eq!(
+            (s.estado.as_str(), s.es_cancelable.as_str()),
+            ("Vigente", "Cancelable sin aceptación")
+        ),
+        other => panic!("expected Found, got {other:?}"),
+    }
+    let mut wrong_total = q.clone();
+    wrong_total.total = "1.00".into();
+    assert!(
+        matches!(finkok.sat_status(&wrong_total).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 601"))
+    );
+
+    let req = cancel_req(&stamp.uuid, Motivo::SinRelacion);
+    match finkok.cancel(&req).await {
+        CancelOutcome::Requested {
+            code,
+            acuse,
+            estatus_cancelacion,
+        } => {
+            assert_eq!(code, "201");
+            assert!(acuse.contains("<EstatusUUID>201</EstatusUUID>"), "{acuse}");
+            assert_eq!(
+                estatus_cancelacion.as_deref(),
+                Some("Cancelado sin aceptación")
+            );
+        }
+        other => panic!("expected Requested, got {other:?}"),
+    }
+    assert!(
+        matches!(finkok.cancel(&req).await, CancelOutcome::Requested { code, .. } if code == "202")
+    );
+    match finkok.sat_status(&q).await {
+        StatusOutcome::Found(s) => assert_eq!(s.estado, "Cancelado"),
+        other => panic!("expected Found, got {other:?}"),
+    }
+    let unknown = cancel_req("00000000-0000-4000-8000-000000000000", Motivo::SinRelacion);
+    assert!(
+        matches!(finkok.cancel(&unknown).await, CancelOutcome::Rejected { code, .. } if code == "205")
+    );
+    let no_folio = cancel_req(&stamp.uuid, Motivo::ConRelacion);
+    assert!(
+        matches!(finkok.cancel(&no_folio).await, CancelOutcome::Rejected { code, .. } if code == "301")
+    );
+    sim.set_faults("status_unavailable=1").await;
+    assert!(matches!(
+        finkok.sat_status(&q).await,
+        StatusOutcome::Unavailable { .. }
+    ));
+}
+
+// ---- The sandbox's schema-level checks (XSD facets and catalogs) ----
+
+/// Replaces the first `from` with `to` anywhere in the document and re-seals, so only the edit
+/// is wrong.
+fn replace_and_reseal(xml: &[u8], from: &str, to: &str) -> Vec<u8> {
+    let text = String::from_utf8(xml.to_vec()).unwrap();
+    assert!(text.contains(from), "`{from}` is not in the document");
+    let text = text.replacen(from, to, 1);
+    let root = Element::parse(text.as_bytes()).unwrap();
+    let sello = sandbox_csd()
+        .unwrap()
+        .sign(&cadena_comprobante(&root).unwrap())
+        .unwrap();
+    text.replacen(
+        &format!(" Sello=\"{}\"", root.attr("Sello").unwrap()),
+        &format!(" Sello=\"{sello}\""),
+        1,
+    )
+    .into_bytes()
+}
+
+/// Stamps over SW's wire shape by hand, to read `messageDetail` (the adapter keeps the message).
+async fn raw_sw_stamp(sim: &Sim, xml: &[u8]) -> Value {
+    let http = reqwest::Client::new();
+    let auth: Value = http
+        .post(format!("{}/security/authenticate", sim.url()))
+        .header("user", "sandbox")
+        .header("password", "sandbox")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = auth["data"]["token"].as_str().unwrap().to_owned();
+    let form = reqwest::multipart::Form::new().part(
+        "xml",
+        reqwest::multipart::Part::bytes(xml.to_vec()).file_name("xml"),
+    );
+    http.post(format!("{}/v4/cfdi33/stamp/v4", sim.url()))
+        .bearer_auth(token)
+        .header("customid", key().as_str())
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Documents that break one XSD facet or catalog each (and nothing else: re-sealed), with the
+/// attribute the sandbox must name.
+fn schema_violations(xml: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let root = Element::parse(xml).unwrap();
+    let fecha = root.attr("Fecha").unwrap().to_owned();
+    let bad_fecha = fecha.replacen('T', " ", 1);
+    let no_cert = root.attr("NoCertificado").unwrap().to_owned();
+    vec![
+        (
+            "Receptor@Rfc",
+            replace_and_reseal(xml, "Rfc=\"XIQB891116QE4\"", "Rfc=\"XIQB891316QE4\""),
+        ),
+        (
+            "Comprobante@FormaPago",
+            replace_and_reseal(xml, "FormaPago=\"04\"", "FormaPago=\"77\""),
+        ),
+        (
+            "Receptor@UsoCFDI",
+            replace_and_reseal(xml, "UsoCFDI=\"G03\"", "UsoCFDI=\"Z99\""),
+        ),
+        (
+            "Comprobante@Fecha",
+            replace_and_reseal(
+                xml,
+                &format!("Fecha=\"{fecha}\""),
+                &format!("Fecha=\"{bad_fecha}\""),
+            ),
+        ),
+        (
+            "Comprobante@NoCertificado",
+            replace_and_reseal(
+                xml,
+                &format!("NoCertificado=\"{no_cert}\""),
+                &format!("NoCertificado=\"{}\"", &no_cert[1..]),
+            ),
+        ),
+        (
+            "Comprobante@SubTotal",
+            replace_and_reseal(xml, "SubTotal=\"499.00\"", "SubTotal=\"499.0000000\""),
+        ),
+        (
+            "Concepto[1]@ClaveUnidad",
+            replace_and_reseal(xml, "ClaveUnidad=\"E48\"", "ClaveUnidad=\"ZZ9\""),
+        ),
+        (
+            "Concepto[1]@ClaveProdServ",
+            replace_and_reseal(
+                xml,
+                "ClaveProdServ=\"43231500\"",
+                "ClaveProdServ=\"99999999\"",
+            ),
+        ),
+        (
+            "Comprobante@MetodoPago",
+            replace_and_reseal(xml, "MetodoPago=\"PUE\"", "MetodoPago=\"PUD\""),
+        ),
+        (
+            "Emisor@RegimenFiscal",
+            replace_and_reseal(xml, "RegimenFiscal=\"601\"", "RegimenFiscal=\"6O1\""),
+        ),
+        (
+            "Concepto[1]@ObjetoImp",
+            replace_and_reseal(xml, "ObjetoImp=\"02\"", "ObjetoImp=\"09\""),
+        ),
+        (
+            "Impuestos/Traslado@TipoFactor",
+            replace_and_reseal(
+                xml,
+                "<cfdi:Traslados>\n      <cfdi:Traslado Base=\"499.00\" Impuesto=\"002\" TipoFactor=\"Tasa\"",
+                "<cfdi:Traslados>\n      <cfdi:Traslado Base=\"499.00\" Impuesto=\"002\" TipoFactor=\"tasa\"",
+            ),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn documents_the_xsd_refuses_are_rejected_with_301_naming_the_attribute() {
+    let sim = Sim::start("").await;
+    let xml = sealed();
+    for (attr, doc) in schema_violations(&xml) {
+        let answer = raw_sw_stamp(&sim, &doc).await;
+        assert_eq!(answer["status"], "error", "{attr}: {answer}");
+        assert_eq!(
+            answer["message"], "301 - XML mal formado",
+            "{attr}: {answer}"
+        );
+        let detail = answer["messageDetail"].as_str().unwrap();
+        assert!(detail.contains(attr), "{attr}: {detail}");
+        // The adapters read the same code, in both wire shapes.
+        assert!(
+            matches!(sim.client().stamp(&doc, &key()).await, StampOutcome::Rejected { code, .. } if code == "301"),
+            "{attr}"
+        );
+        assert!(
+            matches!(finkok_at(&sim, 0, 5).stamp(&doc, &key()).await, StampOutcome::Rejected { code, .. } if code == "301"),
+            "{attr}"
+        );
+    }
+    // A régimen the XSD still lists but the CFDI 4.0 catalog retired.
+    let retired = replace_and_reseal(&xml, "RegimenFiscal=\"601\"", "RegimenFiscal=\"609\"");
+    let answer = raw_sw_stamp(&sim, &retired).await;
+    assert_eq!(answer["message"], "301 - XML mal formado", "{answer}");
+    assert!(sim.stamps().await.is_empty());
+    // The untouched document passes.
+    expect_stamped(sim.client().stamp(&xml, &key()).await);
+}
+
+#[tokio::test]
+async fn every_sample_the_engine_produces_passes_the_sandbox_checks() {
+    let sim = Sim::start("").await;
+    for (name, json) in SAMPLE_REQUESTS {
+        let mut req: InvoiceRequest = serde_json::from_str(json).unwrap();
+        req.folio = Some(format!("S{}-{name}", std::process::id()));
+        req.fecha = now_in_mexico() - ChronoDuration::minutes(1);
+        let xml = seal(&req);
+        match sim.client().stamp(&xml, &key()).await {
+            StampOutcome::Stamped(s) => assert!(s.belongs_to(&xml), "{name}"),
+            other => panic!("sample {name}: expected Stamped, got {other:?}"),
+        }
+    }
+    assert_eq!(sim.stamps().await.len(), SAMPLE_REQUESTS.len());
+}
+
+/// The XSD itself (xmllint, installed by scripts/test) refuses every document of
+/// `schema_violations` and accepts the untouched one and the edge cases the checker accepts: on
+/// these, the checker and the XSD agree both ways.
+#[test]
+fn the_xsd_refuses_what_the_sandbox_refuses() {
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/sat/schemas/www.sat.gob.mx/sitio_internet/cfd/4/cfdv40.xsd");
+    let dir = tempfile::tempdir().unwrap();
+    let xml = sealed();
+    let good = dir.path().join("good.xml");
+    std::fs::write(&good, &xml).unwrap();
+    let mut files = vec![("good", good)];
+    // Unusual but valid: trailing zeros beyond 6 decimals in an xs:decimal (the facet counts the
+    // value's digits), spaces the XSD collapses. The sandbox's checker accepts them too.
+    let edges = [
+        replace_and_reseal(&xml, "Cantidad=\"1\"", "Cantidad=\"1.0000000\""),
+        replace_and_reseal(&xml, "Rfc=\"XIQB891116QE4\"", "Rfc=\" XIQB891116QE4 \""),
+        replace_and_reseal(&xml, "TasaOCuota=\"0.160000\"", "TasaOCuota=\"0.16000000\""),
+    ];
+    for (i, doc) in edges.into_iter().enumerate() {
+        let root = Element::parse(&doc).unwrap();
+        let problems = autofactura::pacsim::schema::check(&root);
+        assert!(problems.is_empty(), "edge {i}: {problems:?}");
+        let path = dir.path().join(format!("edge-{i}.xml"));
+        std::fs::write(&path, doc).unwrap();
+        files.push(("good", path));
+    }
+    for (i, (attr, doc)) in schema_violations(&xml).into_iter().enumerate() {
+        let root = Element::parse(&doc).unwrap();
+        assert!(
+            !autofactura::pacsim::schema::check(&root).is_empty(),
+            "{attr}"
+        );
+        let path = dir.path().join(format!("bad-{i}.xml"));
+        std::fs::write(&path, doc).unwrap();
+        files.push((attr, path));
+    }
+    let out = std::process::Command::new("xmllint")
+        .args(["--nonet", "--noout", "--schema"])
+        .arg(&schema)
+        .args(files.iter().map(|(_, p)| p))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run xmllint: {e} (scripts/test installs it)"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (attr, path) in &files {
+        let p = path.display();
+        if *attr == "good" {
+            assert!(stderr.contains(&format!("{p} validates")), "{stderr}");
+        } else {
+            assert!(
+                stderr.contains(&format!("{p} fails to validate")),
+                "{attr}: {stderr}"
+            );
+        }
+    }
+}
+
+// ---- SW recover by key: no lookup by customid, so the same bytes and key go again ----
+
+#[tokio::test]
+async fn sw_recover_by_key_resends_the_same_bytes_and_key() {
+    let sim = Sim::start("").await;
+    let client = sim.client();
+
+    // Stamped before: the resend answers 307 with the original, and nothing new is stamped.
+    let (xml, k) = (sealed(), key());
+    let first = expect_stamped(client.stamp(&xml, &k).await);
+    match client.stamp(&xml, &k).await {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(same_content);
+            assert_eq!(stamp, first);
+        }
+        other => panic!("expected AlreadyStamped, got {other:?}"),
+    }
+    assert_eq!(
+        client.recover_by_key(&xml, &k).await,
+        Recovery::Found(first.clone())
+    );
+    assert_eq!(sim.stamps().await.len(), 1);
+
+    // The key reused for other content (CFDI3307): found, but a stamp of other bytes.
+    let other = sealed();
+    match client.recover_by_key(&other, &k).await {
+        Recovery::Found(s) => {
+            assert_eq!(s.uuid, first.uuid);
+            assert!(!s.belongs_to(&other));
+        }
+        r => panic!("expected Found, got {r:?}"),
+    }
+    assert_eq!(sim.stamps().await.len(), 1);
+
+    // Never stamped, and the PAC refuses these very bytes (Fecha past the 72-hour window): it
+    // holds no stamp of them.
+    let (late, late_key) = (sealed(), key());
+    sim.post(&format!("/_sim/clock/advance?seconds={}", 73 * 3600))
+        .await;
+    assert_eq!(
+        client.recover_by_key(&late, &late_key).await,
+        Recovery::NotFound
+    );
+    assert_eq!(sim.stamps().await.len(), 1);
+
+    // Never stamped but valid: the resend stamps them now; one CFDI, under this key.
+    let fresh = seal(&InvoiceRequest {
+        fecha: now_in_mexico() + ChronoDuration::hours(73) - ChronoDuration::minutes(1),
+        ..request()
+    });
+    let fresh_key = key();
+    match client.recover_by_key(&fresh, &fresh_key).await {
+        Recovery::Found(s) => assert!(s.belongs_to(&fresh)),
+        r => panic!("expected Found, got {r:?}"),
+    }
+    let stamps = sim.stamps().await;
+    assert_eq!(stamps.len(), 2);
+    assert_eq!(stamps[1]["customid"], fresh_key.as_str());
+}
+
+/// `quick_stamp` answers a repeat with `307` and never the previous stamp (raw SOAP: the adapter
+/// uses `stamp`).
+#[tokio::test]
+async fn finkok_sandbox_quick_stamp_never_returns_the_previous_stamp() {
+    use base64::Engine;
+    let sim = Sim::start("").await;
+    let xml = sealed();
+    let first = expect_stamped(finkok_at(&sim, 1, 5).stamp(&xml, &key()).await);
+    let envelope = format!(
+        concat!(
+            r#"<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:f="http://facturacion.finkok.com/stamp">"#,
+            r#"<soapenv:Body><f:quick_stamp><f:xml>{}</f:xml><f:username>sandbox</f:username><f:password>sandbox</f:password></f:quick_stamp></soapenv:Body></soapenv:Envelope>"#
+        ),
+        base64::engine::general_purpose::STANDARD.encode(&xml)
+    );
+    let body = reqwest::Client::new()
+        .post(format!("{}/servicios/soap/stamp", sim.url()))
+        .header("Content-Type", "text/xml; charset=utf-8")
+        .body(envelope)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let root = Element::parse(body.as_bytes()).unwrap();
+    let result = root.path("http://schemas.xmlsoap.org/soap/envelope/", &["Body"]);
+    let text = result[0].text_content();
+    assert!(body.contains("quick_stampResult"), "{body}");
+    assert!(
+        body.contains("<s0:CodigoError>307</s0:CodigoError>"),
+        "{body}"
+    );
+    assert!(!text.contains(&first.uuid), "{body}");
+    assert_eq!(sim.stamps().await.len(), 1);
 }

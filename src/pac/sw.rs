@@ -301,8 +301,10 @@ impl SwClient {
         }
     }
 
-    /// SW offers no lookup by `customid`; the documented way back is to resend the same bytes
-    /// with the same `customid`, answered with `307` and the original.
+    /// SW offers no lookup by `customid` (docs/pac-apis.md §2.6: only by UUID); the documented
+    /// way back is to resend the same bytes with the same `customid`, answered with `307` and
+    /// the original. Bytes SW never stamped get stamped now (one CFDI either way); after a
+    /// `CFDI3307` the stamp found is of other content (`Stamp::belongs_to` tells).
     pub async fn recover_by_key(&self, xml: &[u8], key: &StampKey) -> Recovery {
         match self.stamp(xml, key).await {
             StampOutcome::Stamped(s) => Recovery::Found(s),

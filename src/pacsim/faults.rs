@@ -5,7 +5,8 @@
 //! ```text
 //! seed=7,latency=20ms..200ms,status500=0.1,status503=0.05,status429=0.05:retry_after=2,
 //! reset=0.02,lose_response=0.2:mode=drop,outage=10s..20s,recover_unavailable=0.5,
-//! status_unavailable=1,slow_cancel=3s,ingest=16m,token_ttl=30s,customid_window=72h
+//! status_unavailable=1,slow_cancel=3s,ingest=16m,token_ttl=30s,customid_window=72h,
+//! empty_307=0.5,stamped_lag=4s..8s
 //! ```
 //!
 //! | item | effect |
@@ -25,6 +26,8 @@
 //! | `token_ttl=D` | lifetime of auth tokens (default 2h) |
 //! | `customid_window=D` | how long a `customid` is remembered (default 72h) |
 //! | `unregistered_rfc=RFC` | that receptor RFC is not in SAT's registry: stamps for it are rejected with `CFDI40143` (repeatable) |
+//! | `empty_307=P` | Finkok: a repeated `stamp` answers `307` with empty `xml` and `UUID` |
+//! | `stamped_lag=D` or `D1..D2` | Finkok: a stamp is invisible to `stamped` (`603`) for D after it was issued (each stamp draws its own lag from the range, stably) |
 //!
 //! Durations: `250ms`, `2s`, `5m`, `2h`, `3d`, or plain seconds. Probabilities: 0 to 1.
 
@@ -63,6 +66,8 @@ pub struct FaultSpec {
     pub customid_window: Duration,
     /// Receptor RFCs treated as absent from SAT's registry (the data a PAC checks and we cannot).
     pub unregistered_rfcs: Vec<String>,
+    pub empty_307: f64,
+    pub stamped_lag: (Duration, Duration),
     /// The spec as written.
     pub text: String,
 }
@@ -88,6 +93,8 @@ impl Default for FaultSpec {
             token_ttl: Duration::from_secs(2 * 3600),
             customid_window: Duration::from_secs(72 * 3600),
             unregistered_rfcs: Vec::new(),
+            empty_307: 0.0,
+            stamped_lag: (Duration::ZERO, Duration::ZERO),
             text: String::new(),
         }
     }
@@ -214,6 +221,8 @@ impl FaultSpec {
                 "token_ttl" => f.token_ttl = parse_duration(value)?,
                 "customid_window" => f.customid_window = parse_duration(value)?,
                 "unregistered_rfc" => f.unregistered_rfcs.push(value.trim().to_uppercase()),
+                "empty_307" => f.empty_307 = parse_p(name, value)?,
+                "stamped_lag" => f.stamped_lag = parse_range(value)?,
                 _ => return Err(format!("unknown fault `{name}`")),
             }
         }
@@ -322,6 +331,26 @@ impl Faults {
     pub fn status_unavailable(&self) -> bool {
         self.draw(self.spec.status_unavailable)
     }
+
+    /// Finkok: whether this repeated `stamp` answers `307` without the previous stamp.
+    pub fn empty_307(&self) -> bool {
+        self.draw(self.spec.empty_307)
+    }
+
+    /// Finkok: how long the stamp `uuid` stays invisible to `stamped`. Drawn from the
+    /// `stamped_lag` range by the UUID itself, so every lookup of one stamp sees the same lag.
+    pub fn stamped_lag(&self, uuid: &str) -> Duration {
+        let (a, b) = self.spec.stamped_lag;
+        if a == b {
+            return a;
+        }
+        let h = uuid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, c| {
+            (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3)
+        });
+        // FNV-1a of the UUID, as a fraction of the range.
+        let frac = (h % 10_000) as f64 / 10_000.0;
+        a + (b - a).mul_f64(frac)
+    }
 }
 
 #[cfg(test)]
@@ -345,6 +374,14 @@ mod tests {
             vec![(Duration::from_secs(10), Duration::from_secs(20))]
         );
         assert_eq!(f.ingest, Duration::from_secs(960));
+        let lag = Faults::new(FaultSpec::parse("stamped_lag=4s..8s,empty_307=1").unwrap());
+        let d = lag.stamped_lag("6F1C0B6E-0000-4000-8000-000000000001");
+        assert!(
+            d >= Duration::from_secs(4) && d <= Duration::from_secs(8),
+            "{d:?}"
+        );
+        assert_eq!(d, lag.stamped_lag("6F1C0B6E-0000-4000-8000-000000000001"));
+        assert!(lag.empty_307());
         assert!(FaultSpec::parse("status500=2").is_err());
         assert!(FaultSpec::parse("nonsense=1").is_err());
         assert!(FaultSpec::parse("status500=0.1:retry_after=2").is_err());

@@ -1,14 +1,16 @@
-//! The sandbox PAC: checks what a real PAC checks, stamps with its own certificate, deduplicates
-//! like SW, models SAT cancellation and status, injects faults, and remembers everything across
-//! `kill -9`.
+//! The sandbox PAC: checks what a real PAC checks (the XSD's facets and catalogs in
+//! [`schema`]), stamps with its own certificate, deduplicates like SW and like Finkok, models SAT
+//! cancellation and status, injects faults, and remembers everything across `kill -9`.
 //!
-//! It speaks SW's REST shape ([`server`]), so the one SW adapter ([`crate::pac::sw`]) talks to
-//! it in-process (the embedded default, [`Sandbox::start_in_process`]), from tests, and as
-//! `autofactura pac-sim --listen ADDR`. `GET /_sim/stamps` lists every stamp ever issued: the
+//! It speaks SW's REST shape ([`server`]), so the SW adapter ([`crate::pac::sw`]) talks to it
+//! in-process (the embedded default, [`Sandbox::start_in_process`]), from tests, and as
+//! `autofactura pac-sim --listen ADDR`; and Finkok's SOAP shape ([`finkok`]) over the same
+//! state, for the Finkok adapter. `GET /_sim/stamps` lists every stamp ever issued: the
 //! ground truth for "one payment, one UUID".
 //!
 //! Rejection codes (SAT's timbrado validations as PACs report them): `301` XML mal formado
-//! (unparsable, or a required element/attribute missing), `303` Sello no corresponde al emisor
+//! (unparsable, a required element/attribute missing, or an attribute the XSD refuses: pattern,
+//! length, decimals or catalog, see [`schema`]), `303` Sello no corresponde al emisor
 //! (certificate not the emisor's, or NoCertificado not its serial), `305` La fecha de emisión no
 //! está dentro de la vigencia del CSD del emisor, `401` Fecha y hora de generación fuera de
 //! rango (older than 72 h or in the future), `CFDI40102` for a Sello that does not verify, and the
@@ -16,6 +18,8 @@
 
 pub mod clock;
 pub mod faults;
+pub mod finkok;
+pub mod schema;
 pub mod server;
 pub mod state;
 
@@ -190,6 +194,29 @@ impl Sim {
         self.lock().state.stamp(uuid).cloned()
     }
 
+    /// Finkok's `stamped`: the stamp of these bytes (same cadena original), once its
+    /// `stamped_lag` has passed; `None` while it lags or when the content was never stamped.
+    pub fn stamped_by_content(&self, xml: &[u8]) -> Option<StampRecord> {
+        let root = Element::parse(xml).ok()?;
+        let sha = sha256_hex(&cadena_comprobante(&root).ok()?);
+        let now = self.clock.now();
+        let faults = self.faults();
+        let inner = self.lock();
+        let s = inner.state.stamps.get(*inner.state.by_cadena.get(&sha)?)?;
+        let lag = Duration::from_std(faults.stamped_lag(&s.uuid)).unwrap_or_default();
+        (now >= s.stamped_at + lag).then(|| s.clone())
+    }
+
+    /// `EstatusCancelacion` of the cancellation requested for `uuid`, as of now.
+    pub fn cancel_estatus(&self, uuid: &str) -> Option<String> {
+        let now = self.clock.now();
+        self.lock()
+            .state
+            .cancels
+            .get(&uuid.to_uppercase())
+            .map(|c| c.status.at(now).estatus().to_owned())
+    }
+
     /// Checks and stamps `xml` under `customid`, or says why not. The stamp is on disk before
     /// this returns.
     pub fn stamp(&self, xml: &[u8], customid: Option<&str>) -> Result<StampAnswer, std::io::Error> {
@@ -281,28 +308,28 @@ impl Sim {
     /// The validations, in the order a PAC reports them; `None` when the document passes.
     fn check(&self, xml: &[u8], root: &Element, now: DateTime<Utc>) -> Option<StampAnswer> {
         let report = verify(xml, &VerifyOptions::default());
-        // Schema-level structure first: the problems without a SAT code.
+        // Schema level first (XSD facets and catalogs, then the structure problems without a
+        // SAT code), as a PAC validates against the XSD before anything else.
+        let mut structural = schema::check(root);
         let cert = root
             .attr("Certificado")
             .and_then(|c| Certificate::from_base64(c).ok());
         let Some(cert) = cert else {
-            return Some(reject(
-                "301",
-                "XML mal formado",
-                vec!["Certificado is missing or unreadable".into()],
-            ));
+            structural.push("Certificado is missing or unreadable".into());
+            return Some(reject("301", "XML mal formado", structural));
         };
         let fecha = root.attr("Fecha").and_then(parse_fecha);
-        let structural: Vec<String> = report
-            .problems
-            .iter()
-            .filter(|p| {
-                p.code.is_none()
-                    && !p.message.contains("certificate")
-                    && !p.message.contains("NoCertificado")
-            })
-            .map(ToString::to_string)
-            .collect();
+        structural.extend(
+            report
+                .problems
+                .iter()
+                .filter(|p| {
+                    p.code.is_none()
+                        && !p.message.contains("certificate")
+                        && !p.message.contains("NoCertificado")
+                })
+                .map(ToString::to_string),
+        );
         if !structural.is_empty() || fecha.is_none() {
             return Some(reject("301", "XML mal formado", structural));
         }

@@ -1,5 +1,5 @@
-//! The sandbox PAC over HTTP, in SW's wire shape (docs/pac-apis.md §2), plus the SAT status
-//! service and the `/_sim/` control endpoints for tests.
+//! The sandbox PAC over HTTP, in SW's wire shape (docs/pac-apis.md §2) and Finkok's
+//! ([`super::finkok`], §3), plus the SAT status service and the `/_sim/` control endpoints.
 //!
 //! | Route | What |
 //! |---|---|
@@ -8,6 +8,7 @@
 //! | `GET /datawarehouse/v1/live/{uuid}` | the stamped XML in `data.cfdi` |
 //! | `POST /cfdi33/cancel/{rfc}/{uuid}/{motivo}[/{folio}]` | `data.acuse`, `data.uuid.{UUID}` = code |
 //! | `POST /ConsultaCFDIService.svc` | SAT `Consulta` (SOAP 1.1) |
+//! | `POST /servicios/soap/{stamp,cancel,utilities}` | Finkok's SOAP shape ([`super::finkok`]) |
 //! | `GET /_sim/stamps` | every stamp: `uuid`, `customid`, `cadena_sha256`, `stamped_at` |
 //! | `GET /_sim/stamps/full` | the same with the stamped XML |
 //! | `GET`/`PUT /_sim/faults` | read or replace the fault spec (body: the spec text) |
@@ -36,8 +37,8 @@ use crate::cfdi::dom::Element;
 #[derive(Default)]
 struct Tokens(Mutex<HashMap<String, DateTime<Utc>>>);
 
-struct AppState {
-    sim: Arc<Sim>,
+pub(super) struct AppState {
+    pub(super) sim: Arc<Sim>,
     tokens: Tokens,
 }
 
@@ -105,6 +106,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
             web::post().to(cancel),
         )
         .route("/ConsultaCFDIService.svc", web::post().to(consulta))
+        .configure(super::finkok::routes)
         .route("/_sim/stamps", web::get().to(sim_stamps))
         .route("/_sim/stamps/full", web::get().to(sim_stamps_full))
         .route("/_sim/faults", web::get().to(sim_faults_get))
@@ -125,7 +127,7 @@ fn error_json(status: StatusCode, message: &str, detail: Value, data: Value) -> 
     }))
 }
 
-fn internal(e: impl std::fmt::Display) -> HttpResponse {
+pub(super) fn internal(e: impl std::fmt::Display) -> HttpResponse {
     error_json(
         StatusCode::INTERNAL_SERVER_ERROR,
         &format!("sandbox failure: {e}"),
@@ -153,14 +155,14 @@ impl MessageBody for Dropped {
     }
 }
 
-fn dropped() -> HttpResponse {
+pub(super) fn dropped() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(Dropped)
 }
 
 /// Outage, then the before-processing faults; `None` to go on.
-async fn gate(st: &AppState, with_before: bool) -> Option<HttpResponse> {
+pub(super) async fn gate(st: &AppState, with_before: bool) -> Option<HttpResponse> {
     let faults = st.sim.faults();
     if faults.in_outage() {
         return Some(error_json(
