@@ -26,6 +26,21 @@ struct Run {
     label: String,
     rows: usize,
     secs: f64,
+    /// Process CPU seconds (user + system) spent while draining: the appliance and the
+    /// in-process sandbox together.
+    cpu: f64,
+}
+
+/// This process's CPU time so far (user + system), from /proc.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
 
 async fn database_url(backend: &str, dir: &std::path::Path) -> Option<String> {
@@ -100,10 +115,15 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     while fill.join_next().await.is_some() {}
 
     // Drain (measured).
+    eprintln!(
+        "drain: {backend}: {rows} rows filled; draining (pid {})",
+        std::process::id()
+    );
     let services = autofactura::worker::services(&settings, db.clone())
         .await
         .expect("services");
     let start = Instant::now();
+    let cpu0 = cpu_seconds();
     let pool = services
         .worker
         .clone()
@@ -121,11 +141,16 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
             start.elapsed() < Duration::from_secs(600),
             "drain stalled: {counts:?}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     pool.shutdown().await;
     let lat = db.attempt_latencies("stamp").await.expect("latencies");
+    println!(
+        "drain: {backend}: CPU per stamp {:.2} ms (this process: appliance + sandbox)",
+        cpu * 1000.0 / rows as f64
+    );
     if !lat.is_empty() {
         println!(
             "drain: {backend}: PAC call latency seen by the workers: p50 {} ms, p99 {} ms",
@@ -137,6 +162,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         label: format!("{backend} W={workers} L={}ms", latency.as_millis()),
         rows,
         secs,
+        cpu,
     })
 }
 
@@ -167,9 +193,29 @@ fn sealing_limit() -> f64 {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    // `cargo bench --bench drain -- sqlite l0` runs only what is named (backend, `wl` or `l0`).
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted = |what: &str| {
+        let named: Vec<&String> = args
+            .iter()
+            .filter(|a| ["sqlite", "postgres", "wl", "l0"].contains(&a.as_str()))
+            .collect();
+        let group: &[&str] = if what == "wl" || what == "l0" {
+            &["wl", "l0"]
+        } else {
+            &["sqlite", "postgres"]
+        };
+        !named.iter().any(|a| group.contains(&a.as_str())) || args.iter().any(|a| a == what)
+    };
     let (w, l) = (32usize, Duration::from_millis(50));
     let ideal = w as f64 / l.as_secs_f64();
-    for backend in ["sqlite", "postgres"] {
+    for backend in ["sqlite", "postgres"]
+        .into_iter()
+        .filter(|b| wanted(b) && wanted("wl"))
+    {
         let rows = 3000;
         if let Some(r) = drain(backend, w, l, rows).await {
             let rate = r.rows as f64 / r.secs;
@@ -183,8 +229,11 @@ async fn main() {
             );
         }
     }
+    if !wanted("l0") {
+        return;
+    }
     let limit = sealing_limit();
-    for backend in ["sqlite", "postgres"] {
+    for backend in ["sqlite", "postgres"].into_iter().filter(|b| wanted(b)) {
         if let Some(r) = drain(backend, w, Duration::ZERO, 2000).await {
             let rate = r.rows as f64 / r.secs;
             println!(
