@@ -50,6 +50,9 @@ pub enum Command {
     /// Compare what the PAC holds for our keys and RFC with our records: adopt unrecorded
     /// stamps, list duplicates (exit 1 when something needs a human).
     Reconcile,
+    /// Manage keys of the invoicing API (`/v1`).
+    #[command(subcommand)]
+    ApiKey(ApiKeyCommand),
     /// Run the sandbox PAC (SW's REST shape) as a server.
     PacSim {
         /// Address to listen on, e.g. 127.0.0.1:8089 (port 0 picks one).
@@ -79,6 +82,16 @@ pub enum InvoicesCommand {
         /// One JSON array instead of a table.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApiKeyCommand {
+    /// Create a key for the configured emisor; the key is the last line of the output, shown
+    /// only this once (only its hash is stored).
+    Create {
+        #[arg(long)]
+        name: String,
     },
 }
 
@@ -127,6 +140,9 @@ pub fn run() -> ExitCode {
             provider,
             url.as_deref(),
         )),
+        Some(Command::ApiKey(ApiKeyCommand::Create { name })) => {
+            block_on(ops::api_key_create(cli.config.as_deref(), &name))
+        }
         Some(Command::PacSim {
             listen,
             state,

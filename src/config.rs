@@ -128,6 +128,58 @@ pub struct Settings {
     pub pac: toml::Table,
     pub worker: WorkerSettings,
     pub admin: AdminSettings,
+    #[serde(default)]
+    pub api: ApiSettings,
+}
+
+/// `[api]`: the invoicing API and the webhooks it sends to the merchant.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiSettings {
+    /// How long `POST /v1/invoices` waits for the stamp before answering 202 (still queued) or
+    /// 503 (outcome unknown), in milliseconds.
+    pub wait_for_stamp_ms: u64,
+    /// How long an idempotency key is kept after its request, in hours.
+    pub key_retention_hours: u64,
+    /// How often expired keys are purged, in seconds.
+    pub purge_interval_seconds: u64,
+    /// Where `invoice.stamped`, `invoice.failed` and `invoice.canceled` are sent (none = not sent).
+    pub webhook_url: Option<String>,
+    /// Standard Webhooks secret (`whsec_` + base64) the deliveries are signed with.
+    pub webhook_secret: Option<SecretString>,
+    /// Delays between delivery attempts, in seconds; after the last one the webhook is given up.
+    pub webhook_retry_seconds: Vec<u64>,
+    /// Seconds for one delivery.
+    pub webhook_timeout_seconds: u64,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            wait_for_stamp_ms: 15_000,
+            key_retention_hours: 96,
+            purge_interval_seconds: 300,
+            webhook_url: None,
+            webhook_secret: None,
+            // Standard Webhooks' schedule after the immediate first attempt (~75 h in all).
+            webhook_retry_seconds: vec![5, 300, 1800, 7200, 18_000, 36_000, 50_400, 72_000, 86_400],
+            webhook_timeout_seconds: 10,
+        }
+    }
+}
+
+impl fmt::Debug for ApiSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiSettings")
+            .field("wait_for_stamp_ms", &self.wait_for_stamp_ms)
+            .field("key_retention_hours", &self.key_retention_hours)
+            .field("purge_interval_seconds", &self.purge_interval_seconds)
+            .field("webhook_url", &self.webhook_url.as_deref().map(redact_url))
+            .field("webhook_secret", &self.webhook_secret)
+            .field("webhook_retry_seconds", &self.webhook_retry_seconds)
+            .field("webhook_timeout_seconds", &self.webhook_timeout_seconds)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -284,6 +336,7 @@ impl fmt::Debug for Settings {
             .field("pac", &redact_table(&self.pac))
             .field("worker", &self.worker)
             .field("admin", &self.admin)
+            .field("api", &self.api)
             .finish()
     }
 }
@@ -462,6 +515,25 @@ impl Settings {
                 "[database] url = {:?} must start with sqlite:, postgres:// or postgresql://",
                 redact_url(url)
             ));
+        }
+        if let Some(u) = &self.api.webhook_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                p.push(format!(
+                    "[api] webhook_url = {:?} must start with http:// or https://",
+                    redact_url(u)
+                ));
+            }
+            if self.api.webhook_secret.is_none() {
+                p.push("[api] webhook_url needs webhook_secret (whsec_ + base64)".into());
+            }
+        }
+        if let Some(secret) = &self.api.webhook_secret
+            && crate::api::webhooks::decode_secret(secret.expose()).is_none()
+        {
+            p.push("[api] webhook_secret must be whsec_ followed by base64".into());
+        }
+        if self.api.key_retention_hours == 0 {
+            p.push("[api] key_retention_hours must be at least 1".into());
         }
         if self.database.max_connections == 0 {
             p.push("[database] max_connections must be at least 1".into());

@@ -167,3 +167,133 @@ pub fn html_escape(s: &str) -> String {
     }
     out
 }
+
+/// Why an invoicing API request (`/v1`) did not do what it asked. Every body is
+/// `{"error":{"code":…,"message":…}}`; the cause of a 5xx is logged, never returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No bearer key, or not a live one.
+    #[error("a valid API key is required: `Authorization: Bearer <key>`")]
+    Unauthorized,
+    /// The key is valid but not for this emisor.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Malformed request: bad JSON, bad idempotency key, header and body keys that disagree.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Well-formed, but not an invoice we can issue; nothing was written.
+    #[error("{0}")]
+    Validation(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// The idempotency key was used with a different request body; nothing ran.
+    #[error(
+        "this idempotency key was used with a different request body; use a new key for a new invoice"
+    )]
+    KeyReused,
+    /// The first request with this key has no final answer yet.
+    #[error("a request with this idempotency key is still being processed; retry later")]
+    InProgress { invoice: Option<String> },
+    /// The explicit folio belongs to another invoice (or one is being issued with it).
+    #[error("{0}")]
+    FolioConflict(String),
+    /// The action is not possible in the invoice's state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The PAC refused the document: nothing was stamped; the key is released.
+    #[error("the PAC rejected invoice {invoice}: {code}: {message}")]
+    PacRejected {
+        invoice: String,
+        code: String,
+        message: String,
+    },
+    /// The PAC did not answer in time; the worker asks it what happened. The key stays taken.
+    #[error(
+        "the PAC did not confirm invoice {invoice} in time; it is being asked what happened. Retry with the same idempotency key to get the outcome; do not use a new key"
+    )]
+    OutcomeUnknown { invoice: String },
+    #[error("storage unavailable")]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthorized => "UNAUTHORIZED",
+            Self::Forbidden(_) => "FORBIDDEN",
+            Self::BadRequest(_) | Self::Validation(_) => "VALIDATION_ERROR",
+            Self::NotFound(_) => "NOT_FOUND",
+            Self::KeyReused => "IDEMPOTENCY_KEY_REUSED",
+            Self::InProgress { .. } => "DUPLICATE_IN_PROGRESS",
+            Self::FolioConflict(_) => "folio_conflict",
+            Self::Conflict(_) => "CONFLICT",
+            Self::PacRejected { .. } => "PAC_REJECTED",
+            Self::OutcomeUnknown { .. } => "STAMPING_OUTCOME_UNKNOWN",
+            Self::Store(_) => "UNAVAILABLE",
+        }
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> serde_json::Value {
+        let message = match self {
+            Self::Store(_) => "storage unavailable, retry later".to_owned(),
+            other => other.to_string(),
+        };
+        let mut err = serde_json::json!({ "code": self.code(), "message": message });
+        match self {
+            Self::PacRejected { invoice, code, .. } => {
+                err["invoice_id"] = invoice.clone().into();
+                err["pac_code"] = code.clone().into();
+            }
+            Self::InProgress {
+                invoice: Some(invoice),
+            }
+            | Self::OutcomeUnknown { invoice } => {
+                err["invoice_id"] = invoice.clone().into();
+            }
+            _ => {}
+        }
+        serde_json::json!({ "error": err })
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Validation(_) | Self::KeyReused | Self::PacRejected { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::InProgress { .. } | Self::FolioConflict(_) | Self::Conflict(_) => {
+                StatusCode::CONFLICT
+            }
+            Self::OutcomeUnknown { .. } | Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        match self {
+            Self::Store(e) => tracing::error!(error = %e, "api: storage unavailable"),
+            other => tracing::info!(code = other.code(), reason = %other, "api request not done"),
+        }
+        let mut r = HttpResponse::build(status);
+        match self {
+            Self::InProgress { .. } | Self::FolioConflict(_) | Self::OutcomeUnknown { .. } => {
+                r.insert_header(("Retry-After", "2"));
+            }
+            Self::Store(_) => {
+                r.insert_header(("Retry-After", "30"));
+            }
+            Self::Unauthorized => {
+                r.insert_header(("WWW-Authenticate", "Bearer"));
+            }
+            _ => {}
+        }
+        r.content_type("application/json")
+            .body(self.body().to_string())
+    }
+}

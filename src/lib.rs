@@ -17,6 +17,8 @@
 //! - [`ops`]: the operator commands behind `serve`, `migrate`, `invoices list`, `send-test-webhook`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
+//! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe,
+//!   the signed webhooks to the merchant and their outbox.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
@@ -25,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod api;
 pub mod cfdi;
 pub mod cli;
 pub mod config;

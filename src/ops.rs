@@ -109,6 +109,23 @@ pub async fn migrate(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `autofactura api-key create --name NAME`: the key is the last line printed.
+pub async fn api_key_create(config: Option<&Path>, name: &str) -> anyhow::Result<ExitCode> {
+    let name = name.trim();
+    anyhow::ensure!(!name.is_empty(), "--name must not be empty");
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let key = crate::api::keys::create_api_key(&db, name, &settings.emisor.rfc).await?;
+    println!(
+        "API key `{name}` created for emisor {}. It is shown only now; only its hash is stored.",
+        settings.emisor.rfc
+    );
+    println!("Use it as `Authorization: Bearer <key>`:");
+    println!("{}", key.expose());
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `autofactura invoices list [--status S] [--json]`.
 pub async fn invoices_list(
     config: Option<&Path>,

@@ -127,6 +127,7 @@ impl Application {
                 .app_data(data.clone())
                 .configure(health::routes)
                 .configure(|cfg| webhooks::routes(cfg, body_limit))
+                .configure(|cfg| crate::api::routes(cfg, body_limit))
                 .configure(|cfg| admin::routes(cfg, admin_data.clone()))
                 .configure(|cfg| {
                     if mp_sandbox {
@@ -186,8 +187,22 @@ impl Application {
                 every,
             ))
         });
+        // The invoicing API's loops: merchant webhooks and the purge of expired keys.
+        let api_token = tokio_util::sync::CancellationToken::new();
+        let api_settings = &self.state.settings.api;
+        if let Some(sender) =
+            crate::api::webhooks::Sender::from_settings(self.state.db.clone(), api_settings)?
+        {
+            tokio::spawn(sender.run(api_token.clone()));
+        }
+        tokio::spawn(crate::api::webhooks::purge_loop(
+            self.state.db.clone(),
+            Duration::from_secs(api_settings.purge_interval_seconds),
+            api_token.clone(),
+        ));
         // actix stops the server on SIGTERM / Ctrl-C; then the pool drains with its deadline.
         let result = self.server.await;
+        api_token.cancel();
         retry.abort();
         if let Some(r) = reconcile {
             r.abort();

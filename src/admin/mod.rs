@@ -235,6 +235,7 @@ pub fn state_label(state: &str) -> (String, &'static str) {
         "stamped" => ("Stamped", "ok"),
         "failed" => ("Rejected by the PAC", "bad"),
         "expired" => ("Expired (72 h)", "bad"),
+        "superseded" => ("Superseded (its API key was used again)", "muted"),
         "awaiting_global" => ("Awaiting factura global", "muted"),
         "needs_attention" => ("Needs attention", "bad"),
         "invoice_pending" => ("Invoice pending", "info"),

@@ -24,6 +24,7 @@
 //! | `ingest=D` | a new UUID is unknown to cancel and status for D (real SAT: minutes) |
 //! | `token_ttl=D` | lifetime of auth tokens (default 2h) |
 //! | `customid_window=D` | how long a `customid` is remembered (default 72h) |
+//! | `unregistered_rfc=RFC` | that receptor RFC is not in SAT's registry: stamps for it are rejected with `CFDI40143` (repeatable) |
 //!
 //! Durations: `250ms`, `2s`, `5m`, `2h`, `3d`, or plain seconds. Probabilities: 0 to 1.
 
@@ -60,6 +61,8 @@ pub struct FaultSpec {
     pub ingest: Duration,
     pub token_ttl: Duration,
     pub customid_window: Duration,
+    /// Receptor RFCs treated as absent from SAT's registry (the data a PAC checks and we cannot).
+    pub unregistered_rfcs: Vec<String>,
     /// The spec as written.
     pub text: String,
 }
@@ -84,6 +87,7 @@ impl Default for FaultSpec {
             ingest: Duration::ZERO,
             token_ttl: Duration::from_secs(2 * 3600),
             customid_window: Duration::from_secs(72 * 3600),
+            unregistered_rfcs: Vec::new(),
             text: String::new(),
         }
     }
@@ -209,6 +213,7 @@ impl FaultSpec {
                 "ingest" => f.ingest = parse_duration(value)?,
                 "token_ttl" => f.token_ttl = parse_duration(value)?,
                 "customid_window" => f.customid_window = parse_duration(value)?,
+                "unregistered_rfc" => f.unregistered_rfcs.push(value.trim().to_uppercase()),
                 _ => return Err(format!("unknown fault `{name}`")),
             }
         }

@@ -355,6 +355,25 @@ impl Sim {
                 detail,
             });
         }
+        let rfc_receptor = root
+            .child(NS_CFDI, "Receptor")
+            .and_then(|e| e.attr("Rfc"))
+            .unwrap_or_default();
+        if self
+            .faults()
+            .spec()
+            .unregistered_rfcs
+            .iter()
+            .any(|r| r == rfc_receptor)
+        {
+            return Some(reject(
+                "CFDI40143",
+                "Este RFC del receptor no existe en la lista de RFC inscritos no cancelados del SAT.",
+                vec![format!(
+                    "receptor {rfc_receptor} (sandbox fault unregistered_rfc)"
+                )],
+            ));
+        }
         let now_local = clock::to_local(now);
         if fecha > now_local || now_local - fecha > Duration::hours(72) {
             return Some(reject(

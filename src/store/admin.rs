@@ -13,20 +13,20 @@ use sqlx::AssertSqlSafe;
 use super::{Db, StoreError, ctx};
 
 #[derive(Debug, Clone, Copy)]
-enum Dialect {
+pub(super) enum Dialect {
     Sqlite,
     Postgres,
 }
 
 impl Dialect {
-    fn sql(self, text: &'static str) -> AssertSqlSafe<Cow<'static, str>> {
+    pub(super) fn sql(self, text: &'static str) -> AssertSqlSafe<Cow<'static, str>> {
         AssertSqlSafe(match self {
             Dialect::Sqlite => Cow::Borrowed(text),
             Dialect::Postgres => Cow::Owned(numbered(text)),
         })
     }
 
-    fn owned(self, text: String) -> AssertSqlSafe<Cow<'static, str>> {
+    pub(super) fn owned(self, text: String) -> AssertSqlSafe<Cow<'static, str>> {
         AssertSqlSafe(match self {
             Dialect::Sqlite => Cow::Owned(text),
             Dialect::Postgres => Cow::Owned(numbered(&text)),

@@ -4,7 +4,9 @@
 //! statement from [`sql`]. Transactions never span a network call: callers fetch first, then
 //! hand complete values to one short transaction here.
 
+#[macro_use]
 mod admin;
+pub mod api;
 mod sql;
 pub mod worker;
 
@@ -53,6 +55,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "claim_indexes",
         include_str!("../../migrations/sqlite/0004_claim_indexes.sql"),
     ),
+    (
+        5,
+        "api",
+        include_str!("../../migrations/sqlite/0005_api.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -74,6 +81,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         4,
         "claim_indexes",
         include_str!("../../migrations/postgres/0004_claim_indexes.sql"),
+    ),
+    (
+        5,
+        "api",
+        include_str!("../../migrations/postgres/0005_api.sql"),
     ),
 ];
 

@@ -202,6 +202,25 @@ pub enum Settle<'a> {
     },
 }
 
+impl Settle<'_> {
+    /// The merchant webhook this outcome triggers for an invoice requested through the API.
+    fn api_event(&self) -> Option<&'static str> {
+        match self {
+            Settle::Stamped { .. } => Some("invoice.stamped"),
+            // Given up while the outcome was unknown: nothing is known to have failed.
+            Settle::Final { code, .. } if *code == Some(super::api::UNKNOWN_CODE) => None,
+            Settle::Final { state, .. } if matches!(*state, "failed" | "expired") => {
+                Some("invoice.failed")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Queues a merchant webhook (`$1` event type) for the API invoice of outbox row `$3`, if any.
+const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
+     SELECT id, $1, 'pending', 0, $2, $2 FROM api_invoices WHERE outbox_id = $3";
+
 impl Db {
     /// Claims the next due outbox row for `owner` until `lease_until`: first, when
     /// `expired_first`, a row whose worker died (so a backlog never starves it), then the oldest
@@ -402,7 +421,13 @@ impl Db {
                     .bind(None::<String>)
                     .bind(None::<String>),
                 };
-                q.bind(id).bind(owner).execute(&mut *$tx).await.map_err(ctx("settle an outbox row"))?.rows_affected()
+                let n = q.bind(id).bind(owner).execute(&mut *$tx).await.map_err(ctx("settle an outbox row"))?.rows_affected();
+                // The merchant hears of an API invoice's outcome from the same commit.
+                if let (1, Some(event)) = (n, s.api_event()) {
+                    sqlx::query(API_EVENT).bind(event).bind(now).bind(id).execute(&mut *$tx).await
+                        .map_err(ctx("queue the merchant webhook"))?;
+                }
+                n
             }};
         }
         let n = match self {
@@ -528,7 +553,9 @@ impl Db {
         ))
     }
 
-    /// Records a cancellation's progress and releases its lease.
+    /// Records a cancellation's progress and releases its lease. A confirmed cancellation also
+    /// takes its invoice out of the stamped list and queues the merchant's `invoice.canceled`,
+    /// in the same transaction.
     #[allow(clippy::too_many_arguments)]
     pub async fn settle_cancellation(
         &self,
@@ -543,24 +570,77 @@ impl Db {
     ) -> Result<bool, StoreError> {
         let now = Utc::now();
         let (code, message) = error.map_or((None, None), |(c, m)| (Some(c), Some(m)));
-        let n = exec!(
-            self,
-            "record the cancellation's progress",
-            "UPDATE cancellations SET state = $1, run_at = $2, estatus_cancelacion = COALESCE($3, estatus_cancelacion), \
-             sat_estado = COALESCE($4, sat_estado), acuse_xml = COALESCE($5, acuse_xml), last_error_code = $6, \
-             last_error_message = $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = $8 \
-             WHERE id = $9 AND lease_owner = $10",
-            state,
-            run_at,
-            estatus,
-            sat_estado,
-            acuse,
-            code,
-            message,
-            now,
-            id,
-            owner
-        );
+        macro_rules! run {
+            ($tx:expr) => {{
+                let n = sqlx::query(
+                    "UPDATE cancellations SET state = $1, run_at = $2, estatus_cancelacion = COALESCE($3, estatus_cancelacion), \
+                     sat_estado = COALESCE($4, sat_estado), acuse_xml = COALESCE($5, acuse_xml), last_error_code = $6, \
+                     last_error_message = $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = $8 \
+                     WHERE id = $9 AND lease_owner = $10",
+                )
+                .bind(state)
+                .bind(run_at)
+                .bind(estatus)
+                .bind(sat_estado)
+                .bind(acuse)
+                .bind(code)
+                .bind(message)
+                .bind(now)
+                .bind(id)
+                .bind(owner)
+                .execute(&mut *$tx)
+                .await
+                .map_err(ctx("record the cancellation's progress"))?
+                .rows_affected();
+                if n == 1 && state == "canceled" {
+                    let flipped = sqlx::query(
+                        "UPDATE outbox SET state = 'canceled', updated_at = $1 \
+                         WHERE id = (SELECT outbox_id FROM cancellations WHERE id = $2) AND state = 'stamped'",
+                    )
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *$tx)
+                    .await
+                    .map_err(ctx("mark the invoice cancelled"))?
+                    .rows_affected();
+                    if flipped == 1 {
+                        sqlx::query(
+                            "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
+                             SELECT a.id, 'invoice.canceled', 'pending', 0, $1, $1 FROM api_invoices a \
+                             JOIN cancellations c ON c.outbox_id = a.outbox_id WHERE c.id = $2",
+                        )
+                        .bind(now)
+                        .bind(id)
+                        .execute(&mut *$tx)
+                        .await
+                        .map_err(ctx("queue the merchant webhook"))?;
+                    }
+                }
+                n
+            }};
+        }
+        let n = match self {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ctx("begin a transaction"))?;
+                let n = run!(tx);
+                tx.commit()
+                    .await
+                    .map_err(ctx("commit the cancellation's progress"))?;
+                n
+            }
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
+                let n = run!(tx);
+                tx.commit()
+                    .await
+                    .map_err(ctx("commit the cancellation's progress"))?;
+                n
+            }
+        };
         Ok(n == 1)
     }
 
@@ -682,15 +762,47 @@ impl_rowext!(sqlx::postgres::PgRow);
 
 impl Db {
     /// A cancelled CFDI leaves the stamped list.
+    /// An API invoice's merchant hears of it from the same commit.
     pub async fn mark_outbox_canceled(&self, outbox_id: i64) -> Result<(), StoreError> {
         let now = Utc::now();
-        exec!(
-            self,
-            "mark the invoice cancelled",
-            "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'",
-            now,
-            outbox_id
-        );
+        macro_rules! run {
+            ($tx:expr) => {{
+                let n = sqlx::query(
+                    "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'",
+                )
+                .bind(now)
+                .bind(outbox_id)
+                .execute(&mut *$tx)
+                .await
+                .map_err(ctx("mark the invoice cancelled"))?
+                .rows_affected();
+                if n == 1 {
+                    sqlx::query(API_EVENT)
+                        .bind("invoice.canceled")
+                        .bind(now)
+                        .bind(outbox_id)
+                        .execute(&mut *$tx)
+                        .await
+                        .map_err(ctx("queue the merchant webhook"))?;
+                }
+            }};
+        }
+        match self {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ctx("begin a transaction"))?;
+                run!(tx);
+                tx.commit().await.map_err(ctx("commit the cancellation"))?;
+            }
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
+                run!(tx);
+                tx.commit().await.map_err(ctx("commit the cancellation"))?;
+            }
+        }
         Ok(())
     }
 }

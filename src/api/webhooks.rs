@@ -1,0 +1,241 @@
+//! Webhooks to the merchant (`invoice.stamped`, `invoice.failed`, `invoice.canceled`), signed
+//! per Standard Webhooks, delivered at least once from their own outbox with backoff; and the
+//! purge of expired idempotency keys.
+//!
+//! The rows are written in the transaction of the state change (see `store::worker`), so a
+//! stamp that is only confirmed later — after a PAC timeout — still reaches the merchant.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use chrono::Utc;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::ApiSettings;
+use crate::store::api::ClaimedWebhook;
+use crate::store::{Db, StoreError};
+
+/// The secret's key bytes: `whsec_` stripped, the rest base64-decoded (unlike Stripe's).
+pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
+    let b64 = secret.strip_prefix("whsec_")?;
+    STANDARD.decode(b64).ok().filter(|k| !k.is_empty())
+}
+
+/// `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{payload}">`.
+pub fn sign(key: &[u8], msg_id: &str, timestamp: i64, payload: &[u8]) -> String {
+    // HMAC accepts keys of any length, so this cannot fail.
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    mac.update(msg_id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(payload);
+    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+}
+
+/// The `webhook-id` of an outbox row: stable across retries (the receiver's dedup key), no `.`.
+pub fn message_id(public_id: &str, row_id: i64) -> String {
+    format!("msg_{public_id}_{row_id}")
+}
+
+/// Where and how deliveries go.
+#[derive(Clone)]
+pub struct Sender {
+    pub db: Db,
+    pub url: String,
+    key: Vec<u8>,
+    pub retry: Vec<Duration>,
+    pub http: reqwest::Client,
+    /// How often to look for due webhooks when idle.
+    pub idle_poll: Duration,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("url", &crate::config::redact_url(&self.url))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sender {
+    /// `None` when no `[api] webhook_url` is configured.
+    pub fn from_settings(db: Db, s: &ApiSettings) -> anyhow::Result<Option<Self>> {
+        let (Some(url), Some(secret)) = (&s.webhook_url, &s.webhook_secret) else {
+            return Ok(None);
+        };
+        let key = decode_secret(secret.expose())
+            .ok_or_else(|| anyhow::anyhow!("[api] webhook_secret must be whsec_ + base64"))?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(s.webhook_timeout_seconds.max(1)))
+            .build()?;
+        Ok(Some(Self {
+            db,
+            url: url.clone(),
+            key,
+            retry: s
+                .webhook_retry_seconds
+                .iter()
+                .map(|n| Duration::from_secs(*n))
+                .collect(),
+            http,
+            idle_poll: Duration::from_millis(500),
+        }))
+    }
+
+    /// Delivers due webhooks until `token` is cancelled.
+    pub async fn run(self, token: CancellationToken) {
+        info!(url = %crate::config::redact_url(&self.url), "merchant webhooks: sender started");
+        while !token.is_cancelled() {
+            let worked = match self.deliver_next().await {
+                Ok(w) => w,
+                Err(e) => {
+                    warn!(error = %e, "merchant webhooks: database unavailable");
+                    false
+                }
+            };
+            if !worked {
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep(self.idle_poll) => {}
+                }
+            }
+        }
+    }
+
+    /// One due webhook; `false` when none was due.
+    pub async fn deliver_next(&self) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        // A sender that dies mid-delivery leaves the row due again after this lease.
+        let lease = now + chrono::Duration::seconds(60);
+        let Some(w) = self.db.claim_api_webhook(now, lease).await? else {
+            return Ok(false);
+        };
+        let Some(inv) = self.db.api_invoice_by_id(w.invoice_id).await? else {
+            self.db
+                .settle_api_webhook(w.id, "failed", now, Some("invoice not found"))
+                .await?;
+            return Ok(true);
+        };
+        let payload = match &w.payload {
+            Some(p) => p.clone(),
+            None => {
+                let p = payload(&w, &inv);
+                self.db.fix_webhook_payload(w.id, &p).await?
+            }
+        };
+        let msg_id = message_id(&inv.public_id, w.id);
+        let ts = Utc::now().timestamp();
+        let signature = sign(&self.key, &msg_id, ts, payload.as_bytes());
+        let sent = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &msg_id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", signature)
+            .body(payload)
+            .send()
+            .await;
+        let error = match sent {
+            Ok(r) if r.status().is_success() => {
+                info!(event = %w.event_type, invoice = %inv.public_id, "merchant webhook delivered");
+                self.db
+                    .settle_api_webhook(w.id, "delivered", Utc::now(), None)
+                    .await?;
+                return Ok(true);
+            }
+            Ok(r) if r.status() == reqwest::StatusCode::GONE => {
+                warn!(event = %w.event_type, "merchant endpoint answered 410 Gone: webhook dropped");
+                self.db
+                    .settle_api_webhook(w.id, "failed", Utc::now(), Some("410 Gone"))
+                    .await?;
+                return Ok(true);
+            }
+            Ok(r) => format!("HTTP {}", r.status().as_u16()),
+            Err(e) => format!("delivery failed: {e}"),
+        };
+        let done = usize::try_from(w.attempts).unwrap_or(usize::MAX);
+        match self.retry.get(done.saturating_sub(1)) {
+            Some(delay) => {
+                let jitter = delay.mul_f64(rand::random_range(0.9..1.1));
+                let at = Utc::now() + chrono::Duration::from_std(jitter).unwrap_or_default();
+                warn!(event = %w.event_type, attempts = w.attempts, %error, "merchant webhook will be retried");
+                self.db
+                    .settle_api_webhook(w.id, "pending", at, Some(&error))
+                    .await?;
+            }
+            None => {
+                warn!(event = %w.event_type, attempts = w.attempts, %error, "merchant webhook given up");
+                self.db
+                    .settle_api_webhook(w.id, "failed", Utc::now(), Some(&error))
+                    .await?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The event body: type, when it happened, and the invoice as the event saw it.
+fn payload(w: &ClaimedWebhook, inv: &crate::store::api::ApiInvoiceRow) -> String {
+    let status = match w.event_type.as_str() {
+        "invoice.stamped" => Some("stamped"),
+        "invoice.failed" => Some("failed"),
+        "invoice.canceled" => Some("canceled"),
+        _ => None,
+    };
+    serde_json::json!({
+        "type": w.event_type,
+        "timestamp": w.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "data": super::invoice_json(inv, status),
+    })
+    .to_string()
+}
+
+/// Purges expired idempotency keys every `every` until `token` is cancelled.
+pub async fn purge_loop(db: Db, every: Duration, token: CancellationToken) {
+    let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match db.purge_idempotency(Utc::now()).await {
+            Ok(0) => {}
+            Ok(n) => info!(keys = n, "expired idempotency keys purged"),
+            Err(e) => warn!(error = %e, "idempotency keys could not be purged"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signs_the_standard_webhooks_test_vector() {
+        let key = decode_secret("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").expect("secret");
+        assert_eq!(
+            sign(
+                &key,
+                "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+                1_649_367_553,
+                br#"{"email":"test@example.com","username":"test_user"}"#
+            ),
+            "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="
+        );
+    }
+
+    #[test]
+    fn secrets_must_be_whsec_and_base64() {
+        assert!(decode_secret("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").is_some());
+        assert!(decode_secret("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").is_none());
+        assert!(decode_secret("whsec_not base64!").is_none());
+        assert!(!message_id("inv_1", 7).contains('.'));
+    }
+}

@@ -1,0 +1,925 @@
+//! The invoicing API against the sandbox PAC and the real worker pool: every rule of the
+//! idempotency keys, checked against the sandbox's own record of what it stamped.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use autofactura::api::webhooks::{decode_secret, sign};
+use autofactura::pacsim::faults::FaultSpec;
+use autofactura::pacsim::{Sandbox, SandboxHandle};
+use autofactura::worker::{self, Pool, Services};
+use serde_json::{Value, json};
+use support::{Backend, TestApp, spawn_app_with};
+
+const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
+     backoff_base_seconds = 1\nbackoff_cap_seconds = 1\nshutdown_grace_seconds = 1\nmax_attempts = 1000\n";
+const WEBHOOK_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+struct Rig {
+    app: TestApp,
+    sim: SandboxHandle,
+    http: reqwest::Client,
+    key: String,
+    _dir: tempfile::TempDir,
+}
+
+struct Resp {
+    status: u16,
+    replayed: bool,
+    retry_after: Option<String>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+async fn rig(b: Backend, faults: &str, extra: &str) -> Option<Rig> {
+    rig_with(b, faults, "", extra).await
+}
+
+/// `pac_lines` go into `[pac]`, `extra` after the worker settings.
+async fn rig_with(b: Backend, faults: &str, pac_lines: &str, extra: &str) -> Option<Rig> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = FaultSpec::parse(faults).expect("fault spec");
+    let (url, sim) = Sandbox::start_in_process(&dir.path().join("sim.jsonl"), spec)
+        .await
+        .expect("sandbox");
+    let toml =
+        format!("[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n{pac_lines}{FAST_WORKER}{extra}");
+    let app = spawn_app_with(b, &toml).await?;
+    let key = autofactura::api::keys::create_api_key(&app.db, "tests", "EKU9003173C9")
+        .await
+        .expect("api key");
+    Some(Rig {
+        app,
+        sim,
+        http: reqwest::Client::new(),
+        key: key.expose().to_owned(),
+        _dir: dir,
+    })
+}
+
+fn invoice() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/api/invoice.json"
+    ))
+    .expect("fixture");
+    serde_json::from_str(&text).expect("fixture json")
+}
+
+fn with_price(price: &str) -> Value {
+    let mut v = invoice();
+    v["conceptos"][0]["valor_unitario"] = json!(price);
+    v
+}
+
+impl Rig {
+    async fn pool(&self) -> (Pool, Services) {
+        let services = worker::services(&self.app.settings, self.app.db.clone())
+            .await
+            .expect("worker services");
+        let pool = services
+            .worker
+            .clone()
+            .start(tokio_util::sync::CancellationToken::new(), None);
+        (pool, services)
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Resp {
+        let r = req.send().await.expect("request");
+        let status = r.status().as_u16();
+        let h = |n: &str| {
+            r.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let replayed = h("idempotency-replayed").as_deref() == Some("true");
+        let retry_after = h("retry-after");
+        let body = r.bytes().await.expect("body").to_vec();
+        Resp {
+            status,
+            replayed,
+            retry_after,
+            body,
+        }
+    }
+
+    async fn post_with(&self, body: &Value, key: Option<&str>, bearer: Option<&str>) -> Resp {
+        let mut req = self
+            .http
+            .post(format!("{}/v1/invoices", self.app.address))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        if let Some(b) = bearer {
+            req = req.bearer_auth(b);
+        }
+        self.send(req).await
+    }
+
+    async fn post(&self, body: &Value, key: Option<&str>) -> Resp {
+        self.post_with(body, key, Some(&self.key)).await
+    }
+
+    async fn get(&self, path: &str) -> Resp {
+        self.send(
+            self.http
+                .get(format!("{}{path}", self.app.address))
+                .bearer_auth(&self.key),
+        )
+        .await
+    }
+
+    async fn stamps(&self) -> Vec<Value> {
+        let r = self
+            .http
+            .get(format!("{}/_sim/stamps", self.sim.url()))
+            .send()
+            .await
+            .expect("sim");
+        r.json().await.expect("stamps json")
+    }
+
+    async fn set_faults(&self, spec: &str) {
+        let r = self
+            .http
+            .put(format!("{}/_sim/faults", self.sim.url()))
+            .body(spec.to_owned())
+            .send()
+            .await
+            .expect("sim");
+        assert!(r.status().is_success(), "faults {spec}: {}", r.status());
+    }
+
+    async fn invoice_count(&self) -> usize {
+        let r = self.get("/v1/invoices").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["data"].as_array().map_or(0, Vec::len)
+    }
+
+    /// Polls `GET /v1/invoices/{id}` until its status is `status` (fails after `secs`).
+    async fn wait_status(&self, id: &str, status: &str, secs: u64) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let r = self.get(&format!("/v1/invoices/{id}")).await;
+            let v = r.json();
+            if v["status"] == status {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "invoice {id} never reached {status}: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// One delivery: webhook-id, webhook-timestamp, webhook-signature, body.
+type Delivery = (String, String, String, Vec<u8>);
+
+/// The merchant's endpoint: records every delivery; answers 500 to the first `fail_first`.
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<Delivery>>>,
+    fail_first: Arc<Mutex<usize>>,
+}
+
+impl Receiver {
+    async fn start(fail_first: usize) -> (Self, String) {
+        let r = Receiver::default();
+        *r.fail_first.lock().expect("lock") = fail_first;
+        let data = web::Data::new(r.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .route("/hook", web::post().to(receive))
+        })
+        .workers(1)
+        .bind("127.0.0.1:0")
+        .expect("bind");
+        let port = server.addrs()[0].port();
+        tokio::spawn(server.run());
+        (r, format!("http://127.0.0.1:{port}/hook"))
+    }
+
+    /// Waits for a delivery of `event`, checks its Standard Webhooks signature, returns its body.
+    async fn wait_for(&self, event: &str, secs: u64) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let found = self
+                .got
+                .lock()
+                .expect("lock")
+                .iter()
+                .find(|(_, _, _, body)| {
+                    serde_json::from_slice::<Value>(body).is_ok_and(|v| v["type"] == event)
+                })
+                .cloned();
+            if let Some((id, ts, sig, body)) = found {
+                let key = decode_secret(WEBHOOK_SECRET).expect("secret");
+                let t: i64 = ts.parse().expect("timestamp");
+                assert_eq!(sig, sign(&key, &id, t, &body), "signature of {event}");
+                assert!(!id.contains('.'));
+                return serde_json::from_slice(&body).expect("json");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {event} webhook arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.got
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|g| g.0.clone())
+            .collect()
+    }
+}
+
+async fn receive(r: web::Data<Receiver>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+    let h = |n: &str| {
+        req.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    r.got.lock().expect("lock").push((
+        h("webhook-id"),
+        h("webhook-timestamp"),
+        h("webhook-signature"),
+        body.to_vec(),
+    ));
+    let mut fail = r.fail_first.lock().expect("lock");
+    if *fail > 0 {
+        *fail -= 1;
+        return HttpResponse::InternalServerError().finish();
+    }
+    HttpResponse::Ok().finish()
+}
+
+fn webhook_toml(url: &str) -> String {
+    format!(
+        "[api]\nwebhook_url = \"{url}\"\nwebhook_secret = \"{WEBHOOK_SECRET}\"\nwebhook_retry_seconds = [1, 1, 1]\n"
+    )
+}
+
+// 1, 3: created, stamped, read back; a retry replays the first response byte for byte.
+async fn a_stamped_invoice_is_replayed_byte_for_byte(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let first = rig.post(&invoice(), Some("order-1001")).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert!(!first.replayed);
+    let v = first.json();
+    assert_eq!(v["status"], "stamped");
+    let stamps = rig.stamps().await;
+    assert_eq!(stamps.len(), 1);
+    assert_eq!(v["uuid"], stamps[0]["uuid"]);
+    assert_eq!(v["total"], "578.84", "499.00 + IVA 16 %");
+
+    let again = rig.post(&invoice(), Some("order-1001")).await;
+    assert_eq!(again.status, 201);
+    assert!(again.replayed, "Idempotency-Replayed: true");
+    assert_eq!(again.body, first.body, "byte for byte");
+    assert_eq!(rig.stamps().await.len(), 1, "the retry stamped nothing");
+
+    let id = v["id"].as_str().expect("id");
+    let got = rig.get(&format!("/v1/invoices/{id}")).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.json()["uuid"], v["uuid"]);
+    let serie = v["serie"].as_str().expect("serie");
+    let folio = v["folio"].as_str().expect("folio");
+    let found = rig
+        .get(&format!(
+            "/v1/invoices?serie={serie}&folio={folio}&rfc_emisor=EKU9003173C9"
+        ))
+        .await;
+    assert_eq!(found.json()["data"][0]["id"], id);
+    let none = rig.get("/v1/invoices?serie=A&folio=999999").await;
+    assert_eq!(none.json()["data"], json!([]));
+    let other = rig.get("/v1/invoices?rfc_emisor=XIQB891116QE4").await;
+    assert_eq!((other.status, other.code().as_str()), (403, "FORBIDDEN"));
+    assert_eq!(rig.get("/v1/invoices/inv_nope").await.status, 404);
+
+    let doc = rig.get("/v1/openapi.json").await;
+    assert_eq!(doc.status, 200);
+    assert!(doc.json()["paths"]["/v1/invoices"]["post"].is_object());
+}
+
+// 1, 4: no key or a wrong one is a verdict about the caller: not stored, the retry runs.
+async fn caller_verdicts_are_not_replayed(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let none = rig.post_with(&invoice(), Some("k-auth"), None).await;
+    assert_eq!((none.status, none.code().as_str()), (401, "UNAUTHORIZED"));
+    let wrong = rig
+        .post_with(&invoice(), Some("k-auth"), Some("afk_wrong"))
+        .await;
+    assert_eq!(wrong.status, 401);
+    let ok = rig.post(&invoice(), Some("k-auth")).await;
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    assert!(!ok.replayed, "the 401s were not stored: this one ran");
+
+    let mut other_emisor = invoice();
+    other_emisor["rfc_emisor"] = json!("XIQB891116QE4");
+    let forbidden = rig.post(&other_emisor, Some("k-403")).await;
+    assert_eq!(
+        (forbidden.status, forbidden.code().as_str()),
+        (403, "FORBIDDEN")
+    );
+    let mut own = invoice();
+    own["rfc_emisor"] = json!("EKU9003173C9");
+    let ok = rig.post(&own, Some("k-403")).await;
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    assert!(!ok.replayed);
+    assert_eq!(rig.stamps().await.len(), 2);
+}
+
+/// Runs one statement on the app's database (to take a table away and bring it back).
+async fn exec_sql(db: &autofactura::store::Db, sql: &str) {
+    match db {
+        autofactura::store::Db::Sqlite { pool, .. } => {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect("sql");
+        }
+        autofactura::store::Db::Postgres(pool) => {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect("sql");
+        }
+    }
+}
+
+// 4: a 5xx (storage unavailable) is not stored: the retry with the same key really runs.
+async fn a_server_error_is_not_replayed(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    exec_sql(
+        &rig.app.db,
+        "ALTER TABLE api_idempotency RENAME TO api_idempotency_away",
+    )
+    .await;
+    let down = rig.post(&invoice(), Some("k-5xx")).await;
+    assert_eq!(
+        (down.status, down.code().as_str()),
+        (503, "UNAVAILABLE"),
+        "{}",
+        down.text()
+    );
+    exec_sql(
+        &rig.app.db,
+        "ALTER TABLE api_idempotency_away RENAME TO api_idempotency",
+    )
+    .await;
+    let up = rig.post(&invoice(), Some("k-5xx")).await;
+    assert_eq!(up.status, 201, "{}", up.text());
+    assert!(!up.replayed, "the 503 was not stored: this one ran");
+    assert_eq!(rig.stamps().await.len(), 1);
+}
+
+// 2: header or body field, same effect; both and different → 400 before anything runs.
+async fn header_and_body_keys_are_one_key(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let mut in_body = invoice();
+    in_body["idempotency_key"] = json!("k-body");
+    let first = rig.post(&in_body, None).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let by_header = rig.post(&invoice(), Some("k-body")).await;
+    assert!(by_header.replayed);
+    assert_eq!(by_header.body, first.body);
+    let both_same = rig.post(&in_body, Some("k-body")).await;
+    assert!(both_same.replayed);
+
+    let mut other = invoice();
+    other["idempotency_key"] = json!("k-two");
+    let clash = rig.post(&other, Some("k-one")).await;
+    assert_eq!(
+        (clash.status, clash.code().as_str()),
+        (400, "VALIDATION_ERROR")
+    );
+    for bad in ["a b".to_owned(), "k".repeat(101), "clave-ñ".to_owned()] {
+        let mut v = invoice();
+        v["idempotency_key"] = json!(bad);
+        let r = rig.post(&v, None).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "VALIDATION_ERROR"),
+            "{bad}"
+        );
+    }
+    assert_eq!(rig.invoice_count().await, 1, "nothing ran for the 400s");
+    let longest = rig.post(&invoice(), Some(&"k".repeat(100))).await;
+    assert_eq!(longest.status, 201, "{}", longest.text());
+    assert_eq!(rig.stamps().await.len(), 2);
+}
+
+// 3: the same key with another body → 422, nothing executed.
+async fn a_key_reused_with_another_body_is_refused(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    assert_eq!(rig.post(&invoice(), Some("k-reuse")).await.status, 201);
+    let other = rig.post(&with_price("100.00"), Some("k-reuse")).await;
+    assert_eq!(
+        (other.status, other.code().as_str()),
+        (422, "IDEMPOTENCY_KEY_REUSED")
+    );
+    assert_eq!(rig.invoice_count().await, 1);
+    assert_eq!(rig.stamps().await.len(), 1);
+}
+
+// 3 and the wait deadline: queued past the wait → 202, key taken (409 with Retry-After), then
+// the 201 replayed once the worker stamped it.
+async fn a_queued_invoice_answers_202_then_409_then_the_201(b: Backend) {
+    let Some(rig) = rig(b, "", "[api]\nwait_for_stamp_ms = 200\n").await else {
+        return;
+    };
+    let first = rig.post(&invoice(), Some("k-queued")).await;
+    assert_eq!(first.status, 202, "no worker yet: {}", first.text());
+    assert_eq!(first.json()["status"], "pending");
+    let id = first.json()["id"].as_str().expect("id").to_owned();
+    let dup = rig.post(&invoice(), Some("k-queued")).await;
+    assert_eq!(
+        (dup.status, dup.code().as_str()),
+        (409, "DUPLICATE_IN_PROGRESS")
+    );
+    assert!(dup.retry_after.is_some(), "Retry-After");
+    let other = rig.post(&with_price("1.00"), Some("k-queued")).await;
+    assert_eq!(other.code(), "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(
+        rig.app
+            .db
+            .purge_idempotency(chrono::Utc::now() + chrono::Duration::hours(500))
+            .await
+            .expect("purge"),
+        0,
+        "a key whose outcome is open is never purged"
+    );
+    let (_pool, _s) = rig.pool().await;
+    let stamped = rig.wait_status(&id, "stamped", 30).await;
+    let replay = rig.post(&invoice(), Some("k-queued")).await;
+    assert_eq!(replay.status, 201, "{}", replay.text());
+    assert!(replay.replayed);
+    assert_eq!(replay.json()["uuid"], stamped["uuid"]);
+    let again = rig.post(&invoice(), Some("k-queued")).await;
+    assert_eq!(again.body, replay.body, "byte for byte from now on");
+    assert_eq!(rig.stamps().await.len(), 1);
+    assert_eq!(rig.invoice_count().await, 1);
+}
+
+// 9: concurrent requests with one key: one invoice, one stamp, every 201 the same bytes.
+async fn concurrent_requests_with_one_key_stamp_once(b: Backend) {
+    let Some(rig) = rig(b, "latency=300ms", "").await else {
+        return;
+    };
+    let rig = Arc::new(rig);
+    let (_pool, _s) = rig.pool().await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let rig = rig.clone();
+        tasks.push(tokio::spawn(async move {
+            rig.post(&invoice(), Some("k-race")).await
+        }));
+    }
+    let mut created = Vec::new();
+    for t in tasks {
+        let r = t.await.expect("task");
+        match r.status {
+            201 => created.push(r.body),
+            409 => assert_eq!(r.code(), "DUPLICATE_IN_PROGRESS"),
+            other => panic!("unexpected {other}: {}", r.text()),
+        }
+    }
+    let last = rig.post(&invoice(), Some("k-race")).await;
+    assert_eq!(last.status, 201, "{}", last.text());
+    assert!(created.iter().all(|c| *c == last.body), "one response");
+    assert_eq!(rig.invoice_count().await, 1);
+    assert_eq!(rig.stamps().await.len(), 1);
+}
+
+// 6: a folio without a key derives the key; another invoice claiming it gets folio_conflict,
+// the same one is replayed; without key and folio every call is a new invoice.
+async fn an_explicit_folio_derives_the_key(b: Backend) {
+    let Some(rig) = rig(b, "latency=200ms", "").await else {
+        return;
+    };
+    let rig = Arc::new(rig);
+    let (_pool, _s) = rig.pool().await;
+    let mut a = with_price("10.00");
+    a["serie"] = json!("API");
+    a["folio"] = json!("77");
+    let mut c = with_price("20.00");
+    c["serie"] = json!("API");
+    c["folio"] = json!("77");
+    let (ra, rc) = {
+        let (r1, r2) = (rig.clone(), rig.clone());
+        let (a2, c2) = (a.clone(), c.clone());
+        tokio::join!(
+            tokio::spawn(async move { r1.post(&a2, None).await }),
+            tokio::spawn(async move { r2.post(&c2, None).await })
+        )
+    };
+    let (ra, rc) = (ra.expect("task"), rc.expect("task"));
+    let mut statuses = [ra.status, rc.status];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 409], "{} / {}", ra.text(), rc.text());
+    let (won, lost, won_body) = if ra.status == 201 {
+        (&ra, &rc, &a)
+    } else {
+        (&rc, &ra, &c)
+    };
+    assert_eq!(lost.code(), "folio_conflict");
+    assert_eq!(won.json()["folio"], "77");
+    let replay = rig.post(won_body, None).await;
+    assert!(replay.replayed);
+    assert_eq!(replay.body, won.body);
+
+    let one = rig.post(&invoice(), None).await;
+    let two = rig.post(&invoice(), None).await;
+    assert_eq!((one.status, two.status), (201, 201));
+    assert_ne!(
+        one.json()["id"],
+        two.json()["id"],
+        "no key, no folio: new invoices"
+    );
+    assert_eq!(rig.stamps().await.len(), 3);
+}
+
+// 4, 8: a PAC rejection and our own validation error release the key; corrected data under the
+// same key creates the invoice; invoice.failed reaches the merchant.
+async fn an_invoice_that_ends_without_a_stamp_releases_its_key(b: Backend) {
+    let (receiver, url) = Receiver::start(0).await;
+    let Some(rig) = rig(b, "unregistered_rfc=CACX7605101P8", &webhook_toml(&url)).await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let mut unregistered = invoice();
+    unregistered["receptor"]["rfc"] = json!("CACX7605101P8");
+    let rejected = rig.post(&unregistered, Some("k-fix")).await;
+    assert_eq!(
+        (rejected.status, rejected.code().as_str()),
+        (422, "PAC_REJECTED"),
+        "{}",
+        rejected.text()
+    );
+    assert_eq!(rejected.json()["error"]["pac_code"], "CFDI40143");
+    let failed_id = rejected.json()["error"]["invoice_id"]
+        .as_str()
+        .expect("invoice id")
+        .to_owned();
+    let hook = receiver.wait_for("invoice.failed", 30).await;
+    assert_eq!(hook["data"]["id"], failed_id.as_str());
+    assert_eq!(hook["data"]["error"]["code"], "CFDI40143");
+
+    let fixed = rig.post(&invoice(), Some("k-fix")).await;
+    assert_eq!(
+        fixed.status,
+        201,
+        "the released key takes the corrected data: {}",
+        fixed.text()
+    );
+    assert!(!fixed.replayed);
+    assert_ne!(fixed.json()["id"], failed_id.as_str());
+    let replay = rig.post(&invoice(), Some("k-fix")).await;
+    assert_eq!(replay.body, fixed.body, "now kept: stamped");
+    let old = rig.get(&format!("/v1/invoices/{failed_id}")).await;
+    assert_eq!(old.json()["status"], "failed");
+    assert_eq!(rig.stamps().await.len(), 1);
+
+    let mut invalid = invoice();
+    invalid["receptor"]["regimen_fiscal"] = json!("999");
+    let ours = rig.post(&invalid, Some("k-ours")).await;
+    assert_eq!(
+        (ours.status, ours.code().as_str()),
+        (422, "VALIDATION_ERROR")
+    );
+    let corrected = rig.post(&invoice(), Some("k-ours")).await;
+    assert_eq!(corrected.status, 201, "{}", corrected.text());
+    assert_eq!(rig.stamps().await.len(), 2);
+    assert_eq!(rig.invoice_count().await, 3, "failed, fixed, corrected");
+}
+
+// 5, 8: the PAC stamped but its answer was lost: 503, the key stays taken (409), the worker
+// asks the PAC, then the original 201 is replayed and invoice.stamped reaches the merchant.
+async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
+    let (receiver, url) = Receiver::start(1).await;
+    let Some(rig) = rig(
+        b,
+        "lose_response=1:mode=drop,recover_unavailable=1",
+        &webhook_toml(&url),
+    )
+    .await
+    else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let first = rig.post(&invoice(), Some("k-lost")).await;
+    assert_eq!(
+        (first.status, first.code().as_str()),
+        (503, "STAMPING_OUTCOME_UNKNOWN"),
+        "{}",
+        first.text()
+    );
+    let id = first.json()["error"]["invoice_id"]
+        .as_str()
+        .expect("invoice id")
+        .to_owned();
+    assert_eq!(rig.stamps().await.len(), 1, "the PAC did stamp it");
+    let retry = rig.post(&invoice(), Some("k-lost")).await;
+    assert_eq!(
+        (retry.status, retry.code().as_str()),
+        (409, "DUPLICATE_IN_PROGRESS")
+    );
+    let different = rig.post(&with_price("1.00"), Some("k-lost")).await;
+    assert_eq!(
+        different.code(),
+        "IDEMPOTENCY_KEY_REUSED",
+        "never stamped with other data"
+    );
+
+    rig.set_faults("").await;
+    let stamped = rig.wait_status(&id, "stamped", 30).await;
+    let stamps = rig.stamps().await;
+    assert_eq!(stamps.len(), 1, "recovered, not stamped again");
+    assert_eq!(stamped["uuid"], stamps[0]["uuid"]);
+    let replay = rig.post(&invoice(), Some("k-lost")).await;
+    assert_eq!(replay.status, 201, "{}", replay.text());
+    assert!(replay.replayed);
+    assert_eq!(replay.json()["uuid"], stamps[0]["uuid"]);
+    let again = rig.post(&invoice(), Some("k-lost")).await;
+    assert_eq!(again.body, replay.body);
+
+    // The first delivery got a 500; the retry with backoff carries the same webhook-id.
+    let hook = receiver.wait_for("invoice.stamped", 30).await;
+    assert_eq!(hook["data"]["uuid"], stamps[0]["uuid"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while receiver.ids().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "never retried");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ids = receiver.ids();
+    assert_eq!(ids[0], ids[1], "webhook-id is stable across retries");
+    let inv = rig
+        .app
+        .db
+        .find_api_invoices("EKU9003173C9", None, None)
+        .await
+        .expect("list");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = rig.app.db.api_webhooks_of(inv[0].id).await.expect("rows");
+        if rows.iter().any(|r| r.state == "delivered") {
+            assert_eq!(rows.len(), 1);
+            assert_eq!(rows[0].attempts, 2);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// 5: the PAC holds its answer past our wait: 503 while the call is in flight, 409 after, and
+// the 201 once the worker's timeout made it ask the PAC by key.
+async fn a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome(b: Backend) {
+    let Some(rig) = rig_with(
+        b,
+        "lose_response=1:mode=hang:hang=30s",
+        "request_timeout = 2\n",
+        "[api]\nwait_for_stamp_ms = 500\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let first = rig.post(&invoice(), Some("k-hang")).await;
+    assert_eq!(
+        (first.status, first.code().as_str()),
+        (503, "STAMPING_OUTCOME_UNKNOWN"),
+        "{}",
+        first.text()
+    );
+    assert!(first.retry_after.is_some());
+    let id = first.json()["error"]["invoice_id"]
+        .as_str()
+        .expect("invoice id")
+        .to_owned();
+    let retry = rig.post(&invoice(), Some("k-hang")).await;
+    assert_eq!(retry.code(), "DUPLICATE_IN_PROGRESS");
+    rig.set_faults("").await;
+    let stamped = rig.wait_status(&id, "stamped", 60).await;
+    let stamps = rig.stamps().await;
+    assert_eq!(stamps.len(), 1, "{stamps:?}");
+    assert_eq!(stamped["uuid"], stamps[0]["uuid"]);
+    let replay = rig.post(&invoice(), Some("k-hang")).await;
+    assert_eq!(
+        (replay.status, replay.replayed),
+        (201, true),
+        "{}",
+        replay.text()
+    );
+    assert_eq!(replay.json()["uuid"], stamps[0]["uuid"]);
+}
+
+// 7: keys live for the retention; purged, the key is free and a new invoice is created.
+async fn an_expired_key_is_purged_and_free_again(b: Backend) {
+    let Some(rig) = rig(b, "", "[api]\nkey_retention_hours = 1\n").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let first = rig.post(&invoice(), Some("k-old")).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let now = chrono::Utc::now();
+    assert_eq!(rig.app.db.purge_idempotency(now).await.expect("purge"), 0);
+    assert!(rig.post(&invoice(), Some("k-old")).await.replayed);
+    let later = now + chrono::Duration::minutes(61);
+    assert_eq!(rig.app.db.purge_idempotency(later).await.expect("purge"), 1);
+    let fresh = rig.post(&invoice(), Some("k-old")).await;
+    assert_eq!(fresh.status, 201);
+    assert!(!fresh.replayed, "the key was free again");
+    assert_ne!(fresh.json()["id"], first.json()["id"]);
+    assert_eq!(rig.stamps().await.len(), 2);
+}
+
+// 1, 8: cancellation through the API; invoice.canceled reaches the merchant.
+async fn a_cancelled_invoice_notifies_the_merchant(b: Backend) {
+    let (receiver, url) = Receiver::start(0).await;
+    let Some(rig) = rig(b, "", &webhook_toml(&url)).await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let created = rig.post(&invoice(), Some("k-cancel")).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    let id = created.json()["id"].as_str().expect("id").to_owned();
+    let bad = rig
+        .send(
+            rig.http
+                .post(format!("{}/v1/invoices/{id}/cancel", rig.app.address))
+                .bearer_auth(&rig.key)
+                .body(r#"{"motivo":"07"}"#),
+        )
+        .await;
+    assert_eq!((bad.status, bad.code().as_str()), (422, "VALIDATION_ERROR"));
+    let asked = rig
+        .send(
+            rig.http
+                .post(format!("{}/v1/invoices/{id}/cancel", rig.app.address))
+                .bearer_auth(&rig.key)
+                .body(r#"{"motivo":"02"}"#),
+        )
+        .await;
+    assert_eq!(asked.status, 202, "{}", asked.text());
+    assert_eq!(asked.json()["cancellation"], "requested");
+    rig.wait_status(&id, "canceled", 30).await;
+    let hook = receiver.wait_for("invoice.canceled", 30).await;
+    assert_eq!(hook["data"]["status"], "canceled");
+    receiver.wait_for("invoice.stamped", 30).await;
+    let replay = rig.post(&invoice(), Some("k-cancel")).await;
+    assert_eq!(replay.body, created.body, "the stored 201 does not change");
+}
+
+/// 1: `autofactura api-key create` prints the key as its last line; `serve` takes it for the
+/// fixture request body; the key never appears in the server's output, even at debug level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_key_and_the_fixture_issue_an_invoice_and_the_key_is_never_logged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let config = dir.path().join("autofactura.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"sqlite://{}\"\n",
+            dir.path().join("af.db").display()
+        ),
+    )
+    .expect("settings");
+    let bin = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"));
+        c.current_dir(dir.path())
+            .args(args)
+            .arg("--config")
+            .arg(&config);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AUTOFACTURA__") {
+                c.env_remove(k);
+            }
+        }
+        c
+    };
+    let out = bin(&["api-key", "create", "--name", "ci"])
+        .output()
+        .expect("api-key create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let key = stdout.lines().last().expect("a line").trim().to_owned();
+    assert!(key.starts_with("afk_"), "{stdout}");
+
+    let log = dir.path().join("serve.log");
+    let file = std::fs::File::create(&log).expect("log");
+    let mut child = bin(&["serve"])
+        .env("RUST_LOG", "debug")
+        .stdout(file.try_clone().expect("log"))
+        .stderr(file)
+        .spawn()
+        .expect("serve");
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "serve never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/api/invoice.json"
+    ))
+    .expect("fixture");
+    let r = http
+        .post(format!("{base}/v1/invoices"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "cli-1")
+        .body(body)
+        .send()
+        .await
+        .expect("post");
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status, 201, "{text}\n{logged}");
+    assert!(
+        logged.contains("api invoice queued"),
+        "the request was logged:\n{logged}"
+    );
+    assert!(!logged.contains(&key), "the API key leaked into the log");
+    assert!(
+        !logged.contains(&key[4..20]),
+        "part of the API key leaked into the log"
+    );
+}
+
+on_both_backends!(
+    a_stamped_invoice_is_replayed_byte_for_byte,
+    caller_verdicts_are_not_replayed,
+    a_server_error_is_not_replayed,
+    header_and_body_keys_are_one_key,
+    a_key_reused_with_another_body_is_refused,
+    a_queued_invoice_answers_202_then_409_then_the_201,
+    concurrent_requests_with_one_key_stamp_once,
+    an_explicit_folio_derives_the_key,
+    an_invoice_that_ends_without_a_stamp_releases_its_key,
+    a_pac_timeout_is_resolved_later_and_replayed,
+    a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome,
+    an_expired_key_is_purged_and_free_again,
+    a_cancelled_invoice_notifies_the_merchant,
+);
