@@ -6,7 +6,7 @@
 //!    every core at once). The in-process sandbox shares those cores: it verifies each Sello and
 //!    signs each TFD, so a drain costs about three RSA operations where sealing costs one.
 //!
-//! Run with `cargo bench --bench drain` (SQLite; PostgreSQL too when
+//! Run with `cargo bench -- drain` (SQLite; PostgreSQL too when
 //! AUTOFACTURA_TEST_DATABASE_URL is set).
 
 use std::sync::Arc;
@@ -19,6 +19,8 @@ use autofactura::pacsim::faults::FaultSpec;
 use autofactura::startup::Application;
 use autofactura::webhooks::{signature, stripe};
 use sqlx::Connection;
+
+use super::Row;
 
 const SECRET: &str = "whsec_bench";
 
@@ -191,33 +193,23 @@ fn sealing_limit() -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
-    // `cargo bench --bench drain -- sqlite l0` runs only what is named (backend, `wl` or `l0`).
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let wanted = |what: &str| {
-        let named: Vec<&String> = args
-            .iter()
-            .filter(|a| ["sqlite", "postgres", "wl", "l0"].contains(&a.as_str()))
-            .collect();
-        let group: &[&str] = if what == "wl" || what == "l0" {
-            &["wl", "l0"]
-        } else {
-            &["sqlite", "postgres"]
-        };
-        !named.iter().any(|a| group.contains(&a.as_str())) || args.iter().any(|a| a == what)
+/// `args` may name a backend (`sqlite`, `postgres`) and a scenario (`wl`, `l0`) to run only those.
+pub async fn run(args: &[String]) -> Vec<Row> {
+    let named = |group: &[&str], what: &str| {
+        !args.iter().any(|a| group.contains(&a.as_str())) || args.iter().any(|a| a == what)
     };
+    let backends: Vec<&str> = ["sqlite", "postgres"]
+        .into_iter()
+        .filter(|b| named(&["sqlite", "postgres"], b))
+        .collect();
+    let mut rows = Vec::new();
     let (w, l) = (32usize, Duration::from_millis(50));
     let ideal = w as f64 / l.as_secs_f64();
-    for backend in ["sqlite", "postgres"]
-        .into_iter()
-        .filter(|b| wanted(b) && wanted("wl"))
-    {
-        let rows = 3000;
-        if let Some(r) = drain(backend, w, l, rows).await {
+    if named(&["wl", "l0"], "wl") {
+        for backend in &backends {
+            let Some(r) = drain(backend, w, l, 3000).await else {
+                continue;
+            };
             let rate = r.rows as f64 / r.secs;
             let ratio = rate / ideal;
             println!(
@@ -227,14 +219,27 @@ async fn main() {
                 r.secs,
                 if ratio >= 0.8 { "MET" } else { "NOT MET" }
             );
+            rows.push(
+                Row::new(
+                    "drain",
+                    format!(
+                        "{}: stamps/s ({:.1} ms CPU each)",
+                        r.label,
+                        r.cpu * 1000.0 / r.rows as f64
+                    ),
+                    format!("{rate:.0}/s"),
+                )
+                .limit(format!("W/L = {ideal:.0}/s"), ratio)
+                .target(">= 0.80", ratio >= 0.8),
+            );
         }
     }
-    if !wanted("l0") {
-        return;
-    }
-    let limit = sealing_limit();
-    for backend in ["sqlite", "postgres"].into_iter().filter(|b| wanted(b)) {
-        if let Some(r) = drain(backend, w, Duration::ZERO, 2000).await {
+    if named(&["wl", "l0"], "l0") {
+        let limit = sealing_limit();
+        for backend in &backends {
+            let Some(r) = drain(backend, w, Duration::ZERO, 2000).await else {
+                continue;
+            };
             let rate = r.rows as f64 / r.secs;
             println!(
                 "drain: {}: {} rows in {:.2} s = {rate:.1}/s; sealing limit {limit:.1}/s on all cores; ratio {:.3}",
@@ -243,6 +248,19 @@ async fn main() {
                 r.secs,
                 rate / limit
             );
+            rows.push(
+                Row::new(
+                    "drain",
+                    format!(
+                        "{}: stamps/s ({:.1} ms CPU each)",
+                        r.label,
+                        r.cpu * 1000.0 / r.rows as f64
+                    ),
+                    format!("{rate:.0}/s"),
+                )
+                .limit(format!("sealing, all cores: {limit:.0}/s"), rate / limit),
+            );
         }
     }
+    rows
 }
