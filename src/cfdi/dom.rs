@@ -13,6 +13,28 @@ pub const NS_TFD: &str = "http://www.sat.gob.mx/TimbreFiscalDigital";
 pub const NS_PAGOS20: &str = "http://www.sat.gob.mx/Pagos20";
 pub const NS_XSI: &str = "http://www.w3.org/2001/XMLSchema-instance";
 
+/// An element from its start tag: name, namespace and attributes, no children yet.
+fn start_element(
+    ns: Option<String>,
+    e: &quick_xml::events::BytesStart<'_>,
+) -> Result<Element, XmlError> {
+    let mut el = Element {
+        ns,
+        name: e.local_name().as_ref().to_owned(),
+        ..Element::default()
+    };
+    for attr in e.attributes() {
+        let attr = attr.map_err(|e| XmlError(e.to_string()))?;
+        let key = attr.key.0.to_owned();
+        let value = attr
+            .normalized_value(XmlVersion::Implicit1_0)
+            .map_err(|e| XmlError(format!("attribute {key}: {e}")))?
+            .into_owned();
+        el.attrs.push((key, value));
+    }
+    Ok(el)
+}
+
 /// A child of an element.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Node {
@@ -55,20 +77,7 @@ impl Element {
             };
             match event {
                 Event::Start(ref e) | Event::Empty(ref e) => {
-                    let mut el = Element {
-                        ns,
-                        name: e.local_name().as_ref().to_owned(),
-                        ..Element::default()
-                    };
-                    for attr in e.attributes() {
-                        let attr = attr.map_err(|e| XmlError(e.to_string()))?;
-                        let key = attr.key.0.to_owned();
-                        let value = attr
-                            .normalized_value(XmlVersion::Implicit1_0)
-                            .map_err(|e| XmlError(format!("attribute {key}: {e}")))?
-                            .into_owned();
-                        el.attrs.push((key, value));
-                    }
+                    let el = start_element(ns, e)?;
                     if matches!(event, Event::Start(_)) {
                         stack.push(el);
                     } else {
@@ -107,6 +116,29 @@ impl Element {
             return Err(XmlError("document ends inside an element".into()));
         }
         root.ok_or_else(|| XmlError("no root element".into()))
+    }
+
+    /// The root element's own attributes, without reading the rest of the document: enough to
+    /// compare a Sello or a Fecha without building the whole tree.
+    pub fn parse_root(bytes: &[u8]) -> Result<Element, XmlError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| XmlError(format!("not UTF-8: {e}")))?;
+        let mut reader = NsReader::from_str(text);
+        loop {
+            let (resolved, event) = reader
+                .read_resolved_event()
+                .map_err(|e| XmlError(e.to_string()))?;
+            match event {
+                Event::Start(ref e) | Event::Empty(ref e) => {
+                    let ns = match resolved {
+                        ResolveResult::Bound(ns) => Some(ns.0.to_owned()),
+                        _ => None,
+                    };
+                    return start_element(ns, e);
+                }
+                Event::Eof => return Err(XmlError("no root element".into())),
+                _ => {}
+            }
+        }
     }
 
     /// Whether this element is `{ns}name`.

@@ -31,6 +31,8 @@ fn csd_err(msg: impl Into<String>) -> CfdiError {
 #[derive(Clone)]
 pub struct Certificate {
     x509: X509,
+    /// Decoded once: every Sello check needs it.
+    public: PKey<Public>,
     no_certificado: String,
     der_b64: String,
     not_before: DateTime<Utc>,
@@ -72,7 +74,9 @@ impl Certificate {
             hex::encode(&serial)
         };
         let der = x509.to_der().map_err(|e| csd_err(e.to_string()))?;
+        let public = x509.public_key().map_err(|e| csd_err(e.to_string()))?;
         Ok(Self {
+            public,
             not_before: asn1_to_utc(x509.not_before())?,
             not_after: asn1_to_utc(x509.not_after())?,
             x509,
@@ -82,12 +86,29 @@ impl Certificate {
     }
 
     /// Parses the `Certificado` attribute of a comprobante (base64 DER).
+    ///
+    /// The last few certificates read are kept: an issuer sends the same one with every
+    /// document, and decoding it (and its public key) costs more than the Sello check itself.
     pub fn from_base64(b64: &str) -> Result<Self, CfdiError> {
+        static RECENT: std::sync::Mutex<Vec<(String, Certificate)>> =
+            std::sync::Mutex::new(Vec::new());
+        if let Ok(recent) = RECENT.lock()
+            && let Some((_, c)) = recent.iter().find(|(k, _)| k == b64)
+        {
+            return Ok(c.clone());
+        }
         let clean: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
         let der = B64
             .decode(clean)
             .map_err(|e| csd_err(format!("Certificado is not base64: {e}")))?;
-        Self::from_bytes(&der)
+        let cert = Self::from_bytes(&der)?;
+        if let Ok(mut recent) = RECENT.lock() {
+            if recent.len() >= 8 {
+                recent.remove(0);
+            }
+            recent.push((b64.to_owned(), cert.clone()));
+        }
+        Ok(cert)
     }
 
     pub fn no_certificado(&self) -> &str {
@@ -132,7 +153,7 @@ impl Certificate {
     }
 
     fn public_key(&self) -> Result<PKey<Public>, CfdiError> {
-        self.x509.public_key().map_err(|e| csd_err(e.to_string()))
+        Ok(self.public.clone())
     }
 
     /// Verifies a base64 `sello` over `cadena`.
@@ -140,9 +161,8 @@ impl Certificate {
         let Ok(sig) = B64.decode(sello_b64.trim()) else {
             return Ok(false);
         };
-        let key = self.public_key()?;
-        let mut v =
-            Verifier::new(MessageDigest::sha256(), &key).map_err(|e| csd_err(e.to_string()))?;
+        let mut v = Verifier::new(MessageDigest::sha256(), &self.public)
+            .map_err(|e| csd_err(e.to_string()))?;
         v.update(cadena.as_bytes())
             .map_err(|e| csd_err(e.to_string()))?;
         Ok(v.verify(&sig).unwrap_or(false))

@@ -121,14 +121,19 @@ fn structure(root: &Element, r: &mut Report) {
 
 /// Verifies `xml`. Never fails: every reason it is not valid is a problem in the report.
 pub fn verify(xml: &[u8], opts: &VerifyOptions<'_>) -> Report {
-    let mut r = Report::default();
-    let root = match Element::parse(xml) {
-        Ok(root) => root,
+    match Element::parse(xml) {
+        Ok(root) => verify_parsed(&root, opts),
         Err(e) => {
+            let mut r = Report::default();
             r.problem(None, e.to_string());
-            return r;
+            r
         }
-    };
+    }
+}
+
+/// [`verify`] on a document already parsed (the caller needs the tree too).
+pub fn verify_parsed(root: &Element, opts: &VerifyOptions<'_>) -> Report {
+    let mut r = Report::default();
     if !root.is(NS_CFDI, "Comprobante") {
         r.problem(
             None,
@@ -142,10 +147,10 @@ pub fn verify(xml: &[u8], opts: &VerifyOptions<'_>) -> Report {
         .child(NS_CFDI, "Emisor")
         .and_then(|e| e.attr("Rfc"))
         .map(str::to_owned);
-    structure(&root, &mut r);
-    r.problems.extend(check_amounts(&root));
-    check_sello(&root, &mut r);
-    check_tfd(&root, opts, &mut r);
+    structure(root, &mut r);
+    r.problems.extend(check_amounts(root));
+    check_sello(root, &mut r);
+    check_tfd(root, opts, &mut r);
     r
 }
 

@@ -63,7 +63,7 @@ impl Stamp {
 
     /// Whether this stamp belongs to the sealed document `sealed_xml` (same Sello).
     pub fn belongs_to(&self, sealed_xml: &[u8]) -> bool {
-        Element::parse(sealed_xml)
+        Element::parse_root(sealed_xml)
             .ok()
             .and_then(|r| r.attr("Sello").map(|s| s == self.tfd.sello_cfd))
             .unwrap_or(false)

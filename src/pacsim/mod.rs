@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use crate::cfdi::cadena::cadena_comprobante;
 use crate::cfdi::dom::{Element, NS_CFDI};
 use crate::cfdi::money::parse_amount;
-use crate::cfdi::verify::{VerifyOptions, parse_fecha, verify};
+use crate::cfdi::verify::{Report, VerifyOptions, parse_fecha, verify_parsed};
 use crate::cfdi::{Certificate, Csd, Tfd, tfd};
 use clock::SimClock;
 use faults::{FaultSpec, Faults};
@@ -231,9 +231,14 @@ impl Sim {
                 vec!["the root is not a CFDI 4.0 cfdi:Comprobante".into()],
             ));
         }
-        let cadena = match cadena_comprobante(&root) {
-            Ok(c) => c,
-            Err(e) => return Ok(reject("301", "XML mal formado", vec![e.to_string()])),
+        // Everything a PAC checks, computed once: the report carries the cadena too.
+        let report = verify_parsed(&root, &VerifyOptions::default());
+        let cadena = match &report.cadena {
+            Some(c) => c.clone(),
+            None => match cadena_comprobante(&root) {
+                Ok(c) => c,
+                Err(e) => return Ok(reject("301", "XML mal formado", vec![e.to_string()])),
+            },
         };
         let cadena_sha256 = sha256_hex(&cadena);
         let now = self.clock.now();
@@ -260,7 +265,7 @@ impl Sim {
         }
         drop(inner);
 
-        if let Some(rejection) = self.check(xml, &root, now) {
+        if let Some(rejection) = self.check(&report, &root, now) {
             return Ok(rejection);
         }
 
@@ -306,8 +311,7 @@ impl Sim {
     }
 
     /// The validations, in the order a PAC reports them; `None` when the document passes.
-    fn check(&self, xml: &[u8], root: &Element, now: DateTime<Utc>) -> Option<StampAnswer> {
-        let report = verify(xml, &VerifyOptions::default());
+    fn check(&self, report: &Report, root: &Element, now: DateTime<Utc>) -> Option<StampAnswer> {
         // Schema level first (XSD facets and catalogs, then the structure problems without a
         // SAT code), as a PAC validates against the XSD before anything else.
         let mut structural = schema::check(root);

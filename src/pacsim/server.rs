@@ -310,9 +310,8 @@ fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// SW's v4 `data` for a stamp.
 fn stamp_data(s: &StampRecord, with_cfdi: bool) -> Value {
-    let tfd = Element::parse(s.xml.as_bytes())
-        .ok()
-        .and_then(|r| Tfd::from_comprobante(&r));
+    let root = Element::parse(s.xml.as_bytes()).ok();
+    let tfd = root.as_ref().and_then(Tfd::from_comprobante);
     let (sello_sat, sello_cfd, no_sat) = tfd.as_ref().map_or_else(Default::default, |t| {
         (
             t.sello_sat.clone(),
@@ -320,9 +319,13 @@ fn stamp_data(s: &StampRecord, with_cfdi: bool) -> Value {
             t.no_certificado_sat.clone(),
         )
     });
-    let cadena = tfd.as_ref().and_then(|t| t.cadena().ok());
-    let no_cfdi = Element::parse(s.xml.as_bytes())
-        .ok()
+    let cadena = if with_cfdi {
+        tfd.as_ref().and_then(|t| t.cadena().ok())
+    } else {
+        None
+    };
+    let no_cfdi = root
+        .as_ref()
         .and_then(|r| r.attr("NoCertificado").map(str::to_owned));
     json!({
         "uuid": s.uuid,

@@ -247,9 +247,11 @@ impl Db {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(10))
                     .foreign_keys(true);
+                // Worker statements are writes, which queue on the write lock anyway: a few
+                // connections with warm page caches beat one thread per slot.
                 let pool = SqlitePoolOptions::new()
-                    .max_connections(settings.max_connections)
-                    .acquire_timeout(Duration::from_secs(5))
+                    .max_connections(settings.max_connections.min(4))
+                    .acquire_timeout(Duration::from_secs(30))
                     .connect_with(opts)
                     .await
                     .map_err(ctx("open the SQLite database for the workers"))?;

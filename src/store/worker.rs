@@ -226,15 +226,22 @@ const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, event_type,
      SELECT id, $1, 'pending', 0, $2, $2 FROM api_invoices WHERE outbox_id = $3";
 
 impl Db {
-    /// Claims the next due outbox row for `owner` until `lease_until`: first a row whose worker
-    /// died (so a backlog never starves it), then the oldest due one.
+    /// Claims the next due outbox row for `owner` until `lease_until`: first, when
+    /// `expired_first`, a row whose worker died (so a backlog never starves it), then the oldest
+    /// due one.
     pub async fn claim_stamp(
         &self,
         owner: &str,
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
+        expired_first: bool,
     ) -> Result<Option<ClaimedStamp>, StoreError> {
-        for which in [EXPIRED_LEASE, DUE] {
+        let order: &[&str] = if expired_first {
+            &[EXPIRED_LEASE, DUE]
+        } else {
+            &[DUE]
+        };
+        for &which in order {
             let (sqlite, pg) = if which == EXPIRED_LEASE {
                 (
                     claim_stamp_sql!(

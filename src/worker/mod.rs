@@ -28,7 +28,7 @@ pub mod cancel;
 pub mod retry;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -149,6 +149,8 @@ pub struct Worker {
     pub id: String,
     /// Rows being processed right now (reported by the heartbeat).
     in_flight: AtomicI32,
+    /// When (Unix ms) the next claim also looks for rows whose lease expired.
+    next_expired_look: AtomicI64,
     started_at: DateTime<Utc>,
 }
 
@@ -210,6 +212,7 @@ impl Worker {
             pac_is_production,
             id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
             in_flight: AtomicI32::new(0),
+            next_expired_look: AtomicI64::new(0),
             started_at: Utc::now(),
         }
     }
@@ -323,7 +326,23 @@ impl Worker {
     async fn next(&self, slot: usize) -> Result<bool, StoreError> {
         let now = Utc::now();
         let lease_until = now + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
-        if let Some(c) = self.db.claim_stamp(&self.id, lease_until, now).await? {
+        // Dead workers' rows are looked for about once a second, not before every claim: a
+        // lease lasts far longer, and each look is one more write on the busy path.
+        let now_ms = now.timestamp_millis();
+        let expired_first = self.next_expired_look.load(Ordering::Relaxed) <= now_ms;
+        if expired_first {
+            self.next_expired_look
+                .store(now_ms + 1000, Ordering::Relaxed);
+        }
+        let claimed = self
+            .db
+            .claim_stamp(&self.id, lease_until, now, expired_first)
+            .await?;
+        if let Some(c) = claimed {
+            if c.claimed_from == "stamping" {
+                // Where one died, more may have: look again at the next claim.
+                self.next_expired_look.store(0, Ordering::Relaxed);
+            }
             self.in_flight.fetch_add(1, Ordering::Relaxed);
             let span = info_span!("invoice", outbox_id = c.id, key = %c.stamp_key, slot);
             let r = self.process_stamp(c).instrument(span).await;

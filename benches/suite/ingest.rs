@@ -5,7 +5,7 @@
 //! measured from each request's scheduled send time (so a stall counts against every request
 //! queued behind it). Target: p99 under 50 ms.
 //!
-//! Run with `cargo bench --bench ingest` (under `cargo test` it makes one short smoke round). PostgreSQL needs AUTOFACTURA_TEST_DATABASE_URL (a
+//! Run with `cargo bench -- ingest`. PostgreSQL needs AUTOFACTURA_TEST_DATABASE_URL (a
 //! fresh database per phase is created and dropped); without it that half prints SKIP.
 //! `INGEST_BENCH_SECONDS` (default 4) and `INGEST_BENCH_ROUNDS` (default 3) tune the run;
 //! `INGEST_BENCH_BACKENDS=sqlite` (or `postgres`) runs one backend only.
@@ -28,6 +28,8 @@ use sqlx::Connection;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 
+use super::Row;
+
 const CONNECTIONS: usize = 32;
 const SECRET: &str = "whsec_bench_secret";
 const TARGET_RATIO: f64 = 0.7;
@@ -42,56 +44,24 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    // Logging as `serve` has it (info, sqlx warnings), written to a sink: its cost is part of
-    // the HTTP path, without flooding the terminal.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("info,sqlx=warn"))
-        .with_writer(std::io::sink)
-        .try_init();
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it,
-    // and then one short round checks that the bench still works.
-    let smoke = !std::env::args().any(|a| a == "--bench");
-    if smoke {
-        println!(
-            "ingest: smoke run (cargo test, unoptimized): numbers are not meaningful; use `cargo bench --bench ingest`"
-        );
-    }
-    let secs = if smoke {
-        1
-    } else {
-        env_u64("INGEST_BENCH_SECONDS", 4).max(1)
-    };
-    let rounds = if smoke {
-        1
-    } else {
-        env_u64("INGEST_BENCH_ROUNDS", 3).max(1)
-    };
+pub async fn run() -> anyhow::Result<Vec<Row>> {
+    let secs = env_u64("INGEST_BENCH_SECONDS", 4).max(1);
+    let rounds = env_u64("INGEST_BENCH_ROUNDS", 3).max(1);
     println!(
         "ingest: {CONNECTIONS} connections, {rounds} rounds of {secs} s raw + {secs} s HTTP per backend, {} CPUs",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let mut all_met = true;
+    let mut rows = Vec::new();
     let only = std::env::var("INGEST_BENCH_BACKENDS").unwrap_or_default();
     for backend in [Backend::Sqlite, Backend::Postgres] {
         if !only.is_empty() && !only.contains(backend.name()) {
             continue;
         }
-        match run_backend(backend, secs, rounds).await? {
-            Some(met) => all_met &= met,
-            None => continue,
+        if let Some(r) = run_backend(backend, secs, rounds).await? {
+            rows.extend(r);
         }
     }
-    println!(
-        "ingest: {}",
-        if all_met {
-            "all targets MET"
-        } else {
-            "some targets NOT MET"
-        }
-    );
-    Ok(())
+    Ok(rows)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -196,8 +166,8 @@ fn settings_for(url: &str) -> anyhow::Result<Settings> {
     Ok(Settings::from_parts(Some(&text), &[])?)
 }
 
-/// Returns whether both targets were met; `None` when the backend was skipped.
-async fn run_backend(backend: Backend, secs: u64, rounds: u64) -> anyhow::Result<Option<bool>> {
+/// The backend's rows of the table; `None` when the backend was skipped.
+async fn run_backend(backend: Backend, secs: u64, rounds: u64) -> anyhow::Result<Option<Vec<Row>>> {
     let Some(mut dbs) = Databases::new(backend).await? else {
         return Ok(None);
     };
@@ -211,7 +181,7 @@ async fn measure(
     dbs: &mut Databases,
     secs: u64,
     rounds: u64,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Vec<Row>> {
     let name = backend.name();
     let raw_settings = settings_for(&dbs.fresh("raw").await?)?;
     let raw_db = store::connect(&raw_settings.database).await?;
@@ -226,7 +196,8 @@ async fn measure(
     let run = Duration::from_secs(secs);
     let warm = Duration::from_secs(1);
     let ids = Arc::new(AtomicU64::new(0));
-    let mut ratios = Vec::new();
+    // (ratio, HTTP rate, raw rate) per round.
+    let mut results: Vec<(f64, f64, f64)> = Vec::new();
     let mut peaks = Vec::new();
     for round in 1..=rounds {
         let (raw, raw_cpu) = cpu_per_op(&ids, raw_rate(&raw_db, &template, &ids, warm, run)).await;
@@ -238,12 +209,12 @@ async fn measure(
              in-process CPU per delivery: raw {raw_cpu:.0} µs, HTTP {http_cpu:.0} µs (client included)",
             http.accepted_per_sec, http.refused
         );
-        ratios.push(ratio);
+        results.push((ratio, http.accepted_per_sec, raw));
         peaks.push(http.accepted_per_sec);
     }
-    ratios.sort_by(f64::total_cmp);
+    results.sort_by(|a, b| a.0.total_cmp(&b.0));
     peaks.sort_by(f64::total_cmp);
-    let ratio = ratios[ratios.len() / 2];
+    let (ratio, http_rate, raw_rate) = results[results.len() / 2];
     let peak = peaks[peaks.len() - 1];
     let ratio_met = ratio >= TARGET_RATIO;
     println!(
@@ -274,7 +245,24 @@ async fn measure(
     server.abort();
     app_db.close().await;
     raw_db.close().await;
-    Ok(ratio_met && p99_met)
+    Ok(vec![
+        Row::new(
+            "ingest",
+            format!("{name}: accepted webhooks/s, {CONNECTIONS} connections (median round)"),
+            format!("{http_rate:.0}/s"),
+        )
+        .limit(
+            format!("same transaction straight to the store: {raw_rate:.0}/s"),
+            ratio,
+        )
+        .target(format!(">= {TARGET_RATIO}"), ratio_met),
+        Row::new(
+            "ingest",
+            format!("{name}: p99 acknowledgement at half the peak ({rate:.0}/s)"),
+            format!("{:.1} ms (p50 {:.1} ms)", lat.p99_ms, lat.p50_ms),
+        )
+        .target(format!("< {TARGET_P99_MS} ms"), p99_met),
+    ])
 }
 
 fn met(ok: bool) -> &'static str {

@@ -6,7 +6,7 @@
 //!    every core at once). The in-process sandbox shares those cores: it verifies each Sello and
 //!    signs each TFD, so a drain costs about three RSA operations where sealing costs one.
 //!
-//! Run with `cargo bench --bench drain` (SQLite; PostgreSQL too when
+//! Run with `cargo bench -- drain` (SQLite; PostgreSQL too when
 //! AUTOFACTURA_TEST_DATABASE_URL is set).
 
 use std::sync::Arc;
@@ -20,12 +20,29 @@ use autofactura::startup::Application;
 use autofactura::webhooks::{signature, stripe};
 use sqlx::Connection;
 
+use super::Row;
+
 const SECRET: &str = "whsec_bench";
 
 struct Run {
     label: String,
     rows: usize,
     secs: f64,
+    /// Process CPU seconds (user + system) spent while draining: the appliance and the
+    /// in-process sandbox together.
+    cpu: f64,
+}
+
+/// This process's CPU time so far (user + system), from /proc.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
 
 async fn database_url(backend: &str, dir: &std::path::Path) -> Option<String> {
@@ -100,10 +117,15 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     while fill.join_next().await.is_some() {}
 
     // Drain (measured).
+    eprintln!(
+        "drain: {backend}: {rows} rows filled; draining (pid {})",
+        std::process::id()
+    );
     let services = autofactura::worker::services(&settings, db.clone())
         .await
         .expect("services");
     let start = Instant::now();
+    let cpu0 = cpu_seconds();
     let pool = services
         .worker
         .clone()
@@ -121,11 +143,16 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
             start.elapsed() < Duration::from_secs(600),
             "drain stalled: {counts:?}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     pool.shutdown().await;
     let lat = db.attempt_latencies("stamp").await.expect("latencies");
+    println!(
+        "drain: {backend}: CPU per stamp {:.2} ms (this process: appliance + sandbox)",
+        cpu * 1000.0 / rows as f64
+    );
     if !lat.is_empty() {
         println!(
             "drain: {backend}: PAC call latency seen by the workers: p50 {} ms, p99 {} ms",
@@ -137,6 +164,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         label: format!("{backend} W={workers} L={}ms", latency.as_millis()),
         rows,
         secs,
+        cpu,
     })
 }
 
@@ -165,13 +193,23 @@ fn sealing_limit() -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
+/// `args` may name a backend (`sqlite`, `postgres`) and a scenario (`wl`, `l0`) to run only those.
+pub async fn run(args: &[String]) -> Vec<Row> {
+    let named = |group: &[&str], what: &str| {
+        !args.iter().any(|a| group.contains(&a.as_str())) || args.iter().any(|a| a == what)
+    };
+    let backends: Vec<&str> = ["sqlite", "postgres"]
+        .into_iter()
+        .filter(|b| named(&["sqlite", "postgres"], b))
+        .collect();
+    let mut rows = Vec::new();
     let (w, l) = (32usize, Duration::from_millis(50));
     let ideal = w as f64 / l.as_secs_f64();
-    for backend in ["sqlite", "postgres"] {
-        let rows = 3000;
-        if let Some(r) = drain(backend, w, l, rows).await {
+    if named(&["wl", "l0"], "wl") {
+        for backend in &backends {
+            let Some(r) = drain(backend, w, l, 3000).await else {
+                continue;
+            };
             let rate = r.rows as f64 / r.secs;
             let ratio = rate / ideal;
             println!(
@@ -181,11 +219,27 @@ async fn main() {
                 r.secs,
                 if ratio >= 0.8 { "MET" } else { "NOT MET" }
             );
+            rows.push(
+                Row::new(
+                    "drain",
+                    format!(
+                        "{}: stamps/s ({:.1} ms CPU each)",
+                        r.label,
+                        r.cpu * 1000.0 / r.rows as f64
+                    ),
+                    format!("{rate:.0}/s"),
+                )
+                .limit(format!("W/L = {ideal:.0}/s"), ratio)
+                .target(">= 0.80", ratio >= 0.8),
+            );
         }
     }
-    let limit = sealing_limit();
-    for backend in ["sqlite", "postgres"] {
-        if let Some(r) = drain(backend, w, Duration::ZERO, 2000).await {
+    if named(&["wl", "l0"], "l0") {
+        let limit = sealing_limit();
+        for backend in &backends {
+            let Some(r) = drain(backend, w, Duration::ZERO, 2000).await else {
+                continue;
+            };
             let rate = r.rows as f64 / r.secs;
             println!(
                 "drain: {}: {} rows in {:.2} s = {rate:.1}/s; sealing limit {limit:.1}/s on all cores; ratio {:.3}",
@@ -194,6 +248,19 @@ async fn main() {
                 r.secs,
                 rate / limit
             );
+            rows.push(
+                Row::new(
+                    "drain",
+                    format!(
+                        "{}: stamps/s ({:.1} ms CPU each)",
+                        r.label,
+                        r.cpu * 1000.0 / r.rows as f64
+                    ),
+                    format!("{rate:.0}/s"),
+                )
+                .limit(format!("sealing, all cores: {limit:.0}/s"), rate / limit),
+            );
         }
     }
+    rows
 }

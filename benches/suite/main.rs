@@ -1,0 +1,156 @@
+//! The benchmark suite. `cargo bench` runs every part and ends with one table of results, each
+//! ratio against a limit of this machine measured in the same run:
+//!
+//! - `seal`: sealed invoices per CPU second against `openssl speed rsa2048` sign/s;
+//! - `ingest`: accepted webhooks/s against the raw rate of the same two-insert transaction,
+//!   and p99 acknowledgement latency at half the peak;
+//! - `drain`: stamps/s with a sandbox PAC at latency L and W workers against W/L, and at L=0
+//!   against the sealing limit of all cores;
+//! - `memory`: peak memory of `autofactura serve` draining 10,000 pending rows against the same
+//!   process with an empty outbox.
+//!
+//! `cargo bench -- drain` (or `seal`, `ingest`, `memory`) runs one part; PostgreSQL parts need
+//! AUTOFACTURA_TEST_DATABASE_URL and print SKIP without it. The table is Markdown, ready for
+//! BENCHMARKS.md.
+
+mod drain;
+mod ingest;
+mod memory;
+mod seal;
+
+/// One line of the final table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub bench: &'static str,
+    pub what: String,
+    pub result: String,
+    pub limit: String,
+    pub ratio: Option<f64>,
+    /// The target as text (`>= 0.80`), empty when the row only informs.
+    pub target: String,
+    pub met: Option<bool>,
+}
+
+impl Row {
+    pub fn new(bench: &'static str, what: impl Into<String>, result: impl Into<String>) -> Self {
+        Self {
+            bench,
+            what: what.into(),
+            result: result.into(),
+            limit: String::new(),
+            ratio: None,
+            target: String::new(),
+            met: None,
+        }
+    }
+
+    pub fn limit(mut self, limit: impl Into<String>, ratio: f64) -> Self {
+        self.limit = limit.into();
+        self.ratio = Some(ratio);
+        self
+    }
+
+    pub fn target(mut self, target: impl Into<String>, met: bool) -> Self {
+        self.target = target.into();
+        self.met = Some(met);
+        self
+    }
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim())
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let mem_kb: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "{model}, {cores} cores, {:.0} GiB; load average at start {}",
+        mem_kb as f64 / 1_048_576.0,
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    // Logging as `serve` has it (info, sqlx warnings), written to a sink: its cost is part of
+    // every path measured, without flooding the terminal.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info,sqlx=warn"))
+        .with_writer(std::io::sink)
+        .try_init();
+    // `cargo bench` passes `--bench`; any other argument names the parts to run.
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let parts = ["seal", "ingest", "drain", "memory"];
+    let run = |p: &str| {
+        wanted.iter().all(|w| !parts.contains(&w.as_str())) || wanted.iter().any(|w| w == p)
+    };
+    let machine = machine();
+    println!("bench: {machine}");
+    let started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    if run("seal") {
+        rows.extend(
+            tokio::task::spawn_blocking(seal::run)
+                .await
+                .expect("seal bench"),
+        );
+    }
+    if run("ingest") {
+        match ingest::run().await {
+            Ok(r) => rows.extend(r),
+            Err(e) => println!("ingest: FAILED: {e:#}"),
+        }
+    }
+    if run("drain") {
+        rows.extend(drain::run(&wanted).await);
+    }
+    if run("memory") {
+        match memory::run().await {
+            Ok(r) => rows.extend(r),
+            Err(e) => println!("memory: FAILED: {e:#}"),
+        }
+    }
+    println!();
+    println!(
+        "Benchmarks on {machine}; {} on {} ({:.0} s)",
+        env!("CARGO_PKG_VERSION"),
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        started.elapsed().as_secs_f64()
+    );
+    println!();
+    println!("| bench | measurement | result | limit (same run) | ratio | target | |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.bench,
+            r.what,
+            r.result,
+            r.limit,
+            r.ratio.map_or(String::new(), |x| format!("{x:.3}")),
+            r.target,
+            match r.met {
+                Some(true) => "met",
+                Some(false) => "NOT met",
+                None => "",
+            }
+        );
+    }
+}

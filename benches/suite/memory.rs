@@ -1,0 +1,221 @@
+//! Memory of `autofactura serve` (the real binary, embedded sandbox PAC) with 10,000 pending
+//! rows in its outbox, drained by 32 workers, against the same binary with an empty outbox in
+//! the same run. Peak resident memory (`VmHWM`) is read from /proc. The claim it checks: a
+//! backlog costs disk, not memory (target: peak with the backlog at most 1.5 × empty).
+//!
+//! Run with `cargo bench -- memory` (SQLite).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use autofactura::config::Settings;
+use autofactura::startup::Application;
+use autofactura::webhooks::{signature, stripe};
+
+use super::Row;
+
+const ROWS: usize = 10_000;
+const SECRET: &str = "whsec_bench_memory";
+const TARGET: f64 = 1.5;
+
+/// The child; killed when dropped.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn settings_text(db: &Path, port: u16, admin: u16) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"sqlite://{}\"\n\
+         [stripe]\nwebhook_secrets = [\"{SECRET}\"]\n[pac]\nkind = \"sandbox\"\n\
+         sandbox_faults = \"latency=20ms\"\n[worker]\nconcurrency = 32\nidle_poll_ms = 50\n\
+         [admin]\nlisten = \"127.0.0.1:{admin}\"\n",
+        db.display()
+    )
+}
+
+/// `VmHWM` and `VmRSS` of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+async fn start(dir: &Path, db: &Path, name: &str) -> anyhow::Result<(Serve, u16)> {
+    let (port, admin) = (free_port()?, free_port()?);
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, settings_text(db, port, admin))?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_autofactura"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AUTOFACTURA__") {
+            cmd.env_remove(k);
+        }
+    }
+    let child = cmd
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .context("start autofactura serve")?;
+    let serve = Serve(child);
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(r) = http
+            .get(format!("http://127.0.0.1:{port}/healthz"))
+            .send()
+            .await
+            && r.status().is_success()
+        {
+            return Ok((serve, port));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("serve did not answer /healthz; see {}", dir.display())
+}
+
+/// Writes `ROWS` paid sales into the database at `db` through the webhook route of an
+/// in-process appliance without workers, so they are all pending when `serve` starts.
+async fn fill(db: &Path) -> anyhow::Result<()> {
+    let text = settings_text(db, 0, 0);
+    let app = Application::build(Settings::from_parts(Some(&text), &[])?).await?;
+    let addr = format!("http://127.0.0.1:{}", app.port());
+    let state_db = app.state().db.clone();
+    let server = tokio::spawn(app.run_until_stopped());
+    let http = reqwest::Client::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    let per = ROWS.div_ceil(16);
+    let now = chrono::Utc::now().timestamp();
+    for t in 0..16 {
+        let (http, addr) = (http.clone(), addr.clone());
+        tasks.spawn(async move {
+            for i in (t * per)..((t + 1) * per).min(ROWS) {
+                let body = stripe::sample_payment_intent(&format!("mem{i}"), now, false);
+                let sig = signature::stripe_header(
+                    &[SECRET],
+                    chrono::Utc::now().timestamp(),
+                    body.as_bytes(),
+                );
+                let r = http
+                    .post(format!("{addr}/webhooks/stripe"))
+                    .header("Stripe-Signature", sig)
+                    .body(body)
+                    .send()
+                    .await?;
+                if r.status() != 200 {
+                    bail!("webhook {i}: HTTP {}", r.status());
+                }
+            }
+            Ok(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    server.abort();
+    state_db.close().await;
+    Ok(())
+}
+
+async fn stamped(db: &autofactura::store::Db) -> i64 {
+    db.outbox_counts()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .find(|(s, _)| s == "stamped")
+        .map_or(0, |c| c.1)
+}
+
+pub async fn run() -> anyhow::Result<Vec<Row>> {
+    let dir = tempfile::tempdir()?;
+
+    // The same binary and settings with nothing to do.
+    let empty_db = dir.path().join("empty.db");
+    let (empty, _) = start(dir.path(), &empty_db, "empty").await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (empty_peak, empty_rss) = memory_kib(empty.0.id());
+    drop(empty);
+    println!(
+        "memory: serve with an empty outbox: peak {:.1} MiB, now {:.1} MiB",
+        empty_peak as f64 / 1024.0,
+        empty_rss as f64 / 1024.0
+    );
+
+    let db_path = dir.path().join("backlog.db");
+    let t = Instant::now();
+    fill(&db_path).await?;
+    println!(
+        "memory: {ROWS} pending rows written in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let (serve, _) = start(dir.path(), &db_path, "backlog").await?;
+    let pid = serve.0.id();
+    let watch = autofactura::store::connect(
+        &Settings::from_parts(Some(&settings_text(&db_path, 0, 0)), &[])?.database,
+    )
+    .await?;
+    let t = Instant::now();
+    let mut rss_max = 0;
+    loop {
+        rss_max = rss_max.max(memory_kib(pid).1);
+        if stamped(&watch).await >= i64::try_from(ROWS)? {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(900) {
+            bail!(
+                "the backlog did not drain in 15 minutes; see {}",
+                dir.path().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let (peak, _) = memory_kib(pid);
+    drop(serve);
+    watch.close().await;
+    let ratio = peak as f64 / empty_peak.max(1) as f64;
+    println!(
+        "memory: serve draining {ROWS} pending rows ({:.0}/s): peak {:.1} MiB (RSS sampled up to {:.1} MiB); empty {:.1} MiB; ratio {ratio:.2} (target <= {TARGET}): {}",
+        ROWS as f64 / secs,
+        peak as f64 / 1024.0,
+        rss_max as f64 / 1024.0,
+        empty_peak as f64 / 1024.0,
+        if ratio <= TARGET { "MET" } else { "NOT MET" }
+    );
+    Ok(vec![
+        Row::new(
+            "memory",
+            format!("serve draining {ROWS} pending rows (SQLite, 32 workers): peak RSS"),
+            format!("{:.1} MiB", peak as f64 / 1024.0),
+        )
+        .limit(
+            format!(
+                "same binary, empty outbox: {:.1} MiB",
+                empty_peak as f64 / 1024.0
+            ),
+            ratio,
+        )
+        .target(format!("<= {TARGET}"), ratio <= TARGET),
+    ])
+}
