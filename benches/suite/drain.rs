@@ -31,6 +31,25 @@ struct Run {
     /// Process CPU seconds (user + system) spent while draining: the appliance and the
     /// in-process sandbox together.
     cpu: f64,
+    /// Share of the whole machine's CPU time that was busy meanwhile (every process).
+    busy: f64,
+}
+
+/// The whole machine's CPU time so far: (busy, total) in clock ticks, from /proc/stat.
+fn machine_cpu() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let total: u64 = f.iter().sum();
+    // idle and iowait
+    let idle = f.get(3).unwrap_or(&0) + f.get(4).unwrap_or(&0);
+    (total - idle, total)
 }
 
 /// This process's CPU time so far (user + system), from /proc.
@@ -126,6 +145,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         .expect("services");
     let start = Instant::now();
     let cpu0 = cpu_seconds();
+    let machine0 = machine_cpu();
     let pool = services
         .worker
         .clone()
@@ -147,11 +167,14 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
+    let machine1 = machine_cpu();
+    let busy = (machine1.0 - machine0.0) as f64 / (machine1.1 - machine0.1).max(1) as f64;
     pool.shutdown().await;
     let lat = db.attempt_latencies("stamp").await.expect("latencies");
     println!(
-        "drain: {backend}: CPU per stamp {:.2} ms (this process: appliance + sandbox)",
-        cpu * 1000.0 / rows as f64
+        "drain: {backend}: CPU per stamp {:.2} ms (this process: appliance + sandbox); the machine's CPUs were {:.0} % busy (every process)",
+        cpu * 1000.0 / rows as f64,
+        busy * 100.0
     );
     if !lat.is_empty() {
         println!(
@@ -165,6 +188,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         rows,
         secs,
         cpu,
+        busy,
     })
 }
 
@@ -223,9 +247,10 @@ pub async fn run(args: &[String]) -> Vec<Row> {
                 Row::new(
                     "drain",
                     format!(
-                        "{}: stamps/s ({:.1} ms CPU each)",
+                        "{}: stamps/s ({:.1} ms CPU each; machine {:.0} % busy)",
                         r.label,
-                        r.cpu * 1000.0 / r.rows as f64
+                        r.cpu * 1000.0 / r.rows as f64,
+                        r.busy * 100.0
                     ),
                     format!("{rate:.0}/s"),
                 )
@@ -252,9 +277,10 @@ pub async fn run(args: &[String]) -> Vec<Row> {
                 Row::new(
                     "drain",
                     format!(
-                        "{}: stamps/s ({:.1} ms CPU each)",
+                        "{}: stamps/s ({:.1} ms CPU each; machine {:.0} % busy)",
                         r.label,
-                        r.cpu * 1000.0 / r.rows as f64
+                        r.cpu * 1000.0 / r.rows as f64,
+                        r.busy * 100.0
                     ),
                     format!("{rate:.0}/s"),
                 )

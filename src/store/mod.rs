@@ -237,6 +237,10 @@ impl Db {
     /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
     /// deterministic). Webhook acknowledgements keep full durability on the main handle. On
     /// SQLite both handles share the process's write lock, so they queue instead of colliding.
+    ///
+    /// Connections are not pinged before each use (one round trip less per statement): a
+    /// connection that went bad fails its statement, the worker logs it and tries again, and a
+    /// row whose outcome was not written is recovered by key when its lease expires.
     pub async fn for_workers(&self, settings: &DatabaseSettings) -> Result<Db, StoreError> {
         let url = settings.url.expose();
         match self {
@@ -252,6 +256,7 @@ impl Db {
                 let pool = SqlitePoolOptions::new()
                     .max_connections(settings.max_connections.min(4))
                     .acquire_timeout(Duration::from_secs(30))
+                    .test_before_acquire(false)
                     .connect_with(opts)
                     .await
                     .map_err(ctx("open the SQLite database for the workers"))?;
@@ -267,6 +272,7 @@ impl Db {
                 let pool = PgPoolOptions::new()
                     .max_connections(settings.max_connections)
                     .acquire_timeout(Duration::from_secs(5))
+                    .test_before_acquire(false)
                     .connect_with(opts)
                     .await
                     .map_err(ctx("connect to PostgreSQL for the workers"))?;
