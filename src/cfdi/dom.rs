@@ -141,6 +141,53 @@ impl Element {
         }
     }
 
+    /// The first `{ns}name` element of a document (its start tag: attributes, no children),
+    /// reading the whole document so a malformed one is still refused, but without building
+    /// its tree: how a stamped CFDI's TFD is read cheaply.
+    pub fn find_in(bytes: &[u8], ns: &str, name: &str) -> Result<Option<Element>, XmlError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| XmlError(format!("not UTF-8: {e}")))?;
+        let mut reader = NsReader::from_str(text);
+        let mut found = None;
+        let mut depth = 0usize;
+        let mut seen_root = false;
+        loop {
+            let pos = reader.buffer_position();
+            let (resolved, event) = reader
+                .read_resolved_event()
+                .map_err(|e| XmlError(format!("after byte {pos}: {e}")))?;
+            if let ResolveResult::Unknown(p) = resolved {
+                return Err(XmlError(format!("undeclared namespace prefix `{p}`")));
+            }
+            match event {
+                Event::Start(ref e) | Event::Empty(ref e) => {
+                    if depth == 0 && seen_root {
+                        return Err(XmlError("more than one root element".into()));
+                    }
+                    seen_root = true;
+                    if matches!(event, Event::Start(_)) {
+                        depth += 1;
+                    }
+                    if found.is_none()
+                        && e.local_name().as_ref() == name
+                        && matches!(resolved, ResolveResult::Bound(n) if n.0 == ns)
+                    {
+                        found = Some(start_element(Some(ns.to_owned()), e)?);
+                    }
+                }
+                Event::End(_) => depth = depth.saturating_sub(1),
+                Event::Eof => break,
+                _ => {}
+            }
+        }
+        if depth != 0 {
+            return Err(XmlError("document ends inside an element".into()));
+        }
+        if !seen_root {
+            return Err(XmlError("no root element".into()));
+        }
+        Ok(found)
+    }
+
     /// Whether this element is `{ns}name`.
     pub fn is(&self, ns: &str, name: &str) -> bool {
         self.name == name && self.ns.as_deref() == Some(ns)
@@ -240,4 +287,44 @@ fn resolve_ref(name: &str) -> Option<String> {
         name.strip_prefix('#')?.parse().ok()?
     };
     char::from_u32(code).map(String::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAMPED: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<cfdi:Comprobante xmlns:cfdi="http://www.sat.gob.mx/cfd/4" Sello="abc" Total="1.00"><cfdi:Emisor Rfc="EKU9003173C9"/><cfdi:Complemento><tfd:TimbreFiscalDigital xmlns:tfd="http://www.sat.gob.mx/TimbreFiscalDigital" UUID="AAAA" SelloCFD="abc"/></cfdi:Complemento></cfdi:Comprobante>"#;
+
+    #[test]
+    fn find_in_reads_the_tfd_and_parse_root_the_root_tag() {
+        let tfd = Element::find_in(STAMPED.as_bytes(), NS_TFD, "TimbreFiscalDigital")
+            .expect("well-formed")
+            .expect("a TFD");
+        assert_eq!(tfd.attr("UUID"), Some("AAAA"));
+        assert!(tfd.is(NS_TFD, "TimbreFiscalDigital"));
+        assert_eq!(
+            Element::find_in(STAMPED.as_bytes(), NS_CFDI, "Addenda").expect("well-formed"),
+            None
+        );
+        let root = Element::parse_root(STAMPED.as_bytes()).expect("root");
+        assert!(root.is(NS_CFDI, "Comprobante"));
+        assert_eq!(root.attr("Sello"), Some("abc"));
+        assert!(root.children.is_empty());
+        // The same answers as the whole tree.
+        let full = Element::parse(STAMPED.as_bytes()).expect("tree");
+        assert_eq!(full.attr("Total"), root.attr("Total"));
+    }
+
+    #[test]
+    fn find_in_refuses_what_parse_refuses() {
+        let cut = &STAMPED[..STAMPED.len() - 20];
+        assert!(Element::parse(cut.as_bytes()).is_err());
+        assert!(Element::find_in(cut.as_bytes(), NS_TFD, "TimbreFiscalDigital").is_err());
+        let two_roots = format!("{STAMPED}<x/>");
+        assert!(Element::find_in(two_roots.as_bytes(), NS_TFD, "TimbreFiscalDigital").is_err());
+        let undeclared = "<a:b/>";
+        assert!(Element::find_in(undeclared.as_bytes(), NS_TFD, "b").is_err());
+        assert!(Element::find_in(b"", NS_TFD, "b").is_err());
+    }
 }

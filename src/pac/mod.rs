@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::cfdi::Tfd;
-use crate::cfdi::dom::Element;
+use crate::cfdi::dom::{Element, NS_TFD};
 use crate::domain::StampKey;
 
 pub use failover::{AttemptLog, Failover, Route};
@@ -48,8 +48,9 @@ pub struct Stamp {
 impl Stamp {
     /// Reads a stamped comprobante: it must carry a TFD with a UUID.
     pub fn from_xml(xml: Vec<u8>) -> Result<Stamp, String> {
-        let root = Element::parse(&xml).map_err(|e| format!("stamped XML: {e}"))?;
-        let tfd = Tfd::from_comprobante(&root)
+        let tfd = Element::find_in(&xml, NS_TFD, "TimbreFiscalDigital")
+            .map_err(|e| format!("stamped XML: {e}"))?
+            .map(|e| Tfd::from_element(&e))
             .ok_or_else(|| "the returned XML carries no TimbreFiscalDigital".to_owned())?;
         if tfd.uuid.is_empty() {
             return Err("the returned TFD has no UUID".into());

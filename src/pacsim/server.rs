@@ -31,7 +31,7 @@ use super::faults::{After, Before, FaultSpec, LoseMode};
 use super::state::StampRecord;
 use super::{CancelAnswer, Sim, SimError, StampAnswer};
 use crate::cfdi::Tfd;
-use crate::cfdi::dom::Element;
+use crate::cfdi::dom::{Element, NS_TFD};
 
 /// Issued tokens and when they expire (sandbox time); lost on restart, like a session.
 #[derive(Default)]
@@ -310,8 +310,12 @@ fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// SW's v4 `data` for a stamp.
 fn stamp_data(s: &StampRecord, with_cfdi: bool) -> Value {
-    let root = Element::parse(s.xml.as_bytes()).ok();
-    let tfd = root.as_ref().and_then(Tfd::from_comprobante);
+    // Only the root tag and the TFD are needed: no tree for the whole document.
+    let root = Element::parse_root(s.xml.as_bytes()).ok();
+    let tfd = Element::find_in(s.xml.as_bytes(), NS_TFD, "TimbreFiscalDigital")
+        .ok()
+        .flatten()
+        .map(|e| Tfd::from_element(&e));
     let (sello_sat, sello_cfd, no_sat) = tfd.as_ref().map_or_else(Default::default, |t| {
         (
             t.sello_sat.clone(),
