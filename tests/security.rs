@@ -601,7 +601,7 @@ async fn oversized_admin_forms_are_refused_before_they_are_read_whole(b: Backend
             let (status, text) = raw_exchange(
                 &address,
                 &post_head(path, headers, Some(100 * 1024 * 1024)),
-                &[prefix.clone()],
+                std::slice::from_ref(&prefix),
             );
             out.push((format!("{path} content-length"), status, text));
             let (status, text) = raw_exchange(
