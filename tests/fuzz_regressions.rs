@@ -101,6 +101,44 @@ mod found {
         entries::stripe_signature_header(&input);
     }
 
+    /// `cfdi verify` on a traslado whose Base is written with more decimals (91) than a
+    /// `Decimal` holds: the Base's rounding unit could not be built.
+    #[test]
+    fn cfdi_amount_with_more_decimals_than_a_decimal_holds() {
+        let xml = super::seed("cfdi_xml", "01-iva16-mxn.xml");
+        let xml = String::from_utf8(xml).expect("utf-8");
+        let long = format!("Base=\"499.{}\"", "0".repeat(91));
+        let bad = xml.replacen("Base=\"499.00\"", &long, 1);
+        assert_ne!(bad, xml);
+        entries::cfdi_xml(bad.as_bytes());
+        let report = autofactura::cfdi::verify::verify(bad.as_bytes(), &Default::default());
+        assert!(!report.is_valid(), "the Sello no longer matches");
+    }
+
+    /// Amounts far beyond any sale are reported, not multiplied into an overflow.
+    #[test]
+    fn cfdi_amounts_beyond_any_sale_are_problems() {
+        let xml = String::from_utf8(super::seed("cfdi_xml", "01-iva16-mxn.xml")).expect("utf-8");
+        let max = "79228162514264337593543950335";
+        let bad = xml
+            .replacen("Cantidad=\"1\"", &format!("Cantidad=\"{max}\""), 1)
+            .replacen(
+                "ValorUnitario=\"499.00\"",
+                &format!("ValorUnitario=\"{max}\""),
+                1,
+            );
+        assert_ne!(bad, xml);
+        let report = autofactura::cfdi::verify::verify(bad.as_bytes(), &Default::default());
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.message.contains("Cantidad") && p.message.contains("out of range")),
+            "{:?}",
+            report.problems
+        );
+    }
+
     /// The same for Mercado Pago's `ts`.
     #[test]
     fn mercadopago_ts_at_the_end_of_the_range() {
