@@ -104,7 +104,8 @@ pub fn verify_stripe(
                 .any(|sig| matches(s.as_bytes(), &[t.as_bytes(), b".", body], sig))
         })
         .ok_or(SignatureError::Mismatch)?;
-    // Saturating: a signed `t` at the end of the i64 range must not overflow (found by fuzzing).
+    // Saturating: a signed `t` at the end of the i64 range must not overflow
+    // (tests/fuzz_regressions.rs).
     let age = now.saturating_sub(ts);
     if age.saturating_abs() > tolerance {
         return Err(SignatureError::Stale { age, tolerance });
