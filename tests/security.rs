@@ -456,6 +456,9 @@ fn raw_exchange(address: &str, head: &str, pieces: &[Vec<u8>]) -> (u16, String) 
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
+    // A server that neither reads nor answers makes a write block: stop writing, then read.
+    s.set_write_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     s.write_all(head.as_bytes()).expect("write head");
     for p in pieces {
         if s.write_all(p).is_err() {
