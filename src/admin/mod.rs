@@ -144,12 +144,17 @@ impl Admin {
     }
 }
 
+/// The largest admin form body accepted; larger ones are refused with 413 before being read.
+pub const FORM_LIMIT_BYTES: usize = 64 * 1024;
+
 /// Mounts `/admin`.
 pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
     cfg.service(
         web::scope("/admin")
             .app_data(admin)
-            .app_data(web::FormConfig::default().limit(64 * 1024))
+            .app_data(web::FormConfig::default().limit(FORM_LIMIT_BYTES))
+            // The forms read as raw bytes (bulk retry) get the same limit.
+            .app_data(web::PayloadConfig::new(FORM_LIMIT_BYTES))
             .route("", web::get().to(pages::dashboard))
             .route("/", web::get().to(pages::dashboard))
             .route("/login", web::get().to(pages::login_page))

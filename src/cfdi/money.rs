@@ -36,9 +36,10 @@ pub fn decimals_of(s: &str) -> u32 {
         .map_or(0, |(_, f)| u32::try_from(f.len()).unwrap_or(u32::MAX))
 }
 
-/// `10^-dp`, the smallest unit at `dp` decimals.
+/// `10^-dp`, the smallest unit at `dp` decimals (at most 28, all a `Decimal` holds: a text
+/// with more decimals is read rounded to 28).
 pub fn unit(dp: u32) -> Decimal {
-    Decimal::new(1, dp)
+    Decimal::new(1, dp.min(Decimal::MAX_SCALE))
 }
 
 /// Parses a CFDI amount attribute strictly: digits, optional point and decimals, no sign or

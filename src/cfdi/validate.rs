@@ -38,7 +38,12 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Reads amount attributes, recording a problem for each one that is missing or malformed.
+/// The most integer digits an amount may have here (below 10^14, beyond any real sale): every
+/// sum and product of such amounts stays within `Decimal`, whose operators panic on overflow.
+const MAX_INTEGER_DIGITS: usize = 14;
+
+/// Reads amount attributes, recording a problem for each one that is missing, malformed or out
+/// of range.
 struct Amounts<'p> {
     problems: &'p mut Vec<Problem>,
 }
@@ -59,6 +64,18 @@ impl Amounts<'_> {
                         None,
                         format!("{}@{attr}=\"{v}\" is not an amount", e.name),
                     ));
+                    return None;
+                }
+                let integer_digits = v.split('.').next().unwrap_or(v).trim_start_matches('0');
+                if integer_digits.len() > MAX_INTEGER_DIGITS {
+                    self.problems.push(Problem::new(
+                        None,
+                        format!(
+                            "{}@{attr}=\"{v}\" is out of range (more than {MAX_INTEGER_DIGITS} integer digits)",
+                            e.name
+                        ),
+                    ));
+                    return None;
                 }
                 d
             }

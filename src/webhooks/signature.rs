@@ -104,8 +104,10 @@ pub fn verify_stripe(
                 .any(|sig| matches(s.as_bytes(), &[t.as_bytes(), b".", body], sig))
         })
         .ok_or(SignatureError::Mismatch)?;
-    let age = now - ts;
-    if age.abs() > tolerance {
+    // Saturating: a signed `t` at the end of the i64 range must not overflow
+    // (tests/fuzz_regressions.rs).
+    let age = now.saturating_sub(ts);
+    if age.saturating_abs() > tolerance {
         return Err(SignatureError::Stale { age, tolerance });
     }
     Ok(matched)
@@ -182,11 +184,11 @@ pub fn verify_mercadopago(
     } else {
         ts_num
     };
-    let age = now - seconds;
-    if tolerance > 0 && age.abs() > tolerance {
+    let age = now.saturating_sub(seconds);
+    if tolerance > 0 && age.saturating_abs() > tolerance {
         return Err(SignatureError::Stale { age, tolerance });
     }
-    if age.abs() > 15 * 60 {
+    if age.saturating_abs() > 15 * 60 {
         tracing::warn!(
             age,
             "Mercado Pago signature timestamp is more than 15 minutes away"
