@@ -150,6 +150,23 @@ pub struct Attempt<'a> {
     pub worker: &'a str,
 }
 
+const INSERT_ATTEMPT: &str = "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, http_status, \
+     code, message, latency_ms, uuid, worker, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/// A stamping attempt's outcome ($7 the row, $8 the lease owner): stamped…
+const SETTLE_STAMPED: &str = "UPDATE outbox SET state = 'stamped', uuid = $1, tfd_xml = $2, stamped_xml = $3, \
+     fecha_timbrado = $4, stamped_at = $5, flag = COALESCE($6, flag), lease_owner = NULL, \
+     lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, updated_at = $5 \
+     WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'";
+/// …to be tried again at `run_at`…
+const SETTLE_LATER: &str = "UPDATE outbox SET state = $1, run_at = $2, last_error_code = $3, last_error_message = $4, \
+     lease_owner = NULL, lease_expires_at = NULL, updated_at = $5, uuid = $6 \
+     WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'";
+/// …or final, for a human.
+const SETTLE_FINAL: &str = "UPDATE outbox SET state = $1, last_error_code = $2, last_error_message = $3, \
+     lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, run_at = $4, uuid = $5, \
+     flag = COALESCE($6, flag) WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'";
+
 /// The attempt log's INSERT, for either backend.
 fn insert_attempt<'q, DB: sqlx::Database>(
     a: &'q Attempt<'q>,
@@ -163,22 +180,19 @@ where
     i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     DateTime<Utc>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
-    sqlx::query(
-        "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, http_status, \
-         code, message, latency_ms, uuid, worker, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-    )
-    .bind(a.outbox_id)
-    .bind(a.cancellation_id)
-    .bind(a.operation)
-    .bind(a.pac)
-    .bind(a.outcome)
-    .bind(a.http_status)
-    .bind(a.code)
-    .bind(a.message)
-    .bind(a.latency_ms)
-    .bind(a.uuid)
-    .bind(a.worker)
-    .bind(now)
+    sqlx::query(INSERT_ATTEMPT)
+        .bind(a.outbox_id)
+        .bind(a.cancellation_id)
+        .bind(a.operation)
+        .bind(a.pac)
+        .bind(a.outcome)
+        .bind(a.http_status)
+        .bind(a.code)
+        .bind(a.message)
+        .bind(a.latency_ms)
+        .bind(a.uuid)
+        .bind(a.worker)
+        .bind(now)
 }
 
 /// What a stamping attempt leaves in the row.
@@ -387,48 +401,64 @@ impl Db {
         macro_rules! run {
             ($tx:expr) => {{
                 if let Some(a) = attempt {
-                    insert_attempt(a, now).execute(&mut *$tx).await.map_err(ctx("log a PAC attempt"))?;
+                    insert_attempt(a, now)
+                        .execute(&mut *$tx)
+                        .await
+                        .map_err(ctx("log a PAC attempt"))?;
                 }
                 let q = match s {
-                    Settle::Stamped { uuid, tfd_xml, stamped_xml, fecha_timbrado, flag } => sqlx::query(
-                        "UPDATE outbox SET state = 'stamped', uuid = $1, tfd_xml = $2, stamped_xml = $3, \
-                         fecha_timbrado = $4, stamped_at = $5, flag = COALESCE($6, flag), lease_owner = NULL, \
-                         lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, updated_at = $5 \
-                         WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
-                    )
-                    .bind(*uuid)
-                    .bind(*tfd_xml)
-                    .bind(*stamped_xml)
-                    .bind(*fecha_timbrado)
-                    .bind(now)
-                    .bind(*flag),
-                    Settle::Later { state, run_at, code, message } => sqlx::query(
-                        "UPDATE outbox SET state = $1, run_at = $2, last_error_code = $3, last_error_message = $4, \
-                         lease_owner = NULL, lease_expires_at = NULL, updated_at = $5, uuid = $6 \
-                         WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
-                    )
-                    .bind(*state)
-                    .bind(*run_at)
-                    .bind(*code)
-                    .bind(*message)
-                    .bind(now)
-                    .bind(None::<String>),
-                    Settle::Final { state, code, message } => sqlx::query(
-                        "UPDATE outbox SET state = $1, last_error_code = $2, last_error_message = $3, \
-                         lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, run_at = $4, uuid = $5, \
-                         flag = COALESCE($6, flag) WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'",
-                    )
-                    .bind(*state)
-                    .bind(*code)
-                    .bind(*message)
-                    .bind(now)
-                    .bind(None::<String>)
-                    .bind(None::<String>),
+                    Settle::Stamped {
+                        uuid,
+                        tfd_xml,
+                        stamped_xml,
+                        fecha_timbrado,
+                        flag,
+                    } => sqlx::query(SETTLE_STAMPED)
+                        .bind(*uuid)
+                        .bind(*tfd_xml)
+                        .bind(*stamped_xml)
+                        .bind(*fecha_timbrado)
+                        .bind(now)
+                        .bind(*flag),
+                    Settle::Later {
+                        state,
+                        run_at,
+                        code,
+                        message,
+                    } => sqlx::query(SETTLE_LATER)
+                        .bind(*state)
+                        .bind(*run_at)
+                        .bind(*code)
+                        .bind(*message)
+                        .bind(now)
+                        .bind(None::<String>),
+                    Settle::Final {
+                        state,
+                        code,
+                        message,
+                    } => sqlx::query(SETTLE_FINAL)
+                        .bind(*state)
+                        .bind(*code)
+                        .bind(*message)
+                        .bind(now)
+                        .bind(None::<String>)
+                        .bind(None::<String>),
                 };
-                let n = q.bind(id).bind(owner).execute(&mut *$tx).await.map_err(ctx("settle an outbox row"))?.rows_affected();
+                let n = q
+                    .bind(id)
+                    .bind(owner)
+                    .execute(&mut *$tx)
+                    .await
+                    .map_err(ctx("settle an outbox row"))?
+                    .rows_affected();
                 // The merchant hears of an API invoice's outcome from the same commit.
                 if let (1, Some(event)) = (n, s.api_event()) {
-                    sqlx::query(API_EVENT).bind(event).bind(now).bind(id).execute(&mut *$tx).await
+                    sqlx::query(API_EVENT)
+                        .bind(event)
+                        .bind(now)
+                        .bind(id)
+                        .execute(&mut *$tx)
+                        .await
                         .map_err(ctx("queue the merchant webhook"))?;
                 }
                 n
@@ -437,13 +467,13 @@ impl Db {
         let n = match self {
             Db::Sqlite { pool, write_lock } => {
                 let _w = write_lock.lock().await;
-                let mut tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(ctx("begin a transaction"))?;
-                let n = run!(tx);
-                tx.commit().await.map_err(ctx("commit the outcome"))?;
-                n
+                let mut conn = pool.acquire().await.map_err(ctx("settle an outbox row"))?;
+                let n = settle_sqlite_in_one_call(&mut conn, id, owner, s, attempt, now).await;
+                if n.is_err() {
+                    // Leave no transaction open on a pooled connection, whatever failed.
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                }
+                n?
             }
             Db::Postgres(pool) => {
                 let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
@@ -763,6 +793,128 @@ macro_rules! impl_rowext {
 impl_rowext!(sqlx::sqlite::SqliteRow);
 impl_rowext!(sqlx::postgres::PgRow);
 
+/// `sql` with every `$n` placeholder renumbered `$n+by`, so several statements can share one
+/// argument list.
+fn shift_params(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '$' {
+            let mut n = String::new();
+            while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                n.push(*d);
+                chars.next();
+            }
+            match n.parse::<usize>() {
+                Ok(n) => out.push_str(&(n + by).to_string()),
+                Err(_) => out.push_str(&n),
+            }
+        }
+    }
+    out
+}
+
+/// SQLite: a whole settle in one call to the connection's thread — `BEGIN IMMEDIATE`, the
+/// attempt, the outcome (returning the row when the lease still held), the merchant's event,
+/// `COMMIT`. Every statement sent through sqlx is a trip to that thread, made while holding the
+/// process's one write lock; one trip instead of five is what lets a single SQLite writer keep
+/// up with the pool. The number of outbox rows updated (0 when the lease was lost, else 1).
+async fn settle_sqlite_in_one_call(
+    conn: &mut sqlx::SqliteConnection,
+    id: i64,
+    owner: &str,
+    s: &Settle<'_>,
+    attempt: Option<&Attempt<'_>>,
+    now: DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    let mut sql = String::from("BEGIN IMMEDIATE;\n");
+    let mut used = 0;
+    if attempt.is_some() {
+        sql.push_str(INSERT_ATTEMPT);
+        sql.push_str(";\n");
+        used = 12;
+    }
+    let update = match s {
+        Settle::Stamped { .. } => SETTLE_STAMPED,
+        Settle::Later { .. } => SETTLE_LATER,
+        Settle::Final { .. } => SETTLE_FINAL,
+    };
+    sql.push_str(&shift_params(update, used));
+    sql.push_str(" RETURNING id;\n");
+    used += 8;
+    let event = s.api_event();
+    if event.is_some() {
+        // Only when the outcome was written (`changes()`: the UPDATE's count).
+        sql.push_str(&shift_params(API_EVENT, used));
+        sql.push_str(" AND changes() = 1;\n");
+    }
+    sql.push_str("COMMIT;");
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    if let Some(a) = attempt {
+        q = q
+            .bind(a.outbox_id)
+            .bind(a.cancellation_id)
+            .bind(a.operation)
+            .bind(a.pac)
+            .bind(a.outcome)
+            .bind(a.http_status)
+            .bind(a.code)
+            .bind(a.message)
+            .bind(a.latency_ms)
+            .bind(a.uuid)
+            .bind(a.worker)
+            .bind(now);
+    }
+    q = match s {
+        Settle::Stamped {
+            uuid,
+            tfd_xml,
+            stamped_xml,
+            fecha_timbrado,
+            flag,
+        } => q
+            .bind(*uuid)
+            .bind(*tfd_xml)
+            .bind(*stamped_xml)
+            .bind(*fecha_timbrado)
+            .bind(now)
+            .bind(*flag),
+        Settle::Later {
+            state,
+            run_at,
+            code,
+            message,
+        } => q
+            .bind(*state)
+            .bind(*run_at)
+            .bind(*code)
+            .bind(*message)
+            .bind(now)
+            .bind(None::<String>),
+        Settle::Final {
+            state,
+            code,
+            message,
+        } => q
+            .bind(*state)
+            .bind(*code)
+            .bind(*message)
+            .bind(now)
+            .bind(None::<String>)
+            .bind(None::<String>),
+    };
+    q = q.bind(id).bind(owner);
+    if let Some(e) = event {
+        q = q.bind(e).bind(now).bind(id);
+    }
+    let rows = q
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(ctx("settle an outbox row"))?;
+    Ok(rows.len() as u64)
+}
+
 /// The worker-facing view of one outbox row.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OutboxStatus {
@@ -874,5 +1026,19 @@ impl Db {
             [],
             |r: &_| { count_row(r) }
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shift_params;
+
+    #[test]
+    fn placeholders_are_renumbered_and_nothing_else_changes() {
+        assert_eq!(
+            shift_params("UPDATE t SET a = $1, b = $12 WHERE c = '$' AND d = $2", 12),
+            "UPDATE t SET a = $13, b = $24 WHERE c = '$' AND d = $14"
+        );
+        assert_eq!(shift_params("SELECT 1", 5), "SELECT 1");
     }
 }
