@@ -250,7 +250,11 @@ impl Db {
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(10))
-                    .foreign_keys(true);
+                    .foreign_keys(true)
+                    // Their commits never checkpoint the WAL themselves (a checkpoint copies and
+                    // syncs megabytes while the one write lock is held): the pool checkpoints
+                    // from a task of its own, beside the writers ([`Db::checkpoint`]).
+                    .pragma("wal_autocheckpoint", "0");
                 // Worker statements are writes, which queue on the write lock anyway: a few
                 // connections with warm page caches beat one thread per slot.
                 let pool = SqlitePoolOptions::new()

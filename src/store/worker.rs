@@ -299,6 +299,19 @@ impl Db {
         Ok(None)
     }
 
+    /// SQLite: copies the write-ahead log into the database without waiting for or blocking
+    /// the writers (`PASSIVE`); the worker pool calls it every second, as its own connections
+    /// never checkpoint on commit. PostgreSQL: nothing to do.
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        if let Db::Sqlite { pool, .. } = self {
+            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(pool)
+                .await
+                .map_err(ctx("checkpoint the SQLite write-ahead log"))?;
+        }
+        Ok(())
+    }
+
     /// Extends the lease while the PAC call runs; `false` when the lease was lost.
     pub async fn extend_stamp_lease(
         &self,

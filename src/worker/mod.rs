@@ -240,6 +240,22 @@ impl Worker {
             let t = token.clone();
             tokio::spawn(async move { me.heartbeat_loop(t, health).await })
         };
+        let checkpoints = {
+            let me = self.clone();
+            let t = token.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        () = t.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    if let Err(e) = me.db.checkpoint().await {
+                        warn!(error = %e, "WAL checkpoint failed; the next one retries");
+                    }
+                }
+            })
+        };
         token.cancelled().await;
         info!(worker = %self.id, in_flight = self.in_flight.load(Ordering::Relaxed), "worker pool stopping: no new claims");
         let deadline = tokio::time::sleep(self.cfg.shutdown_grace);
@@ -256,6 +272,7 @@ impl Worker {
             }
         }
         beat.abort();
+        checkpoints.abort();
         match self.db.release_stamp_leases(&self.id).await {
             Ok(0) => {}
             Ok(n) => {
