@@ -17,7 +17,6 @@ use autofactura::config::Settings;
 use autofactura::pacsim::Sandbox;
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::startup::Application;
-use autofactura::webhooks::{signature, stripe};
 use sqlx::Connection;
 
 use super::Row;
@@ -108,32 +107,9 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     tokio::spawn(app.run_until_stopped());
 
     // Fill (not measured).
-    let http = reqwest::Client::new();
-    let mut fill = tokio::task::JoinSet::new();
-    let per = rows.div_ceil(16);
-    let now = chrono::Utc::now().timestamp();
-    for t in 0..16 {
-        let (http, addr) = (http.clone(), addr.clone());
-        fill.spawn(async move {
-            for i in (t * per)..((t + 1) * per).min(rows) {
-                let body = stripe::sample_payment_intent(&format!("drain{i}"), now, false);
-                let sig = signature::stripe_header(
-                    &[SECRET],
-                    chrono::Utc::now().timestamp(),
-                    body.as_bytes(),
-                );
-                let r = http
-                    .post(format!("{addr}/webhooks/stripe"))
-                    .header("Stripe-Signature", sig)
-                    .body(body)
-                    .send()
-                    .await
-                    .expect("post");
-                assert_eq!(r.status(), 200);
-            }
-        });
-    }
-    while fill.join_next().await.is_some() {}
+    super::send_paid_sales(&addr, SECRET, "drain", rows)
+        .await
+        .expect("fill the outbox");
 
     // Drain (measured).
     eprintln!(

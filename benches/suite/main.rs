@@ -57,6 +57,50 @@ impl Row {
     }
 }
 
+/// Sends `rows` signed Stripe payments (ids `{prefix}{i}`) to the appliance at `addr` over 16
+/// connections; each must be acknowledged.
+pub async fn send_paid_sales(
+    addr: &str,
+    secret: &'static str,
+    prefix: &'static str,
+    rows: usize,
+) -> anyhow::Result<()> {
+    use autofactura::webhooks::{signature, stripe};
+    let http = reqwest::Client::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    let per = rows.div_ceil(16);
+    let now = chrono::Utc::now().timestamp();
+    for t in 0..16 {
+        let (http, addr) = (http.clone(), addr.to_owned());
+        tasks.spawn(async move {
+            for i in (t * per)..((t + 1) * per).min(rows) {
+                let body = stripe::sample_payment_intent(&format!("{prefix}{i}"), now, false);
+                let sig = signature::stripe_header(
+                    &[secret],
+                    chrono::Utc::now().timestamp(),
+                    body.as_bytes(),
+                );
+                let r = http
+                    .post(format!("{addr}/webhooks/stripe"))
+                    .header("Stripe-Signature", sig)
+                    .body(body)
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    r.status() == 200,
+                    "payment {prefix}{i}: HTTP {}",
+                    r.status()
+                );
+            }
+            Ok(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
 fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use autofactura::config::Settings;
 use autofactura::startup::Application;
-use autofactura::webhooks::{signature, stripe};
 
 use super::Row;
 
@@ -136,36 +135,7 @@ async fn fill(db: &Path, pac_url: &str) -> anyhow::Result<()> {
     let addr = format!("http://127.0.0.1:{}", app.port());
     let state_db = app.state().db.clone();
     let server = tokio::spawn(app.run_until_stopped());
-    let http = reqwest::Client::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    let per = ROWS.div_ceil(16);
-    let now = chrono::Utc::now().timestamp();
-    for t in 0..16 {
-        let (http, addr) = (http.clone(), addr.clone());
-        tasks.spawn(async move {
-            for i in (t * per)..((t + 1) * per).min(ROWS) {
-                let body = stripe::sample_payment_intent(&format!("mem{i}"), now, false);
-                let sig = signature::stripe_header(
-                    &[SECRET],
-                    chrono::Utc::now().timestamp(),
-                    body.as_bytes(),
-                );
-                let r = http
-                    .post(format!("{addr}/webhooks/stripe"))
-                    .header("Stripe-Signature", sig)
-                    .body(body)
-                    .send()
-                    .await?;
-                if r.status() != 200 {
-                    bail!("webhook {i}: HTTP {}", r.status());
-                }
-            }
-            Ok(())
-        });
-    }
-    while let Some(r) = tasks.join_next().await {
-        r??;
-    }
+    super::send_paid_sales(&addr, SECRET, "mem", ROWS).await?;
     server.abort();
     state_db.close().await;
     Ok(())

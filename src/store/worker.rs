@@ -167,6 +167,51 @@ const SETTLE_FINAL: &str = "UPDATE outbox SET state = $1, last_error_code = $2, 
      lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, run_at = $4, uuid = $5, \
      flag = COALESCE($6, flag) WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'";
 
+/// Binds a settle's own arguments (`$1`–`$6` of its [`Settle::update_sql`]) to `$q`, on either
+/// backend.
+macro_rules! bind_settle {
+    ($q:expr, $s:expr, $now:expr) => {
+        match $s {
+            Settle::Stamped {
+                uuid,
+                tfd_xml,
+                stamped_xml,
+                fecha_timbrado,
+                flag,
+            } => $q
+                .bind(*uuid)
+                .bind(*tfd_xml)
+                .bind(*stamped_xml)
+                .bind(*fecha_timbrado)
+                .bind($now)
+                .bind(*flag),
+            Settle::Later {
+                state,
+                run_at,
+                code,
+                message,
+            } => $q
+                .bind(*state)
+                .bind(*run_at)
+                .bind(*code)
+                .bind(*message)
+                .bind($now)
+                .bind(None::<String>),
+            Settle::Final {
+                state,
+                code,
+                message,
+            } => $q
+                .bind(*state)
+                .bind(*code)
+                .bind(*message)
+                .bind($now)
+                .bind(None::<String>)
+                .bind(None::<String>),
+        }
+    };
+}
+
 /// The attempt log's INSERT, for either backend.
 fn insert_attempt<'q, DB: sqlx::Database>(
     a: &'q Attempt<'q>,
@@ -222,6 +267,15 @@ pub enum Settle<'a> {
 
 impl Settle<'_> {
     /// The merchant webhook this outcome triggers for an invoice requested through the API.
+    /// The UPDATE that records this outcome ($7 the row, $8 the lease owner).
+    fn update_sql(&self) -> &'static str {
+        match self {
+            Settle::Stamped { .. } => SETTLE_STAMPED,
+            Settle::Later { .. } => SETTLE_LATER,
+            Settle::Final { .. } => SETTLE_FINAL,
+        }
+    }
+
     fn api_event(&self) -> Option<&'static str> {
         match self {
             Settle::Stamped { .. } => Some("invoice.stamped"),
@@ -419,44 +473,7 @@ impl Db {
                         .await
                         .map_err(ctx("log a PAC attempt"))?;
                 }
-                let q = match s {
-                    Settle::Stamped {
-                        uuid,
-                        tfd_xml,
-                        stamped_xml,
-                        fecha_timbrado,
-                        flag,
-                    } => sqlx::query(SETTLE_STAMPED)
-                        .bind(*uuid)
-                        .bind(*tfd_xml)
-                        .bind(*stamped_xml)
-                        .bind(*fecha_timbrado)
-                        .bind(now)
-                        .bind(*flag),
-                    Settle::Later {
-                        state,
-                        run_at,
-                        code,
-                        message,
-                    } => sqlx::query(SETTLE_LATER)
-                        .bind(*state)
-                        .bind(*run_at)
-                        .bind(*code)
-                        .bind(*message)
-                        .bind(now)
-                        .bind(None::<String>),
-                    Settle::Final {
-                        state,
-                        code,
-                        message,
-                    } => sqlx::query(SETTLE_FINAL)
-                        .bind(*state)
-                        .bind(*code)
-                        .bind(*message)
-                        .bind(now)
-                        .bind(None::<String>)
-                        .bind(None::<String>),
-                };
+                let q = bind_settle!(sqlx::query(s.update_sql()), s, now);
                 let n = q
                     .bind(id)
                     .bind(owner)
@@ -848,12 +865,7 @@ async fn settle_sqlite_in_one_call(
         sql.push_str(";\n");
         used = 12;
     }
-    let update = match s {
-        Settle::Stamped { .. } => SETTLE_STAMPED,
-        Settle::Later { .. } => SETTLE_LATER,
-        Settle::Final { .. } => SETTLE_FINAL,
-    };
-    sql.push_str(&shift_params(update, used));
+    sql.push_str(&shift_params(s.update_sql(), used));
     sql.push_str(" RETURNING id;\n");
     used += 8;
     let event = s.api_event();
@@ -879,44 +891,7 @@ async fn settle_sqlite_in_one_call(
             .bind(a.worker)
             .bind(now);
     }
-    q = match s {
-        Settle::Stamped {
-            uuid,
-            tfd_xml,
-            stamped_xml,
-            fecha_timbrado,
-            flag,
-        } => q
-            .bind(*uuid)
-            .bind(*tfd_xml)
-            .bind(*stamped_xml)
-            .bind(*fecha_timbrado)
-            .bind(now)
-            .bind(*flag),
-        Settle::Later {
-            state,
-            run_at,
-            code,
-            message,
-        } => q
-            .bind(*state)
-            .bind(*run_at)
-            .bind(*code)
-            .bind(*message)
-            .bind(now)
-            .bind(None::<String>),
-        Settle::Final {
-            state,
-            code,
-            message,
-        } => q
-            .bind(*state)
-            .bind(*code)
-            .bind(*message)
-            .bind(now)
-            .bind(None::<String>)
-            .bind(None::<String>),
-    };
+    q = bind_settle!(q, s, now);
     q = q.bind(id).bind(owner);
     if let Some(e) = event {
         q = q.bind(e).bind(now).bind(id);
