@@ -113,6 +113,10 @@ pub enum ApiKeyCommand {
         #[arg(long)]
         name: String,
     },
+    /// List the keys (id, name, first characters, emisor, created, revoked); never the keys.
+    List,
+    /// Revoke a key by its id (from `api-key list`): its requests get 401 from now on.
+    Revoke { id: i64 },
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -162,6 +166,12 @@ pub fn run() -> ExitCode {
         )),
         Some(Command::ApiKey(ApiKeyCommand::Create { name })) => {
             block_on(ops::api_key_create(cli.config.as_deref(), &name))
+        }
+        Some(Command::ApiKey(ApiKeyCommand::List)) => {
+            block_on(ops::api_key_list(cli.config.as_deref()))
+        }
+        Some(Command::ApiKey(ApiKeyCommand::Revoke { id })) => {
+            block_on(ops::api_key_revoke(cli.config.as_deref(), id))
         }
         Some(Command::Chaos {
             payments,

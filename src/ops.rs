@@ -126,6 +126,50 @@ pub async fn api_key_create(config: Option<&Path>, name: &str) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// `autofactura api-key list`.
+pub async fn api_key_list(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let keys = db.list_api_keys().await?;
+    println!(
+        "{:>4}  {:<24} {:<12} {:<13} {:<20} REVOKED",
+        "ID", "NAME", "STARTS WITH", "EMISOR", "CREATED"
+    );
+    for k in &keys {
+        println!(
+            "{:>4}  {:<24} {:<12} {:<13} {:<20} {}",
+            k.id,
+            k.name,
+            k.prefix,
+            k.rfc_emisor,
+            k.created_at.format("%Y-%m-%d %H:%M UTC"),
+            k.revoked_at.map_or_else(
+                || "-".to_owned(),
+                |t| t.format("%Y-%m-%d %H:%M UTC").to_string()
+            )
+        );
+    }
+    if keys.is_empty() {
+        println!("(no keys yet: `autofactura api-key create --name NAME`)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `autofactura api-key revoke ID`.
+pub async fn api_key_revoke(config: Option<&Path>, id: i64) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    if db.revoke_api_key(id).await? {
+        println!("API key {id} revoked: requests with it now get 401.");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("no live API key has id {id} (see `autofactura api-key list`)");
+        Ok(ExitCode::from(1))
+    }
+}
+
 /// `autofactura invoices list [--status S] [--json]`.
 pub async fn invoices_list(
     config: Option<&Path>,

@@ -820,7 +820,8 @@ async fn a_cancelled_invoice_notifies_the_merchant(b: Backend) {
 /// 1: `autofactura api-key create` prints the key as its last line; `serve` takes it for the
 /// fixture request body; the key never appears in the server's output, even at debug level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_key_and_the_fixture_issue_an_invoice_and_the_key_is_never_logged() {
+async fn the_cli_key_and_the_fixture_issue_an_invoice_the_key_is_never_logged_and_revoking_it_works()
+ {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -893,10 +894,51 @@ async fn the_cli_key_and_the_fixture_issue_an_invoice_and_the_key_is_never_logge
         .expect("post");
     let status = r.status().as_u16();
     let text = r.text().await.unwrap_or_default();
+
+    // The operator lists the keys (never the key itself) and revokes this one: it stops
+    // working at once, on the running server.
+    let out = bin(&["api-key", "list"]).output().expect("api-key list");
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{listed}");
+    let line = listed
+        .lines()
+        .find(|l| l.contains(" ci "))
+        .unwrap_or_else(|| panic!("the key is listed:\n{listed}"));
+    assert!(line.contains(&key[..12]), "its first characters: {listed}");
+    assert!(line.trim_end().ends_with('-'), "not revoked yet: {listed}");
+    assert!(!listed.contains(&key), "the whole key is never listed");
+    let id = line.split_whitespace().next().expect("an id").to_owned();
+    let out = bin(&["api-key", "revoke", &id]).output().expect("revoke");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = http
+        .get(format!("{base}/v1/invoices"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .expect("get")
+        .status()
+        .as_u16();
+    let again = bin(&["api-key", "revoke", &id])
+        .output()
+        .expect("revoke again");
+    let listed = String::from_utf8_lossy(&bin(&["api-key", "list"]).output().expect("list").stdout)
+        .into_owned();
     let _ = child.kill();
     let _ = child.wait();
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(status, 201, "{text}\n{logged}");
+    assert_eq!(after, 401, "a revoked key is refused");
+    assert_eq!(again.status.code(), Some(1), "a key is revoked once");
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains(" ci ") && l.contains("UTC") && !l.trim_end().ends_with('-')),
+        "the list shows when it was revoked:\n{listed}"
+    );
     assert!(
         logged.contains("api invoice queued"),
         "the request was logged:\n{logged}"

@@ -32,6 +32,17 @@ pub struct ApiKeyRow {
     pub rfc_emisor: String,
 }
 
+/// A key as `api-key list` shows it: never the key, only its first characters.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ApiKeyListing {
+    pub id: i64,
+    pub name: String,
+    pub prefix: String,
+    pub rfc_emisor: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
 /// What is stored under an idempotency key, with the state of its invoice's outbox row.
 #[derive(Debug, Clone)]
 pub struct IdemRecord {
@@ -133,6 +144,7 @@ const INVOICE_COLUMNS: &str = "a.id, a.public_id, a.rfc_emisor, a.outbox_id, a.i
 
 trait ApiRow {
     fn api_key(&self) -> Result<ApiKeyRow, sqlx::Error>;
+    fn api_key_listing(&self) -> Result<ApiKeyListing, sqlx::Error>;
     fn idem(&self) -> Result<IdemRecord, sqlx::Error>;
     fn invoice(&self) -> Result<ApiInvoiceRow, sqlx::Error>;
     fn webhook(&self) -> Result<ClaimedWebhook, sqlx::Error>;
@@ -147,6 +159,16 @@ macro_rules! impl_api_row {
                     id: self.try_get("id")?,
                     name: self.try_get("name")?,
                     rfc_emisor: self.try_get("rfc_emisor")?,
+                })
+            }
+            fn api_key_listing(&self) -> Result<ApiKeyListing, sqlx::Error> {
+                Ok(ApiKeyListing {
+                    id: self.try_get("id")?,
+                    name: self.try_get("name")?,
+                    prefix: self.try_get("prefix")?,
+                    rfc_emisor: self.try_get("rfc_emisor")?,
+                    created_at: self.try_get("created_at")?,
+                    revoked_at: self.try_get("revoked_at")?,
                 })
             }
             fn idem(&self) -> Result<IdemRecord, sqlx::Error> {
@@ -273,6 +295,33 @@ impl Db {
             [key_hash],
             api_key
         )
+    }
+
+    /// Every key, live and revoked, oldest first.
+    pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyListing>, StoreError> {
+        all!(
+            self,
+            "list API keys",
+            "SELECT id, name, prefix, rfc_emisor, created_at, revoked_at FROM api_keys ORDER BY id",
+            [],
+            api_key_listing
+        )
+    }
+
+    /// Revokes a key: from now on it authenticates nothing. `false` when no live key has `id`.
+    pub async fn revoke_api_key(&self, id: i64) -> Result<bool, StoreError> {
+        const SQL: &str = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL";
+        let now = Utc::now();
+        on_pool!(self, write, |pool, d| {
+            let n = sqlx::query(d.sql(SQL))
+                .bind(now)
+                .bind(id)
+                .execute(pool)
+                .await
+                .map_err(ctx("revoke an API key"))?
+                .rows_affected();
+            Ok(n == 1)
+        })
     }
 
     /// The record under an idempotency key, with its invoice's outbox state.
