@@ -506,6 +506,58 @@ async fn a_queued_invoice_answers_202_then_409_then_the_201(b: Backend) {
     assert_eq!(rig.invoice_count().await, 1);
 }
 
+// 8: a stamp adopted by reconciliation (the PAC held it, we had not recorded it) reaches the
+// merchant as `invoice.stamped` too.
+async fn a_stamp_adopted_by_reconciliation_notifies_the_merchant(b: Backend) {
+    let Some(rig) = rig(b, "", "[api]\nwait_for_stamp_ms = 200\n").await else {
+        return;
+    };
+    let first = rig.post(&invoice(), Some("k-adopt")).await;
+    assert_eq!(first.status, 202, "no worker: {}", first.text());
+    let public = first.json()["id"].as_str().expect("id").to_owned();
+    let db = &rig.app.db;
+    let inv = db
+        .api_invoice(&public, "EKU9003173C9")
+        .await
+        .expect("read")
+        .expect("the invoice");
+    assert!(db.api_webhooks_of(inv.id).await.expect("list").is_empty());
+    let adopted = db
+        .adopt_stamp(
+            inv.outbox_id,
+            "0F8A4B2C-1D3E-4F5A-8B6C-7D8E9F0A1B2C",
+            b"<cfdi:Comprobante/>",
+            "2026-12-02T10:00:00",
+            "adopted by reconciliation",
+            "test",
+        )
+        .await
+        .expect("adopt");
+    assert!(adopted);
+    let events: Vec<String> = db
+        .api_webhooks_of(inv.id)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|w| w.event_type)
+        .collect();
+    assert_eq!(events, ["invoice.stamped"]);
+    // Adopting again changes nothing and queues nothing more.
+    assert!(
+        !db.adopt_stamp(
+            inv.outbox_id,
+            "0F8A4B2C-1D3E-4F5A-8B6C-7D8E9F0A1B2C",
+            b"<cfdi:Comprobante/>",
+            "2026-12-02T10:00:00",
+            "adopted by reconciliation",
+            "test",
+        )
+        .await
+        .expect("adopt again")
+    );
+    assert_eq!(db.api_webhooks_of(inv.id).await.expect("list").len(), 1);
+}
+
 // 9: concurrent requests with one key: one invoice, one stamp, every 201 the same bytes.
 async fn concurrent_requests_with_one_key_stamp_once(b: Backend) {
     let Some(rig) = rig(b, "latency=300ms", "").await else {
@@ -951,6 +1003,7 @@ async fn the_cli_key_and_the_fixture_issue_an_invoice_the_key_is_never_logged_an
 }
 
 on_both_backends!(
+    a_stamp_adopted_by_reconciliation_notifies_the_merchant,
     a_stamped_invoice_is_replayed_byte_for_byte,
     caller_verdicts_are_not_replayed,
     a_server_error_is_not_replayed,

@@ -1123,6 +1123,14 @@ impl Db {
                     .execute(&mut *tx)
                     .await
                     .map_err(ctx("record an admin action"))?;
+                // An API invoice's merchant hears of the adopted stamp like of any other.
+                sqlx::query(super::worker::API_EVENT)
+                    .bind("invoice.stamped")
+                    .bind(now)
+                    .bind(outbox_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(ctx("queue the merchant webhook"))?;
             }
             Ok::<bool, StoreError>(done == 1)
         })
