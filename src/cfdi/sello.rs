@@ -152,10 +152,6 @@ impl Certificate {
         self.not_before <= utc && utc <= self.not_after
     }
 
-    fn public_key(&self) -> Result<PKey<Public>, CfdiError> {
-        Ok(self.public.clone())
-    }
-
     /// Verifies a base64 `sello` over `cadena`.
     pub fn verify(&self, cadena: &str, sello_b64: &str) -> Result<bool, CfdiError> {
         let Ok(sig) = B64.decode(sello_b64.trim()) else {
@@ -212,7 +208,7 @@ impl Csd {
             .map_err(|_| {
                 csd_err("cannot open the .key: wrong password, or not a PKCS#8 private key")
             })?;
-        let public = cert.public_key()?;
+        let public = cert.public.clone();
         if !public.public_eq(&key) {
             return Err(csd_err(format!(
                 "the .key does not belong to certificate {}",

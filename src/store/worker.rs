@@ -355,7 +355,7 @@ impl Db {
 
     /// SQLite: copies the write-ahead log into the database without waiting for or blocking
     /// the writers (`PASSIVE`); the worker pool calls it every second, as its own connections
-    /// never checkpoint on commit. PostgreSQL: nothing to do.
+    /// never checkpoint on commit. PostgreSQL has no such log to tend: nothing to do.
     pub async fn checkpoint(&self) -> Result<(), StoreError> {
         if let Db::Sqlite { pool, .. } = self {
             sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
@@ -465,35 +465,6 @@ impl Db {
         attempt: Option<&Attempt<'_>>,
     ) -> Result<bool, StoreError> {
         let now = Utc::now();
-        macro_rules! run {
-            ($tx:expr) => {{
-                if let Some(a) = attempt {
-                    insert_attempt(a, now)
-                        .execute(&mut *$tx)
-                        .await
-                        .map_err(ctx("log a PAC attempt"))?;
-                }
-                let q = bind_settle!(sqlx::query(s.update_sql()), s, now);
-                let n = q
-                    .bind(id)
-                    .bind(owner)
-                    .execute(&mut *$tx)
-                    .await
-                    .map_err(ctx("settle an outbox row"))?
-                    .rows_affected();
-                // The merchant hears of an API invoice's outcome from the same commit.
-                if let (1, Some(event)) = (n, s.api_event()) {
-                    sqlx::query(API_EVENT)
-                        .bind(event)
-                        .bind(now)
-                        .bind(id)
-                        .execute(&mut *$tx)
-                        .await
-                        .map_err(ctx("queue the merchant webhook"))?;
-                }
-                n
-            }};
-        }
         let n = match self {
             Db::Sqlite { pool, write_lock } => {
                 let _w = write_lock.lock().await;
@@ -507,7 +478,29 @@ impl Db {
             }
             Db::Postgres(pool) => {
                 let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
-                let n = run!(tx);
+                if let Some(a) = attempt {
+                    insert_attempt(a, now)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(ctx("log a PAC attempt"))?;
+                }
+                let n = bind_settle!(sqlx::query(s.update_sql()), s, now)
+                    .bind(id)
+                    .bind(owner)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(ctx("settle an outbox row"))?
+                    .rows_affected();
+                // The merchant hears of an API invoice's outcome from the same commit.
+                if let (1, Some(event)) = (n, s.api_event()) {
+                    sqlx::query(API_EVENT)
+                        .bind(event)
+                        .bind(now)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(ctx("queue the merchant webhook"))?;
+                }
                 tx.commit().await.map_err(ctx("commit the outcome"))?;
                 n
             }

@@ -240,7 +240,8 @@ impl Worker {
             let t = token.clone();
             tokio::spawn(async move { me.heartbeat_loop(t, health).await })
         };
-        let checkpoints = {
+        // Only SQLite workers leave checkpoints to the pool ([`Db::checkpoint`]).
+        let checkpoints = (self.db.backend() == "sqlite").then(|| {
             let me = self.clone();
             let t = token.clone();
             tokio::spawn(async move {
@@ -255,7 +256,7 @@ impl Worker {
                     }
                 }
             })
-        };
+        });
         token.cancelled().await;
         info!(worker = %self.id, in_flight = self.in_flight.load(Ordering::Relaxed), "worker pool stopping: no new claims");
         let deadline = tokio::time::sleep(self.cfg.shutdown_grace);
@@ -272,7 +273,9 @@ impl Worker {
             }
         }
         beat.abort();
-        checkpoints.abort();
+        if let Some(c) = checkpoints {
+            c.abort();
+        }
         match self.db.release_stamp_leases(&self.id).await {
             Ok(0) => {}
             Ok(n) => {
