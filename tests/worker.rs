@@ -348,6 +348,77 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
     pool.shutdown().await;
 }
 
+/// A slot claims and seals its next row while its PAC call runs. When the pool stops, that
+/// row was never sent: it goes back to `pending` with its attempt given back and needs no
+/// recovery, while the row whose call was in flight is released as `unknown`.
+async fn shutdown_gives_back_a_row_prepared_but_never_sent(b: Backend) {
+    let one_slot = FAST_WORKER.replace("concurrency = 4", "concurrency = 1");
+    let Some(rig) = rig(b, "latency=3s", &one_slot).await else {
+        return;
+    };
+    let first = rig.pay("inflight", now()).await;
+    let second = rig.pay("prepared", now()).await;
+    let (pool, s) = rig.pool().await;
+    rig.wait_state(&first, "stamping", 10).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = rig.row(&second).await;
+        if row.state == "stamping" && row.sealed_xml.is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never prepared: {row:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pool.shutdown().await;
+    drop(s);
+    let (a, b_row) = (rig.row(&first).await, rig.row(&second).await);
+    assert_eq!(a.state, "unknown", "{a:?}");
+    assert_eq!(
+        (b_row.state.as_str(), b_row.attempts),
+        ("pending", 0),
+        "{b_row:?}"
+    );
+    assert!(rig.stamps_for(&second).await.is_empty());
+    let sealed = b_row.sealed_xml.clone().expect("sealed bytes kept");
+
+    rig.set_faults("").await;
+    let (pool, _s) = rig.pool().await;
+    for key in [&first, &second] {
+        rig.wait_state(key, "stamped", 20).await;
+        assert_eq!(rig.stamps_for(key).await.len(), 1, "{key}");
+    }
+    let done = rig.row(&second).await;
+    assert_eq!(
+        done.sealed_xml.as_deref(),
+        Some(sealed.as_slice()),
+        "same bytes sent"
+    );
+    let ops: Vec<String> = rig
+        .app
+        .db
+        .attempts_of(done.id)
+        .await
+        .expect("attempts")
+        .into_iter()
+        .map(|a| a.operation)
+        .collect();
+    assert_eq!(ops, ["stamp"], "no recovery for a row never sent");
+    let ops_first: Vec<String> = rig
+        .app
+        .db
+        .attempts_of(a.id)
+        .await
+        .expect("attempts")
+        .into_iter()
+        .map(|a| a.operation)
+        .collect();
+    assert!(ops_first.contains(&"recover".to_owned()), "{ops_first:?}");
+    pool.shutdown().await;
+}
+
 /// A child process that is killed if the test ends early.
 struct Child(std::process::Child);
 
@@ -542,6 +613,7 @@ on_both_backends!(
     a_sale_past_the_72_hour_window_expires_unsent,
     an_unknown_outcome_past_the_window_expires_after_asking_the_pac,
     shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once,
+    shutdown_gives_back_a_row_prepared_but_never_sent,
 );
 
 /// Two pools on one PostgreSQL (as two appliance instances would be) drain 1,000 rows: every

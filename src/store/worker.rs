@@ -523,6 +523,34 @@ impl Db {
         ))
     }
 
+    /// Gives back a row this worker claimed but never sent (shutdown while it waited for its
+    /// slot): it returns to `from`, the state it was claimed from, due at once and with the
+    /// claim's attempt undone; a row taken from an expired lease returns as `unknown`, since its
+    /// earlier worker may have sent it. `false` when the lease was no longer this worker's.
+    pub async fn release_unsent_stamp(
+        &self,
+        id: i64,
+        owner: &str,
+        from: &str,
+    ) -> Result<bool, StoreError> {
+        let state = match from {
+            "pending" | "retry_scheduled" | "unknown" => from,
+            _ => "unknown",
+        };
+        let n = exec!(
+            self,
+            "release an unsent row",
+            "UPDATE outbox SET state = $1, attempts = attempts - 1, lease_owner = NULL, \
+             lease_expires_at = NULL, updated_at = $2 \
+             WHERE id = $3 AND lease_owner = $4 AND state = 'stamping'",
+            state,
+            Utc::now(),
+            id,
+            owner
+        );
+        Ok(n == 1)
+    }
+
     /// Appends one PAC call to the attempt log.
     pub async fn log_attempt(&self, a: &Attempt<'_>) -> Result<(), StoreError> {
         let now = Utc::now();

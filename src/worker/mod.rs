@@ -27,8 +27,9 @@
 pub mod cancel;
 pub mod retry;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -151,6 +152,8 @@ pub struct Worker {
     in_flight: AtomicI32,
     /// When (Unix ms) the next claim also looks for rows whose lease expired.
     next_expired_look: AtomicI64,
+    /// Rows claimed and sealed, waiting for their slot's call (id → the state claimed from).
+    unsent: Mutex<HashMap<i64, String>>,
     started_at: DateTime<Utc>,
 }
 
@@ -161,6 +164,31 @@ impl std::fmt::Debug for Worker {
             .field("cfg", &self.cfg)
             .finish()
     }
+}
+
+/// A claimed row, sealed, ready for its PAC call.
+struct Prepared {
+    id: i64,
+    /// `pending`, `retry_scheduled`, `unknown` or `stamping` (see [`ClaimedStamp`]).
+    claimed_from: String,
+    /// Including this claim.
+    attempts: i32,
+    key: StampKey,
+    folio: String,
+    req: InvoiceRequest,
+    /// The stored sealed bytes: what every attempt sends.
+    sealed: Vec<u8>,
+    claimed_at: Instant,
+}
+
+/// What a claim found.
+enum Next {
+    /// A stamp to send.
+    Ready(Box<Prepared>),
+    /// Something was done without a stamp call (a cancellation, a row failed before sending).
+    Worked,
+    /// Nothing was due.
+    Idle,
 }
 
 /// A running pool; [`Pool::shutdown`] drains it.
@@ -213,6 +241,7 @@ impl Worker {
             id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
             in_flight: AtomicI32::new(0),
             next_expired_look: AtomicI64::new(0),
+            unsent: Mutex::new(HashMap::new()),
             started_at: Utc::now(),
         }
     }
@@ -276,6 +305,7 @@ impl Worker {
         if let Some(c) = checkpoints {
             c.abort();
         }
+        self.release_unsent().await;
         match self.db.release_stamp_leases(&self.id).await {
             Ok(0) => {}
             Ok(n) => {
@@ -323,27 +353,64 @@ impl Worker {
     }
 
     /// One concurrency slot: claim, process, repeat; sleep when idle.
+    ///
+    /// While a row's PAC call runs, the slot claims and seals its next row, so that row's call
+    /// starts as soon as this one is settled: claiming, sealing and storing the sealed bytes stay
+    /// off the PAC's critical path, and the slot keeps one call in flight nearly all the time.
+    /// A row prepared but not yet sent goes back to the state it was claimed from when the pool
+    /// stops ([`Worker::release_unsent`]).
     async fn slot_loop(&self, slot: usize, token: CancellationToken) {
+        let mut ready: Option<Prepared> = None;
         while !token.is_cancelled() {
-            let worked = match self.next(slot).await {
-                Ok(w) => w,
-                Err(e) => {
-                    warn!(slot, error = %e, "worker cannot reach the database; retrying");
-                    false
+            let cur = match ready.take() {
+                Some(p) => p,
+                None => match self.next(slot, false).await {
+                    Ok(Next::Ready(p)) => *p,
+                    Ok(Next::Worked) => continue,
+                    Ok(Next::Idle) => {
+                        self.idle(&token).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        warn!(slot, error = %e, "worker cannot reach the database; retrying");
+                        self.idle(&token).await;
+                        continue;
+                    }
+                },
+            };
+            let prefetch = async {
+                if token.is_cancelled() {
+                    return None;
+                }
+                match self.next(slot, true).await {
+                    Ok(Next::Ready(p)) => Some(*p),
+                    Ok(_) => None,
+                    Err(e) => {
+                        warn!(slot, error = %e, "worker cannot reach the database; retrying");
+                        None
+                    }
                 }
             };
-            if !worked {
-                let jitter = self.cfg.idle_poll.mul_f64(rand::random_range(0.5..1.5));
-                tokio::select! {
-                    () = token.cancelled() => return,
-                    () = tokio::time::sleep(jitter) => {}
-                }
+            let (sent, next) = tokio::join!(self.send(cur, slot), prefetch);
+            if let Err(e) = sent {
+                warn!(slot, error = %e, "worker cannot reach the database; retrying");
             }
+            ready = next;
         }
     }
 
-    /// Processes one due row (a stamp first, else a cancellation); `false` when none was due.
-    async fn next(&self, slot: usize) -> Result<bool, StoreError> {
+    /// Sleeps an idle poll, with jitter, or until the pool stops.
+    async fn idle(&self, token: &CancellationToken) {
+        let jitter = self.cfg.idle_poll.mul_f64(rand::random_range(0.5..1.5));
+        tokio::select! {
+            () = token.cancelled() => {}
+            () = tokio::time::sleep(jitter) => {}
+        }
+    }
+
+    /// Claims one due row and prepares it: a stamp first, else (unless `stamps_only`) a
+    /// cancellation, which is processed at once.
+    async fn next(&self, slot: usize, stamps_only: bool) -> Result<Next, StoreError> {
         let now = Utc::now();
         let lease_until = now + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
         // Dead workers' rows are looked for about once a second, not before every claim: a
@@ -363,12 +430,20 @@ impl Worker {
                 // Where one died, more may have: look again at the next claim.
                 self.next_expired_look.store(0, Ordering::Relaxed);
             }
-            self.in_flight.fetch_add(1, Ordering::Relaxed);
             let span = info_span!("invoice", outbox_id = c.id, key = %c.stamp_key, slot);
-            let r = self.process_stamp(c).instrument(span).await;
-            self.in_flight.fetch_sub(1, Ordering::Relaxed);
-            r?;
-            return Ok(true);
+            let (id, from) = (c.id, c.claimed_from.clone());
+            self.unsent_rows().insert(id, from);
+            let prepared = self.prepare(c).instrument(span).await;
+            if !matches!(prepared, Ok(Some(_))) {
+                self.unsent_rows().remove(&id);
+            }
+            return Ok(match prepared? {
+                Some(p) => Next::Ready(Box::new(p)),
+                None => Next::Worked,
+            });
+        }
+        if stamps_only {
+            return Ok(Next::Idle);
         }
         if let Some(c) = self
             .db
@@ -380,9 +455,52 @@ impl Worker {
             let r = self.process_cancel(c).instrument(span).await;
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             r?;
-            return Ok(true);
+            return Ok(Next::Worked);
         }
-        Ok(false)
+        Ok(Next::Idle)
+    }
+
+    /// The rows this process claimed and prepared but has not sent yet (id → claimed from).
+    fn unsent_rows(&self) -> std::sync::MutexGuard<'_, HashMap<i64, String>> {
+        self.unsent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// On shutdown: rows claimed and sealed but never sent return to the state they were
+    /// claimed from, due at once, with the claim's attempt given back. Nothing reached the PAC
+    /// for them, so they need no recovery (a row claimed from an expired lease stays `unknown`).
+    async fn release_unsent(&self) {
+        let rows: Vec<(i64, String)> = self.unsent_rows().drain().collect();
+        for (id, from) in rows {
+            match self.db.release_unsent_stamp(id, &self.id, &from).await {
+                Ok(true) => {
+                    info!(outbox_id = id, state = %from, "row claimed but never sent: released")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(outbox_id = id, error = %e, "could not release an unsent row; it returns when its lease expires")
+                }
+            }
+        }
+    }
+
+    /// The PAC stage of one prepared row: recovery when it may have been sent, the stamp call,
+    /// the outcome stored.
+    async fn send(&self, p: Prepared, slot: usize) -> Result<(), StoreError> {
+        self.unsent_rows().remove(&p.id);
+        let span = info_span!("invoice", outbox_id = p.id, key = %p.key, slot);
+        // A row that waited long for its slot (the previous call was slow) gets its lease back
+        // to full length before the call, so no other worker takes it meanwhile.
+        if p.claimed_at.elapsed() > self.cfg.lease / 3 {
+            let until = Utc::now() + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
+            if !self.db.extend_stamp_lease(p.id, &self.id, until).await? {
+                warn!(parent: &span, "lease lost while the row waited for its slot; another worker has it");
+                return Ok(());
+            }
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let r = self.send_prepared(p).instrument(span).await;
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        r
     }
 
     async fn settle(&self, id: i64, s: Settle<'_>) -> Result<(), StoreError> {
@@ -437,31 +555,34 @@ impl Worker {
                 .unwrap_or_default()
     }
 
-    /// The stamping of one claimed row, following the state machine above.
-    async fn process_stamp(&self, c: ClaimedStamp) -> Result<(), StoreError> {
+    /// The first half of one claimed row's stamping: reads the frozen request and seals it once
+    /// (the stored bytes are what every attempt sends). `None` when the row was settled here,
+    /// without a PAC call.
+    async fn prepare(&self, c: ClaimedStamp) -> Result<Option<Prepared>, StoreError> {
+        let claimed_at = Instant::now();
         let id = c.id;
         let req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
             Ok(r) => r,
             Err(e) => {
-                return self
-                    .fail(
-                        id,
-                        "failed",
-                        "FROZEN",
-                        &format!("the frozen request cannot be read: {e}"),
-                    )
-                    .await;
-            }
-        };
-        let Ok(key) = StampKey::parse(&c.stamp_key) else {
-            return self
-                .fail(
+                self.fail(
                     id,
                     "failed",
                     "FROZEN",
-                    &format!("stamp key `{}` is malformed", c.stamp_key),
+                    &format!("the frozen request cannot be read: {e}"),
                 )
-                .await;
+                .await?;
+                return Ok(None);
+            }
+        };
+        let Ok(key) = StampKey::parse(&c.stamp_key) else {
+            self.fail(
+                id,
+                "failed",
+                "FROZEN",
+                &format!("stamp key `{}` is malformed", c.stamp_key),
+            )
+            .await?;
+            return Ok(None);
         };
         let folio = format!(
             "{}-{}",
@@ -469,14 +590,14 @@ impl Worker {
             req.folio.as_deref().unwrap_or("")
         );
         if c.test_mode && self.pac_is_production {
-            return self
-                .fail(
-                    id,
-                    "failed",
-                    "TEST_MODE",
-                    "a test-mode payment is never sent to a production PAC",
-                )
-                .await;
+            self.fail(
+                id,
+                "failed",
+                "TEST_MODE",
+                "a test-mode payment is never sent to a production PAC",
+            )
+            .await?;
+            return Ok(None);
         }
         // Seal once; the stored bytes are what every attempt sends.
         let sealed = match c.sealed_xml {
@@ -488,19 +609,43 @@ impl Worker {
                     stored
                 }
                 Err(e) => {
-                    return self
-                        .fail(
-                            id,
-                            "failed",
-                            "SEAL",
-                            &format!("cannot seal the frozen comprobante: {e}"),
-                        )
-                        .await;
+                    self.fail(
+                        id,
+                        "failed",
+                        "SEAL",
+                        &format!("cannot seal the frozen comprobante: {e}"),
+                    )
+                    .await?;
+                    return Ok(None);
                 }
             },
         };
+        Ok(Some(Prepared {
+            id,
+            claimed_from: c.claimed_from,
+            attempts: c.attempts,
+            key,
+            folio,
+            req,
+            sealed,
+            claimed_at,
+        }))
+    }
+
+    /// The second half: the PAC calls and the outcome, following the state machine above.
+    async fn send_prepared(&self, p: Prepared) -> Result<(), StoreError> {
+        let Prepared {
+            id,
+            claimed_from,
+            attempts,
+            key,
+            folio,
+            req,
+            sealed,
+            ..
+        } = p;
         let expired = self.past_window(&req);
-        let maybe_sent = c.claimed_from == "unknown" || c.claimed_from == "stamping";
+        let maybe_sent = claimed_from == "unknown" || claimed_from == "stamping";
         if maybe_sent {
             let t = Instant::now();
             let r = self.pac.recover_by_key(&sealed, &key).await;
@@ -523,7 +668,7 @@ impl Worker {
                         .await;
                 }
                 Recovery::Unresolved { reason } => {
-                    if c.attempts >= self.cfg.retry.max_attempts {
+                    if attempts >= self.cfg.retry.max_attempts {
                         return self
                             .fail(
                                 id,
@@ -531,13 +676,13 @@ impl Worker {
                                 "UNKNOWN",
                                 &format!(
                                     "outcome still unknown after {} attempts: {reason}",
-                                    c.attempts
+                                    attempts
                                 ),
                             )
                             .await;
                     }
                     info!(%folio, %reason, "outcome still unknown; will ask the PAC again");
-                    let run_at = self.later(c.attempts, None);
+                    let run_at = self.later(attempts, None);
                     return self
                         .settle(
                             id,
@@ -589,11 +734,11 @@ impl Worker {
                 reason,
                 retry_after,
             } => {
-                if c.attempts >= self.cfg.retry.max_attempts {
-                    let msg = format!("{} attempts, last: {reason}", c.attempts);
+                if attempts >= self.cfg.retry.max_attempts {
+                    let msg = format!("{} attempts, last: {reason}", attempts);
                     return self.fail_logged(id, "failed", "EXHAUSTED", &msg, a).await;
                 }
-                let run_at = self.later(c.attempts, *retry_after);
+                let run_at = self.later(attempts, *retry_after);
                 info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
                 let later = Settle::Later {
                     state: "retry_scheduled",
