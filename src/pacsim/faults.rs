@@ -12,7 +12,7 @@
 //! | item | effect |
 //! |---|---|
 //! | `seed=N` | seeds the random draws (same seed, same sequence of faults) |
-//! | `latency=D` or `D1..D2` | every PAC answer waits D (uniform in D1..D2) |
+//! | `latency=D` or `D1..D2` | every PAC answer leaves D (uniform in D1..D2) after its request arrived; the sandbox's own work is done within D |
 //! | `status500=P`, `status503=P` | stamp/cancel fail with that status **before** processing |
 //! | `status429=P[:retry_after=S]` | 429 with `Retry-After: S` (default 1) before processing |
 //! | `reset=P` | the connection is dropped before processing |

@@ -73,13 +73,18 @@ pub fn start(sim: Arc<Sim>, addr: &str) -> Result<SandboxHandle, SimError> {
         sim: sim.clone(),
         tokens: Tokens::default(),
     });
-    let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
-        .workers(2)
-        .disable_signals()
-        .shutdown_timeout(1)
-        .listen(listener)
-        .map_err(SimError::Listen)?
-        .run();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .wrap_fn(|req, srv| hold_answer(actix_web::dev::Service::call(srv, req)))
+            .configure(routes)
+    })
+    .workers(2)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .listen(listener)
+    .map_err(SimError::Listen)?
+    .run();
     let handle = server.handle();
     tokio::spawn(server);
     Ok(SandboxHandle {
@@ -161,7 +166,31 @@ pub(super) fn dropped() -> HttpResponse {
         .body(Dropped)
 }
 
-/// Outage, then the before-processing faults; `None` to go on.
+tokio::task_local! {
+    /// When the answer to the request being handled may leave (the `latency` fault).
+    static ANSWER_AT: std::cell::Cell<Option<tokio::time::Instant>>;
+}
+
+/// Runs a handler, then holds its answer until the time [`gate`] set: a PAC answer leaves the
+/// fault's latency after its request arrived, however long the sandbox took to check and
+/// stamp it meanwhile.
+async fn hold_answer<F, T>(handler: F) -> T
+where
+    F: std::future::Future<Output = T>,
+{
+    ANSWER_AT
+        .scope(std::cell::Cell::new(None), async move {
+            let out = handler.await;
+            if let Some(at) = ANSWER_AT.with(std::cell::Cell::get) {
+                tokio::time::sleep_until(at).await;
+            }
+            out
+        })
+        .await
+}
+
+/// Outage, then the latency (see [`hold_answer`]), then the before-processing faults; `None`
+/// to go on.
 pub(super) async fn gate(st: &AppState, with_before: bool) -> Option<HttpResponse> {
     let faults = st.sim.faults();
     if faults.in_outage() {
@@ -174,7 +203,12 @@ pub(super) async fn gate(st: &AppState, with_before: bool) -> Option<HttpRespons
     }
     let latency = faults.latency();
     if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
+        let at = tokio::time::Instant::now() + latency;
+        // Inside the server, the answer is held until `at` by [`hold_answer`], so the
+        // sandbox's own work is part of the latency, as at a real PAC; elsewhere, wait here.
+        if ANSWER_AT.try_with(|c| c.set(Some(at))).is_err() {
+            tokio::time::sleep_until(at).await;
+        }
     }
     if !with_before {
         return None;

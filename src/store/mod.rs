@@ -60,6 +60,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "api",
         include_str!("../../migrations/sqlite/0005_api.sql"),
     ),
+    (
+        6,
+        "outbox_writes",
+        include_str!("../../migrations/sqlite/0006_outbox_writes.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -86,6 +91,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         5,
         "api",
         include_str!("../../migrations/postgres/0005_api.sql"),
+    ),
+    (
+        6,
+        "outbox_writes",
+        include_str!("../../migrations/postgres/0006_outbox_writes.sql"),
     ),
 ];
 

@@ -80,7 +80,7 @@ pub struct ClaimedStamp {
     pub pac_route: Option<String>,
 }
 
-/// Claims one row: `$where` (`FROM` onwards) picks it through a partial index in claim order
+/// Claims up to `$4` rows: `$where` (`FROM` onwards) picks them through a partial index in claim order
 /// (migration 0004; SQLite is told which, PostgreSQL finds it),
 /// so a claim costs the same however many stamped rows the outbox holds.
 /// `claimed_from = state` keeps the state it was claimed from (SET reads the old values).
@@ -89,14 +89,18 @@ macro_rules! claim_stamp_sql {
         concat!(
             "UPDATE outbox SET claimed_from = state, state = 'stamping', lease_owner = $1, \
              lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 \
-             WHERE id = (SELECT id FROM ",
+             WHERE id IN (SELECT id FROM ",
             $where,
-            " LIMIT 1",
+            " LIMIT $4",
             $lock,
             ") RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route"
         )
     };
 }
+
+/// Stores a row's sealed bytes ($1) at $2, once: only while it has none (row $3).
+const SAVE_SEALED: &str =
+    "UPDATE outbox SET sealed_xml = $1, sealed_at = $2 WHERE id = $3 AND sealed_xml IS NULL";
 
 /// A row whose worker died: its lease expired while `stamping`.
 const EXPIRED_LEASE: &str = "Expired";
@@ -212,32 +216,54 @@ macro_rules! bind_settle {
     };
 }
 
-/// The attempt log's INSERT, for either backend.
-fn insert_attempt<'q, DB: sqlx::Database>(
-    a: &'q Attempt<'q>,
-    now: DateTime<Utc>,
-) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
-where
-    Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<i32>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    DateTime<Utc>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    sqlx::query(INSERT_ATTEMPT)
-        .bind(a.outbox_id)
-        .bind(a.cancellation_id)
-        .bind(a.operation)
-        .bind(a.pac)
-        .bind(a.outcome)
-        .bind(a.http_status)
-        .bind(a.code)
-        .bind(a.message)
-        .bind(a.latency_ms)
-        .bind(a.uuid)
-        .bind(a.worker)
-        .bind(now)
+/// Binds an [`Attempt`] and the time to `$q` (the twelve arguments of [`INSERT_ATTEMPT`]), on
+/// either backend.
+macro_rules! bind_attempt {
+    ($q:expr, $a:expr, $now:expr) => {
+        $q.bind($a.outbox_id)
+            .bind($a.cancellation_id)
+            .bind($a.operation)
+            .bind($a.pac)
+            .bind($a.outcome)
+            .bind($a.http_status)
+            .bind($a.code)
+            .bind($a.message)
+            .bind($a.latency_ms)
+            .bind($a.uuid)
+            .bind($a.worker)
+            .bind($now)
+    };
+}
+
+/// PostgreSQL: a whole settle as one statement, so one round trip and one implicit
+/// transaction — the attempt, the outcome and the merchant's event are data-modifying `WITH`
+/// parts, each run once. Evaluates to the number of outbox rows updated (0 when the lease was
+/// lost). Arguments: the attempt's twelve when there is one, then the settle's eight, then the
+/// event type and the time when the outcome queues a merchant webhook.
+fn settle_postgres_sql(s: &Settle<'_>, attempt: Option<&Attempt<'_>>) -> String {
+    let mut sql = String::from("WITH ");
+    let mut used = 0;
+    if attempt.is_some() {
+        sql.push_str("logged AS (");
+        sql.push_str(INSERT_ATTEMPT);
+        sql.push_str("), ");
+        used = 12;
+    }
+    sql.push_str("settled AS (");
+    sql.push_str(&shift_params(s.update_sql(), used));
+    sql.push_str(" RETURNING id)");
+    used += 8;
+    if s.api_event().is_some() {
+        sql.push_str(&format!(
+            ", queued AS (INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, \
+             run_at, created_at) SELECT i.id, ${}, 'pending', 0, ${t}, ${t} FROM api_invoices i \
+             JOIN settled ON i.outbox_id = settled.id)",
+            used + 1,
+            t = used + 2
+        ));
+    }
+    sql.push_str(" SELECT count(*) FROM settled");
+    sql
 }
 
 /// What a stamping attempt leaves in the row.
@@ -294,16 +320,17 @@ pub(super) const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, 
      SELECT id, $1, 'pending', 0, $2, $2 FROM api_invoices WHERE outbox_id = $3";
 
 impl Db {
-    /// Claims the next due outbox row for `owner` until `lease_until`: first, when
-    /// `expired_first`, a row whose worker died (so a backlog never starves it), then the oldest
-    /// due one.
-    pub async fn claim_stamp(
+    /// Claims up to `limit` due outbox rows for `owner` until `lease_until`, oldest first:
+    /// first, when `expired_first`, rows whose worker died (so a backlog never starves them),
+    /// else the oldest due ones.
+    pub async fn claim_stamps(
         &self,
         owner: &str,
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
         expired_first: bool,
-    ) -> Result<Option<ClaimedStamp>, StoreError> {
+        limit: i64,
+    ) -> Result<Vec<ClaimedStamp>, StoreError> {
         let order: &[&str] = if expired_first {
             &[EXPIRED_LEASE, DUE]
         } else {
@@ -337,20 +364,45 @@ impl Db {
                     ),
                 )
             };
-            let claimed = fetch_opt!(
-                self,
-                "claim an outbox row",
-                true,
-                sqlite,
-                pg,
-                [owner, lease_until, now],
-                |r: &dyn RowLike| r.claimed()
-            );
-            if claimed.is_some() {
+            let what = "claim outbox rows";
+            let mut claimed = match self {
+                Db::Sqlite { pool, write_lock } => {
+                    let _w = write_lock.lock().await;
+                    let rows = sqlx::query(sqlite)
+                        .bind(owner)
+                        .bind(lease_until)
+                        .bind(now)
+                        .bind(limit)
+                        .fetch_all(pool)
+                        .await
+                        .map_err(ctx(what))?;
+                    rows.iter()
+                        .map(RowLike::claimed)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(ctx(what))?
+                }
+                Db::Postgres(pool) => {
+                    let rows = sqlx::query(pg)
+                        .bind(owner)
+                        .bind(lease_until)
+                        .bind(now)
+                        .bind(limit)
+                        .fetch_all(pool)
+                        .await
+                        .map_err(ctx(what))?;
+                    rows.iter()
+                        .map(RowLike::claimed)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(ctx(what))?
+                }
+            };
+            if !claimed.is_empty() {
+                // RETURNING follows no order; rows are sent oldest first (ids grow with time).
+                claimed.sort_by_key(|c| c.id);
                 return Ok(claimed);
             }
         }
-        Ok(None)
+        Ok(Vec::new())
     }
 
     /// SQLite: copies the write-ahead log into the database without waiting for or blocking
@@ -391,7 +443,7 @@ impl Db {
         let written = exec!(
             self,
             "store the sealed comprobante",
-            "UPDATE outbox SET sealed_xml = $1, sealed_at = $2 WHERE id = $3 AND sealed_xml IS NULL",
+            SAVE_SEALED,
             xml,
             now,
             id
@@ -414,6 +466,59 @@ impl Db {
                 "outbox row {id} has no sealed comprobante after sealing"
             ))
         })
+    }
+
+    /// Stores the sealed bytes of several rows in one write, each only if the row has none yet
+    /// (as [`Db::save_sealed`]). Returns the ids written; for any other, another worker sealed
+    /// first and [`Db::save_sealed`] reads the bytes that stay.
+    pub async fn save_sealed_many(&self, rows: &[(i64, &[u8])]) -> Result<Vec<i64>, StoreError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = Utc::now();
+        let what = "store the sealed comprobantes";
+        match self {
+            Db::Sqlite { pool, write_lock } => {
+                // One call to the connection, as settles are: each statement sent through
+                // sqlx is a trip to its thread, made holding the one write lock.
+                let mut sql = String::from("BEGIN IMMEDIATE;\n");
+                for i in 0..rows.len() {
+                    sql.push_str(&shift_params(SAVE_SEALED, i * 3));
+                    sql.push_str(" RETURNING id;\n");
+                }
+                sql.push_str("COMMIT;");
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for (id, xml) in rows {
+                    q = q.bind(*xml).bind(now).bind(*id);
+                }
+                let _w = write_lock.lock().await;
+                let mut conn = pool.acquire().await.map_err(ctx(what))?;
+                let got = q.fetch_all(&mut *conn).await;
+                if got.is_err() {
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                }
+                got.map_err(ctx(what))?
+                    .iter()
+                    .map(|r| r.try_get::<i64, _>(0))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ctx(what))
+            }
+            Db::Postgres(pool) => {
+                let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+                let xmls: Vec<&[u8]> = rows.iter().map(|r| r.1).collect();
+                sqlx::query_scalar(
+                    "UPDATE outbox o SET sealed_xml = v.xml, sealed_at = $3 \
+                     FROM unnest($1::bigint[], $2::bytea[]) AS v(id, xml) \
+                     WHERE o.id = v.id AND o.sealed_xml IS NULL RETURNING o.id",
+                )
+                .bind(ids)
+                .bind(xmls)
+                .bind(now)
+                .fetch_all(pool)
+                .await
+                .map_err(ctx(what))
+            }
+        }
     }
 
     /// Records where a document is about to be sent (failover), before sending it.
@@ -477,32 +582,21 @@ impl Db {
                 n?
             }
             Db::Postgres(pool) => {
-                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(settle_postgres_sql(s, attempt)));
                 if let Some(a) = attempt {
-                    insert_attempt(a, now)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(ctx("log a PAC attempt"))?;
+                    q = bind_attempt!(q, a, now);
                 }
-                let n = bind_settle!(sqlx::query(s.update_sql()), s, now)
-                    .bind(id)
-                    .bind(owner)
-                    .execute(&mut *tx)
+                q = bind_settle!(q, s, now).bind(id).bind(owner);
+                if let Some(e) = s.api_event() {
+                    q = q.bind(e).bind(now);
+                }
+                let n: i64 = q
+                    .fetch_one(pool)
                     .await
                     .map_err(ctx("settle an outbox row"))?
-                    .rows_affected();
-                // The merchant hears of an API invoice's outcome from the same commit.
-                if let (1, Some(event)) = (n, s.api_event()) {
-                    sqlx::query(API_EVENT)
-                        .bind(event)
-                        .bind(now)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(ctx("queue the merchant webhook"))?;
-                }
-                tx.commit().await.map_err(ctx("commit the outcome"))?;
-                n
+                    .try_get(0)
+                    .map_err(ctx("settle an outbox row"))?;
+                u64::try_from(n).unwrap_or(0)
             }
         };
         Ok(n == 1)
@@ -557,13 +651,13 @@ impl Db {
         match self {
             Db::Sqlite { pool, write_lock } => {
                 let _w = write_lock.lock().await;
-                insert_attempt(a, now)
+                bind_attempt!(sqlx::query(INSERT_ATTEMPT), a, now)
                     .execute(pool)
                     .await
                     .map_err(ctx("log a PAC attempt"))?;
             }
             Db::Postgres(pool) => {
-                insert_attempt(a, now)
+                bind_attempt!(sqlx::query(INSERT_ATTEMPT), a, now)
                     .execute(pool)
                     .await
                     .map_err(ctx("log a PAC attempt"))?;
@@ -618,6 +712,19 @@ impl Db {
         Ok(fetch_all!(self, "count outbox rows", sql, [], |r: &_| {
             count_row(r)
         }))
+    }
+
+    /// When the most recent stamp was recorded (benchmarks time a drain by it).
+    pub async fn last_stamped_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let sql = "SELECT MAX(stamped_at) AS t FROM outbox";
+        Ok(
+            fetch_all!(self, "read the last stamp time", sql, [], |r: &_| {
+                RowExt::opt_time(r, "t")
+            })
+            .into_iter()
+            .next()
+            .flatten(),
+        )
     }
 
     /// Claims the next due cancellation (to send, or to poll) for `owner`.
@@ -812,6 +919,7 @@ pub(crate) trait RowExt {
     fn int32(&self, c: &str) -> Result<i32, sqlx::Error>;
     fn opt_bytes(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error>;
     fn time(&self, c: &str) -> Result<DateTime<Utc>, sqlx::Error>;
+    fn opt_time(&self, c: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error>;
 }
 
 macro_rules! impl_rowext {
@@ -836,6 +944,9 @@ macro_rules! impl_rowext {
                 self.try_get(c)
             }
             fn time(&self, c: &str) -> Result<DateTime<Utc>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_time(&self, c: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
                 self.try_get(c)
             }
         }
@@ -898,19 +1009,7 @@ async fn settle_sqlite_in_one_call(
     sql.push_str("COMMIT;");
     let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
     if let Some(a) = attempt {
-        q = q
-            .bind(a.outbox_id)
-            .bind(a.cancellation_id)
-            .bind(a.operation)
-            .bind(a.pac)
-            .bind(a.outcome)
-            .bind(a.http_status)
-            .bind(a.code)
-            .bind(a.message)
-            .bind(a.latency_ms)
-            .bind(a.uuid)
-            .bind(a.worker)
-            .bind(now);
+        q = bind_attempt!(q, a, now);
     }
     q = bind_settle!(q, s, now);
     q = q.bind(id).bind(owner);

@@ -27,7 +27,7 @@
 pub mod cancel;
 pub mod retry;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -152,8 +152,13 @@ pub struct Worker {
     in_flight: AtomicI32,
     /// When (Unix ms) the next claim also looks for rows whose lease expired.
     next_expired_look: AtomicI64,
-    /// Rows claimed and sealed, waiting for their slot's call (id → the state claimed from).
+    /// Rows claimed and not sent yet (id → the state claimed from).
     unsent: Mutex<HashMap<i64, String>>,
+    /// Rows claimed together and sealed, waiting for a slot to send them.
+    ready: Mutex<VecDeque<Prepared>>,
+    /// Rows claimed at once when no prepared row is waiting: one claim and one write of sealed
+    /// bytes serve several calls.
+    batch: i64,
     started_at: DateTime<Utc>,
 }
 
@@ -164,6 +169,12 @@ impl std::fmt::Debug for Worker {
             .field("cfg", &self.cfg)
             .finish()
     }
+}
+
+tokio::task_local! {
+    /// Told when a send's PAC calls are over and its outcome is about to be stored (see
+    /// [`Worker::slot_loop`]).
+    static ANSWERED: std::cell::RefCell<Option<tokio::sync::oneshot::Sender<()>>>;
 }
 
 /// A claimed row, sealed, ready for its PAC call.
@@ -231,6 +242,7 @@ impl Worker {
         pac_is_production: bool,
     ) -> Self {
         let suffix: u32 = rand::random_range(0..0x10000);
+        let batch = i64::try_from((cfg.concurrency / 4).clamp(1, 8)).unwrap_or(1);
         Self {
             db,
             pac,
@@ -242,6 +254,8 @@ impl Worker {
             in_flight: AtomicI32::new(0),
             next_expired_look: AtomicI64::new(0),
             unsent: Mutex::new(HashMap::new()),
+            ready: Mutex::new(VecDeque::new()),
+            batch,
             started_at: Utc::now(),
         }
     }
@@ -354,12 +368,19 @@ impl Worker {
 
     /// One concurrency slot: claim, process, repeat; sleep when idle.
     ///
-    /// While a row's PAC call runs, the slot claims and seals its next row, so that row's call
-    /// starts as soon as this one is settled: claiming, sealing and storing the sealed bytes stay
-    /// off the PAC's critical path, and the slot keeps one call in flight nearly all the time.
-    /// A row prepared but not yet sent goes back to the state it was claimed from when the pool
-    /// stops ([`Worker::release_unsent`]).
-    async fn slot_loop(&self, slot: usize, token: CancellationToken) {
+    /// A slot has one PAC call in flight at a time, and keeps one in flight nearly all the time:
+    /// while a row's call runs, the slot claims and seals its next row, and once the call is
+    /// answered the next call starts while the answer is being stored. Claiming, sealing and
+    /// storing stay off the PAC's critical path. A row prepared but not yet sent goes back to the
+    /// state it was claimed from when the pool stops ([`Worker::release_unsent`]).
+    async fn slot_loop(self: Arc<Self>, slot: usize, token: CancellationToken) {
+        // This slot's sends: at most one in its PAC call, and one storing its outcome.
+        let mut sends = JoinSet::new();
+        let reap = |r: Result<Result<(), StoreError>, tokio::task::JoinError>| match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(slot, error = %e, "worker cannot reach the database; retrying"),
+            Err(e) => error!(slot, error = %e, "a send ended abnormally"),
+        };
         let mut ready: Option<Prepared> = None;
         while !token.is_cancelled() {
             let cur = match ready.take() {
@@ -391,11 +412,27 @@ impl Worker {
                     }
                 }
             };
-            let (sent, next) = tokio::join!(self.send(cur, slot), prefetch);
-            if let Err(e) = sent {
-                warn!(slot, error = %e, "worker cannot reach the database; retrying");
+            while sends.len() >= 2 {
+                if let Some(r) = sends.join_next().await {
+                    reap(r);
+                }
+            }
+            let (on_answer, answered) = tokio::sync::oneshot::channel::<()>();
+            let me = self.clone();
+            sends.spawn(
+                ANSWERED.scope(std::cell::RefCell::new(Some(on_answer)), async move {
+                    me.send(cur, slot).await
+                }),
+            );
+            // `answered` also resolves when the send ends without storing an outcome.
+            let (_, next) = tokio::join!(answered, prefetch);
+            while let Some(r) = sends.try_join_next() {
+                reap(r);
             }
             ready = next;
+        }
+        while let Some(r) = sends.join_next().await {
+            reap(r);
         }
     }
 
@@ -421,26 +458,50 @@ impl Worker {
             self.next_expired_look
                 .store(now_ms + 1000, Ordering::Relaxed);
         }
+        if let Some(p) = self.ready_rows().pop_front() {
+            return Ok(Next::Ready(Box::new(p)));
+        }
         let claimed = self
             .db
-            .claim_stamp(&self.id, lease_until, now, expired_first)
+            .claim_stamps(&self.id, lease_until, now, expired_first, self.batch)
             .await?;
-        if let Some(c) = claimed {
-            if c.claimed_from == "stamping" {
+        if !claimed.is_empty() {
+            if claimed.iter().any(|c| c.claimed_from == "stamping") {
                 // Where one died, more may have: look again at the next claim.
                 self.next_expired_look.store(0, Ordering::Relaxed);
             }
-            let span = info_span!("invoice", outbox_id = c.id, key = %c.stamp_key, slot);
-            let (id, from) = (c.id, c.claimed_from.clone());
-            self.unsent_rows().insert(id, from);
-            let prepared = self.prepare(c).instrument(span).await;
-            if !matches!(prepared, Ok(Some(_))) {
-                self.unsent_rows().remove(&id);
+            let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
+            self.unsent_rows()
+                .extend(claimed.iter().map(|c| (c.id, c.claimed_from.clone())));
+            let span = info_span!("claim", rows = ids.len(), slot);
+            let prepared = self.prepare(claimed).instrument(span).await;
+            let mut prepared = match prepared {
+                Ok(p) => p,
+                Err(e) => {
+                    let mut unsent = self.unsent_rows();
+                    for id in &ids {
+                        unsent.remove(id);
+                    }
+                    return Err(e);
+                }
+            };
+            {
+                // Rows settled while preparing were never to be sent.
+                let mut unsent = self.unsent_rows();
+                for id in ids
+                    .iter()
+                    .filter(|id| !prepared.iter().any(|p| p.id == **id))
+                {
+                    unsent.remove(id);
+                }
             }
-            return Ok(match prepared? {
-                Some(p) => Next::Ready(Box::new(p)),
-                None => Next::Worked,
-            });
+            if prepared.is_empty() {
+                return Ok(Next::Worked);
+            }
+            let first = prepared.remove(0);
+            // The rest wait for whichever slot asks next.
+            self.ready_rows().extend(prepared);
+            return Ok(Next::Ready(Box::new(first)));
         }
         if stamps_only {
             return Ok(Next::Idle);
@@ -460,7 +521,12 @@ impl Worker {
         Ok(Next::Idle)
     }
 
-    /// The rows this process claimed and prepared but has not sent yet (id → claimed from).
+    /// Rows claimed together and prepared, waiting for a slot.
+    fn ready_rows(&self) -> std::sync::MutexGuard<'_, VecDeque<Prepared>> {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The rows this process claimed but has not sent yet (id → claimed from).
     fn unsent_rows(&self) -> std::sync::MutexGuard<'_, HashMap<i64, String>> {
         self.unsent.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -469,6 +535,7 @@ impl Worker {
     /// claimed from, due at once, with the claim's attempt given back. Nothing reached the PAC
     /// for them, so they need no recovery (a row claimed from an expired lease stays `unknown`).
     async fn release_unsent(&self) {
+        self.ready_rows().clear();
         let rows: Vec<(i64, String)> = self.unsent_rows().drain().collect();
         for (id, from) in rows {
             match self.db.release_unsent_stamp(id, &self.id, &from).await {
@@ -514,6 +581,8 @@ impl Worker {
         s: Settle<'_>,
         attempt: Option<&Attempt<'_>>,
     ) -> Result<(), StoreError> {
+        // The PAC has answered (every outcome is stored here): the slot may start its next call.
+        let _ = ANSWERED.try_with(|a| a.borrow_mut().take().map(|tx| tx.send(())));
         if !self.db.settle_stamp(id, &self.id, &s, attempt).await? {
             warn!(
                 "lease lost before settling; another worker owns the row and will reach the same answer from the PAC"
@@ -555,81 +624,93 @@ impl Worker {
                 .unwrap_or_default()
     }
 
-    /// The first half of one claimed row's stamping: reads the frozen request and seals it once
-    /// (the stored bytes are what every attempt sends). `None` when the row was settled here,
-    /// without a PAC call.
-    async fn prepare(&self, c: ClaimedStamp) -> Result<Option<Prepared>, StoreError> {
+    /// The first half of stamping, for a batch of claimed rows: reads each frozen request and
+    /// seals the ones not sealed yet (on the blocking pool, in one task), then stores all the
+    /// sealed bytes in one write before any of them is sent; the stored bytes are what every
+    /// attempt sends. Rows that cannot be sent are settled here, without a PAC call.
+    async fn prepare(&self, claimed: Vec<ClaimedStamp>) -> Result<Vec<Prepared>, StoreError> {
         let claimed_at = Instant::now();
-        let id = c.id;
-        let req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
-            Ok(r) => r,
-            Err(e) => {
-                self.fail(
-                    id,
-                    "failed",
-                    "FROZEN",
-                    &format!("the frozen request cannot be read: {e}"),
-                )
-                .await?;
-                return Ok(None);
-            }
-        };
-        let Ok(key) = StampKey::parse(&c.stamp_key) else {
-            self.fail(
-                id,
-                "failed",
-                "FROZEN",
-                &format!("stamp key `{}` is malformed", c.stamp_key),
-            )
-            .await?;
-            return Ok(None);
-        };
-        let folio = format!(
-            "{}-{}",
-            req.serie.as_deref().unwrap_or(""),
-            req.folio.as_deref().unwrap_or("")
-        );
-        if c.test_mode && self.pac_is_production {
-            self.fail(
-                id,
-                "failed",
-                "TEST_MODE",
-                "a test-mode payment is never sent to a production PAC",
-            )
-            .await?;
-            return Ok(None);
-        }
-        // Seal once; the stored bytes are what every attempt sends.
-        let sealed = match c.sealed_xml {
-            Some(x) => x,
-            None => match self.seal_off_thread(&req).await {
-                Ok(s) => {
-                    let stored = self.db.save_sealed(id, &s.xml).await?;
-                    info!(%folio, total = %s.total, "comprobante sealed");
-                    stored
-                }
+        let mut checked = Vec::with_capacity(claimed.len());
+        for c in claimed {
+            let id = c.id;
+            let req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
+                Ok(r) => r,
                 Err(e) => {
-                    self.fail(
-                        id,
-                        "failed",
-                        "SEAL",
-                        &format!("cannot seal the frozen comprobante: {e}"),
-                    )
-                    .await?;
-                    return Ok(None);
+                    let msg = format!("the frozen request cannot be read: {e}");
+                    self.fail(id, "failed", "FROZEN", &msg).await?;
+                    continue;
                 }
-            },
-        };
-        Ok(Some(Prepared {
-            id,
-            claimed_from: c.claimed_from,
-            attempts: c.attempts,
-            key,
-            folio,
-            req,
-            sealed,
-            claimed_at,
-        }))
+            };
+            let Ok(key) = StampKey::parse(&c.stamp_key) else {
+                let msg = format!("stamp key `{}` is malformed", c.stamp_key);
+                self.fail(id, "failed", "FROZEN", &msg).await?;
+                continue;
+            };
+            let folio = format!(
+                "{}-{}",
+                req.serie.as_deref().unwrap_or(""),
+                req.folio.as_deref().unwrap_or("")
+            );
+            if c.test_mode && self.pac_is_production {
+                let msg = "a test-mode payment is never sent to a production PAC";
+                self.fail(id, "failed", "TEST_MODE", msg).await?;
+                continue;
+            }
+            checked.push(Prepared {
+                id,
+                claimed_from: c.claimed_from,
+                attempts: c.attempts,
+                key,
+                folio,
+                req,
+                sealed: c.sealed_xml.unwrap_or_default(),
+                claimed_at,
+            });
+        }
+        // Seal once: only rows that were never sealed.
+        let to_seal: Vec<InvoiceRequest> = checked
+            .iter()
+            .filter(|p| p.sealed.is_empty())
+            .map(|p| p.req.clone())
+            .collect();
+        if to_seal.is_empty() {
+            return Ok(checked);
+        }
+        let mut seals = self.seal_off_thread(to_seal).await.into_iter();
+        let mut ready = Vec::with_capacity(checked.len());
+        let mut fresh = Vec::new();
+        for mut p in checked {
+            if !p.sealed.is_empty() {
+                ready.push(p);
+                continue;
+            }
+            match seals.next() {
+                Some(Ok(s)) => {
+                    info!(outbox_id = p.id, folio = %p.folio, total = %s.total, "comprobante sealed");
+                    p.sealed = s.xml;
+                    fresh.push(p);
+                }
+                Some(Err(e)) => {
+                    let msg = format!("cannot seal the frozen comprobante: {e}");
+                    self.fail(p.id, "failed", "SEAL", &msg).await?;
+                }
+                None => {
+                    let msg = "cannot seal the frozen comprobante: the sealing task ended early";
+                    self.fail(p.id, "failed", "SEAL", msg).await?;
+                }
+            }
+        }
+        let rows: Vec<(i64, &[u8])> = fresh.iter().map(|p| (p.id, p.sealed.as_slice())).collect();
+        let written = self.db.save_sealed_many(&rows).await?;
+        for mut p in fresh {
+            if !written.contains(&p.id) {
+                // Another worker sealed it first: its bytes (the same, sealing is
+                // deterministic) are the ones to send.
+                p.sealed = self.db.save_sealed(p.id, &p.sealed).await?;
+            }
+            ready.push(p);
+        }
+        Ok(ready)
     }
 
     /// The second half: the PAC calls and the outcome, following the state machine above.
@@ -764,12 +845,19 @@ impl Worker {
     }
 
     /// Seals on the blocking pool: an RSA signature is CPU work, and the async threads keep
-    /// serving the other slots' I/O meanwhile.
-    async fn seal_off_thread(&self, req: &InvoiceRequest) -> Result<cfdi::Sealed, cfdi::CfdiError> {
-        let (r, csd) = (req.clone(), self.csd.clone());
-        tokio::task::spawn_blocking(move || cfdi::seal(&r, &csd))
+    /// serving the other slots' I/O meanwhile. One result per request, in order.
+    async fn seal_off_thread(
+        &self,
+        reqs: Vec<InvoiceRequest>,
+    ) -> Vec<Result<cfdi::Sealed, cfdi::CfdiError>> {
+        let csd = self.csd.clone();
+        tokio::task::spawn_blocking(move || reqs.iter().map(|r| cfdi::seal(r, &csd)).collect())
             .await
-            .unwrap_or_else(|e| Err(cfdi::CfdiError::Csd(format!("sealing task failed: {e}"))))
+            .unwrap_or_else(|e| {
+                vec![Err(cfdi::CfdiError::Csd(format!(
+                    "sealing task failed: {e}"
+                )))]
+            })
     }
 
     fn past_window(&self, req: &InvoiceRequest) -> bool {
