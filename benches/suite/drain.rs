@@ -34,8 +34,9 @@ struct Run {
     busy: f64,
 }
 
-/// The whole machine's CPU time so far: (busy, total) in clock ticks, from /proc/stat.
-fn machine_cpu() -> (u64, u64) {
+/// The whole machine's CPU time so far: (busy, total, stolen by the hypervisor) in clock ticks,
+/// from /proc/stat.
+fn machine_cpu() -> (u64, u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let f: Vec<u64> = stat
         .lines()
@@ -48,7 +49,7 @@ fn machine_cpu() -> (u64, u64) {
     let total: u64 = f.iter().sum();
     // idle and iowait
     let idle = f.get(3).unwrap_or(&0) + f.get(4).unwrap_or(&0);
-    (total - idle, total)
+    (total - idle, total, *f.get(7).unwrap_or(&0))
 }
 
 /// This process's CPU time so far (user + system), from /proc.
@@ -148,13 +149,16 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     };
     let cpu = cpu_seconds() - cpu0;
     let machine1 = machine_cpu();
-    let busy = (machine1.0 - machine0.0) as f64 / (machine1.1 - machine0.1).max(1) as f64;
+    let ticks = (machine1.1 - machine0.1).max(1) as f64;
+    let busy = (machine1.0 - machine0.0) as f64 / ticks;
+    let stolen = (machine1.2 - machine0.2) as f64 / ticks;
     pool.shutdown().await;
     let lat = db.attempt_latencies("stamp").await.expect("latencies");
     println!(
-        "drain: {backend}: CPU per stamp {:.2} ms (this process: appliance + sandbox); the machine's CPUs were {:.0} % busy (every process)",
+        "drain: {backend}: CPU per stamp {:.2} ms (this process: appliance + sandbox); the machine's CPUs were {:.0} % busy (every process; {:.0} % taken by the host)",
         cpu * 1000.0 / rows as f64,
-        busy * 100.0
+        busy * 100.0,
+        stolen * 100.0
     );
     if !lat.is_empty() {
         println!(

@@ -157,19 +157,25 @@ pub struct Attempt<'a> {
 const INSERT_ATTEMPT: &str = "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, http_status, \
      code, message, latency_ms, uuid, worker, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
+/// Statements on one row by id write its state test as `state || ''`: PostgreSQL's statistics,
+/// taken while nearly every row is `pending` or `stamped`, make `stamping` look rare, and the
+/// planner then walks outbox_state_updated through every row being stamped (and every dead
+/// entry left by earlier claims) instead of looking the id up. An expression on the column
+/// leaves it the primary key alone.
+///
 /// A stamping attempt's outcome ($7 the row, $8 the lease owner): stamped…
 const SETTLE_STAMPED: &str = "UPDATE outbox SET state = 'stamped', uuid = $1, tfd_xml = $2, stamped_xml = $3, \
      fecha_timbrado = $4, stamped_at = $5, flag = COALESCE($6, flag), lease_owner = NULL, \
      lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, updated_at = $5 \
-     WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'";
+     WHERE id = $7 AND lease_owner = $8 AND state || '' = 'stamping'";
 /// …to be tried again at `run_at`…
 const SETTLE_LATER: &str = "UPDATE outbox SET state = $1, run_at = $2, last_error_code = $3, last_error_message = $4, \
      lease_owner = NULL, lease_expires_at = NULL, updated_at = $5, uuid = $6 \
-     WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'";
+     WHERE id = $7 AND lease_owner = $8 AND state || '' = 'stamping'";
 /// …or final, for a human.
 const SETTLE_FINAL: &str = "UPDATE outbox SET state = $1, last_error_code = $2, last_error_message = $3, \
      lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, run_at = $4, uuid = $5, \
-     flag = COALESCE($6, flag) WHERE id = $7 AND lease_owner = $8 AND state = 'stamping'";
+     flag = COALESCE($6, flag) WHERE id = $7 AND lease_owner = $8 AND state || '' = 'stamping'";
 
 /// Binds a settle's own arguments (`$1`–`$6` of its [`Settle::update_sql`]) to `$q`, on either
 /// backend.
@@ -428,7 +434,7 @@ impl Db {
         let n = exec!(
             self,
             "extend an outbox lease",
-            "UPDATE outbox SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND state = 'stamping'",
+            "UPDATE outbox SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND state || '' = 'stamping'",
             until,
             id,
             owner
@@ -636,7 +642,7 @@ impl Db {
             "release an unsent row",
             "UPDATE outbox SET state = $1, attempts = attempts - 1, lease_owner = NULL, \
              lease_expires_at = NULL, updated_at = $2 \
-             WHERE id = $3 AND lease_owner = $4 AND state = 'stamping'",
+             WHERE id = $3 AND lease_owner = $4 AND state || '' = 'stamping'",
             state,
             Utc::now(),
             id,

@@ -461,9 +461,13 @@ impl Worker {
         if let Some(p) = self.ready_rows().pop_front() {
             return Ok(Next::Ready(Box::new(p)));
         }
+        // A slot without a call in flight claims one row, so its call starts after one sealing,
+        // not eight (after an idle spell every slot claims at once); a slot whose call is in
+        // flight has time to prepare a batch for itself and the others.
+        let batch = if stamps_only { self.batch } else { 1 };
         let claimed = self
             .db
-            .claim_stamps(&self.id, lease_until, now, expired_first, self.batch)
+            .claim_stamps(&self.id, lease_until, now, expired_first, batch)
             .await?;
         if !claimed.is_empty() {
             if claimed.iter().any(|c| c.claimed_from == "stamping") {
