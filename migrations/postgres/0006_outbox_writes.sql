@@ -26,3 +26,8 @@ BEGIN
             ALTER COLUMN sealed_xml SET COMPRESSION lz4;
     END IF;
 END $$;
+
+-- The attempt log is append-only and outlives anything it mentions; its writer only ever names
+-- the row it holds. A foreign key made every logged attempt lock its outbox row in the same
+-- statement that updates it, which costs a multixact per outcome.
+ALTER TABLE pac_attempts DROP CONSTRAINT pac_attempts_outbox_id_fkey;

@@ -580,12 +580,13 @@ impl Db {
             Db::Sqlite { pool, write_lock } => {
                 let _w = write_lock.lock().await;
                 let mut conn = pool.acquire().await.map_err(ctx("settle an outbox row"))?;
-                let n = settle_sqlite_in_one_call(&mut conn, id, owner, s, attempt, now).await;
+                let one = [(id, s.clone(), attempt.cloned())];
+                let n = settle_sqlite_in_one_call(&mut conn, owner, &one, now).await;
                 if n.is_err() {
                     // Leave no transaction open on a pooled connection, whatever failed.
                     let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
                 }
-                n?
+                n?.len() as u64
             }
             Db::Postgres(pool) => {
                 let mut q = sqlx::query(sqlx::AssertSqlSafe(settle_postgres_sql(s, attempt)));
@@ -990,43 +991,173 @@ fn shift_params(sql: &str, by: usize) -> String {
 /// up with the pool. The number of outbox rows updated (0 when the lease was lost, else 1).
 async fn settle_sqlite_in_one_call(
     conn: &mut sqlx::SqliteConnection,
-    id: i64,
     owner: &str,
-    s: &Settle<'_>,
-    attempt: Option<&Attempt<'_>>,
+    settles: &[(i64, Settle<'_>, Option<Attempt<'_>>)],
     now: DateTime<Utc>,
-) -> Result<u64, StoreError> {
+) -> Result<Vec<i64>, StoreError> {
     let mut sql = String::from("BEGIN IMMEDIATE;\n");
     let mut used = 0;
-    if attempt.is_some() {
-        sql.push_str(INSERT_ATTEMPT);
-        sql.push_str(";\n");
-        used = 12;
-    }
-    sql.push_str(&shift_params(s.update_sql(), used));
-    sql.push_str(" RETURNING id;\n");
-    used += 8;
-    let event = s.api_event();
-    if event.is_some() {
-        // Only when the outcome was written (`changes()`: the UPDATE's count).
-        sql.push_str(&shift_params(API_EVENT, used));
-        sql.push_str(" AND changes() = 1;\n");
+    for (_, s, attempt) in settles {
+        if attempt.is_some() {
+            sql.push_str(&shift_params(INSERT_ATTEMPT, used));
+            sql.push_str(";\n");
+            used += 12;
+        }
+        sql.push_str(&shift_params(s.update_sql(), used));
+        sql.push_str(" RETURNING id;\n");
+        used += 8;
+        if s.api_event().is_some() {
+            // Only when the outcome was written (`changes()`: the UPDATE's count).
+            sql.push_str(&shift_params(API_EVENT, used));
+            sql.push_str(" AND changes() = 1;\n");
+            used += 3;
+        }
     }
     sql.push_str("COMMIT;");
     let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-    if let Some(a) = attempt {
-        q = bind_attempt!(q, a, now);
-    }
-    q = bind_settle!(q, s, now);
-    q = q.bind(id).bind(owner);
-    if let Some(e) = event {
-        q = q.bind(e).bind(now).bind(id);
+    for (id, s, attempt) in settles {
+        if let Some(a) = attempt {
+            q = bind_attempt!(q, a, now);
+        }
+        q = bind_settle!(q, s, now);
+        q = q.bind(*id).bind(owner);
+        if let Some(e) = s.api_event() {
+            q = q.bind(e).bind(now).bind(*id);
+        }
     }
     let rows = q
         .fetch_all(&mut *conn)
         .await
         .map_err(ctx("settle an outbox row"))?;
-    Ok(rows.len() as u64)
+    rows.iter()
+        .map(|r| r.try_get::<i64, _>(0))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ctx("settle an outbox row"))
+}
+
+/// A stamp's outcome and the call that brought it, owned, so that several can be stored in one
+/// write ([`Db::settle_stamped_many`]).
+#[derive(Debug, Clone)]
+pub struct StampedOutcome {
+    pub id: i64,
+    pub uuid: String,
+    pub tfd_xml: String,
+    pub stamped_xml: Vec<u8>,
+    pub fecha_timbrado: String,
+    pub flag: Option<&'static str>,
+    /// The attempt log's `pac`, `outcome`, `code`, `http_status` and `latency_ms`.
+    pub pac: String,
+    pub outcome: &'static str,
+    pub code: Option<&'static str>,
+    pub http_status: Option<i32>,
+    pub latency_ms: i64,
+}
+
+impl StampedOutcome {
+    fn settle(&self) -> Settle<'_> {
+        Settle::Stamped {
+            uuid: &self.uuid,
+            tfd_xml: &self.tfd_xml,
+            stamped_xml: &self.stamped_xml,
+            fecha_timbrado: &self.fecha_timbrado,
+            flag: self.flag,
+        }
+    }
+
+    fn attempt<'a>(&'a self, worker: &'a str) -> Attempt<'a> {
+        Attempt {
+            outbox_id: Some(self.id),
+            cancellation_id: None,
+            operation: "stamp",
+            pac: &self.pac,
+            outcome: self.outcome,
+            http_status: self.http_status,
+            code: self.code,
+            message: None,
+            latency_ms: self.latency_ms,
+            uuid: Some(&self.uuid),
+            worker,
+        }
+    }
+}
+
+/// PostgreSQL: several stamped outcomes in one statement, as [`settle_postgres_sql`] stores
+/// one: the attempts, the rows (each only while `$14` holds its lease) and the merchants'
+/// events. Arguments are arrays, one element per outcome, so the text is the same for any
+/// number of them.
+const SETTLE_STAMPED_MANY_PG: &str = "WITH v AS (SELECT * FROM unnest($1::bigint[], $2::text[], \
+     $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], \
+     $10::int[], $11::bigint[]) AS v(id, uuid, tfd_xml, stamped_xml, fecha_timbrado, flag, pac, \
+     outcome, code, http_status, latency_ms)), \
+     logged AS (INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, \
+     http_status, code, message, latency_ms, uuid, worker, at) \
+     SELECT id, NULL, 'stamp', pac, outcome, http_status, code, NULL, latency_ms, uuid, $12, $13 \
+     FROM v), \
+     settled AS (UPDATE outbox o SET state = 'stamped', uuid = v.uuid, tfd_xml = v.tfd_xml, \
+     stamped_xml = v.stamped_xml, fecha_timbrado = v.fecha_timbrado, stamped_at = $13, \
+     flag = COALESCE(v.flag, o.flag), lease_owner = NULL, lease_expires_at = NULL, \
+     last_error_code = NULL, last_error_message = NULL, updated_at = $13 \
+     FROM v WHERE o.id = v.id AND o.lease_owner = $14 AND o.state || '' = 'stamping' \
+     RETURNING o.id), \
+     queued AS (INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, \
+     created_at) SELECT i.id, 'invoice.stamped', 'pending', 0, $13, $13 FROM api_invoices i \
+     JOIN settled ON i.outbox_id = settled.id) \
+     SELECT id FROM settled";
+
+impl Db {
+    /// Stores several stamped outcomes of this worker (`owner`) in one write, with their
+    /// attempts, as [`Db::settle_stamp`] stores one. Returns the ids whose lease still held
+    /// (the others were reclaimed; their attempts are logged all the same).
+    pub async fn settle_stamped_many(
+        &self,
+        owner: &str,
+        outcomes: &[StampedOutcome],
+    ) -> Result<Vec<i64>, StoreError> {
+        let now = Utc::now();
+        match self {
+            Db::Sqlite { pool, write_lock } => {
+                let settles: Vec<_> = outcomes
+                    .iter()
+                    .map(|o| (o.id, o.settle(), Some(o.attempt(owner))))
+                    .collect();
+                let _w = write_lock.lock().await;
+                let mut conn = pool.acquire().await.map_err(ctx("settle outbox rows"))?;
+                let got = settle_sqlite_in_one_call(&mut conn, owner, &settles, now).await;
+                if got.is_err() {
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                }
+                got
+            }
+            Db::Postgres(pool) => {
+                let col = |f: fn(&StampedOutcome) -> String| -> Vec<String> {
+                    outcomes.iter().map(f).collect()
+                };
+                sqlx::query_scalar(SETTLE_STAMPED_MANY_PG)
+                    .bind(outcomes.iter().map(|o| o.id).collect::<Vec<_>>())
+                    .bind(col(|o| o.uuid.clone()))
+                    .bind(col(|o| o.tfd_xml.clone()))
+                    .bind(
+                        outcomes
+                            .iter()
+                            .map(|o| o.stamped_xml.as_slice())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(col(|o| o.fecha_timbrado.clone()))
+                    .bind(outcomes.iter().map(|o| o.flag).collect::<Vec<_>>())
+                    .bind(col(|o| o.pac.clone()))
+                    .bind(col(|o| o.outcome.to_owned()))
+                    .bind(outcomes.iter().map(|o| o.code).collect::<Vec<_>>())
+                    .bind(outcomes.iter().map(|o| o.http_status).collect::<Vec<_>>())
+                    .bind(outcomes.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
+                    .bind(owner)
+                    .bind(now)
+                    .bind(owner)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(ctx("settle outbox rows"))
+            }
+        }
+    }
 }
 
 /// The worker-facing view of one outbox row.

@@ -41,7 +41,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::cfdi::{self, Csd, InvoiceRequest};
 use crate::domain::StampKey;
 use crate::pac::{self, AttemptLog, PacClient, Recovery, Route, StampOutcome};
-use crate::store::worker::{Attempt, ClaimedStamp, Settle};
+use crate::store::worker::{Attempt, ClaimedStamp, Settle, StampedOutcome};
 use crate::store::{Db, StoreError};
 
 pub use retry::RetryPolicy;
@@ -156,6 +156,11 @@ pub struct Worker {
     unsent: Mutex<HashMap<i64, String>>,
     /// Rows claimed together and sealed, waiting for a slot to send them.
     ready: Mutex<VecDeque<Prepared>>,
+    /// Stamped outcomes on their way to the database: the pool's settler stores whatever has
+    /// queued up in one write ([`Worker::settler_loop`]).
+    stamped_tx: tokio::sync::mpsc::UnboundedSender<StampedJob>,
+    stamped_rx: tokio::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<StampedJob>>>,
+    settler_running: std::sync::atomic::AtomicBool,
     /// Rows claimed at once when no prepared row is waiting: one claim and one write of sealed
     /// bytes serve several calls.
     batch: i64,
@@ -191,6 +196,15 @@ struct Prepared {
     sealed: Vec<u8>,
     claimed_at: Instant,
 }
+
+/// A stamped outcome waiting for the settler, and where its answer goes.
+struct StampedJob {
+    outcome: StampedOutcome,
+    reply: tokio::sync::oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// Most outcomes stored in one write.
+const SETTLE_BATCH: usize = 16;
 
 /// What a claim found.
 enum Next {
@@ -243,6 +257,7 @@ impl Worker {
     ) -> Self {
         let suffix: u32 = rand::random_range(0..0x10000);
         let batch = i64::try_from((cfg.concurrency / 4).clamp(1, 8)).unwrap_or(1);
+        let (stamped_tx, stamped_rx) = tokio::sync::mpsc::unbounded_channel();
         Self {
             db,
             pac,
@@ -255,6 +270,9 @@ impl Worker {
             next_expired_look: AtomicI64::new(0),
             unsent: Mutex::new(HashMap::new()),
             ready: Mutex::new(VecDeque::new()),
+            stamped_tx,
+            stamped_rx: tokio::sync::Mutex::new(Some(stamped_rx)),
+            settler_running: std::sync::atomic::AtomicBool::new(false),
             batch,
             started_at: Utc::now(),
         }
@@ -282,6 +300,14 @@ impl Worker {
             let me = self.clone();
             let t = token.clone();
             tokio::spawn(async move { me.heartbeat_loop(t, health).await })
+        };
+        let settler = match self.stamped_rx.lock().await.take() {
+            Some(rx) => {
+                let me = self.clone();
+                self.settler_running.store(true, Ordering::Relaxed);
+                Some(tokio::spawn(async move { me.settler_loop(rx).await }))
+            }
+            None => None,
         };
         // Only SQLite workers leave checkpoints to the pool ([`Db::checkpoint`]).
         let checkpoints = (self.db.backend() == "sqlite").then(|| {
@@ -318,6 +344,11 @@ impl Worker {
         beat.abort();
         if let Some(c) = checkpoints {
             c.abort();
+        }
+        // Every send has ended, so every queued outcome has had its answer.
+        self.settler_running.store(false, Ordering::Relaxed);
+        if let Some(s) = settler {
+            s.abort();
         }
         self.release_unsent().await;
         match self.db.release_stamp_leases(&self.id).await {
@@ -909,6 +940,36 @@ impl Worker {
         Ok((route, out, t.elapsed()))
     }
 
+    /// Stores queued stamped outcomes: whatever has queued up while the last write ran goes
+    /// in the next one (up to [`SETTLE_BATCH`]), so under load one statement stores many
+    /// outcomes, and alone an outcome is stored at once.
+    async fn settler_loop(&self, mut rx: tokio::sync::mpsc::UnboundedReceiver<StampedJob>) {
+        while let Some(first) = rx.recv().await {
+            let mut jobs = vec![first];
+            while jobs.len() < SETTLE_BATCH {
+                match rx.try_recv() {
+                    Ok(j) => jobs.push(j),
+                    Err(_) => break,
+                }
+            }
+            let outcomes: Vec<StampedOutcome> = jobs.iter().map(|j| j.outcome.clone()).collect();
+            match self.db.settle_stamped_many(&self.id, &outcomes).await {
+                Ok(settled) => {
+                    for j in jobs {
+                        let held = settled.contains(&j.outcome.id);
+                        let _ = j.reply.send(Ok(held));
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    for j in jobs {
+                        let _ = j.reply.send(Err(StoreError::Other(msg.clone())));
+                    }
+                }
+            }
+        }
+    }
+
     async fn stamped(
         &self,
         id: i64,
@@ -921,6 +982,42 @@ impl Worker {
         let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
         let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
         info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
+        // The common outcome, a fresh stamp, goes to the settler to be stored with others.
+        if let Some(a) = attempt.filter(|_| self.settler_running.load(Ordering::Relaxed)) {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let job = StampedJob {
+                outcome: StampedOutcome {
+                    id,
+                    uuid: stamp.uuid.clone(),
+                    tfd_xml: tfd_xml.clone(),
+                    stamped_xml: stamp.xml.clone(),
+                    fecha_timbrado: stamp.tfd.fecha_timbrado.clone(),
+                    flag,
+                    pac: a.pac.to_owned(),
+                    outcome: if a.outcome == "stamped" {
+                        "stamped"
+                    } else {
+                        "already_stamped"
+                    },
+                    code: a.code.map(|_| "307"),
+                    http_status: a.http_status,
+                    latency_ms: a.latency_ms,
+                },
+                reply,
+            };
+            let _ = ANSWERED.try_with(|a| a.borrow_mut().take().map(|tx| tx.send(())));
+            if self.stamped_tx.send(job).is_ok() {
+                let held = answer
+                    .await
+                    .unwrap_or_else(|_| Err(StoreError::Other("the settler stopped".into())))?;
+                if !held {
+                    warn!(
+                        "lease lost before settling; another worker owns the row and will reach the same answer from the PAC"
+                    );
+                }
+                return Ok(());
+            }
+        }
         self.settle_logged(
             id,
             Settle::Stamped {
