@@ -64,9 +64,11 @@ fn cpu_seconds() -> f64 {
     (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
 
-async fn database_url(backend: &str, dir: &std::path::Path) -> Option<String> {
+/// The database to drain: a file in `dir`, or a new PostgreSQL database (its name returned too,
+/// to drop it afterwards).
+async fn database_url(backend: &str, dir: &std::path::Path) -> Option<(String, Option<String>)> {
     if backend == "sqlite" {
-        return Some(format!("sqlite://{}", dir.join("bench.db").display()));
+        return Some((format!("sqlite://{}", dir.join("bench.db").display()), None));
     }
     let admin = std::env::var("AUTOFACTURA_TEST_DATABASE_URL").ok()?;
     let name = format!("af_bench_{}", uuid::Uuid::new_v4().simple());
@@ -76,14 +78,27 @@ async fn database_url(backend: &str, dir: &std::path::Path) -> Option<String> {
         .await
         .ok()?;
     let (base, _) = admin.rsplit_once('/')?;
-    Some(format!("{base}/{name}"))
+    Some((format!("{base}/{name}"), Some(name)))
+}
+
+/// Drops a PostgreSQL database [`database_url`] created.
+async fn drop_database(name: &str) {
+    let Ok(admin) = std::env::var("AUTOFACTURA_TEST_DATABASE_URL") else {
+        return;
+    };
+    if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await;
+    }
 }
 
 /// Fills the outbox with `rows` paid sales over HTTP, then drains it with `workers` slots
 /// against a sandbox answering after `latency`.
 async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) -> Option<Run> {
     let dir = tempfile::tempdir().ok()?;
-    let Some(db_url) = database_url(backend, dir.path()).await else {
+    let Some((db_url, pg_name)) = database_url(backend, dir.path()).await else {
         println!("drain: *** SKIP {backend}: AUTOFACTURA_TEST_DATABASE_URL is not set ***");
         return None;
     };
@@ -154,6 +169,10 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     let stolen = (machine1.2 - machine0.2) as f64 / ticks;
     pool.shutdown().await;
     let lat = db.attempt_latencies("stamp").await.expect("latencies");
+    db.close().await;
+    if let Some(name) = pg_name {
+        drop_database(&name).await;
+    }
     println!(
         "drain: {backend}: CPU per stamp {:.2} ms (this process: appliance + sandbox); the machine's CPUs were {:.0} % busy (every process; {:.0} % taken by the host)",
         cpu * 1000.0 / rows as f64,
@@ -161,10 +180,14 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         stolen * 100.0
     );
     if !lat.is_empty() {
+        let total: i64 = lat.iter().sum();
         println!(
-            "drain: {backend}: PAC call latency seen by the workers: p50 {} ms, p99 {} ms",
+            "drain: {backend}: PAC call latency seen by the workers: mean {:.1} ms, p50 {} ms, p99 {} ms; \
+             calls in flight {:.1} of {workers} on average",
+            total as f64 / lat.len() as f64,
             lat[lat.len() / 2],
-            lat[lat.len() * 99 / 100]
+            lat[lat.len() * 99 / 100],
+            total as f64 / 1000.0 / secs
         );
     }
     Some(Run {
