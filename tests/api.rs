@@ -522,8 +522,8 @@ async fn a_stamp_adopted_by_reconciliation_notifies_the_merchant(b: Backend) {
         .expect("read")
         .expect("the invoice");
     assert!(db.api_webhooks_of(inv.id).await.expect("list").is_empty());
-    let adopted = db
-        .adopt_stamp(
+    let adopt = || {
+        db.adopt_stamp(
             inv.outbox_id,
             "0F8A4B2C-1D3E-4F5A-8B6C-7D8E9F0A1B2C",
             b"<cfdi:Comprobante/>",
@@ -531,9 +531,8 @@ async fn a_stamp_adopted_by_reconciliation_notifies_the_merchant(b: Backend) {
             "adopted by reconciliation",
             "test",
         )
-        .await
-        .expect("adopt");
-    assert!(adopted);
+    };
+    assert!(adopt().await.expect("adopt"));
     let events: Vec<String> = db
         .api_webhooks_of(inv.id)
         .await
@@ -543,18 +542,7 @@ async fn a_stamp_adopted_by_reconciliation_notifies_the_merchant(b: Backend) {
         .collect();
     assert_eq!(events, ["invoice.stamped"]);
     // Adopting again changes nothing and queues nothing more.
-    assert!(
-        !db.adopt_stamp(
-            inv.outbox_id,
-            "0F8A4B2C-1D3E-4F5A-8B6C-7D8E9F0A1B2C",
-            b"<cfdi:Comprobante/>",
-            "2026-12-02T10:00:00",
-            "adopted by reconciliation",
-            "test",
-        )
-        .await
-        .expect("adopt again")
-    );
+    assert!(!adopt().await.expect("adopt again"));
     assert_eq!(db.api_webhooks_of(inv.id).await.expect("list").len(), 1);
 }
 

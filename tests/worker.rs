@@ -396,25 +396,17 @@ async fn shutdown_gives_back_a_row_prepared_but_never_sent(b: Backend) {
         Some(sealed.as_slice()),
         "same bytes sent"
     );
-    let ops: Vec<String> = rig
-        .app
-        .db
-        .attempts_of(done.id)
-        .await
-        .expect("attempts")
-        .into_iter()
-        .map(|a| a.operation)
-        .collect();
-    assert_eq!(ops, ["stamp"], "no recovery for a row never sent");
-    let ops_first: Vec<String> = rig
-        .app
-        .db
-        .attempts_of(a.id)
-        .await
-        .expect("attempts")
-        .into_iter()
-        .map(|a| a.operation)
-        .collect();
+    let db = &rig.app.db;
+    let operations = |id| async move {
+        let log = db.attempts_of(id).await.expect("attempts");
+        log.into_iter().map(|a| a.operation).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        operations(done.id).await,
+        ["stamp"],
+        "no recovery for a row never sent"
+    );
+    let ops_first = operations(a.id).await;
     assert!(ops_first.contains(&"recover".to_owned()), "{ops_first:?}");
     pool.shutdown().await;
 }

@@ -43,8 +43,22 @@ macro_rules! fetch_opt {
     };
 }
 
-/// Runs a read returning many rows, mapping each with `$map`.
+/// Runs a read returning many rows, mapping each with `$map`; the `write` form takes a text per
+/// backend and, on SQLite, the write lock (for `UPDATE … RETURNING`).
 macro_rules! fetch_all {
+    ($db:expr, $what:literal, write $sqlite:expr, $pg:expr, [$($arg:expr),*], $map:expr) => {
+        match $db {
+            Db::Sqlite { pool, write_lock } => {
+                let _w = write_lock.lock().await;
+                let rows = sqlx::query($sqlite)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
+                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
+            }
+            Db::Postgres(pool) => {
+                let rows = sqlx::query($pg)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
+                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
+            }
+        }
+    };
     ($db:expr, $what:literal, $sql:expr, [$($arg:expr),*], $map:expr) => {
         match $db {
             Db::Sqlite { pool, .. } => {
@@ -298,7 +312,6 @@ pub enum Settle<'a> {
 }
 
 impl Settle<'_> {
-    /// The merchant webhook this outcome triggers for an invoice requested through the API.
     /// The UPDATE that records this outcome ($7 the row, $8 the lease owner).
     fn update_sql(&self) -> &'static str {
         match self {
@@ -308,6 +321,7 @@ impl Settle<'_> {
         }
     }
 
+    /// The merchant webhook this outcome triggers for an invoice requested through the API.
     fn api_event(&self) -> Option<&'static str> {
         match self {
             Settle::Stamped { .. } => Some("invoice.stamped"),
@@ -370,38 +384,14 @@ impl Db {
                     ),
                 )
             };
-            let what = "claim outbox rows";
-            let mut claimed = match self {
-                Db::Sqlite { pool, write_lock } => {
-                    let _w = write_lock.lock().await;
-                    let rows = sqlx::query(sqlite)
-                        .bind(owner)
-                        .bind(lease_until)
-                        .bind(now)
-                        .bind(limit)
-                        .fetch_all(pool)
-                        .await
-                        .map_err(ctx(what))?;
-                    rows.iter()
-                        .map(RowLike::claimed)
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(ctx(what))?
-                }
-                Db::Postgres(pool) => {
-                    let rows = sqlx::query(pg)
-                        .bind(owner)
-                        .bind(lease_until)
-                        .bind(now)
-                        .bind(limit)
-                        .fetch_all(pool)
-                        .await
-                        .map_err(ctx(what))?;
-                    rows.iter()
-                        .map(RowLike::claimed)
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(ctx(what))?
-                }
-            };
+            let mut claimed: Vec<ClaimedStamp> = fetch_all!(
+                self,
+                "claim outbox rows",
+                write sqlite,
+                pg,
+                [owner, lease_until, now, limit],
+                |r: &dyn RowLike| r.claimed()
+            );
             if !claimed.is_empty() {
                 // RETURNING follows no order; rows are sent oldest first (ids grow with time).
                 claimed.sort_by_key(|c| c.id);
@@ -485,8 +475,7 @@ impl Db {
         let what = "store the sealed comprobantes";
         match self {
             Db::Sqlite { pool, write_lock } => {
-                // One call to the connection, as settles are: each statement sent through
-                // sqlx is a trip to its thread, made holding the one write lock.
+                // One call to the connection, as settles are.
                 let mut sql = String::from("BEGIN IMMEDIATE;\n");
                 for i in 0..rows.len() {
                     sql.push_str(&shift_params(SAVE_SEALED, i * 3));
@@ -497,17 +486,7 @@ impl Db {
                 for (id, xml) in rows {
                     q = q.bind(*xml).bind(now).bind(*id);
                 }
-                let _w = write_lock.lock().await;
-                let mut conn = pool.acquire().await.map_err(ctx(what))?;
-                let got = q.fetch_all(&mut *conn).await;
-                if got.is_err() {
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                }
-                got.map_err(ctx(what))?
-                    .iter()
-                    .map(|r| r.try_get::<i64, _>(0))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(ctx(what))
+                sqlite_in_one_call(pool, write_lock, what, q).await
             }
             Db::Postgres(pool) => {
                 let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
@@ -578,15 +557,11 @@ impl Db {
         let now = Utc::now();
         let n = match self {
             Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                let mut conn = pool.acquire().await.map_err(ctx("settle an outbox row"))?;
                 let one = [(id, s.clone(), attempt.cloned())];
-                let n = settle_sqlite_in_one_call(&mut conn, owner, &one, now).await;
-                if n.is_err() {
-                    // Leave no transaction open on a pooled connection, whatever failed.
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                }
-                n?.len() as u64
+                let q = settle_sqlite_query(owner, &one, now);
+                sqlite_in_one_call(pool, write_lock, "settle an outbox row", q)
+                    .await?
+                    .len() as u64
             }
             Db::Postgres(pool) => {
                 let mut q = sqlx::query(sqlx::AssertSqlSafe(settle_postgres_sql(s, attempt)));
@@ -724,14 +699,16 @@ impl Db {
     /// When the most recent stamp was recorded (benchmarks time a drain by it).
     pub async fn last_stamped_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         let sql = "SELECT MAX(stamped_at) AS t FROM outbox";
-        Ok(
-            fetch_all!(self, "read the last stamp time", sql, [], |r: &_| {
-                RowExt::opt_time(r, "t")
-            })
-            .into_iter()
-            .next()
-            .flatten(),
-        )
+        let got: Option<Option<DateTime<Utc>>> = fetch_opt!(
+            self,
+            "read the last stamp time",
+            false,
+            sql,
+            sql,
+            [],
+            |r: &_| RowExt::opt_time(r, "t")
+        );
+        Ok(got.flatten())
     }
 
     /// Claims the next due cancellation (to send, or to poll) for `owner`.
@@ -984,17 +961,16 @@ fn shift_params(sql: &str, by: usize) -> String {
     out
 }
 
-/// SQLite: a whole settle in one call to the connection's thread — `BEGIN IMMEDIATE`, the
-/// attempt, the outcome (returning the row when the lease still held), the merchant's event,
-/// `COMMIT`. Every statement sent through sqlx is a trip to that thread, made while holding the
-/// process's one write lock; one trip instead of five is what lets a single SQLite writer keep
-/// up with the pool. The number of outbox rows updated (0 when the lease was lost, else 1).
-async fn settle_sqlite_in_one_call(
-    conn: &mut sqlx::SqliteConnection,
-    owner: &str,
-    settles: &[(i64, Settle<'_>, Option<Attempt<'_>>)],
+/// SQLite: whole settles as one query for [`sqlite_in_one_call`] — `BEGIN IMMEDIATE`, then for
+/// each the attempt, the outcome (returning the row's id when the lease still held) and the
+/// merchant's event, then `COMMIT`. Every statement sent through sqlx is a trip to the
+/// connection's thread, made while holding the process's one write lock; one trip instead of
+/// five per settle is what lets a single SQLite writer keep up with the pool.
+fn settle_sqlite_query<'q>(
+    owner: &'q str,
+    settles: &'q [(i64, Settle<'q>, Option<Attempt<'q>>)],
     now: DateTime<Utc>,
-) -> Result<Vec<i64>, StoreError> {
+) -> SqliteQuery<'q> {
     let mut sql = String::from("BEGIN IMMEDIATE;\n");
     let mut used = 0;
     for (_, s, attempt) in settles {
@@ -1025,14 +1001,33 @@ async fn settle_sqlite_in_one_call(
             q = q.bind(e).bind(now).bind(*id);
         }
     }
-    let rows = q
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(ctx("settle an outbox row"))?;
+    q
+}
+
+type SqliteQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
+
+/// SQLite: runs `q` — statements from `BEGIN IMMEDIATE` to `COMMIT` whose rows each return an
+/// id — in one call to a connection, holding the process's write lock, and returns those ids.
+/// On failure it rolls back, so no transaction stays open on a pooled connection.
+async fn sqlite_in_one_call(
+    pool: &sqlx::SqlitePool,
+    write_lock: &tokio::sync::Mutex<()>,
+    what: &'static str,
+    q: SqliteQuery<'_>,
+) -> Result<Vec<i64>, StoreError> {
+    let _w = write_lock.lock().await;
+    let mut conn = pool.acquire().await.map_err(ctx(what))?;
+    let rows = match q.fetch_all(&mut *conn).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return Err(ctx(what)(e));
+        }
+    };
     rows.iter()
         .map(|r| r.try_get::<i64, _>(0))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ctx("settle an outbox row"))
+        .map_err(ctx(what))
 }
 
 /// A stamp's outcome and the call that brought it, owned, so that several can be stored in one
@@ -1044,23 +1039,54 @@ pub struct StampedOutcome {
     pub tfd_xml: String,
     pub stamped_xml: Vec<u8>,
     pub fecha_timbrado: String,
-    pub flag: Option<&'static str>,
+    pub flag: Option<String>,
     /// The attempt log's `pac`, `outcome`, `code`, `http_status` and `latency_ms`.
     pub pac: String,
-    pub outcome: &'static str,
-    pub code: Option<&'static str>,
+    pub outcome: String,
+    pub code: Option<String>,
     pub http_status: Option<i32>,
     pub latency_ms: i64,
 }
 
 impl StampedOutcome {
+    /// The owned form of a stamped settle of row `id` with the stamp call that brought it;
+    /// `None` for any other outcome, or one without its call.
+    pub fn of(id: i64, s: &Settle<'_>, attempt: Option<&Attempt<'_>>) -> Option<Self> {
+        let (
+            Settle::Stamped {
+                uuid,
+                tfd_xml,
+                stamped_xml,
+                fecha_timbrado,
+                flag,
+            },
+            Some(a),
+        ) = (s, attempt)
+        else {
+            return None;
+        };
+        (a.operation == "stamp" && a.message.is_none()).then(|| StampedOutcome {
+            id,
+            uuid: (*uuid).to_owned(),
+            tfd_xml: (*tfd_xml).to_owned(),
+            stamped_xml: stamped_xml.to_vec(),
+            fecha_timbrado: (*fecha_timbrado).to_owned(),
+            flag: flag.map(str::to_owned),
+            pac: a.pac.to_owned(),
+            outcome: a.outcome.to_owned(),
+            code: a.code.map(str::to_owned),
+            http_status: a.http_status,
+            latency_ms: a.latency_ms,
+        })
+    }
+
     fn settle(&self) -> Settle<'_> {
         Settle::Stamped {
             uuid: &self.uuid,
             tfd_xml: &self.tfd_xml,
             stamped_xml: &self.stamped_xml,
             fecha_timbrado: &self.fecha_timbrado,
-            flag: self.flag,
+            flag: self.flag.as_deref(),
         }
     }
 
@@ -1070,9 +1096,9 @@ impl StampedOutcome {
             cancellation_id: None,
             operation: "stamp",
             pac: &self.pac,
-            outcome: self.outcome,
+            outcome: &self.outcome,
             http_status: self.http_status,
-            code: self.code,
+            code: self.code.as_deref(),
             message: None,
             latency_ms: self.latency_ms,
             uuid: Some(&self.uuid),
@@ -1120,13 +1146,8 @@ impl Db {
                     .iter()
                     .map(|o| (o.id, o.settle(), Some(o.attempt(owner))))
                     .collect();
-                let _w = write_lock.lock().await;
-                let mut conn = pool.acquire().await.map_err(ctx("settle outbox rows"))?;
-                let got = settle_sqlite_in_one_call(&mut conn, owner, &settles, now).await;
-                if got.is_err() {
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                }
-                got
+                let q = settle_sqlite_query(owner, &settles, now);
+                sqlite_in_one_call(pool, write_lock, "settle outbox rows", q).await
             }
             Db::Postgres(pool) => {
                 let col = |f: fn(&StampedOutcome) -> String| -> Vec<String> {
@@ -1143,10 +1164,20 @@ impl Db {
                             .collect::<Vec<_>>(),
                     )
                     .bind(col(|o| o.fecha_timbrado.clone()))
-                    .bind(outcomes.iter().map(|o| o.flag).collect::<Vec<_>>())
+                    .bind(
+                        outcomes
+                            .iter()
+                            .map(|o| o.flag.as_deref())
+                            .collect::<Vec<_>>(),
+                    )
                     .bind(col(|o| o.pac.clone()))
-                    .bind(col(|o| o.outcome.to_owned()))
-                    .bind(outcomes.iter().map(|o| o.code).collect::<Vec<_>>())
+                    .bind(col(|o| o.outcome.clone()))
+                    .bind(
+                        outcomes
+                            .iter()
+                            .map(|o| o.code.as_deref())
+                            .collect::<Vec<_>>(),
+                    )
                     .bind(outcomes.iter().map(|o| o.http_status).collect::<Vec<_>>())
                     .bind(outcomes.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
                     .bind(owner)

@@ -505,31 +505,11 @@ impl Worker {
                 // Where one died, more may have: look again at the next claim.
                 self.next_expired_look.store(0, Ordering::Relaxed);
             }
-            let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
+            let span = info_span!("claim", rows = claimed.len(), slot);
+            let mut prepared = self.prepare(claimed).instrument(span).await?;
+            // Rows settled while preparing were never to be sent; the rest are, from now.
             self.unsent_rows()
-                .extend(claimed.iter().map(|c| (c.id, c.claimed_from.clone())));
-            let span = info_span!("claim", rows = ids.len(), slot);
-            let prepared = self.prepare(claimed).instrument(span).await;
-            let mut prepared = match prepared {
-                Ok(p) => p,
-                Err(e) => {
-                    let mut unsent = self.unsent_rows();
-                    for id in &ids {
-                        unsent.remove(id);
-                    }
-                    return Err(e);
-                }
-            };
-            {
-                // Rows settled while preparing were never to be sent.
-                let mut unsent = self.unsent_rows();
-                for id in ids
-                    .iter()
-                    .filter(|id| !prepared.iter().any(|p| p.id == **id))
-                {
-                    unsent.remove(id);
-                }
-            }
+                .extend(prepared.iter().map(|p| (p.id, p.claimed_from.clone())));
             if prepared.is_empty() {
                 return Ok(Next::Worked);
             }
@@ -618,7 +598,20 @@ impl Worker {
     ) -> Result<(), StoreError> {
         // The PAC has answered (every outcome is stored here): the slot may start its next call.
         let _ = ANSWERED.try_with(|a| a.borrow_mut().take().map(|tx| tx.send(())));
-        if !self.db.settle_stamp(id, &self.id, &s, attempt).await? {
+        let held = match StampedOutcome::of(id, &s, attempt) {
+            // The common outcome, a fresh stamp, goes to the settler to be stored with others.
+            Some(outcome) if self.settler_running.load(Ordering::Relaxed) => {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                self.stamped_tx
+                    .send(StampedJob { outcome, reply })
+                    .map_err(|_| StoreError::Other("the settler stopped".into()))?;
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(StoreError::Other("the settler stopped".into())))?
+            }
+            _ => self.db.settle_stamp(id, &self.id, &s, attempt).await?,
+        };
+        if !held {
             warn!(
                 "lease lost before settling; another worker owns the row and will reach the same answer from the PAC"
             );
@@ -982,42 +975,6 @@ impl Worker {
         let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
         let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
         info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
-        // The common outcome, a fresh stamp, goes to the settler to be stored with others.
-        if let Some(a) = attempt.filter(|_| self.settler_running.load(Ordering::Relaxed)) {
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            let job = StampedJob {
-                outcome: StampedOutcome {
-                    id,
-                    uuid: stamp.uuid.clone(),
-                    tfd_xml: tfd_xml.clone(),
-                    stamped_xml: stamp.xml.clone(),
-                    fecha_timbrado: stamp.tfd.fecha_timbrado.clone(),
-                    flag,
-                    pac: a.pac.to_owned(),
-                    outcome: if a.outcome == "stamped" {
-                        "stamped"
-                    } else {
-                        "already_stamped"
-                    },
-                    code: a.code.map(|_| "307"),
-                    http_status: a.http_status,
-                    latency_ms: a.latency_ms,
-                },
-                reply,
-            };
-            let _ = ANSWERED.try_with(|a| a.borrow_mut().take().map(|tx| tx.send(())));
-            if self.stamped_tx.send(job).is_ok() {
-                let held = answer
-                    .await
-                    .unwrap_or_else(|_| Err(StoreError::Other("the settler stopped".into())))?;
-                if !held {
-                    warn!(
-                        "lease lost before settling; another worker owns the row and will reach the same answer from the PAC"
-                    );
-                }
-                return Ok(());
-            }
-        }
         self.settle_logged(
             id,
             Settle::Stamped {
