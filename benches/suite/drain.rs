@@ -156,7 +156,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
             "drain stalled: {counts:?}"
         );
         // The end is read from the last stamp's time below, so polling can be slow and light.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
     }
     let secs = match db.last_stamped_at().await.expect("last stamp") {
         Some(end) => (end - started).as_seconds_f64(),

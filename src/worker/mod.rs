@@ -164,6 +164,10 @@ pub struct Worker {
     /// Rows claimed at once when no prepared row is waiting: one claim and one write of sealed
     /// bytes serve several calls.
     batch: i64,
+    /// Sealing batches that may run at once: half the cores. Rows are sealed ahead of their
+    /// calls, so fewer sealing threads keep up; more would take the cores the I/O paths need
+    /// (webhooks, PAC answers) and every call would wait longer for them.
+    sealing: tokio::sync::Semaphore,
     started_at: DateTime<Utc>,
 }
 
@@ -204,7 +208,13 @@ struct StampedJob {
 }
 
 /// Most outcomes stored in one write.
-const SETTLE_BATCH: usize = 16;
+const SETTLE_BATCH: usize = 32;
+
+/// How long the settler waits for more outcomes while other calls are still out: each write
+/// is a commit, and under load fewer, fuller writes leave the CPU to the calls. The answer is
+/// not on a call's path (the slot's next call has already started), and a crash meanwhile is
+/// the case recovery by key exists for.
+const SETTLE_LINGER: Duration = Duration::from_millis(10);
 
 /// What a claim found.
 enum Next {
@@ -236,6 +246,11 @@ impl Pool {
     pub fn token(&self) -> CancellationToken {
         self.token.clone()
     }
+}
+
+/// Half the cores, at least one (see [`Worker::sealing`]).
+fn sealing_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
 fn hostname() -> String {
@@ -274,6 +289,7 @@ impl Worker {
             stamped_rx: tokio::sync::Mutex::new(Some(stamped_rx)),
             settler_running: std::sync::atomic::AtomicBool::new(false),
             batch,
+            sealing: tokio::sync::Semaphore::new(sealing_threads()),
             started_at: Utc::now(),
         }
     }
@@ -873,12 +889,15 @@ impl Worker {
     }
 
     /// Seals on the blocking pool: an RSA signature is CPU work, and the async threads keep
-    /// serving the other slots' I/O meanwhile. One result per request, in order.
+    /// serving the other slots' I/O meanwhile. At most [`Worker::sealing`] batches at once. One
+    /// result per request, in order.
     async fn seal_off_thread(
         &self,
         reqs: Vec<InvoiceRequest>,
     ) -> Vec<Result<cfdi::Sealed, cfdi::CfdiError>> {
         let csd = self.csd.clone();
+        // Never closed, so this waits for a permit and holds it until the batch is sealed.
+        let _permit = self.sealing.acquire().await;
         tokio::task::spawn_blocking(move || reqs.iter().map(|r| cfdi::seal(r, &csd)).collect())
             .await
             .unwrap_or_else(|e| {
@@ -939,9 +958,17 @@ impl Worker {
     async fn settler_loop(&self, mut rx: tokio::sync::mpsc::UnboundedReceiver<StampedJob>) {
         while let Some(first) = rx.recv().await {
             let mut jobs = vec![first];
+            let until = tokio::time::Instant::now() + SETTLE_LINGER;
             while jobs.len() < SETTLE_BATCH {
                 match rx.try_recv() {
                     Ok(j) => jobs.push(j),
+                    // Calls still waiting for their answer (beyond the ones queued here).
+                    Err(_) if self.in_flight.load(Ordering::Relaxed) > jobs.len() as i32 => {
+                        match tokio::time::timeout_at(until, rx.recv()).await {
+                            Ok(Some(j)) => jobs.push(j),
+                            Ok(None) | Err(_) => break,
+                        }
+                    }
                     Err(_) => break,
                 }
             }
