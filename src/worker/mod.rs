@@ -28,7 +28,7 @@ pub mod cancel;
 pub mod retry;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -156,6 +156,12 @@ pub struct Worker {
     unsent: Mutex<HashMap<i64, String>>,
     /// Rows claimed together and sealed, waiting for a slot to send them.
     ready: Mutex<VecDeque<Prepared>>,
+    /// Told when a batch has been prepared (or came to nothing).
+    ready_notify: tokio::sync::Notify,
+    /// Rows being claimed and prepared right now (at most; a claim may find fewer).
+    preparing: AtomicUsize,
+    /// Slots waiting for those rows.
+    waiting: AtomicUsize,
     /// Stamped outcomes on their way to the database: the pool's settler stores whatever has
     /// queued up in one write ([`Worker::settler_loop`]).
     stamped_tx: tokio::sync::mpsc::UnboundedSender<StampedJob>,
@@ -199,6 +205,37 @@ struct Prepared {
     /// The stored sealed bytes: what every attempt sends.
     sealed: Vec<u8>,
     claimed_at: Instant,
+}
+
+/// Adds to a count for as long as it lives.
+struct Counted<'a>(&'a AtomicUsize, usize);
+
+impl<'a> Counted<'a> {
+    fn add(count: &'a AtomicUsize, n: usize) -> Self {
+        count.fetch_add(n, Ordering::Relaxed);
+        Self(count, n)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::Relaxed);
+    }
+}
+
+/// A batch being claimed and prepared (see [`Worker::take_ready`]): once it is done, whatever
+/// came of it, the slots waiting for it look at the queue again.
+struct Preparing<'a> {
+    rows: Option<Counted<'a>>,
+    done: &'a tokio::sync::Notify,
+}
+
+impl Drop for Preparing<'_> {
+    fn drop(&mut self) {
+        // The count first: the slots woken must not wait for this batch again.
+        drop(self.rows.take());
+        self.done.notify_waiters();
+    }
 }
 
 /// A stamped outcome waiting for the settler, and where its answer goes.
@@ -286,6 +323,9 @@ impl Worker {
             next_expired_look: AtomicI64::new(0),
             unsent: Mutex::new(HashMap::new()),
             ready: Mutex::new(VecDeque::new()),
+            ready_notify: tokio::sync::Notify::new(),
+            preparing: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             stamped_tx,
             stamped_rx: tokio::sync::Mutex::new(Some(stamped_rx)),
             settler_running: std::sync::atomic::AtomicBool::new(false),
@@ -506,13 +546,20 @@ impl Worker {
             self.next_expired_look
                 .store(now_ms + 1000, Ordering::Relaxed);
         }
-        if let Some(p) = self.ready_rows().pop_front() {
+        if let Some(p) = self.take_ready(stamps_only).await {
             return Ok(Next::Ready(Box::new(p)));
         }
         // A slot without a call in flight claims one row, so its call starts after one sealing,
         // not eight (after an idle spell every slot claims at once); a slot whose call is in
         // flight has time to prepare a batch for itself and the others.
         let batch = if stamps_only { self.batch } else { 1 };
+        let _preparing = Preparing {
+            rows: Some(Counted::add(
+                &self.preparing,
+                usize::try_from(batch).unwrap_or(1),
+            )),
+            done: &self.ready_notify,
+        };
         let claimed = self
             .db
             .claim_stamps(&self.id, lease_until, now, expired_first, batch)
@@ -551,6 +598,29 @@ impl Worker {
             return Ok(Next::Worked);
         }
         Ok(Next::Idle)
+    }
+
+    /// A prepared row from the shared queue. A slot preparing ahead (`may_wait`) waits for the
+    /// rows other slots are preparing, while those outnumber the slots already waiting for
+    /// them, rather than claim a batch of its own: when the queue runs dry, every slot claiming
+    /// at once would queue their batches behind one another for sealing, and the slots whose
+    /// batches come last would sit without a call.
+    async fn take_ready(&self, may_wait: bool) -> Option<Prepared> {
+        loop {
+            let notified = self.ready_notify.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a batch stored meanwhile still wakes this slot.
+            notified.as_mut().enable();
+            if let Some(p) = self.ready_rows().pop_front() {
+                return Some(p);
+            }
+            let waiting = self.waiting.load(Ordering::Relaxed);
+            if !may_wait || self.preparing.load(Ordering::Relaxed) <= waiting {
+                return None;
+            }
+            let _waiting = Counted::add(&self.waiting, 1);
+            notified.await;
+        }
     }
 
     /// Rows claimed together and prepared, waiting for a slot.
