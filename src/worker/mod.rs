@@ -553,10 +553,11 @@ impl Worker {
         // not eight (after an idle spell every slot claims at once); a slot whose call is in
         // flight has time to prepare a batch for itself and the others.
         let batch = if stamps_only { self.batch } else { 1 };
-        let _preparing = Preparing {
+        // Counted for the slots that may wait: every row of the batch but the one kept here.
+        let preparing = Preparing {
             rows: Some(Counted::add(
                 &self.preparing,
-                usize::try_from(batch).unwrap_or(1),
+                usize::try_from(batch - 1).unwrap_or(0),
             )),
             done: &self.ready_notify,
         };
@@ -582,6 +583,8 @@ impl Worker {
             self.ready_rows().extend(prepared);
             return Ok(Next::Ready(Box::new(first)));
         }
+        // Nothing was claimed: the slots waiting for this batch look again now.
+        drop(preparing);
         if stamps_only {
             return Ok(Next::Idle);
         }
