@@ -488,21 +488,17 @@ impl Db {
                 }
                 sqlite_in_one_call(pool, write_lock, what, q).await
             }
-            Db::Postgres(pool) => {
-                let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
-                let xmls: Vec<&[u8]> = rows.iter().map(|r| r.1).collect();
-                sqlx::query_scalar(
-                    "UPDATE outbox o SET sealed_xml = v.xml, sealed_at = $3 \
+            Db::Postgres(pool) => sqlx::query_scalar(
+                "UPDATE outbox o SET sealed_xml = v.xml, sealed_at = $3 \
                      FROM unnest($1::bigint[], $2::bytea[]) AS v(id, xml) \
                      WHERE o.id = v.id AND o.sealed_xml IS NULL RETURNING o.id",
-                )
-                .bind(ids)
-                .bind(xmls)
-                .bind(now)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx(what))
-            }
+            )
+            .bind(column(rows, |r| r.0))
+            .bind(column(rows, |r| r.1))
+            .bind(now)
+            .fetch_all(pool)
+            .await
+            .map_err(ctx(what)),
         }
     }
 
@@ -1030,6 +1026,11 @@ async fn sqlite_in_one_call(
         .map_err(ctx(what))
 }
 
+/// One field of every row, in order: a PostgreSQL array argument for `unnest`.
+fn column<'a, R, T>(rows: &'a [R], f: impl Fn(&'a R) -> T) -> Vec<T> {
+    rows.iter().map(f).collect()
+}
+
 /// A stamp's outcome and the call that brought it, owned, so that several can be stored in one
 /// write ([`Db::settle_stamped_many`]).
 #[derive(Debug, Clone)]
@@ -1149,44 +1150,24 @@ impl Db {
                 let q = settle_sqlite_query(owner, &settles, now);
                 sqlite_in_one_call(pool, write_lock, "settle outbox rows", q).await
             }
-            Db::Postgres(pool) => {
-                let col = |f: fn(&StampedOutcome) -> String| -> Vec<String> {
-                    outcomes.iter().map(f).collect()
-                };
-                sqlx::query_scalar(SETTLE_STAMPED_MANY_PG)
-                    .bind(outcomes.iter().map(|o| o.id).collect::<Vec<_>>())
-                    .bind(col(|o| o.uuid.clone()))
-                    .bind(col(|o| o.tfd_xml.clone()))
-                    .bind(
-                        outcomes
-                            .iter()
-                            .map(|o| o.stamped_xml.as_slice())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(col(|o| o.fecha_timbrado.clone()))
-                    .bind(
-                        outcomes
-                            .iter()
-                            .map(|o| o.flag.as_deref())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(col(|o| o.pac.clone()))
-                    .bind(col(|o| o.outcome.clone()))
-                    .bind(
-                        outcomes
-                            .iter()
-                            .map(|o| o.code.as_deref())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(outcomes.iter().map(|o| o.http_status).collect::<Vec<_>>())
-                    .bind(outcomes.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
-                    .bind(owner)
-                    .bind(now)
-                    .bind(owner)
-                    .fetch_all(pool)
-                    .await
-                    .map_err(ctx("settle outbox rows"))
-            }
+            Db::Postgres(pool) => sqlx::query_scalar(SETTLE_STAMPED_MANY_PG)
+                .bind(column(outcomes, |o| o.id))
+                .bind(column(outcomes, |o| o.uuid.as_str()))
+                .bind(column(outcomes, |o| o.tfd_xml.as_str()))
+                .bind(column(outcomes, |o| o.stamped_xml.as_slice()))
+                .bind(column(outcomes, |o| o.fecha_timbrado.as_str()))
+                .bind(column(outcomes, |o| o.flag.as_deref()))
+                .bind(column(outcomes, |o| o.pac.as_str()))
+                .bind(column(outcomes, |o| o.outcome.as_str()))
+                .bind(column(outcomes, |o| o.code.as_deref()))
+                .bind(column(outcomes, |o| o.http_status))
+                .bind(column(outcomes, |o| o.latency_ms))
+                .bind(owner)
+                .bind(now)
+                .bind(owner)
+                .fetch_all(pool)
+                .await
+                .map_err(ctx("settle outbox rows")),
         }
     }
 }

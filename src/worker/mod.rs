@@ -207,34 +207,27 @@ struct Prepared {
     claimed_at: Instant,
 }
 
-/// Adds to a count for as long as it lives.
-struct Counted<'a>(&'a AtomicUsize, usize);
+/// Adds to a count for as long as it lives; when it ends, it tells `done`'s waiters (after the
+/// count has dropped, so they do not wait for it again).
+struct Counted<'a> {
+    count: &'a AtomicUsize,
+    n: usize,
+    done: Option<&'a tokio::sync::Notify>,
+}
 
 impl<'a> Counted<'a> {
-    fn add(count: &'a AtomicUsize, n: usize) -> Self {
+    fn add(count: &'a AtomicUsize, n: usize, done: Option<&'a tokio::sync::Notify>) -> Self {
         count.fetch_add(n, Ordering::Relaxed);
-        Self(count, n)
+        Self { count, n, done }
     }
 }
 
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(self.1, Ordering::Relaxed);
-    }
-}
-
-/// A batch being claimed and prepared (see [`Worker::take_ready`]): once it is done, whatever
-/// came of it, the slots waiting for it look at the queue again.
-struct Preparing<'a> {
-    rows: Option<Counted<'a>>,
-    done: &'a tokio::sync::Notify,
-}
-
-impl Drop for Preparing<'_> {
-    fn drop(&mut self) {
-        // The count first: the slots woken must not wait for this batch again.
-        drop(self.rows.take());
-        self.done.notify_waiters();
+        self.count.fetch_sub(self.n, Ordering::Relaxed);
+        if let Some(done) = self.done {
+            done.notify_waiters();
+        }
     }
 }
 
@@ -553,14 +546,13 @@ impl Worker {
         // not eight (after an idle spell every slot claims at once); a slot whose call is in
         // flight has time to prepare a batch for itself and the others.
         let batch = if stamps_only { self.batch } else { 1 };
-        // Counted for the slots that may wait: every row of the batch but the one kept here.
-        let preparing = Preparing {
-            rows: Some(Counted::add(
-                &self.preparing,
-                usize::try_from(batch - 1).unwrap_or(0),
-            )),
-            done: &self.ready_notify,
-        };
+        // Counted for the slots that may wait (every row of the batch but the one kept here);
+        // once the batch is prepared, or came to nothing, they look at the queue again.
+        let preparing = Counted::add(
+            &self.preparing,
+            usize::try_from(batch - 1).unwrap_or(0),
+            Some(&self.ready_notify),
+        );
         let claimed = self
             .db
             .claim_stamps(&self.id, lease_until, now, expired_first, batch)
@@ -621,7 +613,7 @@ impl Worker {
             if !may_wait || self.preparing.load(Ordering::Relaxed) <= waiting {
                 return None;
             }
-            let _waiting = Counted::add(&self.waiting, 1);
+            let _waiting = Counted::add(&self.waiting, 1, None);
             notified.await;
         }
     }
@@ -1027,8 +1019,9 @@ impl Worker {
     }
 
     /// Stores queued stamped outcomes: whatever has queued up while the last write ran goes
-    /// in the next one (up to [`SETTLE_BATCH`]), so under load one statement stores many
-    /// outcomes, and alone an outcome is stored at once.
+    /// in the next one (up to [`SETTLE_BATCH`]), and while other calls are out the settler
+    /// waits up to [`SETTLE_LINGER`] for theirs, so under load one statement stores many
+    /// outcomes; alone an outcome is stored at once.
     async fn settler_loop(&self, mut rx: tokio::sync::mpsc::UnboundedReceiver<StampedJob>) {
         while let Some(first) = rx.recv().await {
             let mut jobs = vec![first];
@@ -1046,18 +1039,18 @@ impl Worker {
                     Err(_) => break,
                 }
             }
-            let outcomes: Vec<StampedOutcome> = jobs.iter().map(|j| j.outcome.clone()).collect();
+            let (outcomes, replies): (Vec<StampedOutcome>, Vec<_>) =
+                jobs.into_iter().map(|j| (j.outcome, j.reply)).unzip();
             match self.db.settle_stamped_many(&self.id, &outcomes).await {
                 Ok(settled) => {
-                    for j in jobs {
-                        let held = settled.contains(&j.outcome.id);
-                        let _ = j.reply.send(Ok(held));
+                    for (o, reply) in outcomes.iter().zip(replies) {
+                        let _ = reply.send(Ok(settled.contains(&o.id)));
                     }
                 }
                 Err(e) => {
                     let msg = e.to_string();
-                    for j in jobs {
-                        let _ = j.reply.send(Err(StoreError::Other(msg.clone())));
+                    for reply in replies {
+                        let _ = reply.send(Err(StoreError::Other(msg.clone())));
                     }
                 }
             }
