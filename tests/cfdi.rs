@@ -10,7 +10,7 @@ use autofactura::cfdi::{self, Tfd, dom::Element};
 const BIN: &str = env!("CARGO_BIN_EXE_autofactura");
 
 fn sat() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/sat")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/sat")
 }
 
 fn cfd() -> PathBuf {
@@ -379,5 +379,71 @@ fn sample_without_fecha_uses_the_current_time_in_mexico_city() {
     assert!(
         (now - fecha).num_seconds().abs() < 120,
         "Fecha {fecha} is not now ({now}) in Mexico City"
+    );
+}
+
+/// A clone of this repository alone must pass: no source, script, test or document reads a path
+/// beside the checkout (the reference material the tests use is vendored in `fixtures/sat`).
+#[test]
+fn nothing_in_the_repository_reads_outside_it() {
+    fn walk(dir: &Path, hits: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                // Build output and git internals are not the repository's content.
+                if !matches!(
+                    name.to_str(),
+                    Some("target" | ".git" | "corpus" | "artifacts")
+                ) {
+                    walk(&path, hits);
+                }
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue; // binary files (certificates, images)
+            };
+            for (n, line) in text.lines().enumerate() {
+                // Spelled in two halves so that this file does not match itself.
+                if [concat!("..", "/shared"), concat!("shared", "/sat/")]
+                    .iter()
+                    .any(|p| line.contains(p))
+                {
+                    hits.push(format!("{}:{}: {line}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut hits = Vec::new();
+    for dir in [
+        "src",
+        "tests",
+        "benches",
+        "fuzz",
+        "scripts",
+        ".ci",
+        "docs",
+        "fixtures",
+        "templates",
+    ] {
+        walk(&root.join(dir), &mut hits);
+    }
+    for file in [
+        "README.md",
+        "Cargo.toml",
+        "Dockerfile",
+        "fly.toml",
+        "BENCHMARKS.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        if text.contains(concat!("..", "/shared")) {
+            hits.push(file.to_string());
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "paths outside the repository:\n{}",
+        hits.join("\n")
     );
 }

@@ -2,6 +2,9 @@
 //! `send-test-webhook` for Stripe and Mercado Pago, then `invoices list` (JSON and table) against
 //! the same settings, on SQLite (temp dir) and PostgreSQL (a fresh database).
 
+#[path = "support/pg.rs"]
+mod pg;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -290,10 +293,7 @@ fn operator_path_on_sqlite() {
 
 #[test]
 fn operator_path_on_postgres() {
-    let Ok(admin) = std::env::var("AUTOFACTURA_TEST_DATABASE_URL") else {
-        eprintln!(
-            "\n*** SKIP PostgreSQL: AUTOFACTURA_TEST_DATABASE_URL is not set; the operator path ran on SQLite only ***\n"
-        );
+    let Some(admin) = pg::admin_url("the operator path") else {
         return;
     };
     let name = format!("af_test_{}", uuid::Uuid::new_v4().simple());

@@ -1606,7 +1606,7 @@ async fn every_sample_the_engine_produces_passes_the_sandbox_checks() {
 #[test]
 fn the_xsd_refuses_what_the_sandbox_refuses() {
     let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/sat/schemas/www.sat.gob.mx/sitio_internet/cfd/4/cfdv40.xsd");
+        .join("fixtures/sat/schemas/www.sat.gob.mx/sitio_internet/cfd/4/cfdv40.xsd");
     let dir = tempfile::tempdir().unwrap();
     let xml = sealed();
     let good = dir.path().join("good.xml");

@@ -7,6 +7,9 @@
 //! processes wrote (stdout and stderr) is searched for each secret, raw and trivially encoded.
 //! On PostgreSQL the database role's password is one of the secrets too.
 
+#[path = "support/pg.rs"]
+mod pg;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -572,10 +575,7 @@ async fn no_secret_in_the_logs_of_a_full_flow_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_in_the_logs_of_a_full_flow_on_postgres() {
-    let Ok(admin) = std::env::var("AUTOFACTURA_TEST_DATABASE_URL") else {
-        eprintln!(
-            "\n*** SKIP PostgreSQL: AUTOFACTURA_TEST_DATABASE_URL is not set; the log check ran on SQLite only ***\n"
-        );
+    let Some(admin) = pg::admin_url("the log check") else {
         return;
     };
     // A role of its own, so the database password is distinctive and searched for too.

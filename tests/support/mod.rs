@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod pg;
 pub mod webdriver;
 
 use std::str::FromStr;
@@ -43,12 +44,7 @@ pub async fn spawn_app_with(backend: Backend, extra_toml: &str) -> Option<TestAp
             None,
         ),
         Backend::Postgres => {
-            let Ok(admin) = std::env::var("AUTOFACTURA_TEST_DATABASE_URL") else {
-                eprintln!(
-                    "\n*** SKIP PostgreSQL: AUTOFACTURA_TEST_DATABASE_URL is not set; this test ran on SQLite only ***\n"
-                );
-                return None;
-            };
+            let admin = pg::admin_url("this test")?;
             let name = format!("af_test_{}", uuid::Uuid::new_v4().simple());
             let mut conn = sqlx::PgConnection::connect(&admin)
                 .await
