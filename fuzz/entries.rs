@@ -1,5 +1,5 @@
 //! The fuzz entry points, shared by the `cargo fuzz` targets (`fuzz_targets/`) and by
-//! `tests/fuzz_regressions.rs`, which replays saved inputs and arbitrary bytes through the very
+//! `tests/it/fuzz_regressions.rs`, which replays saved inputs and arbitrary bytes through the very
 //! same functions. Each must return for any input; a panic is the bug being looked for.
 #![allow(dead_code)]
 

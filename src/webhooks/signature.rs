@@ -105,7 +105,7 @@ pub fn verify_stripe(
         })
         .ok_or(SignatureError::Mismatch)?;
     // Saturating: a signed `t` at the end of the i64 range must not overflow
-    // (tests/fuzz_regressions.rs).
+    // (tests/it/fuzz_regressions.rs).
     let age = now.saturating_sub(ts);
     if age.saturating_abs() > tolerance {
         return Err(SignatureError::Stale { age, tolerance });

@@ -1,7 +1,7 @@
 //! The invoicing API against the sandbox PAC and the real worker pool: every rule of the
 //! idempotency keys, checked against the sandbox's own record of what it stamped.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

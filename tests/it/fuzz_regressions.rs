@@ -3,7 +3,7 @@
 //! and the seed corpus in `fuzz/seeds/`) is replayed, and each parser gets arbitrary and
 //! mutated inputs from proptest. Each entry point must return for any input; a panic fails.
 
-#[path = "../fuzz/entries.rs"]
+#[path = "../../fuzz/entries.rs"]
 mod entries;
 
 use std::path::Path;

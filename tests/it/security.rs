@@ -1,12 +1,12 @@
 //! Security properties over HTTP, on SQLite and PostgreSQL: every admin route refuses a request
 //! without a live session, every admin form refuses a missing or foreign CSRF token, and bodies
 //! over the configured limit are refused with 413 as soon as the limit is crossed, before the
-//! whole body is read. (Secrets in logs: `tests/secrets_in_logs.rs`.)
+//! whole body is read. (Secrets in logs: `tests/it/secrets_in_logs.rs`.)
 //!
 //! The admin routes are read from the route table in `src/admin/mod.rs`, so a route added there
 //! but not classified here fails the test.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -61,7 +61,7 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
 /// The `(METHOD, path)` pairs registered by `admin::routes`, read from its source: each
 /// `.route("path", web::method()…)` call.
 fn registered_admin_routes() -> BTreeSet<(String, String)> {
-    let src = include_str!("../src/admin/mod.rs");
+    let src = include_str!("../../src/admin/mod.rs");
     let start = src
         .find("pub fn routes(")
         .expect("admin::routes in src/admin/mod.rs");

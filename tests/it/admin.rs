@@ -3,7 +3,7 @@
 //! duplicates). Documents are put in the states a worker leaves them in; the sandbox PAC is the
 //! one the appliance runs in-process.
 
-mod support;
+use crate::support;
 
 use autofactura::cfdi::{InvoiceRequest, RelacionadosData};
 use autofactura::pac::StampOutcome;

@@ -1,6 +1,6 @@
 //! Webhooks end to end: the real server, a real database, on SQLite and PostgreSQL.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! retry and watch it get stamped by the worker pool; cancel a stamped one; and screenshots of
 //! the main pages in `target/screenshots/`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! `send-test-webhook` for Stripe and Mercado Pago, then `invoices list` (JSON and table) against
 //! the same settings, on SQLite (temp dir) and PostgreSQL (a fresh database).
 
-#[path = "support/pg.rs"]
-mod pg;
+use crate::support::pg;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

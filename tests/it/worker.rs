@@ -1,7 +1,7 @@
 //! The worker pool against the sandbox PAC: every test checks the sandbox's own record of what it
 //! stamped (`/_sim/stamps`), the ground truth for "exactly once".
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,8 +7,7 @@
 //! processes wrote (stdout and stderr) is searched for each secret, raw and trivially encoded.
 //! On PostgreSQL the database role's password is one of the secrets too.
 
-#[path = "support/pg.rs"]
-mod pg;
+use crate::support::pg;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,0 +1,25 @@
+//! The integration suite, one test binary (one link instead of one per file). Each module is
+//! what a separate `tests/*.rs` file was; run one with `cargo test --test it -- MODULE::`.
+//!
+//! - `support`: the harness (the real server on 127.0.0.1:0 over SQLite or PostgreSQL, signed
+//!   webhooks, the admin session, WebDriver for Chromium, where PostgreSQL comes from).
+//! - `cfdi`, `cfdi_props`: the engine against the SAT's XSD, XSLT and an independent verifier.
+//! - `webhooks`, `api`, `worker`, `pac`, `admin`, `admin_e2e`: each part through the real server.
+//! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them.
+//! - `security`, `fuzz_regressions`: what faces the internet, and the parsers' saved crash inputs.
+
+#[macro_use]
+mod support;
+
+mod admin;
+mod admin_e2e;
+mod api;
+mod cfdi;
+mod cfdi_props;
+mod cli_e2e;
+mod fuzz_regressions;
+mod pac;
+mod secrets_in_logs;
+mod security;
+mod webhooks;
+mod worker;
