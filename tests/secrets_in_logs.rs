@@ -93,6 +93,37 @@ fn run(dir: &Path, log: &Path, args: &[&str]) -> Output {
     out
 }
 
+/// Header names (lower case) and values.
+type Headers = Vec<(String, String)>;
+
+/// One HTTP/1.1 request from `s`: its request line, headers and body (by `Content-Length`).
+fn read_request(s: &TcpStream) -> Option<(String, Headers, Vec<u8>)> {
+    let mut reader = BufReader::new(s.try_clone().ok()?);
+    let mut first = String::new();
+    reader.read_line(&mut first).ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    let length = header(&headers, "content-length").map_or(0, |v| v.parse().unwrap_or(0));
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((first, headers, body))
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 /// A stand-in for Mercado Pago's `GET /v1/payments/{id}`: the sandbox's approved payment for
 /// any id; records the `Authorization` headers it receives.
 fn fake_mercadopago() -> (String, Arc<Mutex<Vec<String>>>) {
@@ -103,21 +134,11 @@ fn fake_mercadopago() -> (String, Arc<Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { continue };
-            let mut reader = BufReader::new(s.try_clone().expect("clone"));
-            let mut first = String::new();
-            if reader.read_line(&mut first).is_err() {
+            let Some((first, headers, _)) = read_request(&s) else {
                 continue;
-            }
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((k, v)) = line.split_once(':')
-                    && k.eq_ignore_ascii_case("authorization")
-                {
-                    seen2.lock().unwrap().push(v.trim().to_owned());
-                }
+            };
+            if let Some(auth) = header(&headers, "authorization") {
+                seen2.lock().unwrap().push(auth.to_owned());
             }
             let id = first
                 .split_whitespace()
@@ -245,21 +266,10 @@ fn fake_merchant() -> (String, Arc<Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for (n, stream) in listener.incoming().enumerate() {
             let Ok(mut s) = stream else { continue };
-            let mut reader = BufReader::new(s.try_clone().expect("clone"));
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((k, v)) = line.split_once(':')
-                    && k.eq_ignore_ascii_case("content-length")
-                {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_err() || n == 0 {
+            let Some((_, _, body)) = read_request(&s) else {
+                continue;
+            };
+            if n == 0 {
                 continue;
             }
             seen2
