@@ -20,12 +20,15 @@ pub const ENV_PREFIX: &str = "AUTOFACTURA__";
 pub const SANDBOX_STRIPE_SECRET: &str = "whsec_autofactura_sandbox";
 /// Mercado Pago secret used under the same conditions.
 pub const SANDBOX_MP_SECRET: &str = "autofactura_sandbox_mp_secret";
+/// The admin password written in `autofactura.example.toml`: refused beyond loopback.
+pub const EXAMPLE_ADMIN_PASSWORD: &str = "change-me";
 
 /// Every key with a default. Keys without one (secrets, CSD paths) are absent.
 const DEFAULTS: &str = r#"
 [server]
 listen = "127.0.0.1:8080"
 body_limit_bytes = 262144
+trusted_proxies = []
 
 [database]
 url = "sqlite://data/autofactura.db"
@@ -37,7 +40,7 @@ tolerance_seconds = 300
 
 [mercadopago]
 api_base = "https://api.mercadopago.com"
-tolerance_seconds = 0
+tolerance_seconds = 1200
 fetch_timeout_seconds = 5
 retry_interval_seconds = 60
 
@@ -85,7 +88,6 @@ kind = "sandbox"
 concurrency = 8
 
 [admin]
-listen = "127.0.0.1:8080"
 "#;
 
 /// A secret: printed as `[redacted]` by `Debug` and `Display`; read with [`SecretString::expose`].
@@ -174,7 +176,7 @@ impl fmt::Debug for ApiSettings {
             .field("wait_for_stamp_ms", &self.wait_for_stamp_ms)
             .field("key_retention_hours", &self.key_retention_hours)
             .field("purge_interval_seconds", &self.purge_interval_seconds)
-            .field("webhook_url", &self.webhook_url.as_deref().map(redact_url))
+            .field("webhook_url", &self.webhook_url.as_deref().map(url_for_log))
             .field("webhook_secret", &self.webhook_secret)
             .field("webhook_retry_seconds", &self.webhook_retry_seconds)
             .field("webhook_timeout_seconds", &self.webhook_timeout_seconds)
@@ -188,6 +190,9 @@ pub struct ServerSettings {
     pub listen: String,
     /// Largest webhook body accepted, in bytes.
     pub body_limit_bytes: usize,
+    /// Address blocks (CIDR) of the reverse proxies whose `Fly-Client-IP`, `X-Forwarded-For`
+    /// and `X-Forwarded-Proto` are believed. Empty: nobody's are.
+    pub trusted_proxies: Vec<String>,
 }
 
 #[derive(Clone, Deserialize)]
@@ -207,17 +212,82 @@ impl fmt::Debug for DatabaseSettings {
     }
 }
 
-/// `postgres://user:pass@host/db` → `postgres://user:[redacted]@host/db`.
+/// `postgres://user:pass@host/db` → `postgres://user:[redacted]@host/db`. The user info ends at
+/// the last `@` (a password may hold `@`), and query parameters that look secret
+/// (`?password=…`, `?sslpassword=…`, `?token=…`) are redacted too.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return redact_query(url);
     };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:[redacted]@{host}")
+    let rest = match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:[redacted]@{}", redact_query(host)),
+            None => format!("{userinfo}@{}", redact_query(host)),
+        },
+        None => redact_query(rest),
+    };
+    format!("{scheme}://{rest}")
+}
+
+/// `…?a=1&password=x` → `…?a=1&password=[redacted]`.
+fn redact_query(text: &str) -> String {
+    let Some((head, query)) = text.split_once('?') else {
+        return text.to_owned();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if looks_secret(k) => format!("{k}=[redacted]"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{head}?{}", pairs.join("&"))
+}
+
+/// A URL for a log line: redacted and without its query string, which often carries a token
+/// (the merchant's webhook URL).
+pub fn url_for_log(url: &str) -> String {
+    let redacted = redact_url(url);
+    match redacted.split_once('?') {
+        Some((head, _)) => format!("{head}?[query not shown]"),
+        None => redacted,
+    }
+}
+
+/// A TOML or serde message with the values it quotes taken out (`invalid type: string "…"`,
+/// `integer `…``): the value may be a secret in the wrong place. Keys (`unknown field `x``)
+/// stay, since they are what to fix.
+fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    loop {
+        let next = [
+            ("string \"", '"'),
+            ("integer `", '`'),
+            ("floating point `", '`'),
+            ("character `", '`'),
+            ("boolean `", '`'),
+        ]
+        .into_iter()
+        .filter_map(|(open, close)| rest.find(open).map(|i| (i, open, close)))
+        .min_by_key(|(i, _, _)| *i);
+        let Some((i, open, close)) = next else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..i + open.len()]);
+        out.push_str("(value not shown)");
+        let after = &rest[i + open.len()..];
+        match after.find(close) {
+            Some(end) => {
+                out.push(close);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push(close);
+                return out;
+            }
         }
-        None => url.to_owned(),
     }
 }
 
@@ -238,8 +308,8 @@ pub struct MercadoPagoSettings {
     pub access_token: Option<SecretString>,
     /// Base URL of the payments API (`GET {api_base}/v1/payments/{id}`).
     pub api_base: String,
-    /// Largest age of `ts` accepted, in seconds; 0 = only logged. Mercado Pago's retry
-    /// stamping is undocumented and a replayed notification only causes a re-fetch.
+    /// Largest age of `ts` accepted, in seconds (default 1200: Mercado Pago retries every
+    /// 15 minutes and does not say whether a retry is signed anew); 0 = only logged.
     pub tolerance_seconds: i64,
     pub fetch_timeout_seconds: u64,
     /// How often notifications whose payment could not be fetched are retried.
@@ -308,7 +378,8 @@ pub struct WorkerSettings {
 #[derive(Clone, Deserialize)]
 pub struct AdminSettings {
     pub password: Option<SecretString>,
-    pub listen: String,
+    /// A listener of its own for `/admin` and `/v1`; unset (or `[server] listen`) = the same.
+    pub listen: Option<String>,
     #[serde(flatten)]
     pub extra: toml::Table,
 }
@@ -432,20 +503,13 @@ impl Settings {
 
     /// Defaults, then the TOML text `file`, then the `AUTOFACTURA__…` pairs in `env`.
     pub fn from_parts(file: Option<&str>, env: &[(String, String)]) -> Result<Self, ConfigError> {
-        let mut merged: toml::Table =
-            DEFAULTS
-                .parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    path: "(embedded defaults)".into(),
-                    message: e.to_string(),
-                })?;
+        let mut merged: toml::Table = DEFAULTS
+            .parse()
+            .map_err(|e: toml::de::Error| syntax_error("(embedded defaults)", DEFAULTS, &e))?;
         if let Some(text) = file {
-            let t: toml::Table =
-                text.parse()
-                    .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                        path: "config".into(),
-                        message: e.to_string(),
-                    })?;
+            let t: toml::Table = text
+                .parse()
+                .map_err(|e: toml::de::Error| syntax_error("config", text, &e))?;
             merge(&mut merged, t);
         }
         for (k, v) in env {
@@ -456,7 +520,10 @@ impl Settings {
         }
         let mut s: Settings = merged
             .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Shape(e.message().to_owned()))?;
+            // Its Display names the key (`in `admin.password``); no source line, as there is no text.
+            .map_err(|e: toml::de::Error| {
+                ConfigError::Shape(without_values(e.to_string().trim()).replace('\n', " "))
+            })?;
         s.apply_sandbox_defaults();
         s.validate()?;
         Ok(s)
@@ -506,6 +573,17 @@ impl Settings {
         if self.server.body_limit_bytes < 1024 {
             p.push("[server] body_limit_bytes must be at least 1024".into());
         }
+        if let Err(e) = crate::proxy::TrustedProxies::parse(&self.server.trusted_proxies) {
+            p.push(format!("[server] trusted_proxies: {e}"));
+        }
+        if let Some(admin) = &self.admin.listen
+            && admin.parse::<SocketAddr>().is_err()
+        {
+            p.push(format!(
+                "[admin] listen = {admin:?} is not host:port with an IP address (e.g. \"127.0.0.1:8081\"); \
+                 leave it unset to serve the admin on [server] listen"
+            ));
+        }
         let url = self.database.url.expose();
         if !(url.starts_with("sqlite:")
             || url.starts_with("postgres://")
@@ -520,7 +598,7 @@ impl Settings {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 p.push(format!(
                     "[api] webhook_url = {:?} must start with http:// or https://",
-                    redact_url(u)
+                    url_for_log(u)
                 ));
             }
             if self.api.webhook_secret.is_none() {
@@ -696,6 +774,106 @@ impl Settings {
         }
     }
 
+    /// The address `/admin` and `/v1` are served on: `[admin] listen`, else `[server] listen`.
+    pub fn admin_listen(&self) -> &str {
+        self.admin.listen.as_deref().unwrap_or(&self.server.listen)
+    }
+
+    /// Whether `/admin` and `/v1` get a listener of their own: `[admin] listen` is another
+    /// address than `[server] listen`, or asks for any free port (`:0`, as tests do).
+    pub fn separate_admin_listener(&self) -> bool {
+        self.admin.listen.as_deref().is_some_and(|a| {
+            a != self.server.listen || a.parse::<SocketAddr>().is_ok_and(|s| s.port() == 0)
+        })
+    }
+
+    /// Whether Mercado Pago payments are read from the built-in stand-in (sandbox PAC, no
+    /// access token), which calls every payment approved.
+    pub fn uses_mp_stand_in(&self) -> bool {
+        self.is_sandbox() && self.mercadopago.access_token.is_none()
+    }
+
+    /// What must not face anyone but this machine: the sandbox webhook secrets and the
+    /// Mercado Pago stand-in on a webhook listener beyond loopback (anyone could sign a
+    /// "payment" with secrets published in the source), and the example admin password on an
+    /// admin listener beyond loopback. `serve` refuses to start while any is left.
+    pub fn check_exposure(&self) -> Result<(), ConfigError> {
+        let mut p = Vec::new();
+        if let Some(why) = self.exposed(&self.server.listen, "[server] listen") {
+            if self
+                .stripe
+                .webhook_secrets
+                .iter()
+                .any(|s| s.expose() == SANDBOX_STRIPE_SECRET)
+            {
+                p.push(format!(
+                    "{why}, and the Stripe webhook secret is the built-in sandbox one, published in \
+                     the source: set [stripe] webhook_secrets (AUTOFACTURA__STRIPE__WEBHOOK_SECRETS) \
+                     to your endpoint's signing secret"
+                ));
+            }
+            if self
+                .mercadopago
+                .webhook_secret
+                .as_ref()
+                .is_some_and(|s| s.expose() == SANDBOX_MP_SECRET)
+            {
+                p.push(format!(
+                    "{why}, and the Mercado Pago webhook secret is the built-in sandbox one: set \
+                     [mercadopago] webhook_secret (AUTOFACTURA__MERCADOPAGO__WEBHOOK_SECRET) to your \
+                     application's secret"
+                ));
+            }
+            if self.uses_mp_stand_in() {
+                p.push(format!(
+                    "{why}, and without [mercadopago] access_token Mercado Pago payments would be read \
+                     from the built-in stand-in, which calls every payment approved: set \
+                     [mercadopago] access_token (AUTOFACTURA__MERCADOPAGO__ACCESS_TOKEN)"
+                ));
+            }
+        }
+        let key = if self.separate_admin_listener() {
+            "[admin] listen"
+        } else {
+            "[server] listen (which also serves the admin)"
+        };
+        if let Some(why) = self.exposed(self.admin_listen(), key)
+            && self
+                .admin
+                .password
+                .as_ref()
+                .is_some_and(|s| s.expose() == EXAMPLE_ADMIN_PASSWORD)
+        {
+            p.push(format!(
+                "{why}, and [admin] password is the example {EXAMPLE_ADMIN_PASSWORD:?}: set \
+                 [admin] password (AUTOFACTURA__ADMIN__PASSWORD) or password_hash (an argon2 PHC \
+                 string) to one of your own"
+            ));
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(p))
+        }
+    }
+
+    /// Why `listen` is reachable from beyond this machine, if it is: not a loopback address,
+    /// or requests arrive through a reverse proxy (`trusted_proxies` is set).
+    fn exposed(&self, listen: &str, key: &str) -> Option<String> {
+        if !crate::proxy::is_loopback(listen) {
+            Some(format!(
+                "{key} = {listen:?} is reachable from beyond this machine"
+            ))
+        } else if !self.server.trusted_proxies.is_empty() {
+            Some(format!(
+                "{key} is loopback, but [server] trusted_proxies is set: a proxy forwards \
+                 requests from beyond this machine"
+            ))
+        } else {
+            None
+        }
+    }
+
     /// The configured tax treatment of invoice lines.
     pub fn tax_treatment(&self) -> Option<crate::cfdi::TaxTreatment> {
         serde_json::from_value(serde_json::Value::String(self.invoice.tax.clone())).ok()
@@ -704,6 +882,23 @@ impl Settings {
     /// Whether the database is SQLite (the embedded default).
     pub fn is_sqlite(&self) -> bool {
         self.database.url.expose().starts_with("sqlite:")
+    }
+}
+
+/// Where the TOML text is wrong and why, without the offending line: it may hold a secret.
+fn syntax_error(path: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+    let at = e
+        .span()
+        .map(|span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: ")
+        })
+        .unwrap_or_default();
+    ConfigError::Syntax {
+        path: path.to_owned(),
+        message: format!("{at}{}", without_values(e.message())),
     }
 }
 
@@ -753,7 +948,15 @@ fn set_path(t: &mut toml::Table, path: &[String], raw: &str) -> Result<(), Confi
         };
     }
     let name = format!("{ENV_PREFIX}{}", path.join("__").to_uppercase());
-    let bad = |what: &str| ConfigError::Shape(format!("{name}={raw:?}: expected {what}"));
+    // The value is echoed only under a key that cannot hold a secret.
+    let secret = path.iter().any(|p| looks_secret(p) || p.ends_with("url"));
+    let bad = |what: &str| {
+        if secret {
+            ConfigError::Shape(format!("{name}: expected {what} (value not shown)"))
+        } else {
+            ConfigError::Shape(format!("{name}={raw:?}: expected {what}"))
+        }
+    };
     let value = match cur.get(last) {
         Some(toml::Value::Integer(_)) => {
             toml::Value::Integer(raw.trim().parse().map_err(|_| bad("an integer"))?)
@@ -898,5 +1101,169 @@ mod tests {
             assert!(!dump.contains(secret), "{secret} leaked: {dump}");
         }
         assert!(dump.contains("postgres://app:[redacted]@db/af"));
+    }
+
+    #[test]
+    fn urls_are_redacted_through_every_at_and_secret_query_parameters() {
+        for (url, secret, keeps) in [
+            (
+                "postgres://app:hunter2@db/af",
+                "hunter2",
+                "postgres://app:[redacted]@db/af",
+            ),
+            // A password holding `@`: the user info ends at the last one.
+            (
+                "postgres://app:p@ss@word@db:5432/af",
+                "ss@word",
+                "@db:5432/af",
+            ),
+            (
+                "postgres://app@db/af?sslmode=require&password=hunter2",
+                "hunter2",
+                "postgres://app@db/af?sslmode=require&password=[redacted]",
+            ),
+            (
+                "postgres://db/af?sslpassword=k3y&application_name=af",
+                "k3y",
+                "application_name=af",
+            ),
+            (
+                "https://erp.example/hooks?token=t0ken",
+                "t0ken",
+                "https://erp.example/hooks?",
+            ),
+            (
+                "https://u:pw@erp.example/h?x=a@b",
+                "pw",
+                "https://u:[redacted]@",
+            ),
+        ] {
+            let r = redact_url(url);
+            assert!(!r.contains(secret), "{url} → {r}");
+            assert!(r.contains(keeps), "{url} → {r}");
+        }
+        assert_eq!(
+            url_for_log("https://erp.example/hooks?token=t0ken&id=1"),
+            "https://erp.example/hooks?[query not shown]"
+        );
+        assert_eq!(
+            url_for_log("https://erp.example/hooks"),
+            "https://erp.example/hooks"
+        );
+        // The settings dump shows the merchant URL without its query.
+        let s = Settings::from_parts(
+            Some(
+                "[api]\nwebhook_url = \"https://erp.example/h?key=LEAK1\"\n\
+                 webhook_secret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZg==\"\n",
+            ),
+            &[],
+        )
+        .expect("settings");
+        let dump = format!("{s:?}");
+        assert!(
+            !dump.contains("LEAK1") && dump.contains("erp.example/h"),
+            "{dump}"
+        );
+    }
+
+    #[test]
+    fn configuration_errors_never_echo_a_secret() {
+        // A TOML syntax error on the line of a secret: the place, not the line.
+        let err = Settings::from_parts(Some("[stripe]\nwebhook_secrets = [whsec_LEAK2]\n"), &[])
+            .expect_err("syntax")
+            .to_string();
+        assert!(!err.contains("LEAK2") && err.contains("line 2"), "{err}");
+        // A secret of the wrong type.
+        for file in [
+            "[admin]\npassword = 31415926\n",
+            "[mercadopago]\nwebhook_secret = 31415926\n",
+            "[mercadopago]\naccess_token = [\"31415926\"]\n",
+        ] {
+            let err = Settings::from_parts(Some(file), &[])
+                .expect_err("wrong type")
+                .to_string();
+            assert!(!err.contains("31415926"), "{err}");
+        }
+        let err = Settings::from_parts(Some("[worker]\nconcurrency = \"LEAK3\"\n"), &[])
+            .expect_err("wrong type")
+            .to_string();
+        assert!(
+            !err.contains("LEAK3") && err.contains("worker.concurrency"),
+            "{err}"
+        );
+        // An environment override that does not parse.
+        let err = Settings::from_parts(
+            None,
+            &env(&[("AUTOFACTURA__STRIPE__WEBHOOK_SECRETS", "[\"whsec_LEAK4\"")]),
+        )
+        .expect_err("bad array")
+        .to_string();
+        assert!(
+            !err.contains("LEAK4") && err.contains("AUTOFACTURA__STRIPE__WEBHOOK_SECRETS"),
+            "{err}"
+        );
+        // Where no secret can be, the value helps.
+        let err =
+            Settings::from_parts(None, &env(&[("AUTOFACTURA__WORKER__CONCURRENCY", "eight")]))
+                .expect_err("bad integer")
+                .to_string();
+        assert!(err.contains("eight"), "{err}");
+    }
+
+    #[test]
+    fn exposure_beyond_loopback_needs_real_secrets_and_password() {
+        let public = "[server]\nlisten = \"0.0.0.0:8080\"\n";
+        let s = Settings::from_parts(Some(public), &[]).expect("settings");
+        let err = s.check_exposure().expect_err("sandbox secrets").to_string();
+        for key in [
+            "[stripe] webhook_secrets",
+            "[mercadopago] webhook_secret",
+            "[mercadopago] access_token",
+        ] {
+            assert!(err.contains(key), "{key} missing from: {err}");
+        }
+        let own = format!(
+            "{public}[stripe]\nwebhook_secrets = [\"whsec_mine\"]\n[mercadopago]\n\
+             webhook_secret = \"mine\"\naccess_token = \"APP_USR-mine\"\n"
+        );
+        let s = Settings::from_parts(Some(&own), &[]).expect("settings");
+        assert!(s.check_exposure().is_ok());
+        let err = Settings::from_parts(
+            Some(&format!("{own}[admin]\npassword = \"change-me\"\n")),
+            &[],
+        )
+        .expect("settings")
+        .check_exposure()
+        .expect_err("example password")
+        .to_string();
+        assert!(err.contains("[admin] password"), "{err}");
+        // The admin on a loopback listener of its own may keep it; a proxy in front may not.
+        let private =
+            format!("{own}[admin]\npassword = \"change-me\"\nlisten = \"127.0.0.1:8081\"\n");
+        assert!(
+            Settings::from_parts(Some(&private), &[])
+                .expect("settings")
+                .check_exposure()
+                .is_ok()
+        );
+        let proxied = "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n";
+        let err = Settings::from_parts(Some(proxied), &[])
+            .expect("settings")
+            .check_exposure()
+            .expect_err("behind a proxy")
+            .to_string();
+        assert!(err.contains("trusted_proxies"), "{err}");
+        // On loopback the sandbox conveniences stay.
+        assert!(
+            Settings::defaults()
+                .expect("defaults")
+                .check_exposure()
+                .is_ok()
+        );
+        let err =
+            Settings::from_parts(Some("[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n"), &[])
+                .expect_err("bad block")
+                .to_string();
+        assert!(err.contains("[server] trusted_proxies"), "{err}");
     }
 }

@@ -18,6 +18,18 @@ pub enum WebhookError {
     /// Signed, but not something we can read; the body is kept for audit.
     #[error("malformed payload: {0}")]
     Malformed(String),
+    /// A Mercado Pago notification without `?data.id=`: the part of the manifest it signs.
+    #[error(
+        "the notification URL has no data.id query parameter; Mercado Pago signs that one (not \
+         the body), so the notification cannot be trusted without it"
+    )]
+    MissingDataId,
+    /// The same signed Mercado Pago manifest was already received: a replay.
+    #[error(
+        "this notification (x-request-id {request_id:?}, ts {ts}) was already received; a replay \
+         is not processed again"
+    )]
+    Replayed { request_id: String, ts: i64 },
     /// The database cannot take the delivery now; nothing was written.
     #[error("storage unavailable")]
     Unavailable(#[source] StoreError),
@@ -47,6 +59,8 @@ impl WebhookError {
             Self::Signature(SignatureError::Stale { .. }) => "stale_timestamp",
             Self::Signature(_) => "bad_signature",
             Self::Malformed(_) => "malformed_payload",
+            Self::MissingDataId => "missing_data_id",
+            Self::Replayed { .. } => "replayed",
             Self::Unavailable(_) => "unavailable",
         }
     }
@@ -55,7 +69,10 @@ impl WebhookError {
 impl ResponseError for WebhookError {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::Signature(_) | Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::Signature(_) | Self::Malformed(_) | Self::MissingDataId => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::Replayed { .. } => StatusCode::CONFLICT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -91,8 +108,11 @@ pub enum AdminError {
         "the form is stale or did not come from this admin (CSRF token mismatch); reload the page and try again"
     )]
     Csrf,
-    #[error("too many failed logins from this address; try again in {} minutes", .0.as_secs().div_ceil(60))]
+    #[error("too many login attempts from this address; try again in {} minutes", .0.as_secs().div_ceil(60))]
     TooManyAttempts(std::time::Duration),
+    /// Every password-check slot stayed taken (a burst of logins).
+    #[error("too many logins are being checked right now; try again in a few seconds")]
+    Busy,
     #[error("{0}")]
     NotFound(String),
     /// The action is not allowed in the current state, with the reason.
@@ -113,6 +133,7 @@ impl ResponseError for AdminError {
             Self::LoginRequired => StatusCode::SEE_OTHER,
             Self::Csrf => StatusCode::FORBIDDEN,
             Self::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Refused(_) => StatusCode::CONFLICT,
             Self::Invalid(_) => StatusCode::BAD_REQUEST,
@@ -136,8 +157,14 @@ impl ResponseError for AdminError {
             }
         }
         let mut r = HttpResponse::build(status);
-        if let Self::TooManyAttempts(wait) = self {
-            r.insert_header(("Retry-After", wait.as_secs().max(1).to_string()));
+        match self {
+            Self::TooManyAttempts(wait) => {
+                r.insert_header(("Retry-After", wait.as_secs().max(1).to_string()));
+            }
+            Self::Busy => {
+                r.insert_header(("Retry-After", "5"));
+            }
+            _ => {}
         }
         let message = html_escape(&self.to_string());
         r.content_type("text/html; charset=utf-8").body(format!(

@@ -24,8 +24,9 @@
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
 //!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate).
-//! - [`startup`]: wiring (database, HTTP server, background loops); [`health`]: `/healthz`,
-//!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging.
+//! - [`startup`]: wiring (database, HTTP listeners, background loops); [`health`]: `/healthz`,
+//!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging;
+//!   [`proxy`]: the real client behind `[server] trusted_proxies`.
 
 #![forbid(unsafe_code)]
 
@@ -42,6 +43,7 @@ pub mod ingest;
 pub mod ops;
 pub mod pac;
 pub mod pacsim;
+pub mod proxy;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

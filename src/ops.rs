@@ -45,6 +45,18 @@ fn banner(s: &Settings, source: &Source) -> String {
         s.emisor.nombre,
         s.emisor.serie,
     );
+    if s.separate_admin_listener() {
+        b.push_str(&format!(
+            "\n  admin, API: http://{}/admin, /v1 (not on the webhook listener)",
+            s.admin_listen()
+        ));
+    }
+    if !s.server.trusted_proxies.is_empty() {
+        b.push_str(&format!(
+            "\n  proxies:    forwarding headers believed from {}",
+            s.server.trusted_proxies.join(", ")
+        ));
+    }
     if s.is_sandbox() {
         b.push_str(
             "\n  sandbox:    no real stamps; test CSD from fixtures/csd unless [emisor] csd_* are set\

@@ -1,6 +1,10 @@
-//! Wiring: connect and migrate the database, build the HTTP server on a bound listener, start
+//! Wiring: connect and migrate the database, build the HTTP servers on bound listeners, start
 //! the background loops. `Application::build` binds first, so tests can use port 0 and read
-//! [`Application::port`].
+//! [`Application::port`] and [`Application::admin_port`].
+//!
+//! `[server] listen` serves the webhooks and the health checks, and `/admin` and `/v1` too
+//! unless `[admin] listen` names another address: then those two are served only there, and
+//! the webhook listener answers 404 for them (webhooks public, admin private).
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -23,6 +27,8 @@ pub struct AppState {
     pub db: Db,
     pub ingestor: Ingestor,
     pub mp: mercadopago::Client,
+    /// Mercado Pago manifests received recently (replays are refused).
+    pub mp_replay: webhooks::replay::ReplayWindow,
     /// Heartbeats of background loops, reported by `/readyz`.
     pub health: Health,
     /// The PAC (`[pac]`), shared by the workers and the admin.
@@ -45,6 +51,8 @@ impl std::fmt::Debug for AppState {
 pub struct Application {
     port: u16,
     server: Server,
+    /// `[admin] listen` when it is its own listener: its port and server.
+    admin_listener: Option<(u16, Server)>,
     state: web::Data<AppState>,
     /// The worker pool, when this application runs one (`serve` does; tests may not).
     workers: Option<(crate::worker::Pool, crate::worker::Services)>,
@@ -54,6 +62,7 @@ pub struct Application {
 impl Application {
     /// Connects, migrates and binds `[server] listen`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        settings.check_exposure()?;
         let db = store::connect(&settings.database).await?;
         db.migrate().await?;
         let connected = pac::connect(&pac_config(&settings)?).await?;
@@ -71,14 +80,32 @@ impl Application {
         pac_sandbox: Option<crate::pacsim::SandboxHandle>,
         admin: Admin,
     ) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind(&settings.server.listen)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.server.listen))?;
+        // Sandbox conveniences and the example password stay on this machine.
+        settings.check_exposure()?;
+        let listener = TcpListener::bind(&settings.server.listen).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {} ([server] listen): {e}",
+                settings.server.listen
+            )
+        })?;
         let port = listener.local_addr()?.port();
+        let admin_listener = if settings.separate_admin_listener() {
+            let at = settings.admin_listen();
+            let l = TcpListener::bind(at).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on {at} ([admin] listen): {e}; give it an address and port of \
+                     its own, or leave it unset to serve the admin on [server] listen"
+                )
+            })?;
+            Some(l)
+        } else {
+            None
+        };
         let ingestor = Ingestor::new(&settings).map_err(|e| anyhow::anyhow!(e))?;
         let mp_settings = &settings.mercadopago;
         // The sandbox without Mercado Pago credentials reads payments from its own stand-in
         // API, so `send-test-webhook --provider mercadopago` works on a fresh install.
-        let mp_sandbox = settings.is_sandbox() && mp_settings.access_token.is_none();
+        let mp_sandbox = settings.uses_mp_stand_in();
         let (api_base, token) = if mp_sandbox {
             (
                 format!("http://127.0.0.1:{port}/sandbox/mercadopago"),
@@ -109,40 +136,42 @@ impl Application {
             ),
         );
         let body_limit = settings.server.body_limit_bytes;
+        let mp_replay = webhooks::replay::ReplayWindow::new(mp_settings.tolerance_seconds);
         let state = web::Data::new(AppState {
             settings: Arc::new(settings),
             db,
             ingestor,
             mp,
+            mp_replay,
             health,
             pac,
             pac_sandbox,
         });
         let admin = web::Data::new(admin);
-        let admin_data = admin.clone();
-        let data = state.clone();
-        let server = HttpServer::new(move || {
-            App::new()
-                .wrap(actix_web::middleware::Logger::new("%r %s %Dms").exclude("/healthz"))
-                .app_data(data.clone())
-                .configure(health::routes)
-                .configure(|cfg| webhooks::routes(cfg, body_limit))
-                .configure(|cfg| crate::api::routes(cfg, body_limit))
-                .configure(|cfg| admin::routes(cfg, admin_data.clone()))
-                .configure(|cfg| {
-                    if mp_sandbox {
-                        cfg.route(
-                            "/sandbox/mercadopago/v1/payments/{id}",
-                            web::get().to(sandbox_mp_payment),
-                        );
-                    }
-                })
-        })
-        .listen(listener)?
-        .run();
+        let separate = admin_listener.is_some();
+        let public = Routes {
+            webhooks: true,
+            admin: !separate,
+            mp_sandbox,
+        };
+        let server = serve(listener, public, state.clone(), admin.clone(), body_limit)?;
+        let admin_listener = match admin_listener {
+            Some(l) => {
+                let port = l.local_addr()?.port();
+                let private = Routes {
+                    webhooks: false,
+                    admin: true,
+                    mp_sandbox: false,
+                };
+                let server = serve(l, private, state.clone(), admin.clone(), body_limit)?;
+                Some((port, server))
+            }
+            None => None,
+        };
         Ok(Self {
             port,
             server,
+            admin_listener,
             state,
             workers: None,
             admin,
@@ -173,6 +202,16 @@ impl Application {
         self.port
     }
 
+    /// The port `/admin` and `/v1` are served on (the same as [`Application::port`] unless
+    /// `[admin] listen` is set).
+    pub fn admin_port(&self) -> u16 {
+        self.admin_listener.as_ref().map_or(self.port, |(p, _)| *p)
+    }
+
+    pub fn admin(&self) -> web::Data<Admin> {
+        self.admin.clone()
+    }
+
     pub fn state(&self) -> web::Data<AppState> {
         self.state.clone()
     }
@@ -200,8 +239,14 @@ impl Application {
             Duration::from_secs(api_settings.purge_interval_seconds),
             api_token.clone(),
         ));
-        // actix stops the server on SIGTERM / Ctrl-C; then the pool drains with its deadline.
-        let result = self.server.await;
+        // actix stops the servers on SIGTERM / Ctrl-C; then the pool drains with its deadline.
+        let result = match self.admin_listener {
+            Some((_, admin)) => {
+                let (public, admin) = tokio::join!(self.server, admin);
+                public.and(admin)
+            }
+            None => self.server.await,
+        };
         api_token.cancel();
         retry.abort();
         if let Some(r) = reconcile {
@@ -213,6 +258,50 @@ impl Application {
         }
         result.map_err(Into::into)
     }
+}
+
+/// What one listener serves besides the health checks.
+#[derive(Debug, Clone, Copy)]
+struct Routes {
+    webhooks: bool,
+    /// `/admin` and `/v1`.
+    admin: bool,
+    /// The Mercado Pago stand-in (`/sandbox/mercadopago`), next to the webhooks that use it.
+    mp_sandbox: bool,
+}
+
+/// An HTTP server on `listener` with `routes`.
+fn serve(
+    listener: TcpListener,
+    routes: Routes,
+    data: web::Data<AppState>,
+    admin: web::Data<Admin>,
+    body_limit: usize,
+) -> std::io::Result<Server> {
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(actix_web::middleware::Logger::new("%r %s %Dms").exclude("/healthz"))
+            .app_data(data.clone())
+            .configure(health::routes)
+            .configure(|cfg| {
+                if routes.webhooks {
+                    webhooks::routes(cfg, body_limit);
+                }
+                if routes.admin {
+                    crate::api::routes(cfg, body_limit);
+                    admin::routes(cfg, admin.clone());
+                }
+                if routes.mp_sandbox {
+                    cfg.route(
+                        "/sandbox/mercadopago/v1/payments/{id}",
+                        web::get().to(sandbox_mp_payment),
+                    );
+                }
+            })
+    })
+    .listen(listener)?
+    .run();
+    Ok(server)
 }
 
 /// The sandbox stand-in for Mercado Pago's `GET /v1/payments/{id}` (see [`crate::ops::sandbox_mp_payment`]).

@@ -86,7 +86,7 @@ pub async fn login(
     admin: web::Data<Admin>,
     form: web::Form<LoginForm>,
 ) -> Result<HttpResponse, AdminError> {
-    let ip = auth::client_ip(&req);
+    let ip = auth::client(&admin, &req).ip;
     if let Some(wait) = admin.limiter.blocked(ip) {
         return Err(AdminError::TooManyAttempts(wait));
     }
@@ -107,14 +107,16 @@ pub async fn login(
             StatusCode::BAD_REQUEST,
         );
     }
-    let password = form.password.clone();
-    let hash = admin.password_hash.clone();
-    // argon2 is deliberately slow: keep it off the async workers.
-    let ok = web::block(move || auth::verify_password(&password, &hash))
-        .await
-        .unwrap_or(false);
+    // Counted before argon2 runs: parallel guesses cannot all slip past the check above.
+    admin
+        .limiter
+        .attempt(ip)
+        .map_err(AdminError::TooManyAttempts)?;
+    let ok = admin
+        .password_gate
+        .verify(form.password.clone(), admin.password_hash.clone())
+        .await?;
     if !ok {
-        admin.limiter.failed(ip);
         tracing::warn!(%ip, "admin: failed login");
         state
             .db

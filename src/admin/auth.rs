@@ -1,12 +1,14 @@
 //! Who may use the admin: one password (argon2), sessions in the database (the cookie carries a
 //! random token, the table only its SHA-256), a CSRF token per session checked on every form,
-//! and a limit on failed logins per client address.
+//! a limit on login attempts per client address, and a bound on password checks running at
+//! once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use actix_web::cookie::{Cookie, SameSite};
@@ -26,7 +28,7 @@ pub const SESSION_COOKIE: &str = "af_session";
 /// The login form's CSRF cookie (double submit: there is no session yet).
 pub const LOGIN_CSRF_COOKIE: &str = "af_login_csrf";
 
-/// Failed logins allowed per client address within [`LOGIN_WINDOW`].
+/// Login attempts allowed per client address within [`LOGIN_WINDOW`] (a success clears them).
 pub const LOGIN_MAX_FAILURES: usize = 5;
 pub const LOGIN_WINDOW: Duration = Duration::from_secs(15 * 60);
 
@@ -119,54 +121,191 @@ pub async fn resolve_password_hash(
     }
 }
 
-/// Failed logins per client address, in this process.
+/// Login attempts per client, in this process. An attempt is counted when it starts, before
+/// the password is checked, so parallel guesses cannot all pass the check; a successful login
+/// clears its client's count. Memory is bounded: expired attempts are dropped on every call
+/// (oldest first, from one time-ordered queue), and at most [`LOGIN_MAX_CLIENTS`] clients are
+/// tracked, the one whose oldest attempt is oldest giving way first.
 #[derive(Debug, Default)]
 pub struct LoginLimiter {
-    failures: Mutex<HashMap<IpAddr, Vec<Instant>>>,
+    inner: Mutex<LimiterState>,
+}
+
+/// Clients tracked at once by the limiter.
+pub const LOGIN_MAX_CLIENTS: usize = 10_000;
+
+#[derive(Debug, Default)]
+struct LimiterState {
+    /// Per client (its [`crate::proxy::limiter_key`]): the sequence numbers and times of its
+    /// attempts still in the window, oldest first.
+    clients: HashMap<IpAddr, VecDeque<(u64, Instant)>>,
+    /// Every counted attempt in order: (sequence, client, time).
+    queue: VecDeque<(u64, IpAddr, Instant)>,
+    next: u64,
+}
+
+impl LimiterState {
+    /// Drops what left the window; then, while over `max` clients (or `max` clients' worth of
+    /// attempts), the client with the oldest attempt.
+    fn prune(&mut self, now: Instant, max: usize) {
+        while let Some(&(seq, ip, at)) = self.queue.front() {
+            let expired = now.duration_since(at) >= LOGIN_WINDOW;
+            let over = self.clients.len() > max
+                || self.queue.len() > max.saturating_mul(LOGIN_MAX_FAILURES);
+            if !expired && !over {
+                break;
+            }
+            self.queue.pop_front();
+            let Some(list) = self.clients.get_mut(&ip) else {
+                continue;
+            };
+            // Entries of a client cleared since (a success, an eviction) match nothing.
+            if list.front().is_some_and(|(s, _)| *s == seq) {
+                if expired {
+                    list.pop_front();
+                } else {
+                    list.clear();
+                }
+                if list.is_empty() {
+                    self.clients.remove(&ip);
+                }
+            }
+        }
+    }
+
+    fn wait(list: &VecDeque<(u64, Instant)>, now: Instant) -> Option<Duration> {
+        (list.len() >= LOGIN_MAX_FAILURES).then(|| {
+            list.front().map_or(LOGIN_WINDOW, |(_, first)| {
+                LOGIN_WINDOW.saturating_sub(now.duration_since(*first))
+            })
+        })
+    }
 }
 
 impl LoginLimiter {
-    /// `Some(wait)` when `ip` has used up its attempts.
-    pub fn blocked(&self, ip: IpAddr) -> Option<Duration> {
-        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let list = map.entry(ip).or_default();
-        list.retain(|t| now.duration_since(*t) < LOGIN_WINDOW);
-        if list.len() >= LOGIN_MAX_FAILURES {
-            list.first()
-                .map(|first| LOGIN_WINDOW.saturating_sub(now.duration_since(*first)))
-        } else {
-            None
-        }
+    fn state(&self) -> std::sync::MutexGuard<'_, LimiterState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn failed(&self, ip: IpAddr) {
-        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(ip).or_default().push(Instant::now());
-        // Keep the table small under a spray of addresses.
-        if map.len() > 10_000 {
-            let now = Instant::now();
-            map.retain(|_, v| v.iter().any(|t| now.duration_since(*t) < LOGIN_WINDOW));
+    /// `Some(wait)` when `ip` has used up its attempts (nothing is counted).
+    pub fn blocked(&self, ip: IpAddr) -> Option<Duration> {
+        let now = Instant::now();
+        let mut st = self.state();
+        st.prune(now, LOGIN_MAX_CLIENTS);
+        st.clients
+            .get(&crate::proxy::limiter_key(ip))
+            .and_then(|list| LimiterState::wait(list, now))
+    }
+
+    /// Counts an attempt by `ip`, or refuses it with the wait when its attempts are used up.
+    pub fn attempt(&self, ip: IpAddr) -> Result<(), Duration> {
+        self.attempt_bounded(ip, LOGIN_MAX_CLIENTS)
+    }
+
+    fn attempt_bounded(&self, ip: IpAddr, max_clients: usize) -> Result<(), Duration> {
+        let key = crate::proxy::limiter_key(ip);
+        let now = Instant::now();
+        let mut st = self.state();
+        st.prune(now, max_clients);
+        if let Some(wait) = st
+            .clients
+            .get(&key)
+            .and_then(|list| LimiterState::wait(list, now))
+        {
+            return Err(wait);
         }
+        let seq = st.next;
+        st.next += 1;
+        st.clients.entry(key).or_default().push_back((seq, now));
+        st.queue.push_back((seq, key, now));
+        // A new client may have made one too many.
+        st.prune(now, max_clients);
+        Ok(())
     }
 
     pub fn succeeded(&self, ip: IpAddr) {
-        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&ip);
+        self.state().clients.remove(&crate::proxy::limiter_key(ip));
+    }
+
+    /// Clients tracked now (for tests and diagnostics).
+    pub fn tracked(&self) -> usize {
+        self.state().clients.len()
     }
 }
 
-/// The client address the limiter counts: the TCP peer (headers can be forged).
-pub fn client_ip(req: &HttpRequest) -> IpAddr {
-    req.peer_addr()
-        .map(|a| a.ip())
-        .unwrap_or(IpAddr::from([0, 0, 0, 0]))
+/// Password checks running at once. Each argon2 verification holds about 19 MiB (the
+/// default's memory cost), so a burst of logins must queue rather than exhaust a small VM.
+pub const LOGIN_VERIFY_CONCURRENCY: usize = 2;
+/// How long a login waits for a free verification slot before being told to try again.
+pub const LOGIN_VERIFY_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs argon2 verifications, at most [`LOGIN_VERIFY_CONCURRENCY`] at once, off the async
+/// workers; counts them (runs, and the most ever running together) for tests.
+#[derive(Debug)]
+pub struct PasswordGate {
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
+    running: std::sync::Arc<AtomicUsize>,
+    peak: std::sync::Arc<AtomicUsize>,
+    runs: AtomicU64,
 }
 
-/// Whether cookies must be `Secure`: configured, or the request came over TLS (directly or
-/// through a proxy that says so).
+impl Default for PasswordGate {
+    fn default() -> Self {
+        Self {
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(LOGIN_VERIFY_CONCURRENCY)),
+            running: Default::default(),
+            peak: Default::default(),
+            runs: AtomicU64::new(0),
+        }
+    }
+}
+
+impl PasswordGate {
+    /// Whether `password` matches `hash`; `Err(AdminError::Busy)` when no slot frees up in
+    /// time.
+    pub async fn verify(&self, password: String, hash: String) -> Result<bool, AdminError> {
+        let permit = tokio::time::timeout(LOGIN_VERIFY_WAIT, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| AdminError::Busy)?
+            .map_err(|_| AdminError::Busy)?;
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let running = self.running.clone();
+        let peak = self.peak.clone();
+        // The permit moves into the blocking task: a login whose client hangs up still holds
+        // its slot until argon2 is done with the memory.
+        web::block(move || {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let ok = verify_password(&password, &hash);
+            running.fetch_sub(1, Ordering::SeqCst);
+            drop(permit);
+            ok
+        })
+        .await
+        .map_err(|_| AdminError::Busy)
+    }
+
+    /// Verifications started since the process began.
+    pub fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// The most verifications ever running at the same moment.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// The client of an admin request: the TCP peer, or the client a trusted proxy forwards for
+/// (`[server] trusted_proxies`). Limits and audit entries use its address.
+pub fn client(admin: &Admin, req: &HttpRequest) -> crate::proxy::Client {
+    admin.proxies.client(req)
+}
+
+/// Whether cookies must be `Secure`: configured, or the client reached a trusted proxy over
+/// TLS (we do not terminate TLS ourselves).
 pub fn secure(admin: &Admin, req: &HttpRequest) -> bool {
-    admin.secure_cookies || req.connection_info().scheme() == "https"
+    admin.secure_cookies || client(admin, req).https
 }
 
 /// A cookie with the admin's attributes.
@@ -249,17 +388,76 @@ mod tests {
     }
 
     #[test]
-    fn the_limiter_blocks_after_the_allowed_failures() {
+    fn the_limiter_counts_attempts_before_the_password_is_checked() {
         let l = LoginLimiter::default();
         let ip = IpAddr::from([10, 0, 0, 1]);
         for _ in 0..LOGIN_MAX_FAILURES {
             assert!(l.blocked(ip).is_none());
-            l.failed(ip);
+            assert!(l.attempt(ip).is_ok());
         }
+        // The next attempt is refused before any password is looked at.
         assert!(l.blocked(ip).is_some());
+        assert!(l.attempt(ip).is_err());
         assert!(l.blocked(IpAddr::from([10, 0, 0, 2])).is_none());
         l.succeeded(ip);
         assert!(l.blocked(ip).is_none());
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
+    }
+
+    #[test]
+    fn the_limiter_never_tracks_more_than_its_bound() {
+        let l = LoginLimiter::default();
+        for i in 0..500u32 {
+            assert!(
+                l.attempt_bounded(IpAddr::from(i.to_be_bytes()), 100)
+                    .is_ok()
+            );
+            assert!(l.tracked() <= 100, "{} clients tracked", l.tracked());
+        }
+        assert!(l.state().queue.len() <= 100 * LOGIN_MAX_FAILURES);
+        // The newest clients are the ones kept, with their counts.
+        let last = IpAddr::from(499u32.to_be_bytes());
+        for _ in 1..LOGIN_MAX_FAILURES {
+            assert!(l.attempt_bounded(last, 100).is_ok());
+        }
+        assert!(l.attempt_bounded(last, 100).is_err());
+        // A client cleared by a success and coming back is counted afresh, not by its old
+        // entries still in the queue.
+        let again = IpAddr::from(498u32.to_be_bytes());
+        l.succeeded(again);
+        for _ in 0..LOGIN_MAX_FAILURES {
+            assert!(l.attempt_bounded(again, 100).is_ok());
+        }
+        assert!(l.attempt_bounded(again, 100).is_err());
+        // One IPv6 /64 is one client.
+        let a: IpAddr = "2001:db8:0:1::1".parse().expect("v6");
+        let b: IpAddr = "2001:db8:0:1::2".parse().expect("v6");
+        for _ in 0..LOGIN_MAX_FAILURES {
+            assert!(l.attempt(a).is_ok());
+        }
+        assert!(l.attempt(b).is_err());
+    }
+
+    #[test]
+    fn expired_attempts_are_dropped_on_every_call() {
+        let mut st = LimiterState::default();
+        let long_ago = Instant::now()
+            .checked_sub(LOGIN_WINDOW + Duration::from_secs(1))
+            .expect("an instant 15 minutes back");
+        for i in 0..50u32 {
+            let ip = IpAddr::from(i.to_be_bytes());
+            st.clients
+                .entry(ip)
+                .or_default()
+                .push_back((u64::from(i), long_ago));
+            st.queue.push_back((u64::from(i), ip, long_ago));
+        }
+        st.next = 50;
+        let l = LoginLimiter {
+            inner: Mutex::new(st),
+        };
+        assert!(l.blocked(IpAddr::from([192, 0, 2, 1])).is_none());
+        assert_eq!(l.tracked(), 0);
+        assert!(l.state().queue.is_empty());
     }
 }

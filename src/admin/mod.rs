@@ -96,6 +96,10 @@ impl AdminConfig {
 pub struct Admin {
     pub password_hash: String,
     pub limiter: auth::LoginLimiter,
+    /// Bounds the argon2 verifications running at once.
+    pub password_gate: auth::PasswordGate,
+    /// `[server] trusted_proxies`: whose forwarding headers name the real client.
+    pub proxies: crate::proxy::TrustedProxies,
     pub secure_cookies: bool,
     pub session_ttl: Duration,
     pub reconcile_interval: Option<Duration>,
@@ -133,6 +137,9 @@ impl Admin {
         Ok(Admin {
             password_hash,
             limiter: auth::LoginLimiter::default(),
+            password_gate: auth::PasswordGate::default(),
+            proxies: crate::proxy::TrustedProxies::parse(&settings.server.trusted_proxies)
+                .map_err(|e| anyhow::anyhow!("[server] trusted_proxies: {e}"))?,
             secure_cookies: cfg.secure_cookies,
             session_ttl: cfg.session_ttl,
             reconcile_interval: cfg.reconcile_interval,

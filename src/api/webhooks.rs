@@ -58,7 +58,7 @@ pub struct Sender {
 impl std::fmt::Debug for Sender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sender")
-            .field("url", &crate::config::redact_url(&self.url))
+            .field("url", &crate::config::url_for_log(&self.url))
             .finish_non_exhaustive()
     }
 }
@@ -90,7 +90,7 @@ impl Sender {
 
     /// Delivers due webhooks until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
-        info!(url = %crate::config::redact_url(&self.url), "merchant webhooks: sender started");
+        info!(url = %crate::config::url_for_log(&self.url), "merchant webhooks: sender started");
         while !token.is_cancelled() {
             let worked = match self.deliver_next().await {
                 Ok(w) => w,
@@ -158,7 +158,8 @@ impl Sender {
                 return Ok(true);
             }
             Ok(r) => format!("HTTP {}", r.status().as_u16()),
-            Err(e) => format!("delivery failed: {e}"),
+            // Without the URL: its query may carry the merchant's token (logged and stored).
+            Err(e) => format!("delivery failed: {}", e.without_url()),
         };
         let done = usize::try_from(w.attempts).unwrap_or(usize::MAX);
         match self.retry.get(done.saturating_sub(1)) {

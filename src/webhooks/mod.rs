@@ -5,6 +5,7 @@
 //! bytes received. A 2xx is sent only once the delivery is durably stored.
 
 pub mod mercadopago;
+pub mod replay;
 pub mod signature;
 pub mod stripe;
 
@@ -219,38 +220,66 @@ async fn mercadopago_webhook(
 ) -> Result<HttpResponse, WebhookError> {
     let mp = &state.settings.mercadopago;
     let request_id = header(&req, "x-request-id");
-    signature::verify_mercadopago(
+    // The query's data.id is the signed part of the manifest; the body is not signed, so its
+    // data.id is never used in its place.
+    let Some(data_id) = query.data_id.clone().filter(|d| !d.is_empty()) else {
+        return Err(WebhookError::MissingDataId);
+    };
+    let now = Utc::now().timestamp();
+    let ts = signature::verify_mercadopago(
         header(&req, "x-signature"),
         request_id,
-        query.data_id.as_deref(),
+        Some(&data_id),
         mp.webhook_secret.as_ref().map(|s| s.expose()),
         mp.tolerance_seconds,
-        Utc::now().timestamp(),
+        now,
     )?;
-    let n = match mercadopago::Notification::parse(&body) {
+    let manifest = signature::mp_manifest(Some(&data_id), request_id, &ts.to_string());
+    let Some(claim) = state.mp_replay.claim(manifest, ts, now) else {
+        return Err(WebhookError::Replayed {
+            request_id: request_id.unwrap_or("").to_owned(),
+            ts,
+        });
+    };
+    let outcome = mercadopago_notification(&req, &body, &query, &state, request_id, data_id).await;
+    if outcome.is_ok() {
+        claim.keep();
+    }
+    outcome
+}
+
+/// A verified, first-seen Mercado Pago notification: stored, then its payment fetched.
+async fn mercadopago_notification(
+    req: &HttpRequest,
+    body: &[u8],
+    query: &MpQuery,
+    state: &AppState,
+    request_id: Option<&str>,
+    data_id: String,
+) -> Result<HttpResponse, WebhookError> {
+    let n = match mercadopago::Notification::parse(body) {
         Ok(n) => n,
         Err(reason) => {
-            return Err(malformed(&state, mercadopago::PROVIDER, &req, &body, reason).await);
+            return Err(malformed(state, mercadopago::PROVIDER, req, body, reason).await);
         }
     };
     let kind = query.kind.clone().unwrap_or_else(|| n.kind().to_owned());
-    let data_id = query.data_id.clone().or_else(|| n.data_id());
-    let key = n.event_key(data_id.as_deref(), request_id);
+    let key = n.event_key(Some(&data_id), request_id);
     tracing::Span::current()
         .record("event_id", key.as_str())
-        .record("data_id", data_id.as_deref().unwrap_or(""));
+        .record("data_id", data_id.as_str());
     let mut row = event(
         mercadopago::PROVIDER,
         key.clone(),
         kind.clone(),
         "ignored",
-        &req,
-        &body,
+        req,
+        body,
     );
     row.livemode = n.live_mode;
     row.api_version = n.api_version.clone();
     row.account = n.user_id.as_ref().map(ToString::to_string);
-    row.payment_ref = data_id.clone();
+    row.payment_ref = Some(data_id.clone());
     if kind != "payment" {
         row.reason = Some(format!("notification type {kind:?} is not invoiced"));
         let inserted = state.db.record_event(&row).await?;
@@ -263,20 +292,10 @@ async fn mercadopago_webhook(
             serde_json::json!({}),
         ));
     }
-    let Some(data_id) = data_id else {
-        return Err(malformed(
-            &state,
-            mercadopago::PROVIDER,
-            &req,
-            &body,
-            "payment notification without data.id".into(),
-        )
-        .await);
-    };
     // Stored first: from here on the notification cannot be lost, whatever the API does.
     row.status = "pending_fetch".into();
     row.next_attempt_at =
-        Some(Utc::now() + chrono::Duration::seconds(retry_delay_seconds(&state, 0)));
+        Some(Utc::now() + chrono::Duration::seconds(retry_delay_seconds(state, 0)));
     let id = match state.db.record_event(&row).await? {
         Some(id) => id,
         None => match state.db.event_status(mercadopago::PROVIDER, &key).await? {
@@ -292,7 +311,7 @@ async fn mercadopago_webhook(
         livemode: n.live_mode,
         attempts: 0,
     };
-    let outcome = resolve(&state, &pending).await?;
+    let outcome = resolve(state, &pending).await?;
     Ok(ack(outcome, serde_json::json!({})))
 }
 

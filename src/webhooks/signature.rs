@@ -137,7 +137,7 @@ pub fn mp_sign(secret: &str, data_id: Option<&str>, request_id: Option<&str>, ts
 
 /// Verifies an `x-signature` header (`ts=…,v1=…`). `data_id` is the `data.id` query parameter:
 /// tried as received, then lowercased (the casing is disputed, §4.2). `ts` may be seconds or
-/// milliseconds (§4.3); with `tolerance` > 0 an older `ts` is refused.
+/// milliseconds (§4.3); with `tolerance` > 0 an older `ts` is refused. Returns `ts` in seconds.
 pub fn verify_mercadopago(
     header: Option<&str>,
     request_id: Option<&str>,
@@ -145,7 +145,7 @@ pub fn verify_mercadopago(
     secret: Option<&str>,
     tolerance: i64,
     now: i64,
-) -> Result<(), SignatureError> {
+) -> Result<i64, SignatureError> {
     const H: &str = "x-signature";
     let secret = secret.ok_or(SignatureError::NoSecret("Mercado Pago"))?;
     let header = header.ok_or(SignatureError::MissingHeader(H))?;
@@ -194,7 +194,7 @@ pub fn verify_mercadopago(
             "Mercado Pago signature timestamp is more than 15 minutes away"
         );
     }
-    Ok(())
+    Ok(seconds)
 }
 
 #[cfg(test)]
@@ -361,7 +361,7 @@ mod tests {
             let h = format!("ts=1704908010,v1={v1}");
             assert_eq!(
                 verify_mercadopago(Some(&h), Some(MP_REQ), id, Some(MP_SECRET), 0, 1704908010),
-                Ok(())
+                Ok(1704908010)
             );
         }
     }
@@ -372,7 +372,7 @@ mod tests {
         let id = Some("ORD01JQ4S4KY8HWQ6NA5PXB65B3D3");
         assert_eq!(
             verify_mercadopago(Some(h), Some(MP_REQ), id, Some(MP_SECRET), 0, 1704908010),
-            Ok(())
+            Ok(1704908010)
         );
         assert_eq!(
             verify_mercadopago(Some(h), Some(MP_REQ), id, Some("other"), 0, 1704908010),
@@ -394,7 +394,7 @@ mod tests {
                 60,
                 1704908030
             ),
-            Ok(())
+            Ok(1704908010)
         );
         assert!(matches!(
             verify_mercadopago(
@@ -416,7 +416,7 @@ mod tests {
                 0,
                 1804908200
             ),
-            Ok(())
+            Ok(1704908010)
         );
         assert_eq!(
             verify_mercadopago(None, Some(MP_REQ), Some("1"), Some(MP_SECRET), 0, 0),

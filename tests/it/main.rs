@@ -6,7 +6,8 @@
 //! - `cfdi`, `cfdi_props`: the engine against the SAT's XSD, XSLT and an independent verifier.
 //! - `webhooks`, `api`, `worker`, `pac`, `admin`, `admin_e2e`: each part through the real server.
 //! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them.
-//! - `security`, `fuzz_regressions`: what faces the internet, and the parsers' saved crash inputs.
+//! - `security`, `internet`, `fuzz_regressions`: what faces the internet (routes, limits,
+//!   proxies, listeners, TLS), and the parsers' saved crash inputs.
 
 #[macro_use]
 mod support;
@@ -18,6 +19,7 @@ mod cfdi;
 mod cfdi_props;
 mod cli_e2e;
 mod fuzz_regressions;
+mod internet;
 mod pac;
 mod secrets_in_logs;
 mod security;

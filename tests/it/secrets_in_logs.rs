@@ -2,10 +2,12 @@
 //! distinctive secrets configured: `autofactura pac-sim` as the PAC (user and password), `serve`
 //! with Stripe and Mercado Pago webhook secrets, a Mercado Pago access token (the payment API is
 //! a stand-in in this test that checks the token arrives), a CSD whose key is encrypted with its
-//! own password, and an admin password. Signed webhooks from `send-test-webhook`, badly signed
-//! ones, the workers stamping, an admin login and a cancellation all run; then every line the
-//! processes wrote (stdout and stderr) is searched for each secret, raw and trivially encoded.
-//! On PostgreSQL the database role's password is one of the secrets too.
+//! own password, an admin password, an API key, and the merchant's webhook secret and webhook
+//! URL (a token in its query). Signed webhooks from `send-test-webhook`, badly signed ones, the
+//! workers stamping, an admin login and a cancellation, an invoice through the API (and a wrong
+//! key) and its webhook to the merchant (the first delivery failing) all run; then every line
+//! the processes wrote (stdout and stderr) is searched for each secret, raw and trivially
+//! encoded. On PostgreSQL the database role's password is one of the secrets too.
 
 use crate::support::pg;
 
@@ -32,6 +34,13 @@ const SECRETS: &[(&str, &str)] = &[
     ("csd password", "csdpw_LEAKCHECK_9b2e71c3"),
     ("admin password", "adminpw LEAKCHECK 4a8c5e"),
     ("pac password", "pacpw_LEAKCHECK_e3d5f0b7"),
+    // Standard Webhooks form (`whsec_` + base64) of the key below.
+    (
+        "merchant webhook secret",
+        "whsec_TEVBS0NIRUNLX21lcmNoYW50X3doc2VjXzhkMmY=",
+    ),
+    ("merchant webhook key", "LEAKCHECK_merchant_whsec_8d2f"),
+    ("merchant webhook URL token", "urltok_LEAKCHECK_61c0"),
 ];
 
 fn secret(name: &str) -> &'static str {
@@ -86,6 +95,37 @@ fn run(dir: &Path, log: &Path, args: &[&str]) -> Output {
     out
 }
 
+/// Header names (lower case) and values.
+type Headers = Vec<(String, String)>;
+
+/// One HTTP/1.1 request from `s`: its request line, headers and body (by `Content-Length`).
+fn read_request(s: &TcpStream) -> Option<(String, Headers, Vec<u8>)> {
+    let mut reader = BufReader::new(s.try_clone().ok()?);
+    let mut first = String::new();
+    reader.read_line(&mut first).ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    let length = header(&headers, "content-length").map_or(0, |v| v.parse().unwrap_or(0));
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((first, headers, body))
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 /// A stand-in for Mercado Pago's `GET /v1/payments/{id}`: the sandbox's approved payment for
 /// any id; records the `Authorization` headers it receives.
 fn fake_mercadopago() -> (String, Arc<Mutex<Vec<String>>>) {
@@ -96,21 +136,11 @@ fn fake_mercadopago() -> (String, Arc<Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { continue };
-            let mut reader = BufReader::new(s.try_clone().expect("clone"));
-            let mut first = String::new();
-            if reader.read_line(&mut first).is_err() {
+            let Some((first, headers, _)) = read_request(&s) else {
                 continue;
-            }
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((k, v)) = line.split_once(':')
-                    && k.eq_ignore_ascii_case("authorization")
-                {
-                    seen2.lock().unwrap().push(v.trim().to_owned());
-                }
+            };
+            if let Some(auth) = header(&headers, "authorization") {
+                seen2.lock().unwrap().push(auth.to_owned());
             }
             let id = first
                 .split_whitespace()
@@ -178,7 +208,14 @@ fn healthy(port: u16) -> bool {
 }
 
 /// The `[…]` tables of the settings file, every secret in its place.
-fn settings(port: u16, database_url: &str, mp_api: &str, pac_url: &str, dir: &Path) -> String {
+fn settings(
+    port: u16,
+    database_url: &str,
+    mp_api: &str,
+    pac_url: &str,
+    merchant: &str,
+    dir: &Path,
+) -> String {
     let (cer, key) = csd_key_with_password(dir);
     format!(
         r#"[server]
@@ -203,6 +240,10 @@ user = "leakcheck"
 password = "{pac}"
 [admin]
 password = "{admin}"
+[api]
+webhook_url = "{merchant}/hooks?token={url_token}"
+webhook_secret = "{whsec}"
+webhook_retry_seconds = [1, 1, 1, 1, 1]
 "#,
         stripe = secret("stripe webhook secret"),
         mp = secret("mercadopago webhook secret"),
@@ -212,7 +253,38 @@ password = "{admin}"
         csd = secret("csd password"),
         pac = secret("pac password"),
         admin = secret("admin password"),
+        url_token = secret("merchant webhook URL token"),
+        whsec = secret("merchant webhook secret"),
     )
+}
+
+/// A stand-in for the merchant's webhook endpoint: drops the first request unanswered (a
+/// failed delivery, retried), answers 200 to the others; the events it received.
+fn fake_merchant() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut s) = stream else { continue };
+            let Some((_, _, body)) = read_request(&s) else {
+                continue;
+            };
+            if n == 0 {
+                continue;
+            }
+            seen2
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&body).into_owned());
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    (base, seen)
 }
 
 /// Starts `autofactura pac-sim` accepting the test's PAC credentials; its URL.
@@ -339,6 +411,7 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
     let dir = dir.path();
     let log = dir.join("all.log");
     let (mp_api, mp_auth) = fake_mercadopago();
+    let (merchant, merchant_seen) = fake_merchant();
     let (_sim, pac_url) = start_pac_sim(dir, &log);
     let config = dir.join("autofactura.toml");
     let config = config.to_str().expect("utf-8").to_owned();
@@ -348,7 +421,7 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
         let port = free_port();
         std::fs::write(
             &config,
-            settings(port, database_url, &mp_api, &pac_url, dir),
+            settings(port, database_url, &mp_api, &pac_url, &merchant, dir),
         )
         .expect("settings");
         let mut serve = Proc(
@@ -484,6 +557,66 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
         assert!(Instant::now() < deadline, "not cancelled:\n{page}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+
+    // The API: a key (shown once on stdout, the one place it may appear, so not logged here),
+    // an invoice with it, a wrong key; the merchant webhook of the stamp, after one failure.
+    let out = autofactura(dir, &log)
+        .stdout(Stdio::piped())
+        .args([
+            "api-key",
+            "create",
+            "--config",
+            &config,
+            "--name",
+            "leakcheck",
+        ])
+        .output()
+        .expect("api-key create");
+    assert!(out.status.success(), "api-key create failed");
+    let api_key = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .expect("the key")
+        .trim()
+        .to_owned();
+    assert!(api_key.starts_with("afk_"), "not a key: {api_key:?}");
+    let invoice = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/api/invoice.json"),
+    )
+    .expect("fixture");
+    let r = http
+        .post(format!("{base}/v1/invoices"))
+        .bearer_auth(&api_key)
+        .header("Content-Type", "application/json")
+        .header("Idempotency-Key", "leakcheck-1")
+        .body(invoice.clone())
+        .send()
+        .await
+        .expect("api invoice");
+    let (status, text) = (r.status().as_u16(), r.text().await.unwrap_or_default());
+    assert!(status == 201 || status == 202, "{status} {text}");
+    let r = http
+        .post(format!("{base}/v1/invoices"))
+        .bearer_auth(format!("{api_key}x"))
+        .header("Content-Type", "application/json")
+        .body(invoice)
+        .send()
+        .await
+        .expect("wrong key");
+    assert_eq!(r.status(), 401);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !merchant_seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|b| b.contains("invoice.stamped"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the merchant never got invoice.stamped"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let session = admin
         .cookies
         .iter()
@@ -499,6 +632,9 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
         "stripe payment",
         "mercadopago payment",
         "/admin/login",
+        "api invoice queued",
+        "merchant webhook will be retried",
+        "merchant webhook delivered",
     ] {
         assert!(
             text.contains(expected),
@@ -511,6 +647,7 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
         .map(|(n, s)| (*n, (*s).to_owned()))
         .collect();
     secrets.push(("admin session token", session));
+    secrets.push(("api key", api_key));
     secrets.push(("admin CSRF token", csrf));
     for (name, value) in &secrets {
         for (form, needle) in encodings(value) {

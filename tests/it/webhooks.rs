@@ -613,6 +613,111 @@ async fn mercadopago_bad_signature_is_refused(b: Backend) {
     assert!(app.events().await.is_empty());
 }
 
+/// A Mercado Pago delivery with the headers given as is.
+async fn post_mp(
+    app: &TestApp,
+    query: &str,
+    ts: &str,
+    request_id: &str,
+    v1: &str,
+    body: &str,
+) -> (u16, Value) {
+    json_of(
+        app.http
+            .post(format!("{}/webhooks/mercadopago{query}", app.address))
+            .header("x-signature", format!("ts={ts},v1={v1}"))
+            .header("x-request-id", request_id)
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await
+}
+
+/// Correctly signed, yet refused with nothing stored: a `ts` older than the tolerance, a
+/// notification without the signed `?data.id=`, and a replay of a delivery already received
+/// (even with the unsigned body edited so the event id looks new). A good one still works.
+async fn mercadopago_stale_replayed_or_unsigned_notifications_are_refused(b: Backend) {
+    let mp = fake_mp().await;
+    let Some(app) = spawn_with_mp(b, &mp).await else {
+        return;
+    };
+    let tolerance = app.settings.mercadopago.tolerance_seconds;
+    assert!(tolerance > 0, "a tolerance by default");
+    let now = chrono::Utc::now().timestamp();
+    let secret = support::MP_SECRET;
+    // Older than the tolerance.
+    let old = (now - tolerance - 60).to_string();
+    let v1 = signature::mp_sign(secret, Some("5466310457"), Some("r-old"), &old);
+    let (s, body) = post_mp(
+        &app,
+        "?data.id=5466310457&type=payment",
+        &old,
+        "r-old",
+        &v1,
+        &mp_notification("n-old", "5466310457"),
+    )
+    .await;
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (400, Some("stale_timestamp")),
+        "{body}"
+    );
+    // Signed without data.id (the body's is not signed): refused.
+    let ts = now.to_string();
+    let v1 = signature::mp_sign(secret, None, Some("r-noid"), &ts);
+    let (s, body) = post_mp(
+        &app,
+        "?type=payment",
+        &ts,
+        "r-noid",
+        &v1,
+        &mp_notification("n-noid", "5466310457"),
+    )
+    .await;
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (400, Some("missing_data_id")),
+        "{body}"
+    );
+    assert!(
+        body["reason"].as_str().unwrap_or("").contains("data.id"),
+        "{body}"
+    );
+    assert!(app.events().await.is_empty(), "nothing stored");
+    assert!(app.invoices().await.is_empty());
+    // A good one.
+    let v1 = signature::mp_sign(secret, Some("5466310457"), Some("r-1"), &ts);
+    let good = mp_notification("n-1", "5466310457");
+    let query = "?data.id=5466310457&type=payment";
+    let (s, ack) = post_mp(&app, query, &ts, "r-1", &v1, &good).await;
+    assert_eq!(
+        (s, ack["outcome"].as_str()),
+        (200, Some("invoice_queued")),
+        "{ack}"
+    );
+    // The same delivery again, and again with the body's notification id edited.
+    for body in [good.clone(), mp_notification("n-forged", "5466310457")] {
+        let (s, refused) = post_mp(&app, query, &ts, "r-1", &v1, &body).await;
+        assert_eq!(
+            (s, refused["error"].as_str()),
+            (409, Some("replayed")),
+            "{refused}"
+        );
+    }
+    assert_eq!(app.events().await.len(), 1, "the replays stored nothing");
+    assert_eq!(app.invoices().await.len(), 1);
+    // A new delivery (new x-request-id) of the same notification is a redelivery, as before.
+    let v1 = signature::mp_sign(secret, Some("5466310457"), Some("r-2"), &ts);
+    let (s, ack) = post_mp(&app, query, &ts, "r-2", &v1, &good).await;
+    assert_eq!(
+        (s, ack["outcome"].as_str()),
+        (200, Some("duplicate")),
+        "{ack}"
+    );
+}
+
 on_both_backends!(
     a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row,
     a_redelivery_answers_200_and_writes_nothing_new,
@@ -629,4 +734,5 @@ on_both_backends!(
     mercadopago_approved_payment_is_fetched_and_invoiced,
     mercadopago_notification_is_kept_when_the_api_is_down_and_resolved_by_the_retry,
     mercadopago_bad_signature_is_refused,
+    mercadopago_stale_replayed_or_unsigned_notifications_are_refused,
 );

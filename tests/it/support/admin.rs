@@ -29,6 +29,8 @@ pub struct Browser {
     /// Raw `Set-Cookie` headers seen, for attribute checks.
     pub set_cookies: Mutex<Vec<String>>,
     pub forwarded_proto: Option<String>,
+    /// More headers on every request (`Fly-Client-IP`, `X-Forwarded-For`).
+    pub headers: Vec<(String, String)>,
 }
 
 pub struct Page {
@@ -56,7 +58,7 @@ pub fn hidden(body: &str, name: &str) -> Option<String> {
 impl Browser {
     pub fn new(app: &TestApp) -> Self {
         Browser {
-            base: app.address.clone(),
+            base: app.admin_address.clone(),
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
@@ -64,6 +66,7 @@ impl Browser {
             cookies: Mutex::new(BTreeMap::new()),
             set_cookies: Mutex::new(Vec::new()),
             forwarded_proto: None,
+            headers: Vec::new(),
         }
     }
 
@@ -113,6 +116,9 @@ impl Browser {
             .header("Cookie", self.cookie_header());
         if let Some(p) = &self.forwarded_proto {
             b = b.header("X-Forwarded-Proto", p);
+        }
+        for (k, v) in &self.headers {
+            b = b.header(k, v);
         }
         b
     }

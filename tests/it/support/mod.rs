@@ -25,6 +25,9 @@ pub enum Backend {
 
 pub struct TestApp {
     pub address: String,
+    /// Where `/admin` and `/v1` are served: `address` unless `[admin] listen` is set.
+    pub admin_address: String,
+    pub admin: actix_web::web::Data<autofactura::admin::Admin>,
     pub db: Db,
     pub state: actix_web::web::Data<AppState>,
     pub settings: Settings,
@@ -37,6 +40,16 @@ pub struct TestApp {
 /// Spawns the app on `backend` with `tweak` applied to the settings file text. `None` (after a
 /// loud SKIP line) when PostgreSQL is asked for but AUTOFACTURA_TEST_DATABASE_URL is unset.
 pub async fn spawn_app_with(backend: Backend, extra_toml: &str) -> Option<TestApp> {
+    spawn_app_with_env(backend, extra_toml, &[]).await
+}
+
+/// As [`spawn_app_with`], with `AUTOFACTURA__…` overrides in `env` (e.g. a `[server]` key the
+/// settings text already has a table for).
+pub async fn spawn_app_with_env(
+    backend: Backend,
+    extra_toml: &str,
+    env: &[(&str, &str)],
+) -> Option<TestApp> {
     let dir = tempfile::tempdir().expect("temp dir");
     let (url, pg_db) = match backend {
         Backend::Sqlite => (
@@ -81,16 +94,24 @@ pub async fn spawn_app_with(backend: Backend, extra_toml: &str) -> Option<TestAp
     );
     let config_file = dir.path().join("autofactura.toml");
     std::fs::write(&config_file, &text).expect("write config");
-    let settings = Settings::from_parts(Some(&text), &[]).expect("test settings");
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let settings = Settings::from_parts(Some(&text), &env).expect("test settings");
     let app = Application::build(settings.clone())
         .await
         .expect("build app");
     let address = format!("http://127.0.0.1:{}", app.port());
+    let admin_address = format!("http://127.0.0.1:{}", app.admin_port());
+    let admin = app.admin();
     let state = app.state();
     let db = state.db.clone();
     tokio::spawn(app.run_until_stopped());
     Some(TestApp {
         address,
+        admin_address,
+        admin,
         db,
         state,
         settings,
