@@ -26,7 +26,7 @@
 //! so its window closes while nobody knows whether it was stamped. Both must end with the one
 //! stamp recorded.
 //!
-//! The instances run with time compressed (5 s leases, backoff capped at 2 s, 12 attempts
+//! The instances run with time compressed (5 s leases, backoff capped at 2 s, 10 attempts
 //! before a dead letter) so a run takes about a minute; periodic reconciliation is off, so the
 //! worker path alone has to get every count right.
 
@@ -125,7 +125,7 @@ lease_seconds = 5
 idle_poll_ms = 200
 backoff_base_seconds = 1
 backoff_cap_seconds = 2
-max_attempts = 12
+max_attempts = 10
 shutdown_grace_seconds = 2
 
 [admin]
@@ -165,8 +165,10 @@ impl Cast {
 struct Schedule {
     sim_kill_at: Duration,
     outage: (Duration, Duration),
-    /// Long enough for a row whose answer was lost early in it to use up its 12 attempts
-    /// (about 17 s at the compressed backoff) while its outcome is unknown.
+    /// Long enough for a row whose answer was lost early in it to use up its 10 attempts
+    /// (about 20 s at the compressed backoff, with claims and kills) while its outcome is
+    /// unknown. Rows the PAC definitely did not process (5xx, 429, the outage) are not held by
+    /// it, so they stay far from 10.
     recover_outage: (Duration, Duration),
 }
 
