@@ -132,7 +132,8 @@ impl Rig {
             let row = self.row(key).await;
             assert!(
                 matches!(row.state.as_str(), "unknown" | "stamping"),
-                "an unresolved outcome must stay unknown: {row:?}"
+                "an unresolved outcome must stay unknown: {}",
+                brief(&row)
             );
             let log = self.app.db.attempts_of(row.id).await.expect("attempts");
             let asks = log.iter().filter(|a| a.outcome == "unresolved").count();
@@ -141,7 +142,8 @@ impl Rig {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "only {asks} unanswered questions: {row:?}"
+                "only {asks} unanswered questions: {}",
+                brief(&row)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -178,11 +180,20 @@ impl Rig {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "row never reached {state}: {row:?}"
+                "row never reached {state}: {}",
+                brief(&row)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// A row without its XML, for failure messages.
+fn brief(r: &OutboxStatus) -> String {
+    format!(
+        "#{} {} attempts={} uuid={:?} code={:?} message={:?} run_at={}",
+        r.id, r.state, r.attempts, r.uuid, r.last_error_code, r.last_error_message, r.run_at
+    )
 }
 
 fn now() -> i64 {
