@@ -163,7 +163,7 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
     })
 }
 
-/// Outbox state (and error code) → API status.
+/// Outbox state → API status (`failed` only for a definite non-stamp).
 pub fn api_status(state: &str) -> &'static str {
     match state {
         "stamped" => "stamped",
