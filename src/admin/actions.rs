@@ -205,14 +205,21 @@ pub async fn retry(
         .document(id)
         .await?
         .ok_or_else(|| AdminError::NotFound(format!("no document #{id}")))?;
-    if !state.db.retry_failed(id, &session.actor).await? {
+    let Some(done) = state.db.retry_document(id, &session.actor).await? else {
         return Err(AdminError::Refused(format!(
-            "document #{id} is {}: only documents the PAC rejected (failed) are retried",
+            "document #{id} is {}: only documents the PAC rejected (failed) or whose outcome is unknown are retried",
             d.state
         )));
-    }
+    };
+    tracing::info!(outbox_id = id, actor = %session.actor, what = done, "admin: retry");
+    // A failed row with an unanswered last call, or an unknown one, is asked for first.
+    let notice = if done.starts_with("failed → pending") {
+        "retried"
+    } else {
+        "asked"
+    };
     Ok(see_other(format!(
-        "/admin/payments/{}?notice=retried#doc-{id}",
+        "/admin/payments/{}?notice={notice}#doc-{id}",
         d.payment_id
     )))
 }
@@ -242,13 +249,18 @@ pub async fn bulk_retry(
     }
     let mut skipped = Vec::new();
     for id in &ids {
-        if !state.db.retry_failed(*id, &session.actor).await? {
+        if state
+            .db
+            .retry_document(*id, &session.actor)
+            .await?
+            .is_none()
+        {
             skipped.push(id.to_string());
         }
     }
     if !skipped.is_empty() && skipped.len() == ids.len() {
         return Err(AdminError::Refused(format!(
-            "none of the selected documents is failed any more (#{})",
+            "none of the selected documents is failed or unknown any more (#{})",
             skipped.join(", #")
         )));
     }
@@ -461,7 +473,8 @@ pub async fn refreeze(
         let key = StampKey::parse(&d.stamp_key)
             .map_err(|e| AdminError::Refused(format!("stored stamp key: {e}")))?;
         let started = Instant::now();
-        let recovery = admin.pac.recover_by_key(sealed, &key).await;
+        let log = crate::worker::DbRouteLog { db: &state.db };
+        let recovery = admin.pac.recover_logged(sealed, &key, &log).await;
         let by = format!("admin:{}", session.actor);
         let (outcome, message, uuid) = match &recovery {
             Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),

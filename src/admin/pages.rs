@@ -46,7 +46,12 @@ fn notice_text(key: &str) -> Option<&'static str> {
         "retried" => {
             "Sent back to the queue with the same frozen bytes and key; a worker will stamp it."
         }
-        "bulk_retried" => "The selected rejected documents were sent back to the queue.",
+        "asked" => {
+            "Its outcome at the PAC is unknown: a worker asks the PAC now, by the same key, and sends nothing before it answers."
+        }
+        "bulk_retried" => {
+            "The selected documents were sent back to the queue (those whose outcome is unknown are asked for first)."
+        }
         "cancel_requested" => {
             "Cancellation request frozen; a worker sends it to the PAC and follows its status."
         }
@@ -421,7 +426,7 @@ impl RowView {
                 }
                 _ => String::new(),
             },
-            retryable: r.state == "failed" && r.outbox_id.is_some(),
+            retryable: (r.state == "failed" || r.state == "unknown") && r.outbox_id.is_some(),
             payment_row: r.payment_row,
             outbox_id: r.outbox_id,
             provider: r.provider,
@@ -454,6 +459,10 @@ pub const TABS: &[Tab] = &[
     Tab {
         key: "failed",
         label: "Failed",
+    },
+    Tab {
+        key: "unresolved",
+        label: "Unresolved",
     },
     Tab {
         key: "duplicates",
@@ -547,6 +556,7 @@ pub async fn invoices(
     let view = match view_key.as_str() {
         "pending" => ListView::Pending,
         "failed" => ListView::Failed,
+        "unresolved" => ListView::Unresolved,
         "expired" => ListView::Expired,
         "stamped" => ListView::Stamped,
         "global" => ListView::AwaitingGlobal,
@@ -831,7 +841,7 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
         .map(ActionView::of);
     let (label, class) = state_label(&d.state);
     Ok(DocView {
-        can_retry: d.state == "failed",
+        can_retry: d.state == "failed" || d.state == "unknown",
         can_cancel: d.state == "stamped" && d.uuid.is_some() && !live_cancel,
         can_refreeze: matches!(d.state.as_str(), "failed" | "expired") && d.uuid.is_none(),
         id: d.id,

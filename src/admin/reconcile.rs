@@ -1,7 +1,10 @@
 //! Reconciliation: what the PAC holds for our keys and our RFC, compared with our records.
 //!
-//! - Every sealed generation whose outcome is open (a row `unknown` or `expired` without a
-//!   UUID, and every archived generation) is asked for by key. A stamp found for the current
+//! - Every sealed generation whose outcome may be open (a row `unknown`, or `expired` without a
+//!   UUID, and every archived generation) is asked for by key. `failed` rows are left out: the
+//!   worker only ever fails a document the PAC definitely did not stamp (an unresolved outcome
+//!   stays `unknown`, however long), so there is nothing to find. An `unknown` row past its
+//!   asking period is asked here too, on every periodic run, until the PAC answers. A stamp found for the current
 //!   generation of a row without a UUID is **adopted** into the row and flagged; a stamp found
 //!   for another generation of a row that carries a different UUID is a **duplicate**: two live
 //!   UUIDs for one sale.
@@ -193,7 +196,11 @@ pub async fn run(
         };
         report.checked += 1;
         let started = std::time::Instant::now();
-        let recovery = pac.recover_by_key(&g.sealed_xml, &key).await;
+        // Only at the PACs the key was sent to (an archived generation's key names no row
+        // any more, so the primary): asking a PAC that never had it resends it there.
+        let recovery = pac
+            .recover_logged(&g.sealed_xml, &key, &crate::worker::DbRouteLog { db })
+            .await;
         let (outcome, message, uuid) = match &recovery {
             Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
             Recovery::NotFound => ("not_found", None, None),

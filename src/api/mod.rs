@@ -12,8 +12,12 @@
 //!   stamped → 201, stored and replayed byte for byte to every retry (`Idempotency-Replayed:
 //!   true`); PAC rejection → 422, the key is released; PAC timeout (or a PAC call still in
 //!   flight when the wait ends) → 503 `STAMPING_OUTCOME_UNKNOWN`, the key stays taken while the
-//!   worker asks the PAC, retries get 409 until then and the 201 after; still queued at the
-//!   deadline → 202, the key stays taken.
+//!   worker asks the PAC (however long that takes: the window closing changes nothing),
+//!   retries get the same 503 until then and the 201 after; still queued at the deadline →
+//!   202, the key stays taken.
+//! - A key is released only when the PAC definitely did not stamp its invoice (a rejection, or
+//!   the PAC confirming no stamp). A key whose invoice was stamped is never released nor
+//!   purged: a retry, however late, replays the 201 (or 422 with another body).
 //! - The same key with another body → 422 `IDEMPOTENCY_KEY_REUSED`; while the first is running →
 //!   409 `DUPLICATE_IN_PROGRESS`. Nothing else (401, 403, any other 5xx) is stored, so those
 //!   retries really run.
@@ -38,7 +42,7 @@ use crate::error::ApiError;
 use crate::pac::Motivo;
 use crate::startup::AppState;
 use crate::store::api::{
-    ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, RELEASED_STATES, released,
+    ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, released,
 };
 use crate::store::{CancelConflict, NewCancellation, NewPayment, OutboxDraft};
 use keys::RequestKey;
@@ -127,7 +131,7 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
     // A stamped view (the stored 201, invoice.stamped) is the invoice at its stamp: no
     // cancellation yet, whatever happened since.
     let show_cancellation = status.is_none_or(|s| s == "canceled");
-    let status = status.unwrap_or_else(|| api_status(&inv.state, inv.last_error_code.as_deref()));
+    let status = status.unwrap_or_else(|| api_status(&inv.state));
     let rfc_receptor = req.as_ref().and_then(|r| match &r.receptor {
         ReceptorData::Nominativo { rfc, .. } => Some(rfc.as_str().to_owned()),
         ReceptorData::PublicoEnGeneral => None,
@@ -159,14 +163,13 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
     })
 }
 
-/// Outbox state (and error code) → API status.
-pub fn api_status(state: &str, code: Option<&str>) -> &'static str {
+/// Outbox state → API status (`failed` only for a definite non-stamp).
+pub fn api_status(state: &str) -> &'static str {
     match state {
         "stamped" => "stamped",
         "canceled" => "canceled",
         "unknown" => "unknown",
-        s if released(s, code) || s == "needs_attention" => "failed",
-        s if RELEASED_STATES.contains(&s) => "unknown",
+        s if released(s) || s == "needs_attention" => "failed",
         _ => "pending",
     }
 }
@@ -188,6 +191,9 @@ enum KeyState {
     Released(i64),
     Replay(StatusCode, String),
     InProgress(String),
+    /// Its invoice's outcome at the PAC is unknown (the first answer was 503): the same 503
+    /// until the PAC answers, however long that takes.
+    OutcomeUnknown(String),
     Reused,
 }
 
@@ -200,10 +206,8 @@ async fn key_state(
     let Some(rec) = db.idempotency_record(rfc, key).await? else {
         return Ok(KeyState::Free);
     };
-    if rec.state == "completed" && rec.expires_at <= Utc::now() {
-        return Ok(KeyState::Free);
-    }
-    if rec.state == "in_progress" && released(&rec.outbox_state, rec.outbox_code.as_deref()) {
+    // A completed key (its invoice was stamped) is never free again, however old.
+    if rec.state == "in_progress" && released(&rec.outbox_state) {
         return Ok(KeyState::Released(rec.invoice_id));
     }
     if rec.request_hash != hash {
@@ -225,6 +229,9 @@ async fn key_state(
         // the 201 is fixed now, once, and replayed from here on.
         let (status, body) = stored_201(db, rfc, key, &inv).await?;
         return Ok(KeyState::Replay(status, body));
+    }
+    if inv.state == "unknown" {
+        return Ok(KeyState::OutcomeUnknown(inv.public_id));
     }
     Ok(KeyState::InProgress(inv.public_id))
 }
@@ -255,6 +262,8 @@ async fn stored_201(
 fn key_answer(state: KeyState, key: &RequestKey) -> Result<HttpResponse, ApiError> {
     match (state, key) {
         (KeyState::Replay(status, body), _) => Ok(json_response(status, body, true)),
+        // The same request: whether by explicit key or by folio, its outcome is what is unknown.
+        (KeyState::OutcomeUnknown(invoice), _) => Err(ApiError::OutcomeUnknown { invoice }),
         (KeyState::Reused, RequestKey::Explicit(_)) => Err(ApiError::KeyReused),
         (KeyState::InProgress(invoice), RequestKey::Explicit(_)) => Err(ApiError::InProgress {
             invoice: Some(invoice),
@@ -413,15 +422,15 @@ async fn wait_and_answer(
                 };
                 return Ok(json_response(status, body, false).customize_location(&inv.public_id));
             }
-            s if released(s, inv.last_error_code.as_deref()) => {
+            s if released(s) => {
                 return Err(ApiError::PacRejected {
                     invoice: inv.public_id,
-                    code: inv.last_error_code.unwrap_or_else(|| "UNKNOWN".into()),
+                    code: inv.last_error_code.unwrap_or_else(|| "FAILED".into()),
                     message: inv.last_error_message.unwrap_or_default(),
                 });
             }
-            // Unknown, or given up while unknown: the PAC may hold a stamp.
-            s if s == "unknown" || RELEASED_STATES.contains(&s) => {
+            // The PAC may hold a stamp.
+            "unknown" => {
                 return Err(ApiError::OutcomeUnknown {
                     invoice: inv.public_id,
                 });
@@ -676,7 +685,7 @@ pub async fn cancel(
         return Err(ApiError::Conflict(format!(
             "invoice {} is {}: only a stamped invoice can be cancelled",
             inv.public_id,
-            api_status(&inv.state, inv.last_error_code.as_deref())
+            api_status(&inv.state)
         )));
     }
     let facts = inv

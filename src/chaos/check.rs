@@ -12,6 +12,9 @@ pub struct SentPayment {
     pub payment_id: String,
     /// The stamp key the appliance must derive for it (the PAC's `customid`).
     pub stamp_key: String,
+    /// Dated at the edge of its SAT window: it may rightly end `expired`, provided the PAC
+    /// holds no stamp of it.
+    pub near_window: bool,
 }
 
 /// One payment in our records (`invoices list`).
@@ -37,6 +40,9 @@ pub struct Verdict {
     pub payments: usize,
     /// Payments with exactly one stamped UUID in our records, that UUID issued by the PAC.
     pub stamped: usize,
+    /// Near-window payments that ended `expired` while the PAC holds no stamp of them: the
+    /// window closed before a stamp, rightly.
+    pub expired: usize,
     /// Payments without a stamped UUID in our records (missing, not stamped, or a UUID the PAC
     /// never issued).
     pub lost: usize,
@@ -53,7 +59,7 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn is_ok(&self) -> bool {
-        self.stamped == self.payments
+        self.stamped + self.expired == self.payments
             && self.lost == 0
             && self.duplicated == 0
             && self.orphans == 0
@@ -74,8 +80,15 @@ impl fmt::Display for Line<'_> {
         let v = self.verdict;
         write!(
             f,
-            "payments={} stamped={} lost={} duplicated={} orphans={} kills={} faults={}",
-            v.payments, v.stamped, v.lost, v.duplicated, v.orphans, self.kills, self.faults
+            "payments={} stamped={} expired={} lost={} duplicated={} orphans={} kills={} faults={}",
+            v.payments,
+            v.stamped,
+            v.expired,
+            v.lost,
+            v.duplicated,
+            v.orphans,
+            self.kills,
+            self.faults
         )
     }
 }
@@ -135,10 +148,14 @@ pub fn check(
             .filter(|r| r.status == "stamped")
             .filter_map(|r| r.uuid.as_deref().filter(|u| !u.is_empty()))
             .collect();
+        let pac_stamps = pac_by_key.get(p.stamp_key.as_str()).map_or(0, Vec::len);
         match (rows, stamped.as_slice()) {
             ([], _) => {
                 v.lost += 1;
                 v.problems.push(format!("{name}: not in our records"));
+            }
+            ([r], []) if p.near_window && r.status == "expired" && pac_stamps == 0 => {
+                v.expired += 1;
             }
             (_, []) => {
                 v.lost += 1;
@@ -217,6 +234,7 @@ mod tests {
                 provider: "stripe".into(),
                 payment_id: format!("pi_{i}"),
                 stamp_key: format!("key-{i}"),
+                near_window: false,
             })
             .collect()
     }
@@ -257,8 +275,39 @@ mod tests {
         assert!(v.is_ok(), "{v:?}");
         assert_eq!(
             line(&v),
-            "payments=3 stamped=3 lost=0 duplicated=0 orphans=0 kills=3 faults=7"
+            "payments=3 stamped=3 expired=0 lost=0 duplicated=0 orphans=0 kills=3 faults=7"
         );
+    }
+
+    #[test]
+    fn a_near_window_payment_may_expire_only_if_the_pac_never_stamped_it() {
+        let mut s = sent(3);
+        s[1].near_window = true;
+        s[2].near_window = true;
+        let mut o = ours(3);
+        for r in &mut o[1..] {
+            r.status = "expired".into();
+            r.uuid = None;
+        }
+        // The PAC stamped the last one (its answer lost), and we recorded it as expired.
+        let p = pac(1)
+            .into_iter()
+            .chain([PacStamp {
+                uuid: "UUID-2".into(),
+                customid: Some("key-2".into()),
+            }])
+            .collect::<Vec<_>>();
+        let v = check(&s, &o, &p, &[]);
+        assert_eq!(
+            (v.stamped, v.expired, v.lost, v.orphans),
+            (1, 1, 1, 1),
+            "{v:?}"
+        );
+        assert!(!v.is_ok());
+        assert!(line(&v).contains("stamped=1 expired=1 lost=1"));
+        // An expired payment not dated at the window's edge is lost whatever the PAC holds.
+        let v = check(&sent(3), &o, &pac(1), &[]);
+        assert_eq!((v.expired, v.lost), (0, 2), "{v:?}");
     }
 
     #[test]
@@ -271,7 +320,7 @@ mod tests {
         let v = check(&sent(3), &o, &p, &[]);
         assert!(!v.is_ok());
         assert_eq!((v.stamped, v.lost, v.orphans), (1, 2, 0), "{v:?}");
-        assert!(line(&v).contains("stamped=1 lost=2"));
+        assert!(line(&v).contains("stamped=1 expired=0 lost=2"));
     }
 
     #[test]

@@ -2,23 +2,33 @@
 //! as separate processes, under the failures it is built to survive, then an exact count.
 //!
 //! It starts the sandbox PAC (`pac-sim`) with faults (stamps committed with the answer lost,
-//! 5xx, 429, latency, one outage window), two `serve` instances on one fresh PostgreSQL database
-//! (one instance on SQLite without a URL), and sends signed Stripe and Mercado Pago webhooks
-//! ([`traffic`]). Every few seconds it SIGKILLs a random instance and starts it again; once it
+//! 5xx, 429, latency, one outage window, and a long outage of its lookups), two `serve`
+//! instances on one fresh PostgreSQL database (one instance on SQLite without a URL), and sends
+//! signed Stripe and Mercado Pago webhooks ([`traffic`]), some dated at the edge of the SAT's
+//! 72-hour window. Every few seconds it SIGKILLs a random instance and starts it again; once it
 //! SIGKILLs and restarts the sandbox PAC. When everything is quiet it compares the payments
 //! sent, our records and the sandbox's list of every stamp it issued ([`check`]) and prints
 //!
 //! ```text
-//! payments=N stamped=N lost=0 duplicated=0 orphans=0 kills=K faults=F
+//! payments=N stamped=S expired=E lost=0 duplicated=0 orphans=0 kills=K faults=F
 //! ```
 //!
 //! `kills` counts every SIGKILL (instances and the sandbox); `faults` counts the PAC calls in our
-//! attempt log that did not get an answer (5xx, 429, lost answers, the outage, the sandbox
-//! down). The exit code is non-zero when any count is off or a row is left unfinished.
+//! attempt log that did not get an answer (5xx, 429, lost answers, the outages, the sandbox
+//! down). `expired` counts payments dated at the window's edge that rightly expired (the PAC
+//! holds no stamp of them). The exit code is non-zero when any count is off or a row is left
+//! unfinished.
 //!
-//! The instances run with time compressed (5 s leases, backoff capped at 8 s, more attempts
-//! before a dead letter) so a run takes minutes, not hours; periodic reconciliation is off, so
-//! the worker path alone has to get every count right.
+//! Two faults aim at the ways an unknown outcome could end as a second CFDI, or as a stamp we
+//! never record: for most of the run the sandbox cannot answer for stamps it already issued
+//! (`recover_outage`), so rows whose answer was lost exhaust their attempts while their outcome
+//! is unknown; and every stamp of a payment at the window's edge loses its answer (`lose_late`),
+//! so its window closes while nobody knows whether it was stamped. Both must end with the one
+//! stamp recorded.
+//!
+//! The instances run with time compressed (5 s leases, backoff capped at 2 s, 10 attempts
+//! before a dead letter) so a run takes about a minute; periodic reconciliation is off, so the
+//! worker path alone has to get every count right.
 
 pub mod check;
 pub mod procs;
@@ -57,13 +67,21 @@ pub struct Options {
 }
 
 /// The fault mix of the brief: about 10 % of stamps committed with the answer lost, 10 % 5xx,
-/// 5 % 429, 20–500 ms latency.
-fn fault_spec(seed: u64, outage: Option<(Duration, Duration)>) -> String {
+/// 5 % 429, 20–500 ms latency; the answer of every stamp within two minutes of its window's end
+/// lost; and the windows, measured from the sandbox's start, of its lookup outage and of its
+/// full outage.
+fn fault_spec(
+    seed: u64,
+    recover_outage: (Duration, Duration),
+    outage: Option<(Duration, Duration)>,
+) -> String {
+    let ms = |(a, b): (Duration, Duration)| format!("{}ms..{}ms", a.as_millis(), b.as_millis());
     let mut s = format!(
-        "seed={seed},latency=20ms..500ms,lose_response=0.1,status500=0.05,status503=0.05,status429=0.05:retry_after=1"
+        "seed={seed},latency=20ms..500ms,lose_response=0.1,lose_late=2m,status500=0.05,status503=0.05,status429=0.05:retry_after=1,recover_outage={}",
+        ms(recover_outage)
     );
-    if let Some((a, b)) = outage {
-        s.push_str(&format!(",outage={}ms..{}ms", a.as_millis(), b.as_millis()));
+    if let Some(o) = outage {
+        s.push_str(&format!(",outage={}", ms(o)));
     }
     s
 }
@@ -106,8 +124,8 @@ concurrency = 8
 lease_seconds = 5
 idle_poll_ms = 200
 backoff_base_seconds = 1
-backoff_cap_seconds = 8
-max_attempts = 40
+backoff_cap_seconds = 2
+max_attempts = 10
 shutdown_grace_seconds = 2
 
 [admin]
@@ -143,10 +161,20 @@ impl Cast {
     }
 }
 
-/// When the sandbox is killed and when its outage opens, from the start of the chaos phase.
+/// When the sandbox is killed and when its outages open, from the start of the chaos phase.
 struct Schedule {
     sim_kill_at: Duration,
     outage: (Duration, Duration),
+    /// Long enough for a row whose answer was lost early in it to use up its 10 attempts
+    /// (about 20 s at the compressed backoff, with claims and kills) while its outcome is
+    /// unknown. Rows the PAC definitely did not process (5xx, 429, the outage) are not held by
+    /// it, so they stay far from 10.
+    recover_outage: (Duration, Duration),
+}
+
+/// `window` as seen by a sandbox started `since` after the chaos phase began.
+fn since_start((a, b): (Duration, Duration), since: Duration) -> (Duration, Duration) {
+    (a.saturating_sub(since), b.saturating_sub(since))
 }
 
 /// `autofactura chaos`.
@@ -227,14 +255,16 @@ async fn run_in(
     let schedule = Schedule {
         sim_kill_at: chaos_for / 4,
         outage: (chaos_for / 2, chaos_for / 2 + outage_len),
+        recover_outage: (chaos_for / 10, chaos_for * 9 / 10),
     };
 
     let sim_port = free_port()?;
     let state = dir.join("pacsim-state.jsonl");
+    let first_faults = fault_spec(seed, schedule.recover_outage, None);
     let sim = Proc::new(
         "pac-sim",
         sim_port,
-        sim_args(&state, sim_port, &fault_spec(seed, None)),
+        sim_args(&state, sim_port, &first_faults),
         dir,
         "/_sim/stamps",
     )?;
@@ -265,9 +295,8 @@ async fn run_in(
     }
     let targets: Arc<Vec<String>> = Arc::new(cast.appliances.iter().map(Proc::url).collect());
     eprintln!(
-        "chaos: pac-sim at {} (faults {}), {} instance(s) at {}",
+        "chaos: pac-sim at {} (faults {first_faults}), {} instance(s) at {}",
         cast.sim.url(),
-        fault_spec(seed, None),
         targets.len(),
         targets.join(", ")
     );
@@ -275,12 +304,15 @@ async fn run_in(
     let now = chrono::Utc::now().timestamp();
     let plan = traffic::plan(opts.payments, opts.rate, run_id, now, &mut rng);
     eprintln!(
-        "chaos: {} payments, {} deliveries; sandbox killed at {:?}, outage {:?}..{:?}",
+        "chaos: {} payments ({} at the window's edge), {} deliveries; sandbox killed at {:?}, outage {:?}..{:?}, lookups down {:?}..{:?}",
         plan.payments.len(),
+        plan.payments.iter().filter(|p| p.near_window).count(),
         plan.deliveries,
         schedule.sim_kill_at,
         schedule.outage.0,
-        schedule.outage.1
+        schedule.outage.1,
+        schedule.recover_outage.0,
+        schedule.recover_outage.1
     );
 
     let kills = Arc::new(AtomicU64::new(0));
@@ -436,11 +468,14 @@ async fn chaos_loop(
             cast.sim.kill().await?;
             kills.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
-            // The outage is measured from the sandbox's own start: the restarted one has it.
+            // The outages are measured from the sandbox's own start: the restarted one has
+            // the full one and the rest of the lookup outage.
             let since = start.elapsed();
-            let (a, b) = schedule.outage;
-            let outage = (a.saturating_sub(since), b.saturating_sub(since));
-            let faults = fault_spec(fault_seed.wrapping_add(1), Some(outage));
+            let faults = fault_spec(
+                fault_seed.wrapping_add(1),
+                since_start(schedule.recover_outage, since),
+                Some(since_start(schedule.outage, since)),
+            );
             cast.sim.set_args(sim_args(&state, cast.sim.port, &faults));
             cast.sim.start()?;
             eprintln!("chaos: pac-sim SIGKILLed and restarted (faults {faults})");

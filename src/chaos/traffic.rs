@@ -83,8 +83,18 @@ fn mp_notification(data_id: &str, notification_id: &str, action: &str) -> String
     .to_string()
 }
 
+/// How long before a near-window payment's first delivery its SAT window closes for the
+/// worker (which stops sending `window_margin_seconds`, 60, before the PAC's own limit).
+pub const NEAR_WINDOW_LEFT_SECS: i64 = 6;
+
+/// The share of Stripe payments dated at the window's edge.
+const NEAR_WINDOW_SHARE: f64 = 0.1;
+
 /// Plans `n` payments, half Stripe and half Mercado Pago, sent at `rate` payments per second
-/// (slot `i` is the first delivery of payment `i`). `now` is the payments' time (Unix seconds).
+/// (slot `i` is the first delivery of payment `i`). `now` is the payments' time (Unix seconds),
+/// except for about a tenth of the Stripe ones, dated 72 hours before their first delivery
+/// (less the worker's margin and [`NEAR_WINDOW_LEFT_SECS`]): their clock starts at the edge of
+/// the SAT window, which closes a few seconds after they arrive.
 pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan {
     let mut payments = Vec::with_capacity(n);
     let mut groups = Vec::new();
@@ -97,18 +107,27 @@ pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan 
         let mut ds: Vec<Delivery> = Vec::with_capacity(k);
         let provider;
         let payment_id;
+        let mut near_window = false;
         if rng.random_bool(0.5) {
             provider = stripe::PROVIDER;
             let suffix = format!("chaos{run}{i:06}");
             payment_id = format!("pi_test_{suffix}");
-            let pi: Arc<str> = stripe::sample_payment_intent(&suffix, now, false).into();
+            near_window = rng.random_bool(NEAR_WINDOW_SHARE);
+            let paid = if near_window {
+                // 72 h before its first delivery, plus the worker's 60 s margin and a few
+                // seconds to be sent in.
+                now + (i as f64 / rate) as i64 - 72 * 3600 + 60 + NEAR_WINDOW_LEFT_SECS
+            } else {
+                now
+            };
+            let pi: Arc<str> = stripe::sample_payment_intent(&suffix, paid, false).into();
             for _ in 0..k {
                 ds.push(Delivery::Stripe { body: pi.clone() });
             }
             if k >= 2 && rng.random_bool(0.25) {
                 let at = rng.random_range(0..k);
                 ds[at] = Delivery::Stripe {
-                    body: checkout_session(&suffix, now).into(),
+                    body: checkout_session(&suffix, paid).into(),
                 };
             }
         } else {
@@ -139,6 +158,7 @@ pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan 
             provider: provider.to_owned(),
             stamp_key: StampKey::derive(provider, &payment_id, "ingreso").to_string(),
             payment_id,
+            near_window,
         });
         let slot = i as u64;
         let mut rest = ds.into_iter();
@@ -336,5 +356,16 @@ mod tests {
         let ids: std::collections::HashSet<_> =
             p.payments.iter().map(|s| s.payment_id.as_str()).collect();
         assert_eq!(ids.len(), 400, "payment ids are unique");
+        let near = p.payments.iter().filter(|s| s.near_window).count();
+        assert!(
+            (5..=40).contains(&near),
+            "about a tenth of the Stripe ones: {near}"
+        );
+        assert!(
+            p.payments
+                .iter()
+                .filter(|s| s.near_window)
+                .all(|s| s.provider == stripe::PROVIDER)
+        );
     }
 }

@@ -238,15 +238,32 @@ impl Failover {
         }
     }
 
-    /// Recovers at the PACs in `sent_to`, the backup first (it is only ever used once the
-    /// primary definitely had nothing). `NotFound` only when every one says so.
+    /// Recovers at the PACs `log` names for the key, or at the primary when it names none
+    /// (a send is recorded before it leaves, so an empty history means nothing reached the
+    /// backup; the document may predate the failover, when the primary was the only PAC).
+    pub async fn recover_logged(
+        &self,
+        xml: &[u8],
+        key: &StampKey,
+        log: &dyn AttemptLog,
+    ) -> Recovery {
+        match log.sent_to(key).await {
+            Ok(routes) if routes.is_empty() => {
+                self.recover_by_key(xml, key, &[Route::Primary]).await
+            }
+            Ok(routes) => self.recover_by_key(xml, key, &routes).await,
+            Err(e) => Recovery::Unresolved {
+                reason: format!("attempt log: {e}"),
+            },
+        }
+    }
+
+    /// Recovers at the PACs in `sent_to` and those this process sent the key to, the backup
+    /// first (it is only ever used once the primary definitely had nothing). `NotFound` only
+    /// when every one says so.
     pub async fn recover_by_key(&self, xml: &[u8], key: &StampKey, sent_to: &[Route]) -> Recovery {
-        let logged = self.memory.sent_to(key).await.unwrap_or_default();
-        let sent: Vec<Route> = if logged.is_empty() {
-            sent_to.to_vec()
-        } else {
-            logged
-        };
+        let mut sent = self.memory.sent_to(key).await.unwrap_or_default();
+        sent.extend(sent_to.iter().copied());
         let mut unresolved = None;
         for r in [Route::Backup, Route::Primary] {
             if !sent.contains(&r) {

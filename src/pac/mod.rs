@@ -380,6 +380,22 @@ impl PacClient {
         }
     }
 
+    /// As [`PacClient::recover_by_key`], but a failover pair asks only the PACs `log` says the
+    /// key was sent to (the primary when it names none). Asking SW means resending the bytes,
+    /// so asking a PAC that never had them would stamp them there: a second CFDI when the
+    /// other one holds the first.
+    pub async fn recover_logged(
+        &self,
+        xml: &[u8],
+        key: &StampKey,
+        log: &dyn failover::AttemptLog,
+    ) -> Recovery {
+        match self {
+            Self::Failover(f) => f.recover_logged(xml, key, log).await,
+            other => other.recover_by_key(xml, key).await,
+        }
+    }
+
     /// Fetches a stamp by its UUID (Finkok also needs the issuer's RFC).
     pub async fn recover_by_uuid(&self, uuid: &str, rfc_emisor: &str) -> Recovery {
         match self {

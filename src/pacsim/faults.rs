@@ -4,9 +4,9 @@
 //!
 //! ```text
 //! seed=7,latency=20ms..200ms,status500=0.1,status503=0.05,status429=0.05:retry_after=2,
-//! reset=0.02,lose_response=0.2:mode=drop,outage=10s..20s,recover_unavailable=0.5,
-//! status_unavailable=1,slow_cancel=3s,ingest=16m,token_ttl=30s,customid_window=72h,
-//! empty_307=0.5,stamped_lag=4s..8s
+//! reset=0.02,lose_response=0.2:mode=drop,lose_late=2m,outage=10s..20s,recover_outage=5s..60s,
+//! recover_unavailable=0.5,status_unavailable=1,slow_cancel=3s,ingest=16m,token_ttl=30s,
+//! customid_window=72h,empty_307=0.5,stamped_lag=4s..8s
 //! ```
 //!
 //! | item | effect |
@@ -17,9 +17,11 @@
 //! | `status429=P[:retry_after=S]` | 429 with `Retry-After: S` (default 1) before processing |
 //! | `reset=P` | the connection is dropped before processing |
 //! | `lose_response=P[:mode=drop\|hang][:hang=D]` | the stamp **is committed**, then the connection is dropped (`drop`) or the answer held for D (`hang`, default 120s) so the client times out |
+//! | `lose_late=D` | the answer of every stamp committed less than D before its Fecha's 72-hour window closes is lost (dropped): answers lost at the window's edge |
 //! | `malformed=P` | the stamp is committed, then the answer is broken JSON |
 //! | `outage=A..B` | between A and B after start every PAC endpoint answers 503 (repeatable) |
-//! | `recover_unavailable=P` | the datawarehouse (recover by UUID) answers 503 |
+//! | `recover_outage=A..B` | between A and B after start the sandbox cannot answer for stamps it issued: every way of asking (below) answers 503, while new documents are stamped (repeatable) |
+//! | `recover_unavailable=P` | asking for a stamp answers 503: recover by UUID (SW's datawarehouse, Finkok's `get_xml`), Finkok's `stamped`, and a resend of a document or `customid` already stamped (SW's way to recover, answered `307`/`CFDI3307` otherwise) |
 //! | `status_unavailable=P` | the SAT status service answers 503 |
 //! | `slow_cancel=D` | cancellation answers take D |
 //! | `ingest=D` | a new UUID is unknown to cancel and status for D (real SAT: minutes) |
@@ -56,8 +58,12 @@ pub struct FaultSpec {
     pub reset: f64,
     pub lose_response: f64,
     pub lose_mode: LoseMode,
+    /// Answers of stamps this close to their window's end are lost.
+    pub lose_late: Duration,
     pub malformed: f64,
     pub outages: Vec<(Duration, Duration)>,
+    /// Windows in which nothing already stamped can be asked for.
+    pub recover_outages: Vec<(Duration, Duration)>,
     pub recover_unavailable: f64,
     pub status_unavailable: f64,
     pub slow_cancel: Duration,
@@ -84,8 +90,10 @@ impl Default for FaultSpec {
             reset: 0.0,
             lose_response: 0.0,
             lose_mode: LoseMode::Drop,
+            lose_late: Duration::ZERO,
             malformed: 0.0,
             outages: Vec::new(),
+            recover_outages: Vec::new(),
             recover_unavailable: 0.0,
             status_unavailable: 0.0,
             slow_cancel: Duration::ZERO,
@@ -212,8 +220,10 @@ impl FaultSpec {
                         }
                     };
                 }
+                "lose_late" => f.lose_late = parse_duration(value)?,
                 "malformed" => f.malformed = parse_p(name, value)?,
                 "outage" => f.outages.push(parse_range(value)?),
+                "recover_outage" => f.recover_outages.push(parse_range(value)?),
                 "recover_unavailable" => f.recover_unavailable = parse_p(name, value)?,
                 "status_unavailable" => f.status_unavailable = parse_p(name, value)?,
                 "slow_cancel" => f.slow_cancel = parse_duration(value)?,
@@ -281,8 +291,11 @@ impl Faults {
 
     /// Whether an outage window is open now.
     pub fn in_outage(&self) -> bool {
-        let t = self.started.elapsed();
-        self.spec.outages.iter().any(|(a, b)| *a <= t && t < *b)
+        Self::open(&self.spec.outages, self.started.elapsed())
+    }
+
+    fn open(windows: &[(Duration, Duration)], t: Duration) -> bool {
+        windows.iter().any(|(a, b)| *a <= t && t < *b)
     }
 
     pub fn latency(&self) -> Duration {
@@ -313,9 +326,15 @@ impl Faults {
         }
     }
 
-    /// What happens to the answer of a stamp that was committed.
-    pub fn after_stamp(&self) -> After {
-        if self.draw(self.spec.lose_response) {
+    /// What happens to the answer of a stamp that was committed `window_left` before its
+    /// Fecha's window closes.
+    pub fn after_stamp(&self, window_left: Option<chrono::TimeDelta>) -> After {
+        let late = window_left
+            .zip(chrono::TimeDelta::from_std(self.spec.lose_late).ok())
+            .is_some_and(|(left, limit)| left < limit);
+        if late {
+            After::Lose(LoseMode::Drop)
+        } else if self.draw(self.spec.lose_response) {
             After::Lose(self.spec.lose_mode)
         } else if self.draw(self.spec.malformed) {
             After::Malformed
@@ -324,8 +343,11 @@ impl Faults {
         }
     }
 
+    /// Whether this question about an earlier stamp goes unanswered (503): a recover outage is
+    /// open, or `recover_unavailable` draws.
     pub fn recover_unavailable(&self) -> bool {
-        self.draw(self.spec.recover_unavailable)
+        Self::open(&self.spec.recover_outages, self.started.elapsed())
+            || self.draw(self.spec.recover_unavailable)
     }
 
     pub fn status_unavailable(&self) -> bool {
@@ -382,6 +404,19 @@ mod tests {
         );
         assert_eq!(d, lag.stamped_lag("6F1C0B6E-0000-4000-8000-000000000001"));
         assert!(lag.empty_307());
+        let f = FaultSpec::parse("recover_outage=0s..1h,lose_late=2m").unwrap();
+        assert_eq!(f.lose_late, Duration::from_secs(120));
+        let live = Faults::new(f);
+        assert!(live.recover_unavailable(), "inside the recover outage");
+        assert!(!live.in_outage(), "stamping itself is up");
+        assert_eq!(
+            live.after_stamp(Some(chrono::TimeDelta::seconds(30))),
+            After::Lose(LoseMode::Drop)
+        );
+        assert_eq!(
+            live.after_stamp(Some(chrono::TimeDelta::hours(71))),
+            After::Answer
+        );
         assert!(FaultSpec::parse("status500=2").is_err());
         assert!(FaultSpec::parse("nonsense=1").is_err());
         assert!(FaultSpec::parse("status500=0.1:retry_after=2").is_err());

@@ -179,7 +179,7 @@ async fn stamp(st: &AppState, op: &Element, quick: bool) -> HttpResponse {
                     ),
                 )
             };
-            match st.sim.faults().after_stamp() {
+            match st.sim.faults().after_stamp(st.sim.window_left(&s)) {
                 After::Answer => ok(),
                 After::Lose(LoseMode::Drop) => dropped(),
                 After::Lose(LoseMode::Hang(d)) => {
@@ -192,6 +192,11 @@ async fn stamp(st: &AppState, op: &Element, quick: bool) -> HttpResponse {
                         r#"<?xml version='1.0' encoding='UTF-8'?><senv:Envelope xmlns:senv="{NS_SOAP}"><senv:Body><tns:stampRes"#
                     )),
             }
+        }
+        StampAnswer::Duplicate(_) | StampAnswer::CustomIdReused(_)
+            if st.sim.faults().recover_unavailable() =>
+        {
+            unavailable("the lookup of earlier stamps")
         }
         // No customid reaches this path, so a repeat is always a content duplicate.
         StampAnswer::Duplicate(s) | StampAnswer::CustomIdReused(s) => {
@@ -221,6 +226,9 @@ async fn stamp(st: &AppState, op: &Element, quick: bool) -> HttpResponse {
 async fn stamped(st: &AppState, op: &Element) -> HttpResponse {
     if let Some(r) = gate(st, false).await {
         return r;
+    }
+    if st.sim.faults().recover_unavailable() {
+        return unavailable("stamped");
     }
     let found = xml_param(op).and_then(|xml| st.sim.stamped_by_content(&xml));
     match found {

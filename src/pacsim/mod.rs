@@ -194,6 +194,17 @@ impl Sim {
         self.lock().state.stamp(uuid).cloned()
     }
 
+    /// How long the SAT window of a stamp's Fecha had left when it was issued (`lose_late`);
+    /// `None` unless that fault is set.
+    pub fn window_left(&self, s: &StampRecord) -> Option<Duration> {
+        if self.faults().spec().lose_late.is_zero() {
+            return None;
+        }
+        let root = Element::parse(s.xml.as_bytes()).ok()?;
+        let fecha = root.attr("Fecha").and_then(parse_fecha)?;
+        Some(fecha + Duration::hours(72) - clock::to_local(s.stamped_at))
+    }
+
     /// Finkok's `stamped`: the stamp of these bytes (same cadena original), once its
     /// `stamped_lag` has passed; `None` while it lags or when the content was never stamped.
     pub fn stamped_by_content(&self, xml: &[u8]) -> Option<StampRecord> {

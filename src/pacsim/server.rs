@@ -405,7 +405,7 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
         Err(e) => return internal(e),
     };
     match answer {
-        StampAnswer::Stamped(s) => match st.sim.faults().after_stamp() {
+        StampAnswer::Stamped(s) => match st.sim.faults().after_stamp(st.sim.window_left(&s)) {
             After::Answer => {
                 HttpResponse::Ok().json(json!({"status": "success", "data": stamp_data(&s, true)}))
             }
@@ -418,6 +418,17 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
                 .content_type("application/json")
                 .body("{\"status\":\"success\",\"data\":{\"uu"),
         },
+        // A resend of what was stamped is SW's way to ask for it: down with the lookups.
+        StampAnswer::Duplicate(_) | StampAnswer::CustomIdReused(_)
+            if st.sim.faults().recover_unavailable() =>
+        {
+            error_json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sandbox fault: earlier stamps cannot be looked up",
+                Value::Null,
+                Value::Null,
+            )
+        }
         StampAnswer::Duplicate(s) => error_json(
             StatusCode::BAD_REQUEST,
             "307. El comprobante contiene un timbre previo.",

@@ -350,6 +350,8 @@ pub enum ListView {
     Pending,
     /// failed (PAC rejection) and needs_attention (could not be built).
     Failed,
+    /// `unknown` past its asking period: the PAC never confirmed whether it stamped them.
+    Unresolved,
     Expired,
     Stamped,
     /// Payments waiting for the factura global.
@@ -367,6 +369,8 @@ impl ListView {
                 "COALESCE(o.state, p.status) IN ('pending', 'stamping', 'retry_scheduled', 'unknown')"
             }
             Self::Failed => "COALESCE(o.state, p.status) IN ('failed', 'needs_attention')",
+            // The code is super::worker::UNRESOLVED.
+            Self::Unresolved => "o.state = 'unknown' AND o.last_error_code = 'UNRESOLVED'",
             Self::Expired => "COALESCE(o.state, p.status) = 'expired'",
             Self::Stamped => "COALESCE(o.state, p.status) = 'stamped'",
             Self::AwaitingGlobal => "COALESCE(o.state, p.status) = 'awaiting_global'",
@@ -899,35 +903,62 @@ impl Db {
         .map_err(ctx("read admin actions"))
     }
 
-    /// Sends a `failed` document back to the worker: state `pending`, due now, attempts reset
-    /// (the attempt log keeps the history), the frozen bytes and key untouched. `false` when
-    /// the row is not `failed` (any more).
-    pub async fn retry_failed(&self, outbox_id: i64, actor: &str) -> Result<bool, StoreError> {
-        const SQL: &str = "UPDATE outbox SET state = 'pending', run_at = ?, attempts = 0, \
-            lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? AND state = 'failed'";
+    /// Sends a document back to the worker, due now, the frozen bytes and key untouched:
+    /// - `failed`: attempts reset (the attempt log keeps the history), state `pending`, or
+    ///   `unknown` when the last PAC call about it went unanswered, so that the worker asks the
+    ///   PAC before anything is sent again (every send after an unknown outcome asks first);
+    /// - `unknown` (an outcome the PAC has not confirmed, e.g. past its asking period): asked
+    ///   for now.
+    ///
+    /// Returns what was done (for the audit and the notice); `None` when the row is in neither
+    /// state (any more).
+    pub async fn retry_document(
+        &self,
+        outbox_id: i64,
+        actor: &str,
+    ) -> Result<Option<&'static str>, StoreError> {
+        const FAILED: &str = "UPDATE outbox SET state = CASE WHEN (SELECT a.outcome FROM pac_attempts a \
+            WHERE a.outbox_id = outbox.id AND a.operation IN ('stamp', 'recover') ORDER BY a.id DESC LIMIT 1) \
+            IN ('unknown', 'unresolved') THEN 'unknown' ELSE 'pending' END, run_at = ?, attempts = 0, \
+            lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? AND state = 'failed' \
+            RETURNING state";
+        const UNKNOWN: &str = "UPDATE outbox SET run_at = ?, updated_at = ? WHERE id = ? AND state = 'unknown' RETURNING state";
         let now = Utc::now();
         in_tx!(self, "commit a retry", |tx, d| {
-            let done = sqlx::query(d.sql(SQL))
-                .bind(now)
-                .bind(now)
-                .bind(outbox_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("retry a document"))?
-                .rows_affected();
-            if done == 1 {
+            let mut done = None;
+            for (sql, from) in [(FAILED, "failed"), (UNKNOWN, "unknown")] {
+                let to: Option<(String,)> = sqlx::query_as(d.sql(sql))
+                    .bind(now)
+                    .bind(now)
+                    .bind(outbox_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(ctx("retry a document"))?;
+                done = match (from, to.as_ref().map(|t| t.0.as_str())) {
+                    (_, None) => continue,
+                    ("failed", Some("pending")) => {
+                        Some("failed → pending, same frozen bytes and key")
+                    }
+                    ("failed", Some(_)) => Some(
+                        "failed → unknown: its last PAC call went unanswered, so the PAC is asked before anything is sent; same frozen bytes and key",
+                    ),
+                    _ => Some("unknown: the PAC is asked now whether it stamped the document"),
+                };
+                break;
+            }
+            if let Some(detail) = done {
                 sqlx::query(d.sql(INSERT_ACTION))
                     .bind(actor)
                     .bind("retry")
                     .bind("outbox")
                     .bind(outbox_id.to_string())
-                    .bind(Some("failed → pending, same frozen bytes and key"))
+                    .bind(Some(detail))
                     .bind(now)
                     .execute(&mut *tx)
                     .await
                     .map_err(ctx("record an admin action"))?;
             }
-            Ok::<bool, StoreError>(done == 1)
+            Ok::<_, StoreError>(done)
         })
     }
 
@@ -1137,8 +1168,9 @@ impl Db {
     }
 
     /// Every sealed generation we hold without a stamp recorded for it: the current one of rows
-    /// whose outcome is open (`unknown`, or `expired` after unanswered attempts), and every
-    /// archived one. (`failed` rows were refused by the PAC: a definite non-stamp.)
+    /// whose outcome is open (`unknown`) or was settled by its window (`expired`), and every
+    /// archived one. (`failed` rows are definite non-stamps: the worker never fails a row whose
+    /// outcome it could not confirm.)
     pub async fn sealed_generations_to_reconcile(
         &self,
     ) -> Result<Vec<SealedGeneration>, StoreError> {

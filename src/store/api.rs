@@ -11,17 +11,16 @@ use sqlx::Row;
 use super::admin::Dialect;
 use super::{Db, NewPayment, OutboxDraft, StoreError, ctx, sql};
 
-/// States of an outbox row that ended without a stamp: the idempotency key of its invoice is
-/// released, and an explicitly requested folio with it.
+/// States of an outbox row that ended without a stamp, for sure: the PAC rejected it or
+/// confirmed it holds no stamp of it (the worker keeps any outcome it could not confirm
+/// `unknown`, whatever the window or the attempts). Only these release the idempotency key of
+/// their invoice, and an explicitly requested folio with it; a key whose invoice was stamped, or
+/// may have been, is never released.
 pub const RELEASED_STATES: &[&str] = &["failed", "expired", "superseded"];
 
-/// The worker's code for a row given up while its outcome at the PAC was still unknown: it may
-/// have been stamped, so nothing about it is released.
-pub const UNKNOWN_CODE: &str = "UNKNOWN";
-
-/// Whether an outbox row in `state` with error `code` ended without a stamp for sure.
-pub fn released(state: &str, code: Option<&str>) -> bool {
-    RELEASED_STATES.contains(&state) && code != Some(UNKNOWN_CODE)
+/// Whether an outbox row in `state` ended without a stamp for sure.
+pub fn released(state: &str) -> bool {
+    RELEASED_STATES.contains(&state)
 }
 
 /// A live API key.
@@ -361,16 +360,17 @@ impl Db {
         Ok(n == 1)
     }
 
-    /// Deletes keys whose retention ended before `now` (completed ones, and those whose invoice
-    /// ended without a stamp). Keys whose outcome is still open are kept until it is known.
+    /// Deletes released keys (their invoice ended without a stamp, for sure) whose retention
+    /// ended before `now`. A key whose invoice was stamped, or may have been, is never deleted:
+    /// a retry under it, however late, must replay the original and not issue a second CFDI.
+    /// What such a key keeps is only what the replay needs: the request's hash and the 201.
     pub async fn purge_idempotency(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
         exec_w!(
             self,
             "purge expired idempotency keys",
-            "DELETE FROM api_idempotency WHERE expires_at <= ? AND (state = 'completed' OR invoice_id IN \
+            "DELETE FROM api_idempotency WHERE expires_at <= ? AND state = 'in_progress' AND invoice_id IN \
              (SELECT a.id FROM api_invoices a JOIN outbox o ON o.id = a.outbox_id \
-              WHERE o.state IN ('failed', 'expired', 'superseded') \
-              AND COALESCE(o.last_error_code, '') <> 'UNKNOWN'))",
+              WHERE o.state IN ('failed', 'expired', 'superseded'))",
             [now]
         )
     }
@@ -383,17 +383,15 @@ impl Db {
     ) -> Result<CreateOutcome, StoreError> {
         const SUPERSEDE: &str = "UPDATE outbox SET state = 'superseded', updated_at = ?, \
             last_error_message = COALESCE(last_error_message, '') || ' (superseded: its idempotency key was used again)' \
-            WHERE id = (SELECT outbox_id FROM api_invoices WHERE id = ?) AND state IN ('failed', 'expired', 'superseded') \
-            AND COALESCE(last_error_code, '') <> 'UNKNOWN'";
+            WHERE id = (SELECT outbox_id FROM api_invoices WHERE id = ?) AND state IN ('failed', 'expired', 'superseded')";
         const FREE_OLD: &str = "UPDATE api_invoices SET folio_claim = NULL WHERE id = ?";
-        const DROP_KEY: &str = "DELETE FROM api_idempotency WHERE rfc_emisor = ? AND idem_key = ? \
-            AND (invoice_id = ? OR (state = 'completed' AND expires_at <= ?))";
+        const DROP_KEY: &str =
+            "DELETE FROM api_idempotency WHERE rfc_emisor = ? AND idem_key = ? AND invoice_id = ?";
         const FOLIO_LIVE: &str = "SELECT COUNT(*) FROM outbox o WHERE o.serie = ? AND o.folio = ? \
-            AND (o.state NOT IN ('failed', 'expired', 'superseded') OR COALESCE(o.last_error_code, '') = 'UNKNOWN' \
+            AND (o.state NOT IN ('failed', 'expired', 'superseded') \
                  OR NOT EXISTS (SELECT 1 FROM api_invoices a WHERE a.outbox_id = o.id))";
         const FOLIO_RELEASE: &str = "UPDATE outbox SET state = 'superseded', updated_at = ? WHERE serie = ? \
-            AND folio = ? AND state IN ('failed', 'expired') AND COALESCE(last_error_code, '') <> 'UNKNOWN' \
-            AND id IN (SELECT outbox_id FROM api_invoices)";
+            AND folio = ? AND state IN ('failed', 'expired') AND id IN (SELECT outbox_id FROM api_invoices)";
         const FOLIO_UNCLAIM: &str =
             "UPDATE api_invoices SET folio_claim = NULL WHERE rfc_emisor = ? AND folio_claim = ?";
         const INSERT_INVOICE: &str = "INSERT INTO api_invoices (public_id, rfc_emisor, api_key_id, outbox_id, \
@@ -428,7 +426,6 @@ impl Db {
                     .bind(&inv.rfc_emisor)
                     .bind(&idem.key)
                     .bind(idem.releases.unwrap_or(-1))
-                    .bind(now)
                     .execute(&mut *tx)
                     .await
                     .map_err(ctx("release an idempotency key"))?;

@@ -65,6 +65,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "outbox_writes",
         include_str!("../../migrations/sqlite/0006_outbox_writes.sql"),
     ),
+    (
+        7,
+        "unknown_outcomes",
+        include_str!("../../migrations/sqlite/0007_unknown_outcomes.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -96,6 +101,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         6,
         "outbox_writes",
         include_str!("../../migrations/postgres/0006_outbox_writes.sql"),
+    ),
+    (
+        7,
+        "unknown_outcomes",
+        include_str!("../../migrations/postgres/0007_unknown_outcomes.sql"),
     ),
 ];
 

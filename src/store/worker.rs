@@ -73,6 +73,10 @@ macro_rules! fetch_all {
     };
 }
 
+/// The code an `unknown` row carries once its asking period is over (the worker asks daily
+/// from then on): the admin lists these as unresolved.
+pub const UNRESOLVED: &str = "UNRESOLVED";
+
 /// A stamped invoice whose cancellation SAT confirmed leaves the stamped list.
 const MARK_OUTBOX_CANCELED: &str =
     "UPDATE outbox SET state = 'canceled', updated_at = $1 WHERE id = $2 AND state = 'stamped'";
@@ -325,8 +329,7 @@ impl Settle<'_> {
     fn api_event(&self) -> Option<&'static str> {
         match self {
             Settle::Stamped { .. } => Some("invoice.stamped"),
-            // Given up while the outcome was unknown: nothing is known to have failed.
-            Settle::Final { code, .. } if *code == Some(super::api::UNKNOWN_CODE) => None,
+            // Final states are definite non-stamps; an unknown outcome is never final.
             Settle::Final { state, .. } if matches!(*state, "failed" | "expired") => {
                 Some("invoice.failed")
             }
@@ -426,6 +429,20 @@ impl Db {
             "extend an outbox lease",
             "UPDATE outbox SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND state || '' = 'stamping'",
             until,
+            id,
+            owner
+        );
+        Ok(n == 1)
+    }
+
+    /// The PAC confirmed that a row it may have had holds no stamp: its attempt count starts
+    /// over at this claim (only tries since the last definite answer count towards giving
+    /// up). `false` when the lease was lost.
+    pub async fn restart_attempts(&self, id: i64, owner: &str) -> Result<bool, StoreError> {
+        let n = exec!(
+            self,
+            "restart the attempt count",
+            "UPDATE outbox SET attempts = 1 WHERE id = $1 AND lease_owner = $2 AND state || '' = 'stamping'",
             id,
             owner
         );

@@ -8,7 +8,7 @@
 //!                       │ ├──Retryable (nothing happened)──▶ retry_scheduled ──(run_at)──▶ stamping
 //!                       │ ├──Unknown (may have happened)───▶ unknown ──(run_at)──▶ stamping: recover first
 //!                       │ ├──Rejected (code, message)──────▶ failed        (a human fixes the data)
-//!                       │ ├──attempts exhausted────────────▶ failed        (dead letter)
+//!                       │ ├──definite retries exhausted────▶ failed        (dead letter)
 //!                       │ └──Fecha past the 72 h window────▶ expired       (only an admin refreeze)
 //!                       └──lease expired (process died)────▶ reclaimed by any worker: recover first
 //! ```
@@ -20,6 +20,10 @@
 //!   the first PAC call; every attempt sends those bytes under the row's stamp key.
 //! - A row that may have reached the PAC (`unknown`, or a `stamping` row whose worker died) is
 //!   first *recovered* by key; only if the PAC holds no stamp are the same bytes sent again.
+//! - `failed` and `expired` mean the PAC did not stamp the document, for sure. An outcome the
+//!   PAC could not confirm stays `unknown` whatever the window or the attempts: it is asked with
+//!   backoff (at most an hour apart) until 72 hours after its window closed, then once a day,
+//!   marked [`UNRESOLVED`] for the admin ([`Worker::still_unknown`]).
 //! - Every PAC call is appended to `pac_attempts`.
 //!
 //! Cancellations ([`cancel`]) are drained by the same loops with the same discipline.
@@ -44,7 +48,16 @@ use crate::pac::{self, AttemptLog, PacClient, Recovery, Route, StampOutcome};
 use crate::store::worker::{Attempt, ClaimedStamp, Settle, StampedOutcome};
 use crate::store::{Db, StoreError};
 
+pub use crate::store::worker::UNRESOLVED;
 pub use retry::RetryPolicy;
+
+/// How long an unresolved outcome is asked for after its window closed: the window's end is
+/// the last moment a send could have stamped it, so this is at least as long after its last
+/// send.
+const ASK_AFTER_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(72);
+
+/// Past that, how often it is still asked for (until the PAC answers or an admin acts).
+const ASK_DAILY: chrono::TimeDelta = chrono::TimeDelta::hours(24);
 
 /// `[worker]` settings.
 #[derive(Debug, Clone)]
@@ -837,9 +850,11 @@ impl Worker {
         } = p;
         let expired = self.past_window(&req);
         let maybe_sent = claimed_from == "unknown" || claimed_from == "stamping";
+        let mut attempts = attempts;
         if maybe_sent {
             let t = Instant::now();
-            let r = self.pac.recover_by_key(&sealed, &key).await;
+            let log = DbRouteLog { db: &self.db };
+            let r = self.pac.recover_logged(&sealed, &key, &log).await;
             self.log_recovery(id, &r, t).await?;
             match r {
                 Recovery::Found(stamp) => {
@@ -851,39 +866,18 @@ impl Worker {
                         .await;
                 }
                 Recovery::NotFound => {
+                    // The outcome is definite now: the tries that count towards giving up start
+                    // over, so a long unresolved spell never turns into an early dead letter.
+                    if !self.db.restart_attempts(id, &self.id).await? {
+                        warn!("lease lost after the recovery; another worker has the row");
+                        return Ok(());
+                    }
+                    attempts = 1;
                     info!(%folio, "PAC confirms no stamp yet; sending the same bytes again")
                 }
-                Recovery::Unresolved { reason } if expired => {
-                    return self
-                        .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC could not confirm whether it was stamped ({reason}); reconcile before refreezing", req.fecha))
-                        .await;
-                }
                 Recovery::Unresolved { reason } => {
-                    if attempts >= self.cfg.retry.max_attempts {
-                        return self
-                            .fail(
-                                id,
-                                "failed",
-                                "UNKNOWN",
-                                &format!(
-                                    "outcome still unknown after {} attempts: {reason}",
-                                    attempts
-                                ),
-                            )
-                            .await;
-                    }
-                    info!(%folio, %reason, "outcome still unknown; will ask the PAC again");
-                    let run_at = self.later(attempts, None);
                     return self
-                        .settle(
-                            id,
-                            Settle::Later {
-                                state: "unknown",
-                                run_at,
-                                code: None,
-                                message: &reason,
-                            },
-                        )
+                        .still_unknown(id, &folio, &req, attempts, &reason)
                         .await;
                 }
             }
@@ -940,7 +934,8 @@ impl Worker {
                 self.settle_logged(id, later, a).await
             }
             StampOutcome::Unknown { reason } => {
-                // Ask again soon, recovering first.
+                // Ask again soon, recovering first. (A send happens within the window, so the
+                // asking period of [`Worker::still_unknown`] has not begun.)
                 let run_at = self.later(1, None);
                 warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
                 let later = Settle::Later {
@@ -974,13 +969,62 @@ impl Worker {
     }
 
     fn past_window(&self, req: &InvoiceRequest) -> bool {
-        let Some(fecha) = Mexico_City.from_local_datetime(&req.fecha).earliest() else {
+        let Some(end) = self.window_end(req) else {
             return false;
         };
-        let limit = fecha.with_timezone(&Utc)
-            + chrono::Duration::from_std(self.cfg.window).unwrap_or_default()
-            - chrono::Duration::from_std(self.cfg.window_margin).unwrap_or_default();
-        Utc::now() >= limit
+        Utc::now() >= end - chrono::Duration::from_std(self.cfg.window_margin).unwrap_or_default()
+    }
+
+    /// When the SAT window of the frozen Fecha closes: no PAC stamps the document after it.
+    fn window_end(&self, req: &InvoiceRequest) -> Option<DateTime<Utc>> {
+        let fecha = Mexico_City.from_local_datetime(&req.fecha).earliest()?;
+        Some(
+            fecha.with_timezone(&Utc)
+                + chrono::Duration::from_std(self.cfg.window).unwrap_or_default(),
+        )
+    }
+
+    /// A recovery the PAC could not answer. The PAC may hold a stamp, so the row stays
+    /// `unknown` whatever the window or the attempts (a terminal state would free its API key
+    /// and stop anyone from asking): asked again with backoff, at most an hour apart, until
+    /// [`ASK_AFTER_WINDOW`] after its window closed; after that once a day ([`ASK_DAILY`]),
+    /// marked [`UNRESOLVED`] so the admin lists it until the PAC answers.
+    async fn still_unknown(
+        &self,
+        id: i64,
+        folio: &str,
+        req: &InvoiceRequest,
+        attempts: i32,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let asking_ends = self.window_end(req).map(|end| end + ASK_AFTER_WINDOW);
+        let (run_at, code, message) = match asking_ends {
+            Some(ends) if now >= ends => {
+                let message = format!(
+                    "the PAC never confirmed whether it stamped this document: its window closed {} (Mexico City) and it was asked for 72 hours more; now asked once a day. Ask the PAC by the stamp key; nothing is sent again until it answers. Last answer: {reason}",
+                    crate::pacsim::clock::to_local(ends - ASK_AFTER_WINDOW)
+                );
+                warn!(%folio, %reason, "outcome still unknown past its asking period; asked daily, listed as unresolved for the admin");
+                (now + ASK_DAILY, Some(UNRESOLVED), message)
+            }
+            _ => {
+                let delay = self.cfg.retry.delay_unknown(attempts);
+                info!(%folio, %reason, ?delay, "outcome still unknown; will ask the PAC again");
+                let run_at = now + chrono::Duration::from_std(delay).unwrap_or_default();
+                (run_at, None, reason.to_owned())
+            }
+        };
+        self.settle(
+            id,
+            Settle::Later {
+                state: "unknown",
+                run_at,
+                code,
+                message: &message,
+            },
+        )
+        .await
     }
 
     /// Sends the sealed bytes, extending the lease while the call runs.
@@ -1192,9 +1236,11 @@ fn route_label(r: Route) -> &'static str {
     }
 }
 
-/// The failover client's durable memory of where each key was sent: `outbox.pac_route`.
-struct DbRouteLog<'a> {
-    db: &'a Db,
+/// The failover client's durable memory of where each key was sent: `outbox.pac_route`. The
+/// worker's sends record into it, and every recovery (the worker's, reconciliation's, a
+/// refreeze's) asks only the PACs it names.
+pub struct DbRouteLog<'a> {
+    pub db: &'a Db,
 }
 
 impl AttemptLog for DbRouteLog<'_> {

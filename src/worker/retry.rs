@@ -9,7 +9,9 @@ pub struct RetryPolicy {
     pub base: Duration,
     /// No delay grows past this.
     pub cap: Duration,
-    /// After this many attempts a retryable failure becomes `failed` (a dead letter).
+    /// After this many attempts a retryable failure becomes `failed` (a dead letter). Only
+    /// definite answers end a row: an unknown outcome is asked for however many attempts it
+    /// takes (and the count starts over once the PAC confirms nothing was stamped).
     pub max_attempts: i32,
 }
 
@@ -27,6 +29,10 @@ impl Default for RetryPolicy {
 /// already an outage the dashboard should show).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
+/// The longest wait between two questions about an unknown outcome, whatever `cap` says: the
+/// PAC may hold a stamp the caller is waiting for.
+pub const MAX_UNKNOWN_DELAY: Duration = Duration::from_secs(3600);
+
 impl RetryPolicy {
     /// The delay after `attempts` attempts (1 = the first failed). Full exponential growth,
     /// then a random factor in [0.5, 1) so that many rows failing together do not retry
@@ -42,6 +48,12 @@ impl RetryPolicy {
             Some(ra) => jittered.max(ra.min(MAX_RETRY_AFTER)),
             None => jittered,
         }
+    }
+
+    /// The delay before asking again about an outcome still unknown after `attempts`: the same
+    /// growth, never more than [`MAX_UNKNOWN_DELAY`].
+    pub fn delay_unknown(&self, attempts: i32) -> Duration {
+        self.delay(attempts, None).min(MAX_UNKNOWN_DELAY)
     }
 }
 
@@ -61,6 +73,22 @@ mod tests {
             );
         }
         assert!(p.delay(30, None) <= p.cap);
+    }
+
+    #[test]
+    fn an_unknown_outcome_is_asked_for_at_least_hourly_whatever_the_cap() {
+        let p = RetryPolicy {
+            cap: Duration::from_secs(86_400),
+            ..RetryPolicy::default()
+        };
+        for attempts in [1, 12, 13, 40, 10_000] {
+            assert!(p.delay_unknown(attempts) <= MAX_UNKNOWN_DELAY, "{attempts}");
+        }
+        assert!(
+            p.delay(20, None) > MAX_UNKNOWN_DELAY,
+            "the cap itself is larger"
+        );
+        assert!(p.delay_unknown(1) <= Duration::from_secs(2));
     }
 
     #[test]

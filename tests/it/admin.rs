@@ -10,7 +10,7 @@ use autofactura::pac::StampOutcome;
 use chrono::Utc;
 use support::admin::{
     Browser, PASSWORD, admin_app, count, doc, finish_cancellation, hidden, mark_failed, mark_state,
-    outbox_of, pay, pay_at, seal, send_to_pac, set_request, stamped,
+    mark_unknown, outbox_of, pay, pay_at, seal, send_to_pac, set_request, stamped,
 };
 use support::{Backend, spawn_app};
 
@@ -356,6 +356,95 @@ async fn retry_sends_a_rejected_document_back_with_the_same_bytes(b: Backend) {
         .await;
     assert_eq!(again.status, 409);
     assert!(again.body.contains("only documents the PAC rejected"));
+}
+
+/// Every send after an unknown outcome asks the PAC first, the admin's included: a `failed`
+/// document whose last PAC call went unanswered goes back as `unknown`, not `pending`, and an
+/// `unknown` one is asked for now. The worker then finds the stamp instead of sending again.
+async fn retry_asks_the_pac_first_when_the_last_call_went_unanswered(b: Backend) {
+    let Some(app) = admin_app(b).await else {
+        return;
+    };
+    // Sent and stamped, the answer never came, and the row was given up as failed (as earlier
+    // versions did after max_attempts unanswered questions).
+    let id = pay(&app, "asked_first").await;
+    seal(&app, id).await;
+    let stamp = match send_to_pac(&app, id).await {
+        StampOutcome::Stamped(s) => s,
+        other => panic!("the sandbox did not stamp: {other:?}"),
+    };
+    mark_unknown(&app, id, Utc::now()).await;
+    mark_failed(
+        &app,
+        id,
+        "UNKNOWN",
+        "outcome still unknown after 10 attempts",
+    )
+    .await;
+    // Unknown, next asked for in a day.
+    let waiting = pay(&app, "asked_now").await;
+    seal(&app, waiting).await;
+    mark_unknown(&app, waiting, Utc::now() + chrono::Duration::days(1)).await;
+
+    let br = Browser::new(&app);
+    let csrf = br.login().await;
+    for row in [id, waiting] {
+        let r = br
+            .post(&format!("/admin/documents/{row}/retry"), &[("csrf", &csrf)])
+            .await;
+        assert_eq!(r.status, 303, "{}", r.body);
+        let d = doc(&app, row).await;
+        assert_eq!(d.state, "unknown", "asked for before anything is sent");
+        assert!(d.run_at <= Utc::now(), "due now");
+        assert!(r.location.unwrap_or_default().contains("notice=asked"));
+    }
+    assert_eq!(doc(&app, id).await.attempts, 0);
+    let actions = app.db.actions_on("outbox", &id.to_string()).await.unwrap();
+    assert!(
+        actions[0]
+            .detail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("asked before anything is sent"),
+        "{actions:?}"
+    );
+
+    let pool =
+        autofactura::worker::worker_for(&app.settings, app.db.clone(), app.state.pac.clone())
+            .expect("worker")
+            .start(tokio_util::sync::CancellationToken::new(), None);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while doc(&app, id).await.state != "stamped" || doc(&app, waiting).await.state != "stamped" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            (doc(&app, id).await, doc(&app, waiting).await)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    pool.shutdown().await;
+    assert_eq!(
+        doc(&app, id).await.uuid.as_deref(),
+        Some(stamp.uuid.as_str())
+    );
+    for row in [id, waiting] {
+        let log: Vec<(String, String)> = app
+            .db
+            .attempts_of(row)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.operation, a.outcome))
+            .collect();
+        assert_eq!(
+            log,
+            [
+                ("stamp".to_owned(), "unknown".to_owned()),
+                ("recover".to_owned(), "found".to_owned())
+            ],
+            "asked, never sent afresh"
+        );
+    }
 }
 
 async fn bulk_retry_takes_every_selected_rejected_document(b: Backend) {
@@ -990,6 +1079,7 @@ on_both_backends!(
     every_form_checks_the_csrf_token,
     the_pages_show_states_codes_and_documents,
     retry_sends_a_rejected_document_back_with_the_same_bytes,
+    retry_asks_the_pac_first_when_the_last_call_went_unanswered,
     bulk_retry_takes_every_selected_rejected_document,
     cancel_freezes_a_request_and_enforces_the_motivo_rules,
     motivo_01_accepts_a_stamped_replacement_related_by_04,

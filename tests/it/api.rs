@@ -177,6 +177,23 @@ impl Rig {
         r.json()["data"].as_array().map_or(0, Vec::len)
     }
 
+    /// Once the PAC answers: the invoice ends stamped with the PAC's one stamp, and a retry under
+    /// `key` replays the 201 with it.
+    async fn stamped_once_and_replayed(&self, id: &str, key: &str) {
+        let stamped = self.wait_status(id, "stamped", 60).await;
+        let stamps = self.stamps().await;
+        assert_eq!(stamps.len(), 1, "{stamps:?}");
+        assert_eq!(stamped["uuid"], stamps[0]["uuid"]);
+        let replay = self.post(&invoice(), Some(key)).await;
+        assert_eq!(
+            (replay.status, replay.replayed),
+            (201, true),
+            "{}",
+            replay.text()
+        );
+        assert_eq!(replay.json()["uuid"], stamps[0]["uuid"]);
+    }
+
     /// Polls `GET /v1/invoices/{id}` until its status is `status` (fails after `secs`).
     async fn wait_status(&self, id: &str, status: &str, secs: u64) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
@@ -678,8 +695,9 @@ async fn an_invoice_that_ends_without_a_stamp_releases_its_key(b: Backend) {
     assert_eq!(rig.invoice_count().await, 3, "failed, fixed, corrected");
 }
 
-// 5, 8: the PAC stamped but its answer was lost: 503, the key stays taken (409), the worker
-// asks the PAC, then the original 201 is replayed and invoice.stamped reaches the merchant.
+// 5, 8: the PAC stamped but its answer was lost: 503, the key stays taken (a retry gets the
+// same 503), the worker asks the PAC, then the original 201 is replayed and invoice.stamped
+// reaches the merchant.
 async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
     let (receiver, url) = Receiver::start(1).await;
     let Some(rig) = rig(
@@ -707,8 +725,12 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
     let retry = rig.post(&invoice(), Some("k-lost")).await;
     assert_eq!(
         (retry.status, retry.code().as_str()),
-        (409, "DUPLICATE_IN_PROGRESS")
+        (503, "STAMPING_OUTCOME_UNKNOWN"),
+        "the outcome is what is unknown: {}",
+        retry.text()
     );
+    assert_eq!(retry.json()["error"]["invoice_id"], id.as_str());
+    assert!(retry.retry_after.is_some());
     let different = rig.post(&with_price("1.00"), Some("k-lost")).await;
     assert_eq!(
         different.code(),
@@ -786,38 +808,178 @@ async fn a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome(b: Backend) {
     let retry = rig.post(&invoice(), Some("k-hang")).await;
     assert_eq!(retry.code(), "DUPLICATE_IN_PROGRESS");
     rig.set_faults("").await;
-    let stamped = rig.wait_status(&id, "stamped", 60).await;
-    let stamps = rig.stamps().await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(stamped["uuid"], stamps[0]["uuid"]);
-    let replay = rig.post(&invoice(), Some("k-hang")).await;
+    rig.stamped_once_and_replayed(&id, "k-hang").await;
+}
+
+// 7: a key whose invoice was stamped is never purged: a retry long after the retention
+// replays the 201 (422 with another body), never a second CFDI. Released keys (the invoice
+// ended without a stamp) are purged after the retention, and are free again.
+async fn a_stamped_key_is_kept_and_only_released_keys_are_purged(b: Backend) {
+    let Some(rig) = rig(
+        b,
+        "unregistered_rfc=CACX7605101P8",
+        "[api]\nkey_retention_hours = 1\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let first = rig.post(&invoice(), Some("k-old")).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let mut unregistered = invoice();
+    unregistered["receptor"]["rfc"] = json!("CACX7605101P8");
+    let rejected = rig.post(&unregistered, Some("k-rejected")).await;
+    assert_eq!(rejected.code(), "PAC_REJECTED", "{}", rejected.text());
+
+    let now = chrono::Utc::now();
+    let db = &rig.app.db;
+    assert_eq!(db.purge_idempotency(now).await.expect("purge"), 0);
+    let years_later = now + chrono::Duration::days(3650);
+    assert_eq!(
+        db.purge_idempotency(years_later).await.expect("purge"),
+        1,
+        "only the rejected invoice's key"
+    );
+    assert!(
+        db.idempotency_record("EKU9003173C9", "k-rejected")
+            .await
+            .expect("read")
+            .is_none()
+    );
+    let kept = db
+        .idempotency_record("EKU9003173C9", "k-old")
+        .await
+        .expect("read")
+        .expect("the stamped invoice's key is kept");
+    assert_eq!(kept.state, "completed");
+    assert_eq!(
+        kept.response_body.as_deref().map(str::as_bytes),
+        Some(&first.body[..])
+    );
+
+    let replay = rig.post(&invoice(), Some("k-old")).await;
     assert_eq!(
         (replay.status, replay.replayed),
         (201, true),
         "{}",
         replay.text()
     );
-    assert_eq!(replay.json()["uuid"], stamps[0]["uuid"]);
+    assert_eq!(replay.body, first.body, "byte for byte, years later");
+    let other = rig.post(&with_price("1.00"), Some("k-old")).await;
+    assert_eq!(
+        (other.status, other.code().as_str()),
+        (422, "IDEMPOTENCY_KEY_REUSED")
+    );
+    // The purged key is free: the corrected request creates its invoice.
+    let fixed = rig.post(&invoice(), Some("k-rejected")).await;
+    assert_eq!(
+        (fixed.status, fixed.replayed),
+        (201, false),
+        "{}",
+        fixed.text()
+    );
+    assert_eq!(rig.stamps().await.len(), 2);
+    assert_eq!(rig.invoice_count().await, 3);
 }
 
-// 7: keys live for the retention; purged, the key is free and a new invoice is created.
-async fn an_expired_key_is_purged_and_free_again(b: Backend) {
-    let Some(rig) = rig(b, "", "[api]\nkey_retention_hours = 1\n").await else {
+/// Rewrites the frozen Fecha of an invoice not sealed yet, as if it had been asked for long
+/// ago; its outbox id.
+async fn date_invoice(rig: &Rig, public_id: &str, fecha: chrono::NaiveDateTime) -> i64 {
+    let inv = rig
+        .app
+        .db
+        .api_invoice(public_id, "EKU9003173C9")
+        .await
+        .expect("read")
+        .expect("the invoice");
+    let mut req: autofactura::cfdi::InvoiceRequest =
+        serde_json::from_str(&inv.request_json).expect("request");
+    req.fecha = fecha;
+    support::admin::set_request(&rig.app, inv.outbox_id, &req).await;
+    inv.outbox_id
+}
+
+// 5: the PAC stamped, the answer was lost, and the SAT window closed while the PAC could not
+// be asked. The outcome is still unknown: the key stays taken (a retry gets the 503, the purge
+// leaves it) instead of being released for a second CFDI; once the PAC answers, the original
+// 201 is replayed.
+async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backend) {
+    let Some(rig) = rig_with(
+        b,
+        "lose_response=1:mode=hang:hang=30s",
+        "request_timeout = 2\n",
+        "[api]\nwait_for_stamp_ms = 200\n",
+    )
+    .await
+    else {
         return;
     };
+    let first = rig.post(&invoice(), Some("k-window")).await;
+    assert_eq!(first.status, 202, "no worker yet: {}", first.text());
+    let id = first.json()["id"].as_str().expect("id").to_owned();
+    // Asked for 72 hours ago, less 65 s: the worker stops sending 60 s before the SAT's limit,
+    // so its window closes 5 s from now; the PAC's own a minute later.
+    let fecha = autofactura::cli::now_in_mexico() - chrono::Duration::hours(72)
+        + chrono::Duration::seconds(65);
+    let outbox_id = date_invoice(&rig, &id, fecha).await;
+    let closes = chrono::Utc::now() + chrono::Duration::seconds(5);
     let (_pool, _s) = rig.pool().await;
-    let first = rig.post(&invoice(), Some("k-old")).await;
-    assert_eq!(first.status, 201, "{}", first.text());
-    let now = chrono::Utc::now();
-    assert_eq!(rig.app.db.purge_idempotency(now).await.expect("purge"), 0);
-    assert!(rig.post(&invoice(), Some("k-old")).await.replayed);
-    let later = now + chrono::Duration::minutes(61);
-    assert_eq!(rig.app.db.purge_idempotency(later).await.expect("purge"), 1);
-    let fresh = rig.post(&invoice(), Some("k-old")).await;
-    assert_eq!(fresh.status, 201);
-    assert!(!fresh.replayed, "the key was free again");
-    assert_ne!(fresh.json()["id"], first.json()["id"]);
-    assert_eq!(rig.stamps().await.len(), 2);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while rig.stamps().await.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never stamped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The answer is held past the client's timeout, and the PAC cannot be asked.
+    rig.set_faults("status503=1").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = rig.app.db.attempts_of(outbox_id).await.expect("attempts");
+        let after = log
+            .iter()
+            .filter(|a| a.at > closes && a.outcome == "unresolved")
+            .count();
+        let row = rig
+            .app
+            .db
+            .document(outbox_id)
+            .await
+            .expect("db")
+            .expect("row");
+        if after >= 2 && row.state != "stamping" {
+            assert_eq!(
+                row.state, "unknown",
+                "not expired: the PAC may hold it: {log:?}"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{row:?} {log:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let retry = rig.post(&invoice(), Some("k-window")).await;
+    assert_eq!(
+        (retry.status, retry.code().as_str()),
+        (503, "STAMPING_OUTCOME_UNKNOWN"),
+        "{}",
+        retry.text()
+    );
+    assert_eq!(retry.json()["error"]["invoice_id"], id.as_str());
+    assert_eq!(rig.invoice_count().await, 1, "no second invoice");
+    assert_eq!(
+        rig.app
+            .db
+            .purge_idempotency(chrono::Utc::now() + chrono::Duration::days(3650))
+            .await
+            .expect("purge"),
+        0
+    );
+    assert_eq!(
+        rig.get(&format!("/v1/invoices/{id}")).await.json()["status"],
+        "unknown"
+    );
+
+    rig.set_faults("").await;
+    rig.stamped_once_and_replayed(&id, "k-window").await;
 }
 
 // 1, 8: cancellation through the API; invoice.canceled reaches the merchant.
@@ -1003,6 +1165,7 @@ on_both_backends!(
     an_invoice_that_ends_without_a_stamp_releases_its_key,
     a_pac_timeout_is_resolved_later_and_replayed,
     a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome,
-    an_expired_key_is_purged_and_free_again,
+    a_stamped_key_is_kept_and_only_released_keys_are_purged,
+    a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome,
     a_cancelled_invoice_notifies_the_merchant,
 );

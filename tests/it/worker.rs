@@ -12,6 +12,7 @@ use autofactura::store::worker::OutboxStatus;
 use autofactura::webhooks::stripe;
 use autofactura::worker::{self, Pool, Services};
 use serde_json::Value;
+use support::admin::{self as fx, Browser};
 use support::{Backend, TestApp, spawn_app_with};
 
 /// The app (no pool yet), and a sandbox PAC it points at.
@@ -25,12 +26,15 @@ struct Rig {
 const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
      backoff_base_seconds = 1\nbackoff_cap_seconds = 2\nshutdown_grace_seconds = 1\n";
 
+/// The PAC answers a stamp, then holds the answer past the client's timeout (`request_timeout`
+/// in [`LOSES_ANSWERS`]): the stamp exists, and the worker does not know it.
+const HANG: &str = "lose_response=1:mode=hang:hang=30s";
+/// `[pac]` lines that make the client give up on a held answer after 2 s.
+const LOSES_ANSWERS: &str = "request_timeout = 2\n";
+
 async fn rig(b: Backend, faults: &str, worker_toml: &str) -> Option<Rig> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = FaultSpec::parse(faults).expect("fault spec");
-    let (url, sim) = Sandbox::start_in_process(&dir.path().join("sim.jsonl"), spec)
-        .await
-        .expect("sandbox");
+    let (url, sim) = sandbox(&dir, "sim", faults).await;
     let extra = format!("[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n{worker_toml}");
     let app = spawn_app_with(b, &extra).await?;
     Some(Rig {
@@ -39,6 +43,13 @@ async fn rig(b: Backend, faults: &str, worker_toml: &str) -> Option<Rig> {
         http: reqwest::Client::new(),
         _dir: dir,
     })
+}
+
+async fn sandbox(dir: &tempfile::TempDir, name: &str, faults: &str) -> (String, SandboxHandle) {
+    let spec = FaultSpec::parse(faults).expect("fault spec");
+    Sandbox::start_in_process(&dir.path().join(format!("{name}.jsonl")), spec)
+        .await
+        .expect("sandbox")
 }
 
 impl Rig {
@@ -101,6 +112,64 @@ impl Rig {
             .expect("outbox row")
     }
 
+    /// Waits until the sandbox has stamped `key` (its answer may still be on its way).
+    async fn wait_stamped_at_pac(&self, key: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while self.stamps_for(key).await.is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the PAC never stamped {key}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the worker has asked the PAC about the row `n` times without an answer,
+    /// checking at each look that the row stayed `unknown` (or in a call).
+    async fn wait_unresolved_asks(&self, key: &str, n: usize) -> OutboxStatus {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let row = self.row(key).await;
+            assert!(
+                matches!(row.state.as_str(), "unknown" | "stamping"),
+                "an unresolved outcome must stay unknown: {}",
+                brief(&row)
+            );
+            let log = self.app.db.attempts_of(row.id).await.expect("attempts");
+            let asks = log.iter().filter(|a| a.outcome == "unresolved").count();
+            if asks >= n && row.state == "unknown" {
+                return row;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only {asks} unanswered questions: {}",
+                brief(&row)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The last PAC call logged for outbox row `id`: operation and outcome.
+    async fn last_call(&self, id: i64) -> Option<(String, String)> {
+        let log = self.app.db.attempts_of(id).await.expect("attempts");
+        log.last().map(|a| (a.operation.clone(), a.outcome.clone()))
+    }
+
+    /// Waits until the worker has asked about the row twice, unanswered, after `closes` (its
+    /// window's end); it stays `unknown` throughout.
+    async fn wait_asks_after(&self, key: &str, closes: chrono::DateTime<chrono::Utc>) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let row = self.wait_unresolved_asks(key, 1).await;
+            let log = self.app.db.attempts_of(row.id).await.expect("attempts");
+            if log.iter().filter(|a| a.at > closes).count() >= 2 {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{log:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until the row reaches `state` (or fails the test after `secs`).
     async fn wait_state(&self, key: &str, state: &str, secs: u64) -> OutboxStatus {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
@@ -111,11 +180,20 @@ impl Rig {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "row never reached {state}: {row:?}"
+                "row never reached {state}: {}",
+                brief(&row)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// A row without its XML, for failure messages.
+fn brief(r: &OutboxStatus) -> String {
+    format!(
+        "#{} {} attempts={} uuid={:?} code={:?} message={:?} run_at={}",
+        r.id, r.state, r.attempts, r.uuid, r.last_error_code, r.last_error_message, r.run_at
+    )
 }
 
 fn now() -> i64 {
@@ -311,19 +389,458 @@ async fn a_sale_past_the_72_hour_window_expires_unsent(b: Backend) {
     pool.shutdown().await;
 }
 
-async fn an_unknown_outcome_past_the_window_expires_after_asking_the_pac(b: Backend) {
-    // The window is 72 h; a sale 71 h 59 m 30 s old is sent, its answer lost, and by the time
-    // the worker asks again the window has closed: nothing was stamped, so it is expired.
+async fn an_unknown_outcome_past_the_window_expires_only_once_the_pac_confirms_no_stamp(
+    b: Backend,
+) {
+    // The window is 72 h; a sale 3 s short of it is sent and the connection drops: the outcome
+    // is unknown. The window closes while the PAC cannot be asked: still unknown, however long,
+    // since the PAC may hold a stamp. Once the PAC answers that it holds none, it is expired.
     let worker = format!("{FAST_WORKER}window_margin_seconds = 0\n");
     let Some(rig) = rig(b, "reset=1", &worker).await else {
         return;
     };
     let key = rig.pay("edge", now() - 72 * 3600 + 3).await;
+    let closes = chrono::Utc::now() + chrono::Duration::seconds(3);
     let (pool, _s) = rig.pool().await;
+    rig.wait_state(&key, "unknown", 20).await;
+    rig.wait_asks_after(&key, closes).await;
+    let row = rig.wait_unresolved_asks(&key, 3).await;
+    assert_eq!(row.last_error_code, None, "not final, no code: {row:?}");
+    rig.set_faults("").await;
     let row = rig.wait_state(&key, "expired", 30).await;
+    assert_eq!(row.last_error_code.as_deref(), Some("WINDOW"), "{row:?}");
+    assert!(
+        row.last_error_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("confirms it was never stamped"),
+        "{row:?}"
+    );
     assert!(rig.stamps_for(&key).await.is_empty());
+    assert_eq!(
+        rig.last_call(row.id).await,
+        Some(("recover".into(), "not_found".into()))
+    );
+    pool.shutdown().await;
+}
+
+/// The PAC stamps a sale at the edge of its window and the answer is lost; the window closes
+/// while the PAC cannot be asked. The row stays `unknown` (a terminal state would lose the
+/// stamp, and a refreeze or a new request would issue a second CFDI) and ends with that stamp.
+async fn a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered(b: Backend) {
+    let worker = format!("{LOSES_ANSWERS}{FAST_WORKER}");
+    let Some(rig) = rig(b, HANG, &worker).await else {
+        return;
+    };
+    // The worker stops sending 60 s before the PAC's limit: 5 s from now.
+    let key = rig.pay("edge_lost", now() - 72 * 3600 + 65).await;
+    let closes = chrono::Utc::now() + chrono::Duration::seconds(5);
+    let (pool, _s) = rig.pool().await;
+    rig.wait_stamped_at_pac(&key).await;
+    rig.set_faults("status503=1").await;
+    rig.wait_asks_after(&key, closes).await;
+    rig.set_faults("").await;
+    let row = rig.wait_state(&key, "stamped", 30).await;
+    let stamps = rig.stamps_for(&key).await;
+    assert_eq!(stamps.len(), 1, "{stamps:?}");
+    assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    pool.shutdown().await;
+}
+
+/// Every attempt the PAC leaves unanswered used to count towards `max_attempts`, after which
+/// the row ended `failed` (`UNKNOWN`) while the PAC held its stamp. An unknown outcome is never
+/// final: the row is asked for past `max_attempts` and ends with the one stamp.
+async fn an_unknown_outcome_is_asked_for_past_max_attempts(b: Backend) {
+    let worker = format!("{LOSES_ANSWERS}{FAST_WORKER}max_attempts = 2\n");
+    let Some(rig) = rig(b, HANG, &worker).await else {
+        return;
+    };
+    let key = rig.pay("outlasting", now()).await;
+    let (pool, _s) = rig.pool().await;
+    rig.wait_stamped_at_pac(&key).await;
+    rig.set_faults("status503=1").await;
+    let row = rig.wait_unresolved_asks(&key, 4).await;
+    assert!(row.attempts > 2, "past max_attempts: {row:?}");
+    assert!(
+        row.run_at <= chrono::Utc::now() + chrono::Duration::seconds(3),
+        "asked again with the usual backoff: {row:?}"
+    );
+    rig.set_faults("").await;
+    let done = rig.wait_state(&key, "stamped", 30).await;
+    let stamps = rig.stamps_for(&key).await;
+    assert_eq!(stamps.len(), 1, "{stamps:?}");
+    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
+    assert_eq!(
+        log.iter().filter(|a| a.operation == "stamp").count(),
+        1,
+        "sent once, then only asked: {log:?}"
+    );
+    assert_eq!(
+        log.last()
+            .map(|a| (a.operation.as_str(), a.outcome.as_str())),
+        Some(("recover", "found"))
+    );
+    pool.shutdown().await;
+}
+
+/// A document sent long ago whose outcome the PAC still cannot tell, 72 hours after its window
+/// closed: it stays `unknown`, asked once a day, and the admin lists it as unresolved. "Ask the
+/// PAC now" asks at once; the PAC's "no stamp" then settles it as expired.
+async fn an_outcome_unresolved_past_its_asking_period_is_asked_daily_and_listed(b: Backend) {
+    let worker = format!(
+        "{FAST_WORKER}[admin]\npassword = \"{}\"\n",
+        support::admin::PASSWORD
+    );
+    let Some(rig) = rig(b, "status503=1", &worker).await else {
+        return;
+    };
+    let key = rig.pay("asked_daily", now() - 150 * 3600).await;
+    let id = rig.row(&key).await.id;
+    fx::seal(&rig.app, id).await;
+    fx::mark_unknown(&rig.app, id, chrono::Utc::now()).await;
+    let (pool, _s) = rig.pool().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let row = loop {
+        let row = rig.row(&key).await;
+        assert!(
+            matches!(row.state.as_str(), "unknown" | "stamping"),
+            "{row:?}"
+        );
+        if row.last_error_code.is_some() {
+            break row;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{row:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(row.state, "unknown");
+    assert_eq!(
+        row.last_error_code.as_deref(),
+        Some(worker::UNRESOLVED),
+        "{row:?}"
+    );
+    let message = row.last_error_message.clone().unwrap_or_default();
+    assert!(message.contains("once a day"), "{message}");
+    assert!(
+        row.run_at > chrono::Utc::now() + chrono::Duration::hours(23),
+        "asked daily: {row:?}"
+    );
+
+    let br = Browser::new(&rig.app);
+    let csrf = br.login().await;
+    for view in ["unresolved", "pending", "all"] {
+        let list = br.get(&format!("/admin/invoices?view={view}")).await;
+        assert!(
+            list.body.contains("pi_test_asked_daily"),
+            "listed under {view}: {}",
+            list.body
+        );
+    }
+    let failed = br.get("/admin/invoices?view=failed").await;
+    assert!(!failed.body.contains("pi_test_asked_daily"));
+    let page = br
+        .get(&format!(
+            "/admin/payments/{}",
+            fx::doc(&rig.app, id).await.payment_id
+        ))
+        .await;
+    assert!(page.body.contains("Ask the PAC now"), "{}", page.body);
+    assert!(page.body.contains("UNRESOLVED"), "{}", page.body);
+
+    // The PAC answers again; the admin does not wait a day.
+    rig.set_faults("").await;
+    let r = br
+        .post(&format!("/admin/documents/{id}/retry"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.location.unwrap_or_default().contains("notice=asked"));
+    let row = rig.wait_state(&key, "expired", 20).await;
+    assert_eq!(row.last_error_code.as_deref(), Some("WINDOW"), "{row:?}");
+    assert_eq!(
+        rig.last_call(id).await,
+        Some(("recover".into(), "not_found".into()))
+    );
+    let log = rig.app.db.attempts_of(id).await.expect("attempts");
+    assert!(
+        !log.iter()
+            .any(|a| a.operation == "stamp" && a.worker.as_deref() != Some("test")),
+        "nothing was sent, only asked: {log:?}"
+    );
+    assert!(rig.stamps_for(&key).await.is_empty());
+    pool.shutdown().await;
+}
+
+/// SW's `CFDI3307`: the key already holds a stamp of other content. The row fails with the
+/// code and the other UUID, nothing is recorded as its stamp and nothing more is stamped.
+async fn a_key_already_used_for_other_content_fails_with_cfdi3307(b: Backend) {
+    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("key_reused", now()).await;
+    // Another document stamped under this row's key before the worker sends it.
+    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let mut other: autofactura::cfdi::InvoiceRequest = serde_json::from_str(json).expect("sample");
+    other.fecha = autofactura::cli::now_in_mexico();
+    let sealed = autofactura::cfdi::seal(&other, &autofactura::cli::sandbox_csd().expect("csd"))
+        .expect("seal");
+    let k = StampKey::parse(&key).expect("key");
+    let first = match rig.app.state.pac.stamp(&sealed.xml, &k).await {
+        autofactura::pac::StampOutcome::Stamped(s) => s,
+        other => panic!("the sandbox did not stamp the other document: {other:?}"),
+    };
+    let (pool, _s) = rig.pool().await;
+    let row = rig.wait_state(&key, "failed", 20).await;
+    assert_eq!(row.last_error_code.as_deref(), Some("CFDI3307"), "{row:?}");
+    let message = row.last_error_message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&first.uuid) && message.contains("reconcile"),
+        "{message}"
+    );
+    assert_eq!(row.uuid, None, "another document's stamp is not this row's");
+    assert!(row.stamped_xml.is_none());
+    let stamps = rig.stamps_for(&key).await;
+    assert_eq!(stamps.len(), 1, "nothing more was stamped: {stamps:?}");
+    assert_eq!(stamps[0]["uuid"].as_str(), Some(first.uuid.as_str()));
     let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
-    assert!(!log.is_empty(), "{log:?}");
+    let last = log.last().expect("the attempt is logged");
+    assert_eq!(
+        (
+            last.operation.as_str(),
+            last.outcome.as_str(),
+            last.code.as_deref(),
+            last.uuid.as_deref()
+        ),
+        (
+            "stamp",
+            "key_reused",
+            Some("CFDI3307"),
+            Some(first.uuid.as_str())
+        )
+    );
+    pool.shutdown().await;
+}
+
+fn attempt<'a>(
+    id: i64,
+    operation: &'a str,
+    outcome: &'a str,
+) -> autofactura::store::worker::Attempt<'a> {
+    autofactura::store::worker::Attempt {
+        outbox_id: Some(id),
+        cancellation_id: None,
+        operation,
+        pac: "sandbox",
+        outcome,
+        http_status: None,
+        code: None,
+        message: None,
+        latency_ms: 1,
+        uuid: None,
+        worker: "test",
+    }
+}
+
+/// Rows an earlier version ended while their outcome was unknown (`failed`/`UNKNOWN` after
+/// max_attempts, `expired` after an unanswered question) are open again after migration 7;
+/// rows the PAC definitely did not stamp stay as they are.
+async fn migration_7_reopens_rows_given_up_while_their_outcome_was_unknown(b: Backend) {
+    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+        return;
+    };
+    let app = &rig.app;
+    let mut ids = Vec::new();
+    for suffix in ["gave_up", "expired_open", "expired_confirmed", "rejected"] {
+        let id = rig.row(&rig.pay(suffix, now()).await).await.id;
+        fx::seal(app, id).await;
+        fx::mark_unknown(app, id, chrono::Utc::now()).await;
+        ids.push(id);
+    }
+    let [gave_up, expired_open, expired_confirmed, rejected] = ids[..] else {
+        unreachable!()
+    };
+    let log = |id, op, outcome| async move {
+        app.db
+            .log_attempt(&attempt(id, op, outcome))
+            .await
+            .expect("log");
+    };
+    log(gave_up, "recover", "unresolved").await;
+    fx::mark_failed(
+        app,
+        gave_up,
+        "UNKNOWN",
+        "outcome still unknown after 10 attempts",
+    )
+    .await;
+    log(expired_open, "recover", "unresolved").await;
+    fx::mark_failed(app, expired_open, "WINDOW", "the PAC could not confirm").await;
+    fx::mark_state(app, expired_open, "expired").await;
+    log(expired_confirmed, "recover", "not_found").await;
+    fx::mark_failed(app, expired_confirmed, "WINDOW", "never stamped").await;
+    fx::mark_state(app, expired_confirmed, "expired").await;
+    log(rejected, "stamp", "rejected").await;
+    fx::mark_failed(app, rejected, "CFDI40102", "CFDI40102 - …").await;
+
+    // Migration 7 as it ran on the earlier database (it changes nothing twice).
+    let (_, name, text) = match b {
+        Backend::Sqlite => autofactura::store::SQLITE_MIGRATIONS[6],
+        Backend::Postgres => autofactura::store::POSTGRES_MIGRATIONS[6],
+    };
+    assert_eq!(name, "unknown_outcomes");
+    match &app.db {
+        autofactura::store::Db::Sqlite { pool, .. } => {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(text))
+                .execute(pool)
+                .await
+                .expect("migration");
+        }
+        autofactura::store::Db::Postgres(pool) => {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(text))
+                .execute(pool)
+                .await
+                .expect("migration");
+        }
+    }
+    for id in [gave_up, expired_open] {
+        let d = fx::doc(app, id).await;
+        assert_eq!(
+            (d.state.as_str(), d.last_error_code.as_deref()),
+            ("unknown", None),
+            "{d:?}"
+        );
+        assert!(
+            d.last_error_message
+                .unwrap_or_default()
+                .contains("reopened"),
+            "#{id}"
+        );
+    }
+    assert_eq!(fx::doc(app, expired_confirmed).await.state, "expired");
+    assert_eq!(fx::doc(app, rejected).await.state, "failed");
+
+    // The worker asks the PAC about the reopened ones before anything else.
+    let (pool, _s) = rig.pool().await;
+    for id in [gave_up, expired_open] {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while fx::doc(app, id).await.state != "stamped" {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{:?}",
+                fx::doc(app, id).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let log = app.db.attempts_of(id).await.expect("attempts");
+        assert_eq!(log.last().map(|a| a.operation.as_str()), Some("recover"));
+    }
+    pool.shutdown().await;
+}
+
+/// The app with a failover pair: two sandboxes, `[pac.backup]` the second.
+async fn failover_rig(b: Backend, primary: &str, backup: &str) -> Option<(Rig, SandboxHandle)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, sim) = sandbox(&dir, "primary", primary).await;
+    let (backup_url, backup_sim) = sandbox(&dir, "backup", backup).await;
+    let extra = format!(
+        "[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n{LOSES_ANSWERS}\
+         [pac.backup]\nkind = \"sandbox\"\nurl = \"{backup_url}\"\n{LOSES_ANSWERS}{FAST_WORKER}"
+    );
+    let app = spawn_app_with(b, &extra).await?;
+    let rig = Rig {
+        app,
+        sim,
+        http: reqwest::Client::new(),
+        _dir: dir,
+    };
+    Some((rig, backup_sim))
+}
+
+async fn stamps_at(http: &reqwest::Client, sim: &SandboxHandle) -> Vec<Value> {
+    http.get(format!("{}/_sim/stamps", sim.url()))
+        .send()
+        .await
+        .expect("sim")
+        .json()
+        .await
+        .expect("stamps json")
+}
+
+/// Failover through the worker: the backup gets a document only once the primary definitely
+/// did not stamp it; the route is recorded in the database before each send, and a worker
+/// started later (nothing in its memory) asks only the PACs recorded there.
+async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
+    let Some((rig, backup)) = failover_rig(b, "status503=1", HANG).await else {
+        return;
+    };
+    let key = rig.pay("failover", now()).await;
+    let (pool, s) = rig.pool().await;
+    // The primary refuses before processing; the backup stamps and its answer is lost.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while stamps_at(&rig.http, &backup).await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the backup never stamped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rig.wait_state(&key, "unknown", 20).await;
+    pool.shutdown().await;
+    drop(s);
+    let row = rig.row(&key).await;
+    assert_eq!(
+        rig.app.db.pac_routes(&key).await.expect("routes"),
+        ["primary", "backup"],
+        "{row:?}"
+    );
+    let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
+    assert!(
+        log.iter()
+            .any(|a| a.operation == "stamp" && a.pac == "backup" && a.outcome == "unknown"),
+        "{log:?}"
+    );
+
+    // A new pool: it knows where the key went only from the database.
+    backup.sim().set_faults(FaultSpec::default());
+    let (pool, _s) = rig.pool().await;
+    let done = rig.wait_state(&key, "stamped", 30).await;
+    let at_backup = stamps_at(&rig.http, &backup).await;
+    assert_eq!(at_backup.len(), 1, "{at_backup:?}");
+    assert_eq!(done.uuid.as_deref(), at_backup[0]["uuid"].as_str());
+    assert!(rig.stamps().await.is_empty(), "nothing at the primary");
+    assert_eq!(
+        rig.last_call(row.id).await,
+        Some(("recover".into(), "found".into()))
+    );
+    pool.shutdown().await;
+}
+
+/// The primary stamps and its answer is lost, and it cannot be asked: the outcome is unknown
+/// there. Recovering must not ask the backup, which never had the document: asking SW means
+/// resending, so the backup would stamp it, a second CFDI.
+async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backend) {
+    let Some((rig, backup)) = failover_rig(b, HANG, "").await else {
+        return;
+    };
+    let key = rig.pay("failover_unknown", now()).await;
+    let (pool, _s) = rig.pool().await;
+    rig.wait_stamped_at_pac(&key).await;
+    rig.set_faults("status503=1").await;
+    let row = rig.wait_unresolved_asks(&key, 3).await;
+    assert_eq!(
+        rig.app.db.pac_routes(&key).await.expect("routes"),
+        ["primary"]
+    );
+    assert!(
+        stamps_at(&rig.http, &backup).await.is_empty(),
+        "the backup was sent a document the primary may hold"
+    );
+    rig.set_faults("").await;
+    let done = rig.wait_state(&key, "stamped", 30).await;
+    let at_primary = rig.stamps_for(&key).await;
+    assert_eq!(at_primary.len(), 1);
+    assert_eq!(done.uuid.as_deref(), at_primary[0]["uuid"].as_str());
+    assert!(stamps_at(&rig.http, &backup).await.is_empty(), "one CFDI");
+    assert_eq!(row.id, done.id);
     pool.shutdown().await;
 }
 
@@ -603,7 +1120,14 @@ on_both_backends!(
     retries_stop_after_max_attempts_as_a_dead_letter,
     a_rejection_fails_with_the_pacs_code_and_message,
     a_sale_past_the_72_hour_window_expires_unsent,
-    an_unknown_outcome_past_the_window_expires_after_asking_the_pac,
+    an_unknown_outcome_past_the_window_expires_only_once_the_pac_confirms_no_stamp,
+    a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered,
+    an_unknown_outcome_is_asked_for_past_max_attempts,
+    an_outcome_unresolved_past_its_asking_period_is_asked_daily_and_listed,
+    a_key_already_used_for_other_content_fails_with_cfdi3307,
+    failover_through_the_worker_follows_the_route_log,
+    an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup,
+    migration_7_reopens_rows_given_up_while_their_outcome_was_unknown,
     shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once,
     shutdown_gives_back_a_row_prepared_but_never_sent,
 );

@@ -301,6 +301,33 @@ pub async fn mark_state(app: &TestApp, id: i64, state: &str) {
     );
 }
 
+/// What a worker leaves after a send whose answer never came: the call in the attempt log as
+/// unanswered, the row `unknown`, due at `run_at`.
+pub async fn mark_unknown(app: &TestApp, id: i64, run_at: chrono::DateTime<Utc>) {
+    app.db
+        .log_attempt(&autofactura::store::worker::Attempt {
+            outbox_id: Some(id),
+            cancellation_id: None,
+            operation: "stamp",
+            pac: "sandbox",
+            outcome: "unknown",
+            http_status: None,
+            code: None,
+            message: Some("operation timed out"),
+            latency_ms: 60_000,
+            uuid: None,
+            worker: "test",
+        })
+        .await
+        .expect("log the unanswered call");
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET state = 'unknown', run_at = ?, last_error_message = 'operation timed out' WHERE id = ?",
+        run_at,
+        id
+    );
+}
+
 /// Seals, stamps at the sandbox and records the stamp as a worker does; the UUID.
 pub async fn stamped(app: &TestApp, id: i64) -> String {
     seal(app, id).await;
