@@ -184,6 +184,9 @@ pub enum ApiError {
     /// Well-formed, but not an invoice we can issue; nothing was written.
     #[error("{0}")]
     Validation(String),
+    /// As `Validation`, for one field of the body (`conceptos[0].cantidad`), named in the body.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
     #[error("{0}")]
     NotFound(String),
     /// The idempotency key was used with a different request body; nothing ran.
@@ -217,11 +220,19 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A 422 about one field of the body.
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unauthorized => "UNAUTHORIZED",
             Self::Forbidden(_) => "FORBIDDEN",
-            Self::BadRequest(_) | Self::Validation(_) => "VALIDATION_ERROR",
+            Self::BadRequest(_) | Self::Validation(_) | Self::Invalid { .. } => "VALIDATION_ERROR",
             Self::NotFound(_) => "NOT_FOUND",
             Self::KeyReused => "IDEMPOTENCY_KEY_REUSED",
             Self::InProgress { .. } => "DUPLICATE_IN_PROGRESS",
@@ -251,6 +262,9 @@ impl ApiError {
             | Self::OutcomeUnknown { invoice } => {
                 err["invoice_id"] = invoice.clone().into();
             }
+            Self::Invalid { field, .. } => {
+                err["field"] = field.clone().into();
+            }
             _ => {}
         }
         serde_json::json!({ "error": err })
@@ -263,9 +277,10 @@ impl ResponseError for ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Validation(_) | Self::KeyReused | Self::PacRejected { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::Validation(_)
+            | Self::Invalid { .. }
+            | Self::KeyReused
+            | Self::PacRejected { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::InProgress { .. } | Self::FolioConflict(_) | Self::Conflict(_) => {
                 StatusCode::CONFLICT

@@ -72,7 +72,7 @@ fn check_text(what: &str, value: &str, max: usize) -> Result<(), CfdiError> {
 
 /// An amount given in the request: within the CFDI's integer digits and decimals.
 fn check_amount(what: &str, d: Decimal) -> Result<(), CfdiError> {
-    money::check_limits(what, d).map_err(bad)
+    money::check_limits(d).map_err(|why| bad(format!("{what} {d} {why}")))
 }
 
 /// A computed amount: `None` (the `Decimal` operation overflowed) or a value beyond the CFDI's

@@ -20,17 +20,17 @@ pub fn in_range(d: Decimal) -> bool {
     d.abs() < Decimal::from(10u64.pow(MAX_INTEGER_DIGITS))
 }
 
-/// Checks that `what` = `d` can be written in a CFDI: at most [`MAX_INTEGER_DIGITS`] integer
-/// digits and [`MAX_DECIMALS`] decimals. The error says which limit, for the caller to prefix
-/// with where the amount came from.
-pub fn check_limits(what: &str, d: Decimal) -> Result<(), String> {
+/// Checks that `d` can be written in a CFDI: at most [`MAX_INTEGER_DIGITS`] integer digits and
+/// [`MAX_DECIMALS`] decimals. The error says which limit, for the caller to prefix with the
+/// amount and where it came from.
+pub fn check_limits(d: Decimal) -> Result<(), String> {
     if !in_range(d) {
         return Err(format!(
-            "{what} {d} is out of range: at most {MAX_INTEGER_DIGITS} integer digits"
+            "is out of range: at most {MAX_INTEGER_DIGITS} integer digits"
         ));
     }
     if d.normalize().scale() > MAX_DECIMALS {
-        return Err(format!("{what} {d} has more than {MAX_DECIMALS} decimals"));
+        return Err(format!("has more than {MAX_DECIMALS} decimals"));
     }
     Ok(())
 }
@@ -106,13 +106,13 @@ mod tests {
 
     #[test]
     fn limits_are_fourteen_integer_digits_and_six_decimals() {
-        assert!(check_limits("x", d("99999999999999.999999")).is_ok());
-        assert!(check_limits("x", d("100000000000000")).is_err());
-        assert!(check_limits("x", d("-100000000000000")).is_err());
-        assert!(check_limits("x", Decimal::MAX).is_err());
-        assert!(check_limits("x", d("0.0000001")).is_err());
+        assert!(check_limits(d("99999999999999.999999")).is_ok());
+        assert!(check_limits(d("100000000000000")).is_err());
+        assert!(check_limits(d("-100000000000000")).is_err());
+        assert!(check_limits(Decimal::MAX).is_err());
+        assert!(check_limits(d("0.0000001")).is_err());
         assert!(
-            check_limits("x", d("1.1000000")).is_ok(),
+            check_limits(d("1.1000000")).is_ok(),
             "trailing zeros are not decimals"
         );
     }
