@@ -152,6 +152,30 @@ impl ResponseError for AdminError {
     }
 }
 
+/// The security headers of every page: never cached, never framed, not sniffed, only our own
+/// resources. Admin pages set them ([`crate::admin::pages::html`]); every other response gets
+/// those it lacks from [`security_headers`], so error pages (404, 400, 413, 5xx, from a handler
+/// or from actix itself, admin and API alike) carry the same.
+pub const SECURITY_HEADERS: [(&str, &str); 4] = [
+    ("Cache-Control", "no-store"),
+    ("X-Frame-Options", "DENY"),
+    ("X-Content-Type-Options", "nosniff"),
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    ),
+];
+
+/// Adds [`SECURITY_HEADERS`] to every response that does not set them itself (the embedded
+/// assets keep their own `Cache-Control`).
+pub fn security_headers() -> actix_web::middleware::DefaultHeaders {
+    SECURITY_HEADERS
+        .into_iter()
+        .fold(actix_web::middleware::DefaultHeaders::new(), |h, pair| {
+            h.add(pair)
+        })
+}
+
 /// Text for HTML element content and attribute values.
 pub fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -12,7 +12,7 @@ use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
 use autofactura::worker::{self, Pool, Services};
 use serde_json::{Value, json};
-use support::{Backend, TestApp, spawn_app_with};
+use support::{Backend, TestApp, exec_sql, spawn_app_with};
 
 const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
      backoff_base_seconds = 1\nbackoff_cap_seconds = 1\nshutdown_grace_seconds = 1\nmax_attempts = 1000\n";
@@ -363,24 +363,6 @@ async fn caller_verdicts_are_not_replayed(b: Backend) {
     assert_eq!(ok.status, 201, "{}", ok.text());
     assert!(!ok.replayed);
     assert_eq!(rig.stamps().await.len(), 2);
-}
-
-/// Runs one statement on the app's database (to take a table away and bring it back).
-async fn exec_sql(db: &autofactura::store::Db, sql: &str) {
-    match db {
-        autofactura::store::Db::Sqlite { pool, .. } => {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .expect("sql");
-        }
-        autofactura::store::Db::Postgres(pool) => {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .expect("sql");
-        }
-    }
 }
 
 // 4: a 5xx (storage unavailable) is not stored: the retry with the same key really runs.

@@ -81,16 +81,12 @@ fn notice_text(key: &str) -> Option<&'static str> {
 /// An HTML page, never cached, never framed.
 pub fn html<T: Template>(t: &T) -> Result<HttpResponse, AdminError> {
     let body = t.render()?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .insert_header(("Cache-Control", "no-store"))
-        .insert_header(("X-Frame-Options", "DENY"))
-        .insert_header(("X-Content-Type-Options", "nosniff"))
-        .insert_header((
-            "Content-Security-Policy",
-            "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
-        ))
-        .body(body))
+    let mut r = HttpResponse::Ok();
+    r.content_type("text/html; charset=utf-8");
+    for h in crate::error::SECURITY_HEADERS {
+        r.insert_header(h);
+    }
+    Ok(r.body(body))
 }
 
 #[derive(Debug, Deserialize)]
