@@ -222,6 +222,23 @@ fn amounts_beyond_the_cfdi_limits_are_errors_not_panics() {
                 r.lines.push(r.lines[0].clone());
             }),
         ),
+        // The line within the limit, its sum rounded to the currency's decimals not.
+        (
+            "SubTotal",
+            request_with(|r| {
+                r.lines[0].unit_price = "99999999999999.999".parse().expect("price");
+                r.lines[0].tax = TaxTreatment::NoObjeto;
+            }),
+        ),
+        // The same with a discount, which brings the Total back within the limit.
+        (
+            "SubTotal",
+            request_with(|r| {
+                r.lines[0].unit_price = "99999999999999.999".parse().expect("price");
+                r.lines[0].discount = Some(Decimal::ONE);
+                r.lines[0].tax = TaxTreatment::Exento;
+            }),
+        ),
         // The SubTotal within the limit, the Total (with IVA) not.
         (
             "Total",

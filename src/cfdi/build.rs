@@ -88,11 +88,21 @@ fn computed(what: &str, d: Option<Decimal>) -> Result<Decimal, CfdiError> {
     }
 }
 
-/// The sum of `values`, checked.
-fn sum(what: &str, values: impl IntoIterator<Item = Decimal>) -> Result<Decimal, CfdiError> {
-    values
+/// `d` rounded to `dp` decimals, checked: rounding may carry it past the limit.
+fn rounded(what: &str, d: Decimal, dp: u32) -> Result<Decimal, CfdiError> {
+    computed(what, Some(round(d, dp)))
+}
+
+/// The sum of `values` rounded to `dp` decimals, checked.
+fn sum(
+    what: &str,
+    values: impl IntoIterator<Item = Decimal>,
+    dp: u32,
+) -> Result<Decimal, CfdiError> {
+    let s = values
         .into_iter()
-        .try_fold(Decimal::ZERO, |acc, v| computed(what, acc.checked_add(v)))
+        .try_fold(Decimal::ZERO, |acc, v| computed(what, acc.checked_add(v)))?;
+    rounded(what, s, dp)
 }
 
 /// Builds the comprobante for `req`, to be sealed with the certificate `no_certificado`.
@@ -254,11 +264,14 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         .map(|(i, l)| build_line(l, req.prices_include_tax).map_err(|e| prefix(i, e)))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let subtotal = round(sum("SubTotal", conceptos.iter().map(|c| c.importe))?, dec);
+    let subtotal = sum("SubTotal", conceptos.iter().map(|c| c.importe), dec)?;
     let has_discount = conceptos.iter().any(|c| c.descuento.is_some());
     let descuento = if has_discount {
-        let d = sum("Descuento", conceptos.iter().filter_map(|c| c.descuento))?;
-        Some(round(d, dec))
+        Some(sum(
+            "Descuento",
+            conceptos.iter().filter_map(|c| c.descuento),
+            dec,
+        )?)
     } else {
         None
     };
@@ -522,24 +535,26 @@ fn summarize(conceptos: &[Concepto], dec: u32) -> Result<Option<Impuestos>, Cfdi
     if tras.is_empty() && ret.is_empty() {
         return Ok(None);
     }
-    let traslados: Vec<Traslado> = tras
+    let mut traslados = Vec::with_capacity(tras.len());
+    for ((impuesto, tipo_factor, tasa), (base, importe)) in tras {
+        traslados.push(Traslado {
+            base: rounded("traslado Base", base, dec)?,
+            impuesto,
+            tipo_factor,
+            tasa,
+            importe: importe
+                .map(|i| rounded("traslado Importe", i, dec))
+                .transpose()?,
+        });
+    }
+    let retenciones = ret
         .into_iter()
-        .map(
-            |((impuesto, tipo_factor, tasa), (base, importe))| Traslado {
-                base: round(base, dec),
-                impuesto,
-                tipo_factor,
-                tasa,
-                importe: importe.map(|i| round(i, dec)),
-            },
-        )
-        .collect();
-    let retenciones: Vec<(String, Decimal)> =
-        ret.into_iter().map(|(k, v)| (k, round(v, dec))).collect();
+        .map(|(k, v)| Ok((k, rounded("retención Importe", v, dec)?)))
+        .collect::<Result<Vec<(String, Decimal)>, CfdiError>>()?;
     let any_importe = traslados.iter().any(|t| t.importe.is_some());
     let total_trasladados = if any_importe {
         let importes = traslados.iter().filter_map(|t| t.importe);
-        Some(sum("TotalImpuestosTrasladados", importes)?)
+        Some(sum("TotalImpuestosTrasladados", importes, dec)?)
     } else {
         None
     };
@@ -549,6 +564,7 @@ fn summarize(conceptos: &[Concepto], dec: u32) -> Result<Option<Impuestos>, Cfdi
         Some(sum(
             "TotalImpuestosRetenidos",
             retenciones.iter().map(|(_, v)| *v),
+            dec,
         )?)
     };
     Ok(Some(Impuestos {
