@@ -863,6 +863,41 @@ mod tests {
     use crate::config::Settings;
 
     #[test]
+    fn amounts_are_read_as_sent_and_kept_within_the_cfdi_limits() {
+        let parse = |json: &str| {
+            serde_json::from_str::<super::AmountInput>(json)
+                .expect("an amount")
+                .parse("x")
+                .map(|d| d.to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(r#""499.00""#).as_deref(), Ok("499.00"));
+        assert_eq!(parse(r#"" 499 ""#).as_deref(), Ok("499"));
+        assert_eq!(parse("12.5").as_deref(), Ok("12.5"));
+        assert_eq!(parse(r#""1e3""#).as_deref(), Ok("1000"));
+        assert_eq!(
+            parse(r#""99999999999999.999999""#).as_deref(),
+            Ok("99999999999999.999999")
+        );
+        for bad in [
+            r#""100000000000000""#,
+            r#""1.0000001""#,
+            r#""-1""#,
+            r#""""#,
+            r#""NaN""#,
+            r#""1e-7""#,
+            r#""1e99999999999""#,
+            r#""1e-99999999999""#,
+            "1e300",
+            r#""79228162514264337593543950336""#,
+        ] {
+            let e = parse(bad).expect_err(bad);
+            assert!(e.starts_with("x: "), "{bad}: {e}");
+        }
+        assert!(serde_json::from_str::<super::AmountInput>("true").is_err());
+    }
+
+    #[test]
     fn api_settings_default_to_96_hour_keys_and_keep_the_webhook_secret_out_of_logs() {
         let s = Settings::defaults().expect("defaults");
         assert_eq!(s.api.key_retention_hours, 96);
