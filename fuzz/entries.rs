@@ -5,8 +5,11 @@
 
 use std::sync::OnceLock;
 
-use autofactura::cfdi::Certificate;
+use autofactura::api;
+use autofactura::cfdi::dom::Element;
+use autofactura::cfdi::validate::check_amounts;
 use autofactura::cfdi::verify::{VerifyOptions, verify};
+use autofactura::cfdi::{self, Certificate, InvoiceRequest};
 use autofactura::config::Settings;
 use autofactura::ingest::Ingestor;
 use autofactura::webhooks::{mercadopago, signature, stripe};
@@ -149,4 +152,48 @@ pub fn cfdi_xml(data: &[u8]) {
         },
     );
     let _ = report.is_valid();
+}
+
+/// Settings for the API body: the default emisor, and currencies with 2, 0 and 3 decimals.
+fn api_settings() -> &'static Settings {
+    static SETTINGS: OnceLock<Settings> = OnceLock::new();
+    SETTINGS.get_or_init(|| {
+        Settings::from_parts(
+            Some("[invoice]\ncurrencies = [\"MXN\", \"USD\", \"JPY\", \"BHD\"]\n"),
+            &[],
+        )
+        .expect("fuzz settings")
+    })
+}
+
+/// A `POST /v1/invoices` body as the route reads it (JSON, idempotency key, the typed request,
+/// the amount limits) into the frozen request and `cfdi::build`. Whatever the API accepts must
+/// survive the outbox's JSON unchanged, build again to the same total, and pass the local
+/// validator: otherwise it would be written and then fail to seal.
+pub fn api_invoice_body(data: &[u8]) {
+    api_invoice_accepted(data);
+}
+
+/// [`api_invoice_body`], saying whether the API accepted the body.
+pub fn api_invoice_accepted(data: &[u8]) -> bool {
+    let Ok(body) = api::read_create_body(data, None) else {
+        return false;
+    };
+    let settings = api_settings();
+    let serie = body.input.serie(settings);
+    let Ok((request, total)) = api::freeze(settings, &body.input, &serie) else {
+        return false;
+    };
+    let json = serde_json::to_string(&request).expect("a frozen request is JSON");
+    let back: InvoiceRequest = serde_json::from_str(&json).expect("a frozen request reads back");
+    assert_eq!(back, request, "the frozen request changed through JSON");
+    let c = cfdi::build(&back, "30001000000500003416").expect("a frozen request builds again");
+    assert_eq!(c.total, total);
+    let root = Element::parse(&cfdi::xml::to_xml(&c)).expect("our XML parses");
+    let problems = check_amounts(&root);
+    assert!(
+        problems.is_empty(),
+        "accepted by the API, rejected by the validator: {problems:?}"
+    );
+    true
 }

@@ -179,6 +179,30 @@ impl ResponseError for AdminError {
     }
 }
 
+/// The security headers of every page: never cached, never framed, not sniffed, only our own
+/// resources. Admin pages set them ([`crate::admin::pages::html`]); every other response gets
+/// those it lacks from [`security_headers`], so error pages (404, 400, 413, 5xx, from a handler
+/// or from actix itself, admin and API alike) carry the same.
+pub const SECURITY_HEADERS: [(&str, &str); 4] = [
+    ("Cache-Control", "no-store"),
+    ("X-Frame-Options", "DENY"),
+    ("X-Content-Type-Options", "nosniff"),
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    ),
+];
+
+/// Adds [`SECURITY_HEADERS`] to every response that does not set them itself (the embedded
+/// assets keep their own `Cache-Control`).
+pub fn security_headers() -> actix_web::middleware::DefaultHeaders {
+    SECURITY_HEADERS
+        .into_iter()
+        .fold(actix_web::middleware::DefaultHeaders::new(), |h, pair| {
+            h.add(pair)
+        })
+}
+
 /// Text for HTML element content and attribute values.
 pub fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -211,6 +235,9 @@ pub enum ApiError {
     /// Well-formed, but not an invoice we can issue; nothing was written.
     #[error("{0}")]
     Validation(String),
+    /// As `Validation`, for one field of the body (`conceptos[0].cantidad`), named in the body.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
     #[error("{0}")]
     NotFound(String),
     /// The idempotency key was used with a different request body; nothing ran.
@@ -244,11 +271,19 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A 422 about one field of the body.
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unauthorized => "UNAUTHORIZED",
             Self::Forbidden(_) => "FORBIDDEN",
-            Self::BadRequest(_) | Self::Validation(_) => "VALIDATION_ERROR",
+            Self::BadRequest(_) | Self::Validation(_) | Self::Invalid { .. } => "VALIDATION_ERROR",
             Self::NotFound(_) => "NOT_FOUND",
             Self::KeyReused => "IDEMPOTENCY_KEY_REUSED",
             Self::InProgress { .. } => "DUPLICATE_IN_PROGRESS",
@@ -278,6 +313,9 @@ impl ApiError {
             | Self::OutcomeUnknown { invoice } => {
                 err["invoice_id"] = invoice.clone().into();
             }
+            Self::Invalid { field, .. } => {
+                err["field"] = field.clone().into();
+            }
             _ => {}
         }
         serde_json::json!({ "error": err })
@@ -290,9 +328,10 @@ impl ResponseError for ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Validation(_) | Self::KeyReused | Self::PacRejected { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::Validation(_)
+            | Self::Invalid { .. }
+            | Self::KeyReused
+            | Self::PacRejected { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::InProgress { .. } | Self::FolioConflict(_) | Self::Conflict(_) => {
                 StatusCode::CONFLICT

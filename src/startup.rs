@@ -281,6 +281,7 @@ fn serve(
     let server = HttpServer::new(move || {
         App::new()
             .wrap(actix_web::middleware::Logger::new("%r %s %Dms").exclude("/healthz"))
+            .wrap(crate::error::security_headers())
             .app_data(data.clone())
             .configure(health::routes)
             .configure(|cfg| {

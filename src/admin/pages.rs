@@ -19,6 +19,20 @@ use crate::store::{
 /// Rows per list page.
 pub const PAGE_SIZE: i64 = 50;
 
+/// The last list page one can ask for: far past any real list, and `(page - 1) × PAGE_SIZE`
+/// stays far within an `i64` and what SQLite and PostgreSQL take as an OFFSET.
+pub const MAX_PAGE: i64 = 1_000_000;
+
+/// `?page=` as typed (kept as text so that no value is a 400): missing, zero, negative or not a
+/// number is the first page; beyond [`MAX_PAGE`] (even beyond an `i64`) is [`MAX_PAGE`].
+pub fn page_number(raw: Option<&str>) -> i64 {
+    match raw.map(|r| r.trim().parse::<i64>()) {
+        Some(Ok(n)) => n.clamp(1, MAX_PAGE),
+        Some(Err(e)) if *e.kind() == std::num::IntErrorKind::PosOverflow => MAX_PAGE,
+        _ => 1,
+    }
+}
+
 /// What every page's frame needs.
 pub struct Layout {
     pub title: String,
@@ -72,16 +86,12 @@ fn notice_text(key: &str) -> Option<&'static str> {
 /// An HTML page, never cached, never framed.
 pub fn html<T: Template>(t: &T) -> Result<HttpResponse, AdminError> {
     let body = t.render()?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .insert_header(("Cache-Control", "no-store"))
-        .insert_header(("X-Frame-Options", "DENY"))
-        .insert_header(("X-Content-Type-Options", "nosniff"))
-        .insert_header((
-            "Content-Security-Policy",
-            "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
-        ))
-        .body(body))
+    let mut r = HttpResponse::Ok();
+    r.content_type("text/html; charset=utf-8");
+    for h in crate::error::SECURITY_HEADERS {
+        r.insert_header(h);
+    }
+    Ok(r.body(body))
 }
 
 #[derive(Debug, Deserialize)]
@@ -369,7 +379,7 @@ pub struct ListQuery {
     pub q: Option<String>,
     pub from: Option<String>,
     pub to: Option<String>,
-    pub page: Option<i64>,
+    pub page: Option<String>,
     pub notice: Option<String>,
 }
 
@@ -582,8 +592,8 @@ pub async fn invoices(
     let until = parse_day(Some(&to_s))?
         .and_then(|d| d.succ_opt())
         .map_or(latest, day_start);
-    let page = q.page.unwrap_or(1).max(1);
-    let filter = ListFilter {
+    let mut page = page_number(q.page.as_deref());
+    let mut filter = ListFilter {
         view,
         query: search.clone(),
         from,
@@ -591,10 +601,17 @@ pub async fn invoices(
         limit: PAGE_SIZE,
         offset: (page - 1) * PAGE_SIZE,
     };
-    let (rows, total) = state.db.list_documents(&filter).await?;
+    let pages_of = |total: i64| ((total + PAGE_SIZE - 1) / PAGE_SIZE).max(1);
+    let (mut rows, mut total) = state.db.list_documents(&filter).await?;
+    if page > pages_of(total) {
+        // Past the end (an old link, a typed number): show the last page instead.
+        page = pages_of(total);
+        filter.offset = (page - 1) * PAGE_SIZE;
+        (rows, total) = state.db.list_documents(&filter).await?;
+    }
+    let pages = pages_of(total);
     let now = Utc::now();
     let rows: Vec<RowView> = rows.into_iter().map(|r| RowView::of(r, now)).collect();
-    let pages = ((total + PAGE_SIZE - 1) / PAGE_SIZE).max(1);
     let title = TABS
         .iter()
         .find(|t| t.key == view_key)
@@ -675,7 +692,7 @@ impl CancelView {
 #[derive(Debug, Deserialize)]
 pub struct CancellationsQuery {
     pub all: Option<String>,
-    pub page: Option<i64>,
+    pub page: Option<String>,
 }
 
 #[derive(Template)]
@@ -694,7 +711,7 @@ pub async fn cancellations(
     q: web::Query<CancellationsQuery>,
 ) -> Result<HttpResponse, AdminError> {
     let all = q.all.is_some();
-    let page = q.page.unwrap_or(1).max(1);
+    let page = page_number(q.page.as_deref());
     let rows = state
         .db
         .list_cancellations(!all, PAGE_SIZE + 1, (page - 1) * PAGE_SIZE)

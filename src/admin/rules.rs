@@ -81,7 +81,8 @@ impl CancelFacts {
         self.tipo_cambio
             .as_deref()
             .and_then(parse_amount)
-            .map(|tc| total * tc)
+            // Read from a stamped XML: amounts there may be beyond what a product can hold.
+            .and_then(|tc| total.checked_mul(tc))
     }
 
     /// When the stamp was issued, in UTC.
@@ -288,6 +289,11 @@ mod tests {
         usd.moneda = "USD".into();
         usd.tipo_cambio = Some("17.50".into());
         assert!(requires_acceptance(&usd, later), "1,750 MXN");
+        // A Total and TipoCambio whose product overflows `Decimal`: unknown, so not under $1,000.
+        usd.total = "79228162514264337593543950335".into();
+        usd.tipo_cambio = Some("2".into());
+        assert_eq!(usd.total_mxn(), None);
+        assert!(requires_acceptance(&usd, later));
         let fr: Vec<_> = exemptions(
             &facts("10.00", "I", RFC_PUBLICO_GENERAL, stamped),
             at("2026-01-02T13:00:00"),

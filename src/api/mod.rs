@@ -35,7 +35,7 @@ use serde::Deserialize;
 
 use crate::admin::rules::{self, CancelFacts};
 use crate::cfdi::{
-    self, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante,
+    self, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante, money,
 };
 use crate::domain::StampKey;
 use crate::error::ApiError;
@@ -88,7 +88,7 @@ pub struct CreateInvoice {
     #[serde(default)]
     pub moneda: Option<String>,
     #[serde(default)]
-    pub tipo_cambio: Option<Decimal>,
+    pub tipo_cambio: Option<AmountInput>,
     #[serde(default)]
     pub condiciones_de_pago: Option<String>,
     /// Whether `valor_unitario` and `descuento` include the traslado (default false).
@@ -112,16 +112,58 @@ pub struct ConceptoInput {
     pub clave_prod_serv: String,
     #[serde(default)]
     pub no_identificacion: Option<String>,
-    pub cantidad: Decimal,
+    pub cantidad: AmountInput,
     pub clave_unidad: String,
     #[serde(default)]
     pub unidad: Option<String>,
     pub descripcion: String,
-    pub valor_unitario: Decimal,
+    pub valor_unitario: AmountInput,
     #[serde(default)]
-    pub descuento: Option<Decimal>,
+    pub descuento: Option<AmountInput>,
     /// `iva16`, `iva8`, `iva0`, `exento` or `no_objeto`.
     pub impuesto: TaxTreatment,
+}
+
+/// An amount as the body gives it: a JSON string (as documented) or a number. Kept as text until
+/// [`AmountInput::parse`], so that one beyond what a `Decimal` holds is still a 422 naming its
+/// field rather than a malformed body.
+#[derive(Debug, Clone)]
+pub struct AmountInput(String);
+
+impl<'de> Deserialize<'de> for AmountInput {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => Ok(Self(s)),
+            serde_json::Value::Number(n) => Ok(Self(n.to_string())),
+            other => Err(serde::de::Error::custom(format!(
+                "an amount must be a decimal string like \"499.00\", not {other}"
+            ))),
+        }
+    }
+}
+
+impl AmountInput {
+    /// The amount, if it can be in a CFDI (not negative, at most 14 integer digits and 6
+    /// decimals); otherwise a 422 naming `field`.
+    pub fn parse(&self, field: &str) -> Result<Decimal, ApiError> {
+        let text = self.0.trim();
+        let invalid = |why: String| ApiError::invalid(field, format!("{:?} {why}", self.0));
+        let d = text
+            .parse::<Decimal>()
+            .or_else(|_| Decimal::from_scientific(text))
+            .map_err(|_| {
+                invalid(format!(
+                    "is not an amount: digits with an optional point, at most {} integer digits and {} decimals",
+                    money::MAX_INTEGER_DIGITS,
+                    money::MAX_DECIMALS
+                ))
+            })?;
+        if d.is_sign_negative() && !d.is_zero() {
+            return Err(invalid("must not be negative".into()));
+        }
+        money::check_limits(d).map_err(invalid)?;
+        Ok(d)
+    }
 }
 
 /// The invoice as the API shows it. `status` overrides the row's (a replayed 201 and a webhook
@@ -279,6 +321,54 @@ fn key_answer(state: KeyState, key: &RequestKey) -> Result<HttpResponse, ApiErro
     }
 }
 
+/// A `POST /v1/invoices` body, read.
+pub struct CreateBody {
+    /// The JSON, for the request hash.
+    pub value: serde_json::Value,
+    /// The caller's idempotency key (header or field).
+    pub explicit: Option<keys::IdempotencyKey>,
+    pub input: CreateInvoice,
+}
+
+/// Reads a `POST /v1/invoices` body with the `Idempotency-Key` header's value: what is not JSON,
+/// not an invoice request, or carries a bad key is a 400. No database, no caller: the fuzz
+/// target `api_invoice_body` runs it as the route does.
+pub fn read_create_body(body: &[u8], header_key: Option<&str>) -> Result<CreateBody, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not JSON: {e}")))?;
+    let explicit = keys::explicit_key(header_key, value.get("idempotency_key"))?;
+    let input: CreateInvoice = serde_json::from_value(value.clone())
+        .map_err(|e| ApiError::BadRequest(format!("the body is not an invoice request: {e}")))?;
+    Ok(CreateBody {
+        value,
+        explicit,
+        input,
+    })
+}
+
+impl CreateInvoice {
+    /// The serie asked for, else the configured one.
+    pub fn serie(&self, settings: &crate::config::Settings) -> String {
+        self.serie
+            .clone()
+            .unwrap_or_else(|| settings.emisor.serie.clone())
+    }
+}
+
+/// The frozen comprobante of a request and its total. Every problem is a 422
+/// `VALIDATION_ERROR` (naming the field when it is one) and nothing is written.
+pub fn freeze(
+    settings: &crate::config::Settings,
+    input: &CreateInvoice,
+    serie: &str,
+) -> Result<(InvoiceRequest, Decimal), ApiError> {
+    let request = build_request(settings, input, serie)?;
+    let total = cfdi::build(&request, "00000000000000000000")
+        .map_err(|e| ApiError::Validation(format!("the invoice cannot be built: {e}")))?
+        .total;
+    Ok((request, total))
+}
+
 /// `POST /v1/invoices`.
 pub async fn create(
     state: web::Data<AppState>,
@@ -286,8 +376,6 @@ pub async fn create(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let caller = keys::authenticate(&state.db, &req).await?;
-    let value: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the body is not JSON: {e}")))?;
     let header_key = match req.headers().get("Idempotency-Key") {
         Some(h) => Some(h.to_str().map_err(|_| {
             ApiError::BadRequest(
@@ -296,9 +384,11 @@ pub async fn create(
         })?),
         None => None,
     };
-    let explicit = keys::explicit_key(header_key, value.get("idempotency_key"))?;
-    let input: CreateInvoice = serde_json::from_value(value.clone())
-        .map_err(|e| ApiError::BadRequest(format!("the body is not an invoice request: {e}")))?;
+    let CreateBody {
+        value,
+        explicit,
+        input,
+    } = read_create_body(&body, header_key)?;
     if let Some(rfc) = &input.rfc_emisor
         && !rfc.eq_ignore_ascii_case(&caller.rfc_emisor)
     {
@@ -308,10 +398,7 @@ pub async fn create(
         )));
     }
     let settings = &state.settings;
-    let serie = input
-        .serie
-        .clone()
-        .unwrap_or_else(|| settings.emisor.serie.clone());
+    let serie = input.serie(settings);
     let key = match (explicit, &input.folio) {
         (Some(k), _) => Some(RequestKey::Explicit(k)),
         (None, Some(folio)) => Some(RequestKey::derived(
@@ -330,11 +417,8 @@ pub async fn create(
             other => return key_answer(other, k),
         }
     }
-    let request = build_request(settings, &input, &serie)?;
+    let (request, total) = freeze(settings, &input, &serie)?;
     let public_id = format!("inv_{}", uuid::Uuid::new_v4().simple());
-    let total = cfdi::build(&request, "00000000000000000000")
-        .map_err(|e| ApiError::Validation(format!("the invoice cannot be built: {e}")))?
-        .total;
     let now = Utc::now();
     let retention =
         chrono::Duration::hours(i64::try_from(settings.api.key_retention_hours).unwrap_or(96));
@@ -557,22 +641,47 @@ fn build_request(
             settings.invoice.currencies.join(", ")
         )));
     }
-    let lines = input
-        .conceptos
-        .iter()
-        .map(|c| LineData {
+    let tipo_cambio = input
+        .tipo_cambio
+        .as_ref()
+        .map(|t| t.parse("tipo_cambio"))
+        .transpose()?;
+    let mut lines = Vec::with_capacity(input.conceptos.len());
+    for (i, c) in input.conceptos.iter().enumerate() {
+        let at = |f: &str| format!("conceptos[{i}].{f}");
+        let cantidad = c.cantidad.parse(&at("cantidad"))?;
+        let unit_price = c.valor_unitario.parse(&at("valor_unitario"))?;
+        let discount = c
+            .descuento
+            .as_ref()
+            .map(|d| d.parse(&at("descuento")))
+            .transpose()?;
+        // Both factors within the limits, their product (the line's Importe) may not be.
+        if !cantidad
+            .checked_mul(unit_price)
+            .is_some_and(money::in_range)
+        {
+            return Err(ApiError::invalid(
+                &format!("conceptos[{i}]"),
+                format!(
+                    "cantidad × valor_unitario ({cantidad} × {unit_price}) is out of range: at most {} integer digits",
+                    money::MAX_INTEGER_DIGITS
+                ),
+            ));
+        }
+        lines.push(LineData {
             clave_prod_serv: c.clave_prod_serv.clone(),
             no_identificacion: c.no_identificacion.clone(),
-            cantidad: c.cantidad,
+            cantidad,
             clave_unidad: c.clave_unidad.clone(),
             unidad: c.unidad.clone(),
             descripcion: c.descripcion.trim().to_owned(),
-            unit_price: c.valor_unitario,
-            discount: c.descuento,
+            unit_price,
+            discount,
             tax: c.impuesto,
             retenciones: Vec::new(),
-        })
-        .collect();
+        });
+    }
     let emisor = &settings.emisor;
     let request = InvoiceRequest {
         tipo: TipoComprobante::Ingreso,
@@ -580,7 +689,7 @@ fn build_request(
         folio: input.folio.clone(),
         fecha: crate::ingest::fecha_of(Utc::now()),
         moneda,
-        tipo_cambio: input.tipo_cambio,
+        tipo_cambio,
         forma_pago: input.forma_pago.clone(),
         metodo_pago: input.metodo_pago.clone(),
         condiciones_de_pago: input.condiciones_de_pago.clone(),
@@ -761,6 +870,41 @@ pub async fn cancel(
 #[cfg(test)]
 mod tests {
     use crate::config::Settings;
+
+    #[test]
+    fn amounts_are_read_as_sent_and_kept_within_the_cfdi_limits() {
+        let parse = |json: &str| {
+            serde_json::from_str::<super::AmountInput>(json)
+                .expect("an amount")
+                .parse("x")
+                .map(|d| d.to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(r#""499.00""#).as_deref(), Ok("499.00"));
+        assert_eq!(parse(r#"" 499 ""#).as_deref(), Ok("499"));
+        assert_eq!(parse("12.5").as_deref(), Ok("12.5"));
+        assert_eq!(parse(r#""1e3""#).as_deref(), Ok("1000"));
+        assert_eq!(
+            parse(r#""99999999999999.999999""#).as_deref(),
+            Ok("99999999999999.999999")
+        );
+        for bad in [
+            r#""100000000000000""#,
+            r#""1.0000001""#,
+            r#""-1""#,
+            r#""""#,
+            r#""NaN""#,
+            r#""1e-7""#,
+            r#""1e99999999999""#,
+            r#""1e-99999999999""#,
+            "1e300",
+            r#""79228162514264337593543950336""#,
+        ] {
+            let e = parse(bad).expect_err(bad);
+            assert!(e.starts_with("x: "), "{bad}: {e}");
+        }
+        assert!(serde_json::from_str::<super::AmountInput>("true").is_err());
+    }
 
     #[test]
     fn api_settings_default_to_96_hour_keys_and_keep_the_webhook_secret_out_of_logs() {

@@ -70,13 +70,39 @@ fn check_text(what: &str, value: &str, max: usize) -> Result<(), CfdiError> {
     Ok(())
 }
 
-fn check_decimals(what: &str, d: Decimal) -> Result<(), CfdiError> {
-    if d.normalize().scale() > MAX_DECIMALS {
-        return Err(bad(format!(
-            "{what} {d} has more than {MAX_DECIMALS} decimals"
-        )));
+/// An amount given in the request: within the CFDI's integer digits and decimals.
+fn check_amount(what: &str, d: Decimal) -> Result<(), CfdiError> {
+    money::check_limits(d).map_err(|why| bad(format!("{what} {d} {why}")))
+}
+
+/// A computed amount: `None` (the `Decimal` operation overflowed) or a value beyond the CFDI's
+/// integer digits is an error naming `what`. Every operation in the builder is checked, so no
+/// request can make it panic.
+fn computed(what: &str, d: Option<Decimal>) -> Result<Decimal, CfdiError> {
+    match d {
+        Some(d) if money::in_range(d) => Ok(d),
+        _ => Err(bad(format!(
+            "{what} would be out of range: at most {} integer digits",
+            money::MAX_INTEGER_DIGITS
+        ))),
     }
-    Ok(())
+}
+
+/// `d` rounded to `dp` decimals, checked: rounding may carry it past the limit.
+fn rounded(what: &str, d: Decimal, dp: u32) -> Result<Decimal, CfdiError> {
+    computed(what, Some(round(d, dp)))
+}
+
+/// The sum of `values` rounded to `dp` decimals, checked.
+fn sum(
+    what: &str,
+    values: impl IntoIterator<Item = Decimal>,
+    dp: u32,
+) -> Result<Decimal, CfdiError> {
+    let s = values
+        .into_iter()
+        .try_fold(Decimal::ZERO, |acc, v| computed(what, acc.checked_add(v)))?;
+    rounded(what, s, dp)
 }
 
 /// Builds the comprobante for `req`, to be sealed with the certificate `no_certificado`.
@@ -91,7 +117,7 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         (m, None) => return Err(bad(format!("currency {m} needs a TipoCambio to MXN"))),
         (_, Some(tc)) if tc <= Decimal::ZERO => return Err(bad("TipoCambio must be positive")),
         (_, Some(tc)) => {
-            check_decimals("TipoCambio", tc)?;
+            check_amount("TipoCambio", tc)?;
             Some(tc.normalize())
         }
     };
@@ -238,20 +264,27 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         .map(|(i, l)| build_line(l, req.prices_include_tax).map_err(|e| prefix(i, e)))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let subtotal = round(conceptos.iter().map(|c| c.importe).sum(), dec);
+    let subtotal = sum("SubTotal", conceptos.iter().map(|c| c.importe), dec)?;
     let has_discount = conceptos.iter().any(|c| c.descuento.is_some());
-    let descuento =
-        has_discount.then(|| round(conceptos.iter().filter_map(|c| c.descuento).sum(), dec));
-    let impuestos = summarize(&conceptos, dec);
-    let total = subtotal - descuento.unwrap_or_default()
-        + impuestos
-            .as_ref()
-            .and_then(|i| i.total_trasladados)
-            .unwrap_or_default()
-        - impuestos
-            .as_ref()
-            .and_then(|i| i.total_retenidos)
-            .unwrap_or_default();
+    let descuento = if has_discount {
+        Some(sum(
+            "Descuento",
+            conceptos.iter().filter_map(|c| c.descuento),
+            dec,
+        )?)
+    } else {
+        None
+    };
+    let impuestos = summarize(&conceptos, dec)?;
+    let trasladados = impuestos.as_ref().and_then(|i| i.total_trasladados);
+    let retenidos = impuestos.as_ref().and_then(|i| i.total_retenidos);
+    let total = computed(
+        "Total",
+        subtotal
+            .checked_sub(descuento.unwrap_or_default())
+            .and_then(|t| t.checked_add(trasladados.unwrap_or_default()))
+            .and_then(|t| t.checked_sub(retenidos.unwrap_or_default())),
+    )?;
     if total < Decimal::ZERO {
         return Err(bad(format!("the total would be negative ({total})")));
     }
@@ -339,19 +372,19 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
             l.cantidad
         )));
     }
-    check_decimals("Cantidad", l.cantidad)?;
+    check_amount("Cantidad", l.cantidad)?;
     if l.unit_price < Decimal::ZERO {
         return Err(bad(format!(
             "unit price must not be negative, it is {}",
             l.unit_price
         )));
     }
-    check_decimals("unit price", l.unit_price)?;
+    check_amount("unit price", l.unit_price)?;
     if let Some(d) = l.discount {
         if d < Decimal::ZERO {
             return Err(bad("discount must not be negative"));
         }
-        check_decimals("discount", d)?;
+        check_amount("discount", d)?;
     }
     let rate = l.tax.rate();
     if l.tax == TaxTreatment::NoObjeto && !l.retenciones.is_empty() {
@@ -361,24 +394,38 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
     }
     // Tax-included prices: the IVA is taken out of the line's net amount first, and the Base is
     // what remains, so Base + Importe of the traslado add back to exactly what was charged.
+    let r6 = |d: Decimal| round(d, MAX_DECIMALS);
+    let charged = computed(
+        "Importe (Cantidad × unit price)",
+        l.cantidad.checked_mul(l.unit_price).map(r6),
+    )?;
     let (valor_unitario, importe, descuento, base, tax_importe) = match rate {
         Some(r) if include_tax => {
-            let net =
-                round(l.cantidad * l.unit_price, MAX_DECIMALS) - l.discount.unwrap_or_default();
+            let net = computed(
+                "Importe",
+                charged.checked_sub(l.discount.unwrap_or_default()),
+            )?;
             if net < Decimal::ZERO {
                 return Err(bad(format!(
                     "discount {} exceeds the line amount",
                     l.discount.unwrap_or_default()
                 )));
             }
-            let tax = round(net * r / (Decimal::ONE + r), MAX_DECIMALS);
-            let base = net - tax;
+            let one_plus = Decimal::ONE + r;
+            let tax = computed(
+                "traslado Importe",
+                net.checked_mul(r)
+                    .and_then(|t| t.checked_div(one_plus))
+                    .map(r6),
+            )?;
+            let base = computed("Base", net.checked_sub(tax))?;
             let descuento = l
                 .discount
-                .map(|d| round(d / (Decimal::ONE + r), MAX_DECIMALS));
-            let importe = base + descuento.unwrap_or_default();
+                .map(|d| computed("Descuento", d.checked_div(one_plus).map(r6)))
+                .transpose()?;
+            let importe = computed("Importe", base.checked_add(descuento.unwrap_or_default()))?;
             (
-                round(importe / l.cantidad, MAX_DECIMALS),
+                computed("ValorUnitario", importe.checked_div(l.cantidad).map(r6))?,
                 importe,
                 descuento,
                 base,
@@ -386,21 +433,18 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
             )
         }
         _ => {
-            let importe = round(l.cantidad * l.unit_price, MAX_DECIMALS);
-            let base = importe - l.discount.unwrap_or_default();
+            let importe = charged;
+            let base = computed("Base", importe.checked_sub(l.discount.unwrap_or_default()))?;
             if base < Decimal::ZERO {
                 return Err(bad(format!(
                     "discount {} exceeds the line amount {importe}",
                     l.discount.unwrap_or_default()
                 )));
             }
-            (
-                l.unit_price,
-                importe,
-                l.discount,
-                base,
-                rate.map(|r| round(base * r, MAX_DECIMALS)),
-            )
+            let tax = rate
+                .map(|r| computed("traslado Importe", base.checked_mul(r).map(r6)))
+                .transpose()?;
+            (l.unit_price, importe, l.discount, base, tax)
         }
     };
     let traslados = match (l.tax, rate) {
@@ -434,12 +478,12 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
                 r.tasa
             )));
         }
-        check_decimals("retención rate", r.tasa)?;
+        check_amount("retención rate", r.tasa)?;
         retenciones.push(Retencion {
             base,
             impuesto: r.impuesto.clone(),
             tasa: r.tasa,
-            importe: round(base * r.tasa, MAX_DECIMALS),
+            importe: computed("retención Importe", base.checked_mul(r.tasa).map(r6))?,
         });
     }
     Ok(Concepto {
@@ -468,7 +512,8 @@ type TrasladoKey = (String, String, Option<Decimal>);
 
 /// Groups the line taxes into the comprobante-level Impuestos, summing at full precision and
 /// rounding each group once.
-fn summarize(conceptos: &[Concepto], dec: u32) -> Option<Impuestos> {
+fn summarize(conceptos: &[Concepto], dec: u32) -> Result<Option<Impuestos>, CfdiError> {
+    let add = |what: &str, a: Decimal, b: Decimal| computed(what, a.checked_add(b));
     // Key: (Impuesto, TipoFactor, TasaOCuota), the grouping Anexo 20 prescribes.
     let mut tras: BTreeMap<TrasladoKey, (Decimal, Option<Decimal>)> = BTreeMap::new();
     let mut ret: BTreeMap<String, Decimal> = BTreeMap::new();
@@ -477,40 +522,57 @@ fn summarize(conceptos: &[Concepto], dec: u32) -> Option<Impuestos> {
             let e = tras
                 .entry((t.impuesto.clone(), t.tipo_factor.clone(), t.tasa))
                 .or_insert((Decimal::ZERO, None));
-            e.0 += t.base;
+            e.0 = add("traslado Base", e.0, t.base)?;
             if let Some(i) = t.importe {
-                e.1 = Some(e.1.unwrap_or_default() + i);
+                e.1 = Some(add("traslado Importe", e.1.unwrap_or_default(), i)?);
             }
         }
         for r in &c.retenciones {
-            *ret.entry(r.impuesto.clone()).or_default() += r.importe;
+            let e = ret.entry(r.impuesto.clone()).or_default();
+            *e = add("retención Importe", *e, r.importe)?;
         }
     }
     if tras.is_empty() && ret.is_empty() {
-        return None;
+        return Ok(None);
     }
-    let traslados: Vec<Traslado> = tras
+    let mut traslados = Vec::with_capacity(tras.len());
+    for ((impuesto, tipo_factor, tasa), (base, importe)) in tras {
+        traslados.push(Traslado {
+            base: rounded("traslado Base", base, dec)?,
+            impuesto,
+            tipo_factor,
+            tasa,
+            importe: importe
+                .map(|i| rounded("traslado Importe", i, dec))
+                .transpose()?,
+        });
+    }
+    let retenciones = ret
         .into_iter()
-        .map(
-            |((impuesto, tipo_factor, tasa), (base, importe))| Traslado {
-                base: round(base, dec),
-                impuesto,
-                tipo_factor,
-                tasa,
-                importe: importe.map(|i| round(i, dec)),
-            },
-        )
-        .collect();
-    let retenciones: Vec<(String, Decimal)> =
-        ret.into_iter().map(|(k, v)| (k, round(v, dec))).collect();
+        .map(|(k, v)| Ok((k, rounded("retención Importe", v, dec)?)))
+        .collect::<Result<Vec<(String, Decimal)>, CfdiError>>()?;
     let any_importe = traslados.iter().any(|t| t.importe.is_some());
-    Some(Impuestos {
-        total_trasladados: any_importe.then(|| traslados.iter().filter_map(|t| t.importe).sum()),
-        total_retenidos: (!retenciones.is_empty())
-            .then(|| retenciones.iter().map(|(_, v)| *v).sum()),
+    let total_trasladados = if any_importe {
+        let importes = traslados.iter().filter_map(|t| t.importe);
+        Some(sum("TotalImpuestosTrasladados", importes, dec)?)
+    } else {
+        None
+    };
+    let total_retenidos = if retenciones.is_empty() {
+        None
+    } else {
+        Some(sum(
+            "TotalImpuestosRetenidos",
+            retenciones.iter().map(|(_, v)| *v),
+            dec,
+        )?)
+    };
+    Ok(Some(Impuestos {
+        total_trasladados,
+        total_retenidos,
         retenciones,
         traslados,
-    })
+    }))
 }
 
 /// Formats a line amount with at least the currency's decimals.

@@ -9,6 +9,32 @@ use rust_decimal::{Decimal, RoundingStrategy};
 /// Most decimals any CFDI amount may have.
 pub const MAX_DECIMALS: u32 = 6;
 
+/// Most integer digits of any amount, Cantidad or TipoCambio here (below 10^14). The SAT's
+/// `t_Importe` allows 18, but a product of two amounts (Cantidad × ValorUnitario, Total ×
+/// TipoCambio) must stay within `Decimal` (about 7.9 × 10^28) and its result within the CFDI's
+/// own limit; 10^14 is beyond any real sale.
+pub const MAX_INTEGER_DIGITS: u32 = 14;
+
+/// Whether `d` has at most [`MAX_INTEGER_DIGITS`] integer digits.
+pub fn in_range(d: Decimal) -> bool {
+    d.abs() < Decimal::from(10u64.pow(MAX_INTEGER_DIGITS))
+}
+
+/// Checks that `d` can be written in a CFDI: at most [`MAX_INTEGER_DIGITS`] integer digits and
+/// [`MAX_DECIMALS`] decimals. The error says which limit, for the caller to prefix with the
+/// amount and where it came from.
+pub fn check_limits(d: Decimal) -> Result<(), String> {
+    if !in_range(d) {
+        return Err(format!(
+            "is out of range: at most {MAX_INTEGER_DIGITS} integer digits"
+        ));
+    }
+    if d.normalize().scale() > MAX_DECIMALS {
+        return Err(format!("has more than {MAX_DECIMALS} decimals"));
+    }
+    Ok(())
+}
+
 /// SAT rounding: half away from zero.
 pub fn round(d: Decimal, dp: u32) -> Decimal {
     d.round_dp_with_strategy(dp, RoundingStrategy::MidpointAwayFromZero)
@@ -76,6 +102,19 @@ mod tests {
         assert_eq!(line(d("100.000000"), 2), "100.00");
         assert_eq!(line(d("13.7936"), 2), "13.7936");
         assert_eq!(line(d("0"), 0), "0");
+    }
+
+    #[test]
+    fn limits_are_fourteen_integer_digits_and_six_decimals() {
+        assert!(check_limits(d("99999999999999.999999")).is_ok());
+        assert!(check_limits(d("100000000000000")).is_err());
+        assert!(check_limits(d("-100000000000000")).is_err());
+        assert!(check_limits(Decimal::MAX).is_err());
+        assert!(check_limits(d("0.0000001")).is_err());
+        assert!(
+            check_limits(d("1.1000000")).is_ok(),
+            "trailing zeros are not decimals"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use rust_decimal::Decimal;
 
 use super::catalogs;
 use super::dom::{Element, NS_CFDI};
-use super::money::{decimals_of, parse_amount, round, unit};
+use super::money::{MAX_INTEGER_DIGITS, decimals_of, parse_amount, round, unit};
 
 /// One reason a document would be rejected.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -38,10 +38,6 @@ impl fmt::Display for Problem {
     }
 }
 
-/// The most integer digits an amount may have here (below 10^14, beyond any real sale): every
-/// sum and product of such amounts stays within `Decimal`, whose operators panic on overflow.
-const MAX_INTEGER_DIGITS: usize = 14;
-
 /// Reads amount attributes, recording a problem for each one that is missing, malformed or out
 /// of range.
 struct Amounts<'p> {
@@ -67,7 +63,9 @@ impl Amounts<'_> {
                     return None;
                 }
                 let integer_digits = v.split('.').next().unwrap_or(v).trim_start_matches('0');
-                if integer_digits.len() > MAX_INTEGER_DIGITS {
+                // Every sum and product of amounts this size stays within `Decimal`, whose
+                // operators panic on overflow.
+                if integer_digits.len() > MAX_INTEGER_DIGITS as usize {
                     self.problems.push(Problem::new(
                         None,
                         format!(

@@ -1072,6 +1072,49 @@ async fn the_reconcile_command_reports_and_adopts(b: Backend) {
     let _ = outbox_of(&app, "pi_test_cmd1").await;
 }
 
+// `?page=` is whatever was typed: huge (past an i64, or where `(page - 1) × 50` overflowed),
+// zero, negative or not a number, the lists answer normally; past the end is the last page.
+async fn list_pages_take_any_page_number(b: Backend) {
+    let Some(app) = admin_app(b).await else {
+        return;
+    };
+    pay(&app, "paging").await;
+    let br = Browser::new(&app);
+    br.login().await;
+    for page in [
+        "9223372036854775807",
+        "184467440737095516",
+        "99999999999999999999999999",
+        "0",
+        "-1",
+        "-9223372036854775808",
+        "abc",
+        "",
+        "1.5",
+        "%201%20",
+    ] {
+        let list = br
+            .get(&format!("/admin/invoices?view=all&page={page}"))
+            .await;
+        assert_eq!(list.status, 200, "page={page}: {}", list.body);
+        assert!(
+            list.body.contains("pi_test_paging"),
+            "page={page} shows the only page: {}",
+            list.body
+        );
+        let cancellations = br.get(&format!("/admin/cancellations?page={page}")).await;
+        assert_eq!(
+            cancellations.status, 200,
+            "page={page}: {}",
+            cancellations.body
+        );
+        let all = br
+            .get(&format!("/admin/cancellations?all=1&page={page}"))
+            .await;
+        assert_eq!(all.status, 200, "page={page}: {}", all.body);
+    }
+}
+
 on_both_backends!(
     every_admin_route_needs_a_session_and_login_sets_a_strict_cookie,
     the_login_form_has_its_own_csrf_and_failed_logins_are_limited,
@@ -1089,4 +1132,5 @@ on_both_backends!(
     sat_status_is_asked_and_recorded,
     reconciliation_adopts_unrecorded_stamps_and_lists_duplicates,
     the_reconcile_command_reports_and_adopts,
+    list_pages_take_any_page_number,
 );

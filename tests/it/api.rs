@@ -12,7 +12,7 @@ use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
 use autofactura::worker::{self, Pool, Services};
 use serde_json::{Value, json};
-use support::{Backend, TestApp, spawn_app_with};
+use support::{Backend, TestApp, exec_sql, spawn_app_with};
 
 const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
      backoff_base_seconds = 1\nbackoff_cap_seconds = 1\nshutdown_grace_seconds = 1\nmax_attempts = 1000\n";
@@ -382,24 +382,6 @@ async fn caller_verdicts_are_not_replayed(b: Backend) {
     assert_eq!(rig.stamps().await.len(), 2);
 }
 
-/// Runs one statement on the app's database (to take a table away and bring it back).
-async fn exec_sql(db: &autofactura::store::Db, sql: &str) {
-    match db {
-        autofactura::store::Db::Sqlite { pool, .. } => {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .expect("sql");
-        }
-        autofactura::store::Db::Postgres(pool) => {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .expect("sql");
-        }
-    }
-}
-
 // 4: a 5xx (storage unavailable) is not stored: the retry with the same key really runs.
 async fn a_server_error_is_not_replayed(b: Backend) {
     let Some(rig) = rig(b, "", "").await else {
@@ -693,6 +675,127 @@ async fn an_invoice_that_ends_without_a_stamp_releases_its_key(b: Backend) {
     assert_eq!(corrected.status, 201, "{}", corrected.text());
     assert_eq!(rig.stamps().await.len(), 2);
     assert_eq!(rig.invoice_count().await, 3, "failed, fixed, corrected");
+}
+
+// Amounts beyond the CFDI limits (14 integer digits, 6 decimals): 422 naming the field, nothing
+// written, the key free for the corrected request. Before, `cantidad: "79228162514264337593543950335"`
+// panicked the handler on a `Decimal` overflow and the connection closed without an answer.
+async fn amounts_beyond_the_cfdi_limits_are_refused_naming_the_field(b: Backend) {
+    let Some(rig) = rig(b, "", "[invoice]\ncurrencies = [\"MXN\", \"USD\"]\n").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let max = "79228162514264337593543950335";
+    let beyond_decimal = format!("1{}", "0".repeat(39));
+    let usd = |tc: Value| {
+        let mut v = invoice();
+        v["moneda"] = json!("USD");
+        v["tipo_cambio"] = tc;
+        v
+    };
+    let line = |field: &str, value: Value| {
+        let mut v = invoice();
+        v["conceptos"][0][field] = value;
+        v
+    };
+    let mut second_line = invoice();
+    let mut other = second_line["conceptos"][0].clone();
+    other["cantidad"] = json!(max);
+    second_line["conceptos"]
+        .as_array_mut()
+        .expect("conceptos")
+        .push(other);
+    let cases: Vec<(&str, Value)> = vec![
+        ("conceptos[0].cantidad", line("cantidad", json!(max))),
+        (
+            "conceptos[0].valor_unitario",
+            line("valor_unitario", json!(max)),
+        ),
+        ("conceptos[0].descuento", line("descuento", json!(max))),
+        ("tipo_cambio", usd(json!(max))),
+        ("conceptos[1].cantidad", second_line),
+        // Beyond what a Decimal holds at all, and as JSON numbers.
+        (
+            "conceptos[0].cantidad",
+            line("cantidad", json!(beyond_decimal)),
+        ),
+        (
+            "conceptos[0].valor_unitario",
+            line("valor_unitario", json!(1e300)),
+        ),
+        ("tipo_cambio", usd(json!(1e40))),
+        // One digit over, one decimal over.
+        (
+            "conceptos[0].cantidad",
+            line("cantidad", json!("100000000000000")),
+        ),
+        (
+            "conceptos[0].valor_unitario",
+            line("valor_unitario", json!("1.1234567")),
+        ),
+        ("conceptos[0].cantidad", line("cantidad", json!("12abc"))),
+    ];
+    for (field, body) in &cases {
+        let r = rig.post(body, Some("k-huge")).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (422, "VALIDATION_ERROR"),
+            "{field}: {}",
+            r.text()
+        );
+        let err = &r.json()["error"];
+        assert_eq!(err["field"], *field, "{}", r.text());
+        let message = err["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(field), "{message}");
+    }
+    // Each factor within the limit, the line's importe not; each line within, the sum not.
+    let product = {
+        let mut v = line("cantidad", json!("10000000000000"));
+        v["conceptos"][0]["valor_unitario"] = json!("10000000000000");
+        v
+    };
+    let mut sum = line("valor_unitario", json!("90000000000000"));
+    let copy = sum["conceptos"][0].clone();
+    sum["conceptos"]
+        .as_array_mut()
+        .expect("conceptos")
+        .push(copy);
+    for (field, body, says) in [
+        (json!("conceptos[0]"), product, "cantidad × valor_unitario"),
+        (Value::Null, sum, "SubTotal"),
+    ] {
+        let r = rig.post(&body, Some("k-huge")).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (422, "VALIDATION_ERROR"),
+            "{field}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["error"]["field"], field, "{}", r.text());
+        assert!(r.text().contains(says), "{}", r.text());
+    }
+    assert_eq!(rig.invoice_count().await, 0, "nothing was written");
+    assert!(rig.app.invoices().await.is_empty(), "no payment row either");
+    assert!(rig.stamps().await.is_empty());
+    // The largest amounts allowed go through, under the same key: it was never taken.
+    let mut largest = line("cantidad", json!("1"));
+    largest["conceptos"][0]["valor_unitario"] = json!("86206896551724.13");
+    let ok = rig.post(&largest, Some("k-huge")).await;
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    assert_eq!(ok.json()["total"], "99999999999999.99");
+    assert_eq!(rig.stamps().await.len(), 1);
+    // The limits are in the OpenAPI document.
+    let doc = rig.get("/v1/openapi.json").await.json();
+    let concepto = &doc["components"]["schemas"]["CreateInvoice"]["properties"]["conceptos"]["items"]
+        ["properties"];
+    for p in [
+        &concepto["cantidad"],
+        &concepto["valor_unitario"],
+        &concepto["descuento"],
+        &doc["components"]["schemas"]["CreateInvoice"]["properties"]["tipo_cambio"],
+    ] {
+        assert_eq!(p["pattern"], "^[0-9]{1,14}(\\.[0-9]{1,6})?$", "{p}");
+    }
 }
 
 // 5, 8: the PAC stamped but its answer was lost: 503, the key stays taken (a retry gets the
@@ -1163,6 +1266,7 @@ on_both_backends!(
     concurrent_requests_with_one_key_stamp_once,
     an_explicit_folio_derives_the_key,
     an_invoice_that_ends_without_a_stamp_releases_its_key,
+    amounts_beyond_the_cfdi_limits_are_refused_naming_the_field,
     a_pac_timeout_is_resolved_later_and_replayed,
     a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome,
     a_stamped_key_is_kept_and_only_released_keys_are_purged,

@@ -157,3 +157,162 @@ fn request_with_one_line(price: Decimal) -> InvoiceRequest {
     l.retenciones.clear();
     req
 }
+
+/// A request whose one line (or whose exchange rate) is set by `f`.
+fn request_with(f: impl FnOnce(&mut InvoiceRequest)) -> InvoiceRequest {
+    let mut req = request_with_one_line(dec(49900, 2));
+    f(&mut req);
+    req
+}
+
+/// The error message of a build that must be refused.
+fn refused(req: &InvoiceRequest) -> String {
+    match cfdi::build(req, "30001000000500003416") {
+        Err(CfdiError::Request(msg)) => msg,
+        Err(other) => panic!("unexpected error kind: {other}"),
+        Ok(c) => panic!(
+            "built a document with SubTotal {} and Total {}",
+            c.subtotal, c.total
+        ),
+    }
+}
+
+/// Amounts beyond the CFDI limits (14 integer digits, 6 decimals) are errors naming the
+/// attribute, never a `Decimal` overflow panic, wherever the overflow would happen: the line
+/// product, the tax, the sums, a tax-included split.
+#[test]
+fn amounts_beyond_the_cfdi_limits_are_errors_not_panics() {
+    let max = Decimal::MAX;
+    let e14 = Decimal::from(100_000_000_000_000i64);
+    let cases: Vec<(&str, InvoiceRequest)> = vec![
+        ("Cantidad", request_with(|r| r.lines[0].cantidad = max)),
+        ("unit price", request_with(|r| r.lines[0].unit_price = max)),
+        (
+            "unit price",
+            request_with(|r| {
+                r.prices_include_tax = true;
+                r.lines[0].unit_price = max;
+            }),
+        ),
+        (
+            "discount",
+            request_with(|r| r.lines[0].discount = Some(max)),
+        ),
+        (
+            "TipoCambio",
+            request_with(|r| {
+                r.moneda = "USD".into();
+                r.tipo_cambio = Some(max);
+            }),
+        ),
+        ("Cantidad", request_with(|r| r.lines[0].cantidad = e14)),
+        // Each factor within the limit, the product not.
+        (
+            "Importe",
+            request_with(|r| {
+                r.lines[0].cantidad = dec(10_000_000_000_000, 0);
+                r.lines[0].unit_price = dec(10_000_000_000_000, 0);
+            }),
+        ),
+        // Each line within the limit, the sum not.
+        (
+            "SubTotal",
+            request_with(|r| {
+                r.lines[0].unit_price = dec(90_000_000_000_000, 0);
+                r.lines.push(r.lines[0].clone());
+            }),
+        ),
+        // The line within the limit, its sum rounded to the currency's decimals not.
+        (
+            "SubTotal",
+            request_with(|r| {
+                r.lines[0].unit_price = "99999999999999.999".parse().expect("price");
+                r.lines[0].tax = TaxTreatment::NoObjeto;
+            }),
+        ),
+        // The same with a discount, which brings the Total back within the limit.
+        (
+            "SubTotal",
+            request_with(|r| {
+                r.lines[0].unit_price = "99999999999999.999".parse().expect("price");
+                r.lines[0].discount = Some(Decimal::ONE);
+                r.lines[0].tax = TaxTreatment::Exento;
+            }),
+        ),
+        // The SubTotal within the limit, the Total (with IVA) not.
+        (
+            "Total",
+            request_with(|r| r.lines[0].unit_price = dec(90_000_000_000_000, 0)),
+        ),
+    ];
+    for (field, req) in cases {
+        let msg = refused(&req);
+        assert!(
+            msg.contains(field) && msg.contains("14 integer digits"),
+            "{field}: {msg}"
+        );
+    }
+    // A price whose Total with IVA is the largest allowed, 99999999999999.99, still builds,
+    // and the validator accepts the document.
+    let req = request_with(|r| r.lines[0].unit_price = dec(8_620_689_655_172_413, 2));
+    let c = cfdi::build(&req, "30001000000500003416").expect("the largest price builds");
+    let root = Element::parse(&cfdi::xml::to_xml(&c)).expect("parses");
+    assert!(
+        check_amounts(&root).is_empty(),
+        "{:?}",
+        check_amounts(&root)
+    );
+    assert_eq!(c.total, dec(9_999_999_999_999_999, 2));
+}
+
+/// Any `Decimal`, up to its largest, from its 96-bit mantissa and scale.
+fn any_decimal() -> impl Strategy<Value = Decimal> {
+    prop_oneof![
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<bool>(),
+            0u32..=28
+        )
+            .prop_map(|(lo, mid, hi, neg, scale)| Decimal::from_parts(lo, mid, hi, neg, scale)),
+        (0i64..i64::MAX, 0u32..=8).prop_map(|(m, s)| dec(m, s)),
+        Just(Decimal::MAX),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Whatever the amounts, `build` returns: a document the validator accepts, or a clear error.
+    #[test]
+    fn any_amounts_are_built_or_refused_never_a_panic(
+        cantidad in any_decimal(),
+        price in any_decimal(),
+        discount in prop::option::of(any_decimal()),
+        tipo_cambio in any_decimal(),
+        usd in any::<bool>(),
+        include_tax in any::<bool>(),
+        tax in tax(),
+    ) {
+        let mut req = request_with_one_line(price);
+        let l = &mut req.lines[0];
+        l.cantidad = cantidad;
+        l.discount = discount;
+        l.tax = tax;
+        req.prices_include_tax = include_tax;
+        if usd {
+            req.moneda = "USD".into();
+            req.tipo_cambio = Some(tipo_cambio);
+        }
+        match cfdi::build(&req, "30001000000500003416") {
+            Ok(c) => {
+                let root = Element::parse(&cfdi::xml::to_xml(&c)).expect("our XML parses");
+                let problems = check_amounts(&root);
+                prop_assert!(problems.is_empty(), "validator rejects our document: {problems:?}");
+            }
+            Err(CfdiError::Request(msg)) => prop_assert!(msg.len() > 10, "unclear error: {msg}"),
+            Err(other) => prop_assert!(false, "unexpected error kind: {other}"),
+        }
+    }
+}

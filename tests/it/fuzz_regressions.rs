@@ -17,6 +17,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("mercadopago_manifest", entries::mercadopago_manifest),
     ("webhook_body", entries::webhook_body),
     ("cfdi_xml", entries::cfdi_xml),
+    ("api_invoice_body", entries::api_invoice_body),
 ];
 
 /// Every file under `fuzz/{dir}/{target}/`.
@@ -139,6 +140,65 @@ mod found {
         );
     }
 
+    /// `POST /v1/invoices` with `cantidad` or `valor_unitario` at `Decimal::MAX`: the line
+    /// product or the Total overflowed inside `cfdi::build` and the handler panicked. Now a 422
+    /// naming the field.
+    #[test]
+    fn api_amounts_at_the_end_of_the_decimal_range() {
+        for (name, field) in [
+            ("cantidad-decimal-max", "conceptos[0].cantidad"),
+            ("valor-unitario-decimal-max", "conceptos[0].valor_unitario"),
+        ] {
+            let body = super::saved("regressions", "api_invoice_body", name);
+            entries::api_invoice_body(&body);
+            assert_eq!(api_error(&body)["field"], field);
+        }
+    }
+
+    /// A price at 99999999999999.999 with a discount: the SubTotal rounded to 15 integer
+    /// digits while the Total stayed within 14, so the API wrote a request that could never be
+    /// sealed. Now refused, naming the SubTotal.
+    #[test]
+    fn api_subtotal_rounded_past_the_limit() {
+        let body = super::saved(
+            "regressions",
+            "api_invoice_body",
+            "subtotal-rounded-past-the-limit",
+        );
+        entries::api_invoice_body(&body);
+        let err = api_error(&body);
+        assert!(
+            err["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("SubTotal")),
+            "{err}"
+        );
+    }
+
+    /// The seeds are bodies the API accepts, so the fuzzer starts from inside.
+    #[test]
+    fn api_seeds_are_accepted() {
+        let seeds = super::saved_inputs("seeds", "api_invoice_body");
+        assert!(seeds.len() >= 3);
+        for (name, data) in seeds {
+            assert!(entries::api_invoice_accepted(&data), "{name}");
+        }
+    }
+
+    /// The 422 the API answers for `body`.
+    fn api_error(body: &[u8]) -> serde_json::Value {
+        let settings = autofactura::config::Settings::defaults().expect("defaults");
+        let read = autofactura::api::read_create_body(body, None).expect("an invoice request");
+        let serie = read.input.serie(&settings);
+        let err = autofactura::api::freeze(&settings, &read.input, &serie).expect_err("refused");
+        assert_eq!(
+            actix_web::ResponseError::status_code(&err).as_u16(),
+            422,
+            "{err}"
+        );
+        err.body()["error"].clone()
+    }
+
     /// The same for Mercado Pago's `ts`.
     #[test]
     fn mercadopago_ts_at_the_end_of_the_range() {
@@ -195,11 +255,16 @@ fn mutated(base: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn seed(target: &str, name: &str) -> Vec<u8> {
-    saved_inputs("seeds", target)
+    saved("seeds", target, name)
+}
+
+/// The saved input `name` of `target` under `fuzz/{dir}/`.
+fn saved(dir: &str, target: &str, name: &str) -> Vec<u8> {
+    saved_inputs(dir, target)
         .into_iter()
         .find(|(n, _)| n.ends_with(name))
         .map(|(_, d)| d)
-        .unwrap_or_else(|| panic!("no seed {name} for {target}"))
+        .unwrap_or_else(|| panic!("no {dir} input {name} for {target}"))
 }
 
 fn clocked(now: i64, lines: &[&[u8]]) -> Vec<u8> {
@@ -249,6 +314,53 @@ proptest! {
         ]
     ) {
         entries::webhook_body(&body);
+    }
+
+    #[test]
+    fn mutated_api_invoice_bodies_never_panic(
+        body in prop_oneof![
+            mutated(seed("api_invoice_body", "invoice.json")),
+            mutated(seed("api_invoice_body", "usd-tax-included-three-lines.json")),
+        ]
+    ) {
+        entries::api_invoice_body(&body);
+    }
+
+    /// The API body with amounts of any size and shape where the seed has its own.
+    #[test]
+    fn api_invoice_bodies_with_any_amounts_never_panic(
+        amounts in prop::collection::vec(
+            prop_oneof![
+                "[0-9]{1,30}(\\.[0-9]{0,30})?",
+                "-?[0-9]{0,3}(\\.[0-9]{0,8})?([eE][-+]?[0-9]{1,3})?",
+                any::<f64>().prop_map(|f| f.to_string()),
+                Just("79228162514264337593543950335".to_owned()),
+            ],
+            7,
+        ),
+        include_tax in any::<bool>(),
+        numbers in any::<bool>(),
+    ) {
+        let mut v: serde_json::Value = serde_json::from_slice(&seed(
+            "api_invoice_body",
+            "usd-tax-included-three-lines.json",
+        ))
+        .expect("seed");
+        let amount = |a: &str| {
+            if numbers {
+                a.parse::<f64>().map_or_else(|_| a.into(), serde_json::Value::from)
+            } else {
+                a.into()
+            }
+        };
+        v["precios_incluyen_impuestos"] = include_tax.into();
+        v["tipo_cambio"] = amount(&amounts[0]);
+        for (i, c) in v["conceptos"].as_array_mut().expect("conceptos").iter_mut().enumerate() {
+            c["cantidad"] = amount(&amounts[1 + 2 * i]);
+            c["valor_unitario"] = amount(&amounts[2 + 2 * i]);
+        }
+        v["conceptos"][0]["descuento"] = amount(&amounts[6]);
+        entries::api_invoice_body(v.to_string().as_bytes());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use autofactura::admin::auth;
 use autofactura::webhooks::{signature, stripe};
 use chrono::Utc;
 use support::admin::{Browser, admin_app, count, mark_failed, pay, seal, stamped};
-use support::{Backend, MP_SECRET, STRIPE_SECRET, TestApp};
+use support::{Backend, MP_SECRET, STRIPE_SECRET, TestApp, exec_sql};
 
 /// Who may use an admin route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -628,9 +628,179 @@ async fn oversized_admin_forms_are_refused_before_they_are_read_whole(b: Backend
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Security headers on error pages
+
+/// The security headers a normal admin page carries.
+const SECURITY_HEADERS: [&str; 4] = [
+    "cache-control",
+    "x-frame-options",
+    "x-content-type-options",
+    "content-security-policy",
+];
+
+/// The value of header `name` in a raw HTTP answer head.
+fn raw_header(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}
+
+// Every kind of error page (404, 400, 401, 413, 503; from our handlers and from actix itself;
+// admin, API and webhooks) carries the security headers of a normal page: CSP with
+// frame-ancestors, nosniff, no framing, no caching.
+async fn error_pages_carry_the_security_headers(b: Backend) {
+    let Some(app) = admin_app(b).await else {
+        return;
+    };
+    let key = autofactura::api::keys::create_api_key(&app.db, "sec", "EKU9003173C9")
+        .await
+        .expect("api key");
+    let ana = Browser::new(&app);
+    ana.login().await;
+    let normal = ana.get("/admin/login").await;
+    assert_eq!(normal.status, 200);
+    let expected: Vec<String> = SECURITY_HEADERS
+        .iter()
+        .map(|h| {
+            normal
+                .headers
+                .get(*h)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_else(|| panic!("a normal page without {h}"))
+                .to_owned()
+        })
+        .collect();
+    assert!(expected[2] == "nosniff" && expected[3].contains("frame-ancestors 'none'"));
+
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}{p}", app.address);
+    let bearer = format!("Bearer {}", key.expose());
+    let invoice: serde_json::Value =
+        serde_json::from_str(include_str!("../../fixtures/api/invoice.json")).expect("fixture");
+    let mut huge = invoice.clone();
+    huge["conceptos"][0]["cantidad"] = "79228162514264337593543950335".into();
+    let api_post = |body: String| {
+        http.post(url("/v1/invoices"))
+            .header("Authorization", bearer.clone())
+            .header("Content-Type", "application/json")
+            .header("Idempotency-Key", "k-sec")
+            .body(body)
+    };
+    let mut answers: Vec<(&str, u16, reqwest::header::HeaderMap)> = Vec::new();
+    for (what, path, status) in [
+        ("admin: no such list", "/admin/invoices?view=nope", 404),
+        ("admin: not a date", "/admin/invoices?from=yesterday", 400),
+        ("admin: no such payment", "/admin/payments/999999", 404),
+        ("admin: not an id", "/admin/payments/abc", 404),
+        ("admin: no such asset", "/admin/static/nope.css", 404),
+        ("no such route", "/nope", 404),
+    ] {
+        let p = ana.get(path).await;
+        assert_eq!(p.status, status, "{what}: {}", p.body);
+        answers.push((what, p.status, p.headers));
+    }
+    let requests = [
+        ("api: bad JSON", api_post("{not json".into()), 400),
+        (
+            "api: no such invoice",
+            http.get(url("/v1/invoices/inv_nope"))
+                .header("Authorization", bearer.clone()),
+            404,
+        ),
+        (
+            "api: no key",
+            http.post(url("/v1/invoices")).body("{}"),
+            401,
+        ),
+        ("api: amount out of range", api_post(huge.to_string()), 422),
+        (
+            "webhook: unsigned",
+            http.post(url("/webhooks/stripe")).body("{}"),
+            400,
+        ),
+    ];
+    for (what, req, status) in requests {
+        let r = req.send().await.expect("request");
+        assert_eq!(r.status().as_u16(), status, "{what}");
+        answers.push((what, status, r.headers().clone()));
+    }
+    // Storage unavailable: 503 from the admin and from the API.
+    exec_sql(&app.db, "ALTER TABLE payments RENAME TO payments_away").await;
+    let admin_down = ana.get("/admin/invoices?view=all").await;
+    exec_sql(&app.db, "ALTER TABLE payments_away RENAME TO payments").await;
+    assert_eq!(admin_down.status, 503, "{}", admin_down.body);
+    answers.push(("admin: storage unavailable", 503, admin_down.headers));
+    exec_sql(
+        &app.db,
+        "ALTER TABLE api_idempotency RENAME TO api_idempotency_away",
+    )
+    .await;
+    let api_down = api_post(invoice.to_string()).send().await.expect("request");
+    exec_sql(
+        &app.db,
+        "ALTER TABLE api_idempotency_away RENAME TO api_idempotency",
+    )
+    .await;
+    assert_eq!(api_down.status().as_u16(), 503);
+    answers.push(("api: storage unavailable", 503, api_down.headers().clone()));
+    for (what, status, headers) in &answers {
+        for (h, want) in SECURITY_HEADERS.iter().zip(&expected) {
+            assert_eq!(
+                headers.get(*h).and_then(|v| v.to_str().ok()),
+                Some(want.as_str()),
+                "{what} ({status}): {h}"
+            );
+        }
+    }
+
+    // 413, decided before the body is read, from the admin, the API and the webhooks.
+    let address = app.address.clone();
+    let auth = format!("Authorization: {bearer}\r\nContent-Type: application/json\r\n");
+    let heads = tokio::task::spawn_blocking(move || {
+        [
+            (
+                "/admin/login",
+                "Content-Type: application/x-www-form-urlencoded\r\n".to_owned(),
+            ),
+            ("/v1/invoices", auth),
+            (
+                "/webhooks/stripe",
+                "Content-Type: application/json\r\n".to_owned(),
+            ),
+        ]
+        .into_iter()
+        .map(|(path, extra)| {
+            let (status, head) = raw_exchange(
+                &address,
+                &post_head(path, &extra, Some(100 * 1024 * 1024)),
+                &[vec![b'{'; 1024]],
+            );
+            (path, status, head)
+        })
+        .collect::<Vec<_>>()
+    })
+    .await
+    .expect("raw exchanges");
+    for (path, status, head) in &heads {
+        assert_eq!(*status, 413, "{path}: {head}");
+        for (h, want) in SECURITY_HEADERS.iter().zip(&expected) {
+            assert_eq!(
+                raw_header(head, h).as_deref(),
+                Some(want.as_str()),
+                "{path} (413): {h}\n{head}"
+            );
+        }
+    }
+}
+
 on_both_backends!(
     every_admin_route_refuses_without_a_live_session,
     every_admin_form_refuses_a_missing_or_foreign_csrf_token,
     oversized_webhook_bodies_are_refused_before_they_are_read_whole,
     oversized_admin_forms_are_refused_before_they_are_read_whole,
+    error_pages_carry_the_security_headers,
 );

@@ -212,6 +212,24 @@ impl Drop for TestApp {
     }
 }
 
+/// Runs one statement on the app's database (to take a table away and bring it back).
+pub async fn exec_sql(db: &Db, sql: &str) {
+    match db {
+        Db::Sqlite { pool, .. } => {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect("sql");
+        }
+        Db::Postgres(pool) => {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect("sql");
+        }
+    }
+}
+
 /// Runs each named `async fn(Backend)` once per backend, as `<name>_sqlite` and `<name>_postgres`.
 #[macro_export]
 macro_rules! on_both_backends {
