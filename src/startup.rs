@@ -73,7 +73,7 @@ impl Application {
     }
 
     /// Binds with an already connected and migrated database and PAC.
-    pub fn build_with_db(
+    fn build_with_db(
         settings: Settings,
         db: Db,
         pac: Arc<PacClient>,

@@ -574,8 +574,3 @@ fn summarize(conceptos: &[Concepto], dec: u32) -> Result<Option<Impuestos>, Cfdi
         traslados,
     }))
 }
-
-/// Formats a line amount with at least the currency's decimals.
-pub fn fmt_line(d: Decimal, dec: u32) -> String {
-    money::line(d, dec)
-}

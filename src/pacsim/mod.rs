@@ -47,14 +47,6 @@ const SANDBOX_PAC_PASSWORD: &str = "sandbox-pac";
 /// `RfcProvCertif` of sandbox stamps (the generic test RFC: no real PAC has it).
 pub const SANDBOX_RFC_PROV_CERTIF: &str = "AAA010101AAA";
 
-/// The certificate that signs sandbox TFDs, so `cfdi verify` can check their SelloSAT.
-pub fn sandbox_tfd_certificate() -> Certificate {
-    match Certificate::from_bytes(SANDBOX_PAC_CER) {
-        Ok(c) => c,
-        Err(e) => panic!("the embedded sandbox PAC certificate is unreadable: {e}"),
-    }
-}
-
 fn sandbox_pac_csd() -> Result<Csd, String> {
     Csd::from_bytes(SANDBOX_PAC_CER, SANDBOX_PAC_KEY, SANDBOX_PAC_PASSWORD)
         .map_err(|e| e.to_string())
