@@ -627,7 +627,7 @@ async fn latency_at(
     }
     let t0 = tokio::time::Instant::now();
     for i in 0..total {
-        let at = t0 + Duration::from_secs_f64(i as f64 / rate);
+        let at = t0 + Duration::try_from_secs_f64(i as f64 / rate).unwrap_or_default();
         tokio::time::sleep_until(at).await;
         tx.send(at)?;
     }

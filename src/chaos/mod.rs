@@ -250,7 +250,8 @@ async fn run_in(
 
     let instances = if opts.database_url.is_some() { 2 } else { 1 };
     // The busier part of the run, sending, sets when the sandbox dies and when its outage is.
-    let chaos_for = Duration::from_secs_f64((opts.payments as f64 / opts.rate).max(30.0));
+    let chaos_for = Duration::try_from_secs_f64((opts.payments as f64 / opts.rate).max(30.0))
+        .unwrap_or(Duration::from_secs(30));
     let outage_len = (chaos_for / 10).clamp(Duration::from_secs(5), Duration::from_secs(20));
     let schedule = Schedule {
         sim_kill_at: chaos_for / 4,

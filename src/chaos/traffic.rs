@@ -225,7 +225,8 @@ pub async fn send_all(
     let mut tasks = JoinSet::new();
     let mut errors = Vec::new();
     for g in plan_groups {
-        let due = start + Duration::from_secs_f64(g.slot as f64 / rate);
+        // `--rate` is checked positive and finite, so the division always gives a duration.
+        let due = start + Duration::try_from_secs_f64(g.slot as f64 / rate).unwrap_or_default();
         tokio::time::sleep_until(due).await;
         let Ok(permit) = sem.clone().acquire_owned().await else {
             break;

@@ -307,7 +307,7 @@ impl Faults {
             .rng
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Duration::from_secs_f64(rng.random_range(a.as_secs_f64()..b.as_secs_f64()))
+        Duration::try_from_secs_f64(rng.random_range(a.as_secs_f64()..b.as_secs_f64())).unwrap_or(a)
     }
 
     /// Failures before processing (stamp and cancel).
