@@ -343,7 +343,7 @@ impl Admin {
                 .http
                 .post(url)
                 .header("Content-Type", "application/x-www-form-urlencoded")
-                .body(form_body(form)),
+                .body(crate::support::admin::form_body(form)),
             None => self.http.get(url),
         };
         let r = req
@@ -367,25 +367,6 @@ impl Admin {
         }
         (r.status().as_u16(), r.text().await.unwrap_or_default())
     }
-}
-
-/// `application/x-www-form-urlencoded` text of `pairs`.
-fn form_body<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{}={}", enc(k.as_ref()), enc(v.as_ref())))
-        .collect::<Vec<_>>()
-        .join("&")
 }
 
 fn hidden_csrf(page: &str) -> String {

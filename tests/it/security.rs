@@ -218,25 +218,6 @@ async fn snapshot(app: &TestApp) -> Vec<(&'static str, i64)> {
     out
 }
 
-/// `application/x-www-form-urlencoded` text of `pairs`.
-fn form_body<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{}={}", enc(k.as_ref()), enc(v.as_ref())))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
 struct Answer {
     status: u16,
     location: Option<String>,
@@ -261,7 +242,7 @@ async fn send(
         "POST" => http
             .post(url)
             .header("Content-Type", "application/x-www-form-urlencoded")
-            .body(form_body(form)),
+            .body(crate::support::admin::form_body(form)),
         other => panic!("no requests with {other}"),
     };
     if let Some(c) = cookie {

@@ -32,17 +32,7 @@ async fn a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row(b: B
     };
     let created = 1_768_447_800; // 2026-01-15T03:30:00Z = 2026-01-14T21:30:00 in Mexico City
     let body = stripe::sample_payment_intent("frozen", created, false);
-    let t = chrono::Utc::now().timestamp();
-    let r = app
-        .post_stripe(
-            &body,
-            Some(signature::stripe_header(
-                &[STRIPE_SECRET],
-                t,
-                body.as_bytes(),
-            )),
-        )
-        .await;
+    let r = app.post_stripe_signed(&body).await;
     let (status, ack) = json_of(r).await;
     assert_eq!(status, 200, "{ack}");
     assert_eq!(ack["outcome"], "invoice_queued");

@@ -11,8 +11,8 @@ use autofactura::pac::StampOutcome;
 use autofactura::store::{Db, DocFull, ListFilter, ListView};
 use chrono::Utc;
 
-use super::{STRIPE_SECRET, TestApp, spawn_app_with};
-use autofactura::webhooks::{signature, stripe};
+use super::{TestApp, spawn_app_with};
+use autofactura::webhooks::stripe;
 
 pub const PASSWORD: &str = "correct horse battery staple";
 
@@ -133,11 +133,7 @@ impl Browser {
     }
 
     pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Page {
-        let body: String = form
-            .iter()
-            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
-            .collect::<Vec<_>>()
-            .join("&");
+        let body = form_body(form);
         let r = self
             .req(reqwest::Method::POST, path)
             .header("Content-Type", "application/x-www-form-urlencoded")
@@ -178,13 +174,23 @@ impl Browser {
     }
 }
 
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// `application/x-www-form-urlencoded` text of `pairs`, as a browser sends a form.
+pub fn form_body<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
+    let enc = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k.as_ref()), enc(v.as_ref())))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -211,17 +217,7 @@ macro_rules! fixture_sql {
 /// outbox id.
 pub async fn pay_at(app: &TestApp, suffix: &str, created: i64) -> i64 {
     let body = stripe::sample_payment_intent(suffix, created, false);
-    let t = Utc::now().timestamp();
-    let r = app
-        .post_stripe(
-            &body,
-            Some(signature::stripe_header(
-                &[STRIPE_SECRET],
-                t,
-                body.as_bytes(),
-            )),
-        )
-        .await;
+    let r = app.post_stripe_signed(&body).await;
     assert_eq!(r.status(), 200);
     outbox_of(app, &format!("pi_test_{suffix}")).await.id
 }
