@@ -12,7 +12,7 @@ use tracing::{error, info, warn};
 
 use super::Worker;
 use super::prepare::{Next, Prepared};
-use super::settle::ANSWERED;
+use super::settle::Answered;
 use crate::store::StoreError;
 
 /// Adds to a count for as long as it lives; when it ends, it tells `done`'s waiters (after the
@@ -95,13 +95,9 @@ impl Worker {
                     reap(r);
                 }
             }
-            let (on_answer, answered) = tokio::sync::oneshot::channel::<()>();
+            let (on_answer, answered) = Answered::channel();
             let me = self.clone();
-            sends.spawn(
-                ANSWERED.scope(std::cell::RefCell::new(Some(on_answer)), async move {
-                    me.send(cur, slot).await
-                }),
-            );
+            sends.spawn(async move { me.send(cur, slot, on_answer).await });
             // `answered` also resolves when the send ends without storing an outcome.
             let (_, next) = tokio::join!(answered, prefetch);
             while let Some(r) = sends.try_join_next() {

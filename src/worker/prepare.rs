@@ -10,6 +10,7 @@ use tracing::{Instrument, info, info_span};
 
 use super::Worker;
 use super::pool::Counted;
+use super::settle::Answered;
 use crate::cfdi::{self, InvoiceRequest};
 use crate::domain::StampKey;
 use crate::store::StoreError;
@@ -128,13 +129,13 @@ impl Worker {
                 Ok(r) => r,
                 Err(e) => {
                     let msg = format!("the frozen request cannot be read: {e}");
-                    self.fail(id, "failed", "FROZEN", &msg).await?;
+                    self.fail_unsent(id, "FROZEN", &msg).await?;
                     continue;
                 }
             };
             let Ok(key) = StampKey::parse(&c.stamp_key) else {
                 let msg = format!("stamp key `{}` is malformed", c.stamp_key);
-                self.fail(id, "failed", "FROZEN", &msg).await?;
+                self.fail_unsent(id, "FROZEN", &msg).await?;
                 continue;
             };
             let folio = format!(
@@ -144,7 +145,7 @@ impl Worker {
             );
             if c.test_mode && self.pac_is_production {
                 let msg = "a test-mode payment is never sent to a production PAC";
-                self.fail(id, "failed", "TEST_MODE", msg).await?;
+                self.fail_unsent(id, "TEST_MODE", msg).await?;
                 continue;
             }
             checked.push(Prepared {
@@ -183,11 +184,11 @@ impl Worker {
                 }
                 Some(Err(e)) => {
                     let msg = format!("cannot seal the frozen comprobante: {e}");
-                    self.fail(p.id, "failed", "SEAL", &msg).await?;
+                    self.fail_unsent(p.id, "SEAL", &msg).await?;
                 }
                 None => {
                     let msg = "cannot seal the frozen comprobante: the sealing task ended early";
-                    self.fail(p.id, "failed", "SEAL", msg).await?;
+                    self.fail_unsent(p.id, "SEAL", msg).await?;
                 }
             }
         }
@@ -202,6 +203,12 @@ impl Worker {
             ready.push(p);
         }
         Ok(ready)
+    }
+
+    /// Fails a row before its PAC call: no slot waits for its answer.
+    async fn fail_unsent(&self, id: i64, code: &str, message: &str) -> Result<(), StoreError> {
+        self.fail(id, "failed", code, message, &mut Answered::nobody())
+            .await
     }
 
     /// Seals on the blocking pool: an RSA signature is CPU work, and the async threads keep

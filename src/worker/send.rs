@@ -10,6 +10,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::Worker;
 use super::prepare::Prepared;
+use super::settle::Answered;
 use crate::cfdi::{self, InvoiceRequest};
 use crate::domain::StampKey;
 use crate::pac::{self, AttemptLog, PacClient, Recovery, Route, StampOutcome};
@@ -29,7 +30,14 @@ const ASK_DAILY: chrono::TimeDelta = chrono::TimeDelta::hours(24);
 impl Worker {
     /// The PAC stage of one prepared row: recovery when it may have been sent, the stamp call,
     /// the outcome stored.
-    pub(super) async fn send(&self, p: Prepared, slot: usize) -> Result<(), StoreError> {
+    /// `answered` is told once the PAC calls are over; it lives until the send ends, so a send
+    /// that stores no outcome lets its slot go on only then.
+    pub(super) async fn send(
+        &self,
+        p: Prepared,
+        slot: usize,
+        mut answered: Answered,
+    ) -> Result<(), StoreError> {
         self.unsent_rows().remove(&p.id);
         let span = info_span!("invoice", outbox_id = p.id, key = %p.key, slot);
         // A row that waited long for its slot (the previous call was slow) gets its lease back
@@ -42,7 +50,7 @@ impl Worker {
             }
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let r = self.send_prepared(p).instrument(span).await;
+        let r = self.send_prepared(&p, &mut answered).instrument(span).await;
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         r
     }
@@ -53,33 +61,33 @@ impl Worker {
                 .unwrap_or_default()
     }
 
-    /// The second half: the PAC calls and the outcome, following the state machine above.
-    async fn send_prepared(&self, p: Prepared) -> Result<(), StoreError> {
+    /// The second half: the PAC calls and the outcome, following the state machine in [`super`].
+    async fn send_prepared(&self, p: &Prepared, answered: &mut Answered) -> Result<(), StoreError> {
         let Prepared {
             id,
             claimed_from,
-            attempts,
             key,
             folio,
             req,
             sealed,
             ..
         } = p;
-        let expired = self.past_window(&req);
+        let id = *id;
+        let expired = self.past_window(req);
         let maybe_sent = claimed_from == "unknown" || claimed_from == "stamping";
-        let mut attempts = attempts;
+        let mut attempts = p.attempts;
         if maybe_sent {
             let t = Instant::now();
             let log = DbRouteLog { db: &self.db };
-            let r = self.pac.recover_logged(&sealed, &key, &log).await;
+            let r = self.pac.recover_logged(sealed, key, &log).await;
             self.log_recovery(id, &r, t).await?;
             match r {
                 Recovery::Found(stamp) => {
-                    return self.stamped(id, &folio, &stamp, &sealed, true, None).await;
+                    return self.stamped(p, &stamp, true, None, answered).await;
                 }
                 Recovery::NotFound if expired => {
                     return self
-                        .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC confirms it was never stamped; refreeze it from the admin", req.fecha))
+                        .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC confirms it was never stamped; refreeze it from the admin", req.fecha), answered)
                         .await;
                 }
                 Recovery::NotFound => {
@@ -93,28 +101,24 @@ impl Worker {
                     info!(%folio, "PAC confirms no stamp yet; sending the same bytes again")
                 }
                 Recovery::Unresolved { reason } => {
-                    return self
-                        .still_unknown(id, &folio, &req, attempts, &reason)
-                        .await;
+                    return self.still_unknown(p, attempts, &reason, answered).await;
                 }
             }
         } else if expired {
             return self
-                .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin", req.fecha))
+                .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin", req.fecha), answered)
                 .await;
         }
 
-        let (route, outcome, latency) = self.stamp_with_keepalive(id, &sealed, &key).await?;
+        let (route, outcome, latency) = self.stamp_with_keepalive(id, sealed, key).await?;
         let attempt = self.stamp_attempt(id, route, &outcome, latency);
         let a = Some(&attempt);
         match &outcome {
-            StampOutcome::Stamped(stamp) => {
-                self.stamped(id, &folio, stamp, &sealed, false, a).await
-            }
+            StampOutcome::Stamped(stamp) => self.stamped(p, stamp, false, a, answered).await,
             StampOutcome::AlreadyStamped {
                 stamp,
                 same_content: true,
-            } => self.stamped(id, &folio, stamp, &sealed, true, a).await,
+            } => self.stamped(p, stamp, true, a, answered).await,
             StampOutcome::AlreadyStamped {
                 stamp,
                 same_content: false,
@@ -123,14 +127,17 @@ impl Worker {
                     "the stamp key was already used for another document (UUID {}); reconcile before retrying",
                     stamp.uuid
                 );
-                self.fail_logged(id, "failed", "CFDI3307", &msg, a).await
+                self.fail_logged(id, "failed", "CFDI3307", &msg, a, answered)
+                    .await
             }
             // The PAC's window check: the frozen Fecha is too old to stamp.
             StampOutcome::Rejected { code, message } if code == "401" => {
-                self.fail_logged(id, "expired", code, message, a).await
+                self.fail_logged(id, "expired", code, message, a, answered)
+                    .await
             }
             StampOutcome::Rejected { code, message } => {
-                self.fail_logged(id, "failed", code, message, a).await
+                self.fail_logged(id, "failed", code, message, a, answered)
+                    .await
             }
             StampOutcome::Retryable {
                 reason,
@@ -138,7 +145,9 @@ impl Worker {
             } => {
                 if attempts >= self.cfg.retry.max_attempts {
                     let msg = format!("{} attempts, last: {reason}", attempts);
-                    return self.fail_logged(id, "failed", "EXHAUSTED", &msg, a).await;
+                    return self
+                        .fail_logged(id, "failed", "EXHAUSTED", &msg, a, answered)
+                        .await;
                 }
                 let run_at = self.later(attempts, *retry_after);
                 info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
@@ -148,7 +157,7 @@ impl Worker {
                     code: None,
                     message: reason,
                 };
-                self.settle_logged(id, later, a).await
+                self.settle_logged(id, later, a, answered).await
             }
             StampOutcome::Unknown { reason } => {
                 // Ask again soon, recovering first. (A send happens within the window, so the
@@ -161,7 +170,7 @@ impl Worker {
                     code: None,
                     message: reason,
                 };
-                self.settle_logged(id, later, a).await
+                self.settle_logged(id, later, a, answered).await
             }
         }
     }
@@ -189,12 +198,12 @@ impl Worker {
     /// marked [`UNRESOLVED`] so the admin lists it until the PAC answers.
     async fn still_unknown(
         &self,
-        id: i64,
-        folio: &str,
-        req: &InvoiceRequest,
+        p: &Prepared,
         attempts: i32,
         reason: &str,
+        answered: &mut Answered,
     ) -> Result<(), StoreError> {
+        let (id, folio, req) = (p.id, &p.folio, &p.req);
         let now = Utc::now();
         let asking_ends = self.window_end(req).map(|end| end + ASK_AFTER_WINDOW);
         let (run_at, code, message) = match asking_ends {
@@ -221,6 +230,7 @@ impl Worker {
                 code,
                 message: &message,
             },
+            answered,
         )
         .await
     }
@@ -262,13 +272,13 @@ impl Worker {
 
     async fn stamped(
         &self,
-        id: i64,
-        folio: &str,
+        p: &Prepared,
         stamp: &pac::Stamp,
-        sealed: &[u8],
         recovered: bool,
         attempt: Option<&Attempt<'_>>,
+        answered: &mut Answered,
     ) -> Result<(), StoreError> {
+        let (id, folio, sealed) = (p.id, &p.folio, &p.sealed);
         let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
         let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
         info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
@@ -282,6 +292,7 @@ impl Worker {
                 flag,
             },
             attempt,
+            answered,
         )
         .await
     }

@@ -10,10 +10,29 @@ use super::Worker;
 use crate::store::StoreError;
 use crate::store::worker::{Attempt, Settle, StampedOutcome};
 
-tokio::task_local! {
-    /// Told when a send's PAC calls are over and its outcome is about to be stored (see
-    /// [`Worker::slot_loop`]).
-    pub(super) static ANSWERED: std::cell::RefCell<Option<tokio::sync::oneshot::Sender<()>>>;
+/// Told when a send's PAC calls are over and its outcome is about to be stored (see
+/// [`Worker::slot_loop`]): the slot may start its next call. A send that ends without storing
+/// an outcome drops it untold, which the slot's receiver sees as well.
+pub(super) struct Answered(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Answered {
+    /// The signal for one send, and what its slot waits on.
+    pub(super) fn channel() -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Self(Some(tx)), rx)
+    }
+
+    /// For outcomes stored outside a send (rows settled while being prepared): no slot waits.
+    pub(super) fn nobody() -> Self {
+        Self(None)
+    }
+
+    /// Tells the slot, the first time only.
+    fn tell(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// A stamped outcome waiting for the settler, and where its answer goes.
@@ -33,8 +52,13 @@ const SETTLE_BATCH: usize = 16;
 const SETTLE_LINGER: Duration = Duration::from_millis(10);
 
 impl Worker {
-    pub(super) async fn settle(&self, id: i64, s: Settle<'_>) -> Result<(), StoreError> {
-        self.settle_logged(id, s, None).await
+    pub(super) async fn settle(
+        &self,
+        id: i64,
+        s: Settle<'_>,
+        answered: &mut Answered,
+    ) -> Result<(), StoreError> {
+        self.settle_logged(id, s, None, answered).await
     }
 
     /// Settles and appends the attempt that led here, in one transaction.
@@ -43,9 +67,10 @@ impl Worker {
         id: i64,
         s: Settle<'_>,
         attempt: Option<&Attempt<'_>>,
+        answered: &mut Answered,
     ) -> Result<(), StoreError> {
         // The PAC has answered (every outcome is stored here): the slot may start its next call.
-        let _ = ANSWERED.try_with(|a| a.borrow_mut().take().map(|tx| tx.send(())));
+        answered.tell();
         let held = match StampedOutcome::of(id, &s, attempt) {
             // The common outcome, a fresh stamp, goes to the settler to be stored with others.
             Some(outcome) if self.settler_running.load(Ordering::Relaxed) => {
@@ -73,8 +98,10 @@ impl Worker {
         state: &str,
         code: &str,
         message: &str,
+        answered: &mut Answered,
     ) -> Result<(), StoreError> {
-        self.fail_logged(id, state, code, message, None).await
+        self.fail_logged(id, state, code, message, None, answered)
+            .await
     }
 
     pub(super) async fn fail_logged(
@@ -84,6 +111,7 @@ impl Worker {
         code: &str,
         message: &str,
         attempt: Option<&Attempt<'_>>,
+        answered: &mut Answered,
     ) -> Result<(), StoreError> {
         warn!(state, code, message, "invoice needs a human");
         let s = Settle::Final {
@@ -91,7 +119,7 @@ impl Worker {
             code: Some(code),
             message,
         };
-        self.settle_logged(id, s, attempt).await
+        self.settle_logged(id, s, attempt, answered).await
     }
 
     /// Stores queued stamped outcomes: whatever has queued up while the last write ran goes
