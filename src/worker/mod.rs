@@ -36,7 +36,7 @@ mod send;
 mod settle;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,7 +49,6 @@ use crate::cfdi::Csd;
 use crate::pac::{self, PacClient};
 use crate::store::Db;
 use prepare::Prepared;
-use settle::StampedJob;
 
 pub use crate::store::worker::UNRESOLVED;
 pub use retry::RetryPolicy;
@@ -158,9 +157,9 @@ pub struct Worker {
     /// This process's id in leases, heartbeats and the attempt log.
     pub id: String,
     /// Rows being processed right now (reported by the heartbeat).
-    in_flight: AtomicI32,
-    /// When (Unix ms) the next claim also looks for rows whose lease expired.
-    next_expired_look: AtomicI64,
+    in_flight: pool::InFlight,
+    /// When the next claim also looks for rows whose lease expired.
+    next_expired_look: prepare::ExpiredLook,
     /// Rows claimed and not sent yet (id → the state claimed from).
     unsent: Mutex<HashMap<i64, String>>,
     /// Rows claimed together and sealed, waiting for a slot to send them.
@@ -168,14 +167,12 @@ pub struct Worker {
     /// Told when a batch has been prepared (or came to nothing).
     ready_notify: tokio::sync::Notify,
     /// Rows being claimed and prepared right now (at most; a claim may find fewer).
-    preparing: AtomicUsize,
+    preparing: pool::Tally,
     /// Slots waiting for those rows.
-    waiting: AtomicUsize,
+    waiting: pool::Tally,
     /// Stamped outcomes on their way to the database: the pool's settler stores whatever has
     /// queued up in one write ([`Worker::settler_loop`]).
-    stamped_tx: tokio::sync::mpsc::UnboundedSender<StampedJob>,
-    stamped_rx: tokio::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<StampedJob>>>,
-    settler_running: std::sync::atomic::AtomicBool,
+    settler: settle::Settler,
     /// Rows claimed at once when no prepared row is waiting: one claim and one write of sealed
     /// bytes serve several calls.
     batch: i64,
@@ -236,7 +233,6 @@ impl Worker {
     ) -> Self {
         let suffix: u32 = rand::random_range(0..0x10000);
         let batch = i64::try_from((cfg.concurrency / 4).clamp(1, 8)).unwrap_or(1);
-        let (stamped_tx, stamped_rx) = tokio::sync::mpsc::unbounded_channel();
         Self {
             db,
             pac,
@@ -245,16 +241,14 @@ impl Worker {
             pac_label: pac_label.to_owned(),
             pac_is_production,
             id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
-            in_flight: AtomicI32::new(0),
-            next_expired_look: AtomicI64::new(0),
+            in_flight: pool::InFlight::default(),
+            next_expired_look: prepare::ExpiredLook::default(),
             unsent: Mutex::new(HashMap::new()),
             ready: Mutex::new(VecDeque::new()),
             ready_notify: tokio::sync::Notify::new(),
-            preparing: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
-            stamped_tx,
-            stamped_rx: tokio::sync::Mutex::new(Some(stamped_rx)),
-            settler_running: std::sync::atomic::AtomicBool::new(false),
+            preparing: pool::Tally::default(),
+            waiting: pool::Tally::default(),
+            settler: settle::Settler::new(),
             batch,
             sealing: tokio::sync::Semaphore::new(prepare::sealing_threads()),
             started_at: Utc::now(),
@@ -284,10 +278,10 @@ impl Worker {
             let t = token.clone();
             tokio::spawn(async move { me.heartbeat_loop(t, health).await })
         };
-        let settler = match self.stamped_rx.lock().await.take() {
+        let settler = match self.settler.rx.lock().await.take() {
             Some(rx) => {
                 let me = self.clone();
-                self.settler_running.store(true, Ordering::Relaxed);
+                self.settler.running.store(true, Ordering::Relaxed);
                 Some(tokio::spawn(async move { me.settler_loop(rx).await }))
             }
             None => None,
@@ -310,7 +304,7 @@ impl Worker {
             })
         });
         token.cancelled().await;
-        info!(worker = %self.id, in_flight = self.in_flight.load(Ordering::Relaxed), "worker pool stopping: no new claims");
+        info!(worker = %self.id, in_flight = self.in_flight.get(), "worker pool stopping: no new claims");
         let deadline = tokio::time::sleep(self.cfg.shutdown_grace);
         tokio::pin!(deadline);
         loop {
@@ -329,7 +323,7 @@ impl Worker {
             c.abort();
         }
         // Every send has ended, so every queued outcome has had its answer.
-        self.settler_running.store(false, Ordering::Relaxed);
+        self.settler.running.store(false, Ordering::Relaxed);
         if let Some(s) = settler {
             s.abort();
         }
@@ -364,7 +358,7 @@ impl Worker {
                 () = token.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let in_flight = self.in_flight.load(Ordering::Relaxed);
+            let in_flight = self.in_flight.get();
             match self
                 .db
                 .worker_heartbeat(&self.id, &hostname(), conc, in_flight, self.started_at)

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -15,28 +15,54 @@ use super::prepare::{Next, Prepared};
 use super::settle::Answered;
 use crate::store::StoreError;
 
+/// Calls to the PAC (stamps and cancellations) running right now: the heartbeat reports it, and
+/// the settler waits for more outcomes only while calls beyond its queue are out.
+#[derive(Debug, Default)]
+pub(super) struct InFlight(AtomicI32);
+
+impl InFlight {
+    /// A call starts; every [`InFlight::start`] is followed by an [`InFlight::end`].
+    pub(super) fn start(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn end(&self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn get(&self) -> i32 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A number of rows or slots that only [`Counted`] changes, so every addition is taken back.
+#[derive(Debug, Default)]
+pub(super) struct Tally(AtomicUsize);
+
+impl Tally {
+    pub(super) fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// Adds to a count for as long as it lives; when it ends, it tells `done`'s waiters (after the
 /// count has dropped, so they do not wait for it again).
 pub(super) struct Counted<'a> {
-    count: &'a AtomicUsize,
+    count: &'a Tally,
     n: usize,
     done: Option<&'a tokio::sync::Notify>,
 }
 
 impl<'a> Counted<'a> {
-    pub(super) fn add(
-        count: &'a AtomicUsize,
-        n: usize,
-        done: Option<&'a tokio::sync::Notify>,
-    ) -> Self {
-        count.fetch_add(n, Ordering::Relaxed);
+    pub(super) fn add(count: &'a Tally, n: usize, done: Option<&'a tokio::sync::Notify>) -> Self {
+        count.0.fetch_add(n, Ordering::Relaxed);
         Self { count, n, done }
     }
 }
 
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
-        self.count.fetch_sub(self.n, Ordering::Relaxed);
+        self.count.0.fetch_sub(self.n, Ordering::Relaxed);
         if let Some(done) = self.done {
             done.notify_waiters();
         }
@@ -133,8 +159,8 @@ impl Worker {
             if let Some(p) = self.ready_rows().pop_front() {
                 return Some(p);
             }
-            let waiting = self.waiting.load(Ordering::Relaxed);
-            if !may_wait || self.preparing.load(Ordering::Relaxed) <= waiting {
+            let waiting = self.waiting.get();
+            if !may_wait || self.preparing.get() <= waiting {
                 return None;
             }
             let _waiting = Counted::add(&self.waiting, 1, None);

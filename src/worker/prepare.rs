@@ -2,7 +2,7 @@
 //! batch of them, for this slot and the others), its frozen request read and sealed once, and
 //! the sealed bytes stored before any PAC call.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use chrono::Utc;
@@ -24,6 +24,26 @@ pub(super) enum Next {
     Worked,
     /// Nothing was due.
     Idle,
+}
+
+/// When (Unix ms) the next claim also looks for rows whose lease expired.
+#[derive(Debug, Default)]
+pub(super) struct ExpiredLook(AtomicI64);
+
+impl ExpiredLook {
+    /// Whether this claim looks, and if so, the next look about a second later.
+    fn due(&self, now_ms: i64) -> bool {
+        let due = self.0.load(Ordering::Relaxed) <= now_ms;
+        if due {
+            self.0.store(now_ms + 1000, Ordering::Relaxed);
+        }
+        due
+    }
+
+    /// The next claim looks, whenever it comes.
+    fn soon(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
 }
 
 /// A claimed row, sealed, ready for its PAC call.
@@ -55,11 +75,7 @@ impl Worker {
         // Dead workers' rows are looked for about once a second, not before every claim: a
         // lease lasts far longer, and each look is one more write on the busy path.
         let now_ms = now.timestamp_millis();
-        let expired_first = self.next_expired_look.load(Ordering::Relaxed) <= now_ms;
-        if expired_first {
-            self.next_expired_look
-                .store(now_ms + 1000, Ordering::Relaxed);
-        }
+        let expired_first = self.next_expired_look.due(now_ms);
         if let Some(p) = self.take_ready(stamps_only).await {
             return Ok(Next::Ready(Box::new(p)));
         }
@@ -81,7 +97,7 @@ impl Worker {
         if !claimed.is_empty() {
             if claimed.iter().any(|c| c.claimed_from == "stamping") {
                 // Where one died, more may have: look again at the next claim.
-                self.next_expired_look.store(0, Ordering::Relaxed);
+                self.next_expired_look.soon();
             }
             let span = info_span!("claim", rows = claimed.len(), slot);
             let mut prepared = self.prepare(claimed).instrument(span).await?;
@@ -106,10 +122,10 @@ impl Worker {
             .claim_cancellation(&self.id, lease_until, now)
             .await?
         {
-            self.in_flight.fetch_add(1, Ordering::Relaxed);
+            self.in_flight.start();
             let span = info_span!("cancellation", id = c.id, uuid = %c.uuid, slot);
             let r = self.process_cancel(c).instrument(span).await;
-            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            self.in_flight.end();
             r?;
             return Ok(Next::Worked);
         }

@@ -1,7 +1,6 @@
 //! The PAC stage of a prepared row: recovery by key when it may have been sent, the stamp call
 //! under a lease keepalive, the attempt log, and the outcome turned into a settle.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -49,9 +48,9 @@ impl Worker {
                 return Ok(());
             }
         }
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.start();
         let r = self.send_prepared(&p, &mut answered).instrument(span).await;
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.in_flight.end();
         r
     }
 

@@ -1,7 +1,7 @@
 //! Storing outcomes: every settle of a stamp row, and the settler task that stores fresh
 //! stamps queued on its channel in batched writes.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tracing::warn;
@@ -31,6 +31,27 @@ impl Answered {
     fn tell(&mut self) {
         if let Some(tx) = self.0.take() {
             let _ = tx.send(());
+        }
+    }
+}
+
+/// The settler's channel: slots queue fresh stamps on it while the pool's settler task runs
+/// ([`Worker::settler_loop`]); otherwise each outcome is stored on its own.
+pub(super) struct Settler {
+    tx: tokio::sync::mpsc::UnboundedSender<StampedJob>,
+    /// Taken by the pool that runs the settler (one per worker).
+    pub(super) rx: tokio::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<StampedJob>>>,
+    /// Whether the settler task is running: set when it starts, cleared when the pool stops.
+    pub(super) running: AtomicBool,
+}
+
+impl Settler {
+    pub(super) fn new() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            tx,
+            rx: tokio::sync::Mutex::new(Some(rx)),
+            running: AtomicBool::new(false),
         }
     }
 }
@@ -73,9 +94,10 @@ impl Worker {
         answered.tell();
         let held = match StampedOutcome::of(id, &s, attempt) {
             // The common outcome, a fresh stamp, goes to the settler to be stored with others.
-            Some(outcome) if self.settler_running.load(Ordering::Relaxed) => {
+            Some(outcome) if self.settler.running.load(Ordering::Relaxed) => {
                 let (reply, answer) = tokio::sync::oneshot::channel();
-                self.stamped_tx
+                self.settler
+                    .tx
                     .send(StampedJob { outcome, reply })
                     .map_err(|_| StoreError::Other("the settler stopped".into()))?;
                 answer
@@ -137,7 +159,7 @@ impl Worker {
                 match rx.try_recv() {
                     Ok(j) => jobs.push(j),
                     // Calls still waiting for their answer (beyond the ones queued here).
-                    Err(_) if self.in_flight.load(Ordering::Relaxed) > jobs.len() as i32 => {
+                    Err(_) if self.in_flight.get() > jobs.len() as i32 => {
                         match tokio::time::timeout_at(until, rx.recv()).await {
                             Ok(Some(j)) => jobs.push(j),
                             Ok(None) | Err(_) => break,
