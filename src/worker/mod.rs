@@ -27,6 +27,27 @@
 //! - Every PAC call is appended to `pac_attempts`.
 //!
 //! Cancellations ([`cancel`]) are drained by the same loops with the same discipline.
+//!
+//! # What lives here
+//!
+//! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`services`] and
+//!   [`worker_for`]; the pool's run (loops, heartbeat, checkpoints, shutdown).
+//! - `pool.rs`: the slots, the ready queue of sealed rows and its counters, the rows claimed
+//!   and not sent yet (released on shutdown).
+//! - `prepare.rs`: claim ahead and seal ahead: claiming rows (in batches while a call runs),
+//!   reading and sealing their frozen requests, storing the sealed bytes before any send.
+//! - `send.rs`: the PAC call (recovery by key first when it may have been sent, the lease
+//!   keepalive), the attempt log, and turning the outcome into a settle; [`DbRouteLog`].
+//! - `settle.rs`: storing outcomes, and the settler task that batches fresh stamps from its
+//!   channel; `Answered`, passed down each send, tells its slot the PAC call is over.
+//! - [`cancel`]: cancellations; [`retry`]: backoff.
+//!
+//! Only the files here use the stage modules. From outside, startup and the operator commands
+//! build and run a pool ([`worker_for`], [`services`], [`Worker::start`]); the admin uses
+//! [`DbRouteLog`] for its recoveries; tests read [`UNRESOLVED`]. The worker uses
+//! the store, the PAC clients, the document engine, the settings and the health registry; its
+//! calls to `startup::pac_config` and `cli::sandbox_csd` are import circles that other steps
+//! of issue 15 remove.
 
 pub mod cancel;
 mod pool;
