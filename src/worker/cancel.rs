@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use tracing::{info, warn};
 
-use super::{Worker, http_status};
+use super::Worker;
+use super::send::http_status;
 use crate::pac::{CancelOutcome, CancelRequest, Motivo, StatusOutcome, StatusQuery};
 use crate::store::StoreError;
 use crate::store::worker::{Attempt, ClaimedCancel};

@@ -1,0 +1,248 @@
+//! Claim ahead and seal ahead: a due row is claimed (while the slot's current call runs, a
+//! batch of them, for this slot and the others), its frozen request read and sealed once, and
+//! the sealed bytes stored before any PAC call.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Instant;
+
+use chrono::Utc;
+use tracing::{Instrument, info, info_span};
+
+use super::Worker;
+use super::pool::Counted;
+use super::settle::Answered;
+use crate::cfdi::{self, InvoiceRequest};
+use crate::domain::StampKey;
+use crate::store::StoreError;
+use crate::store::worker::ClaimedStamp;
+
+/// What a claim found.
+pub(super) enum Next {
+    /// A stamp to send.
+    Ready(Box<Prepared>),
+    /// Something was done without a stamp call (a cancellation, a row failed before sending).
+    Worked,
+    /// Nothing was due.
+    Idle,
+}
+
+/// When (Unix ms) the next claim also looks for rows whose lease expired.
+#[derive(Debug, Default)]
+pub(super) struct ExpiredLook(AtomicI64);
+
+impl ExpiredLook {
+    /// Whether this claim looks, and if so, the next look about a second later.
+    fn due(&self, now_ms: i64) -> bool {
+        let due = self.0.load(Ordering::Relaxed) <= now_ms;
+        if due {
+            self.0.store(now_ms + 1000, Ordering::Relaxed);
+        }
+        due
+    }
+
+    /// The next claim looks, whenever it comes.
+    fn soon(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A claimed row, sealed, ready for its PAC call.
+pub(super) struct Prepared {
+    pub(super) id: i64,
+    /// `pending`, `retry_scheduled`, `unknown` or `stamping` (see [`ClaimedStamp`]).
+    pub(super) claimed_from: String,
+    /// Including this claim.
+    pub(super) attempts: i32,
+    pub(super) key: StampKey,
+    pub(super) folio: String,
+    pub(super) req: InvoiceRequest,
+    /// The stored sealed bytes: what every attempt sends.
+    pub(super) sealed: Vec<u8>,
+    pub(super) claimed_at: Instant,
+}
+
+/// Half the cores, at least one (see [`Worker::sealing`]).
+pub(super) fn sealing_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
+impl Worker {
+    /// Claims one due row and prepares it: a stamp first, else (unless `stamps_only`) a
+    /// cancellation, which is processed at once.
+    pub(super) async fn next(&self, slot: usize, stamps_only: bool) -> Result<Next, StoreError> {
+        let now = Utc::now();
+        let lease_until = now + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
+        // Dead workers' rows are looked for about once a second, not before every claim: a
+        // lease lasts far longer, and each look is one more write on the busy path.
+        let now_ms = now.timestamp_millis();
+        let expired_first = self.next_expired_look.due(now_ms);
+        if let Some(p) = self.take_ready(stamps_only).await {
+            return Ok(Next::Ready(Box::new(p)));
+        }
+        // A slot without a call in flight claims one row, so its call starts after one sealing,
+        // not eight (after an idle spell every slot claims at once); a slot whose call is in
+        // flight has time to prepare a batch for itself and the others.
+        let batch = if stamps_only { self.batch } else { 1 };
+        // Counted for the slots that may wait (every row of the batch but the one kept here);
+        // once the batch is prepared, or came to nothing, they look at the queue again.
+        let preparing = Counted::add(
+            &self.preparing,
+            usize::try_from(batch - 1).unwrap_or(0),
+            Some(&self.ready_notify),
+        );
+        let claimed = self
+            .db
+            .claim_stamps(&self.id, lease_until, now, expired_first, batch)
+            .await?;
+        if !claimed.is_empty() {
+            if claimed.iter().any(|c| c.claimed_from == "stamping") {
+                // Where one died, more may have: look again at the next claim.
+                self.next_expired_look.soon();
+            }
+            let span = info_span!("claim", rows = claimed.len(), slot);
+            let mut prepared = self.prepare(claimed).instrument(span).await?;
+            // Rows settled while preparing were never to be sent; the rest are, from now.
+            self.unsent_rows()
+                .extend(prepared.iter().map(|p| (p.id, p.claimed_from.clone())));
+            if prepared.is_empty() {
+                return Ok(Next::Worked);
+            }
+            let first = prepared.remove(0);
+            // The rest wait for whichever slot asks next.
+            self.ready_rows().extend(prepared);
+            return Ok(Next::Ready(Box::new(first)));
+        }
+        // Nothing was claimed: the slots waiting for this batch look again now.
+        drop(preparing);
+        if stamps_only {
+            return Ok(Next::Idle);
+        }
+        if let Some(c) = self
+            .db
+            .claim_cancellation(&self.id, lease_until, now)
+            .await?
+        {
+            self.in_flight.start();
+            let span = info_span!("cancellation", id = c.id, uuid = %c.uuid, slot);
+            let r = self.process_cancel(c).instrument(span).await;
+            self.in_flight.end();
+            r?;
+            return Ok(Next::Worked);
+        }
+        Ok(Next::Idle)
+    }
+
+    /// The first half of stamping, for a batch of claimed rows: reads each frozen request and
+    /// seals the ones not sealed yet (on the blocking pool, in one task), then stores all the
+    /// sealed bytes in one write before any of them is sent; the stored bytes are what every
+    /// attempt sends. Rows that cannot be sent are settled here, without a PAC call.
+    async fn prepare(&self, claimed: Vec<ClaimedStamp>) -> Result<Vec<Prepared>, StoreError> {
+        let claimed_at = Instant::now();
+        let mut checked = Vec::with_capacity(claimed.len());
+        for c in claimed {
+            let id = c.id;
+            let req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
+                Ok(r) => r,
+                Err(e) => {
+                    let msg = format!("the frozen request cannot be read: {e}");
+                    self.fail_unsent(id, "FROZEN", &msg).await?;
+                    continue;
+                }
+            };
+            let Ok(key) = StampKey::parse(&c.stamp_key) else {
+                let msg = format!("stamp key `{}` is malformed", c.stamp_key);
+                self.fail_unsent(id, "FROZEN", &msg).await?;
+                continue;
+            };
+            let folio = format!(
+                "{}-{}",
+                req.serie.as_deref().unwrap_or(""),
+                req.folio.as_deref().unwrap_or("")
+            );
+            if c.test_mode && self.pac_is_production {
+                let msg = "a test-mode payment is never sent to a production PAC";
+                self.fail_unsent(id, "TEST_MODE", msg).await?;
+                continue;
+            }
+            checked.push(Prepared {
+                id,
+                claimed_from: c.claimed_from,
+                attempts: c.attempts,
+                key,
+                folio,
+                req,
+                sealed: c.sealed_xml.unwrap_or_default(),
+                claimed_at,
+            });
+        }
+        // Seal once: only rows that were never sealed.
+        let to_seal: Vec<InvoiceRequest> = checked
+            .iter()
+            .filter(|p| p.sealed.is_empty())
+            .map(|p| p.req.clone())
+            .collect();
+        if to_seal.is_empty() {
+            return Ok(checked);
+        }
+        let mut seals = self.seal_off_thread(to_seal).await.into_iter();
+        let mut ready = Vec::with_capacity(checked.len());
+        let mut fresh = Vec::new();
+        for mut p in checked {
+            if !p.sealed.is_empty() {
+                ready.push(p);
+                continue;
+            }
+            match seals.next() {
+                Some(Ok(s)) => {
+                    info!(outbox_id = p.id, folio = %p.folio, total = %s.total, "comprobante sealed");
+                    p.sealed = s.xml;
+                    fresh.push(p);
+                }
+                Some(Err(e)) => {
+                    let msg = format!("cannot seal the frozen comprobante: {e}");
+                    self.fail_unsent(p.id, "SEAL", &msg).await?;
+                }
+                None => {
+                    let msg = "cannot seal the frozen comprobante: the sealing task ended early";
+                    self.fail_unsent(p.id, "SEAL", msg).await?;
+                }
+            }
+        }
+        let rows: Vec<(i64, &[u8])> = fresh.iter().map(|p| (p.id, p.sealed.as_slice())).collect();
+        let written = self.db.save_sealed_many(&rows).await?;
+        for mut p in fresh {
+            if !written.contains(&p.id) {
+                // Another worker sealed it first: its bytes (the same, sealing is
+                // deterministic) are the ones to send.
+                p.sealed = self.db.save_sealed(p.id, &p.sealed).await?;
+            }
+            ready.push(p);
+        }
+        Ok(ready)
+    }
+
+    /// Fails a row before its PAC call: no slot waits for its answer.
+    async fn fail_unsent(&self, id: i64, code: &str, message: &str) -> Result<(), StoreError> {
+        self.fail(id, "failed", code, message, &mut Answered::nobody())
+            .await
+    }
+
+    /// Seals on the blocking pool: an RSA signature is CPU work, and the async threads keep
+    /// serving the other slots' I/O meanwhile. At most [`Worker::sealing`] batches at once. One
+    /// result per request, in order.
+    async fn seal_off_thread(
+        &self,
+        reqs: Vec<InvoiceRequest>,
+    ) -> Vec<Result<cfdi::Sealed, cfdi::CfdiError>> {
+        let csd = self.csd.clone();
+        // Never closed, so this waits for a permit and holds it until the batch is sealed.
+        let _permit = self.sealing.acquire().await;
+        tokio::task::spawn_blocking(move || reqs.iter().map(|r| cfdi::seal(r, &csd)).collect())
+            .await
+            .unwrap_or_else(|e| {
+                vec![Err(cfdi::CfdiError::Csd(format!(
+                    "sealing task failed: {e}"
+                )))]
+            })
+    }
+}

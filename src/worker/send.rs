@@ -1,0 +1,464 @@
+//! The PAC stage of a prepared row: recovery by key when it may have been sent, the stamp call
+//! under a lease keepalive, the attempt log, and the outcome turned into a settle.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeZone, Utc};
+use chrono_tz::America::Mexico_City;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::Worker;
+use super::prepare::Prepared;
+use super::settle::Answered;
+use crate::cfdi::{self, InvoiceRequest};
+use crate::domain::StampKey;
+use crate::pac::{self, AttemptLog, PacClient, Recovery, Route, StampOutcome};
+use crate::store::worker::{Attempt, Settle};
+use crate::store::{Db, StoreError};
+
+use crate::store::worker::UNRESOLVED;
+
+/// How long an unresolved outcome is asked for after its window closed: the window's end is
+/// the last moment a send could have stamped it, so this is at least as long after its last
+/// send.
+const ASK_AFTER_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(72);
+
+/// Past that, how often it is still asked for (until the PAC answers or an admin acts).
+const ASK_DAILY: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+impl Worker {
+    /// The PAC stage of one prepared row: recovery when it may have been sent, the stamp call,
+    /// the outcome stored.
+    /// `answered` is told once the PAC calls are over; it lives until the send ends, so a send
+    /// that stores no outcome lets its slot go on only then.
+    pub(super) async fn send(
+        &self,
+        p: Prepared,
+        slot: usize,
+        mut answered: Answered,
+    ) -> Result<(), StoreError> {
+        self.unsent_rows().remove(&p.id);
+        let span = info_span!("invoice", outbox_id = p.id, key = %p.key, slot);
+        // A row that waited long for its slot (the previous call was slow) gets its lease back
+        // to full length before the call, so no other worker takes it meanwhile.
+        if p.claimed_at.elapsed() > self.cfg.lease / 3 {
+            let until = Utc::now() + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
+            if !self.db.extend_stamp_lease(p.id, &self.id, until).await? {
+                warn!(parent: &span, "lease lost while the row waited for its slot; another worker has it");
+                return Ok(());
+            }
+        }
+        self.in_flight.start();
+        let r = self.send_prepared(&p, &mut answered).instrument(span).await;
+        self.in_flight.end();
+        r
+    }
+
+    pub(super) fn later(&self, attempts: i32, retry_after: Option<Duration>) -> DateTime<Utc> {
+        Utc::now()
+            + chrono::Duration::from_std(self.cfg.retry.delay(attempts, retry_after))
+                .unwrap_or_default()
+    }
+
+    /// The second half: the PAC calls and the outcome, following the state machine in [`super`].
+    async fn send_prepared(&self, p: &Prepared, answered: &mut Answered) -> Result<(), StoreError> {
+        let Prepared {
+            id,
+            claimed_from,
+            key,
+            folio,
+            req,
+            sealed,
+            ..
+        } = p;
+        let id = *id;
+        let expired = self.past_window(req);
+        let maybe_sent = claimed_from == "unknown" || claimed_from == "stamping";
+        let mut attempts = p.attempts;
+        if maybe_sent {
+            let t = Instant::now();
+            let log = DbRouteLog { db: &self.db };
+            let r = self.pac.recover_logged(sealed, key, &log).await;
+            self.log_recovery(id, &r, t).await?;
+            match r {
+                Recovery::Found(stamp) => {
+                    return self.stamped(p, &stamp, true, None, answered).await;
+                }
+                Recovery::NotFound if expired => {
+                    return self
+                        .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC confirms it was never stamped; refreeze it from the admin", req.fecha), answered)
+                        .await;
+                }
+                Recovery::NotFound => {
+                    // The outcome is definite now: the tries that count towards giving up start
+                    // over, so a long unresolved spell never turns into an early dead letter.
+                    if !self.db.restart_attempts(id, &self.id).await? {
+                        warn!("lease lost after the recovery; another worker has the row");
+                        return Ok(());
+                    }
+                    attempts = 1;
+                    info!(%folio, "PAC confirms no stamp yet; sending the same bytes again")
+                }
+                Recovery::Unresolved { reason } => {
+                    return self.still_unknown(p, attempts, &reason, answered).await;
+                }
+            }
+        } else if expired {
+            return self
+                .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin", req.fecha), answered)
+                .await;
+        }
+
+        let (route, outcome, latency) = self.stamp_with_keepalive(id, sealed, key).await?;
+        let attempt = self.stamp_attempt(id, route, &outcome, latency);
+        let a = Some(&attempt);
+        match &outcome {
+            StampOutcome::Stamped(stamp) => self.stamped(p, stamp, false, a, answered).await,
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content: true,
+            } => self.stamped(p, stamp, true, a, answered).await,
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content: false,
+            } => {
+                let msg = format!(
+                    "the stamp key was already used for another document (UUID {}); reconcile before retrying",
+                    stamp.uuid
+                );
+                self.fail_logged(id, "failed", "CFDI3307", &msg, a, answered)
+                    .await
+            }
+            // The PAC's window check: the frozen Fecha is too old to stamp.
+            StampOutcome::Rejected { code, message } if code == "401" => {
+                self.fail_logged(id, "expired", code, message, a, answered)
+                    .await
+            }
+            StampOutcome::Rejected { code, message } => {
+                self.fail_logged(id, "failed", code, message, a, answered)
+                    .await
+            }
+            StampOutcome::Retryable {
+                reason,
+                retry_after,
+            } => {
+                if attempts >= self.cfg.retry.max_attempts {
+                    let msg = format!("{} attempts, last: {reason}", attempts);
+                    return self
+                        .fail_logged(id, "failed", "EXHAUSTED", &msg, a, answered)
+                        .await;
+                }
+                let run_at = self.later(attempts, *retry_after);
+                info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
+                let later = Settle::Later {
+                    state: "retry_scheduled",
+                    run_at,
+                    code: None,
+                    message: reason,
+                };
+                self.settle_logged(id, later, a, answered).await
+            }
+            StampOutcome::Unknown { reason } => {
+                // Ask again soon, recovering first. (A send happens within the window, so the
+                // asking period of [`Worker::still_unknown`] has not begun.)
+                let run_at = self.later(1, None);
+                warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
+                let later = Settle::Later {
+                    state: "unknown",
+                    run_at,
+                    code: None,
+                    message: reason,
+                };
+                self.settle_logged(id, later, a, answered).await
+            }
+        }
+    }
+
+    fn past_window(&self, req: &InvoiceRequest) -> bool {
+        let Some(end) = self.window_end(req) else {
+            return false;
+        };
+        Utc::now() >= end - chrono::Duration::from_std(self.cfg.window_margin).unwrap_or_default()
+    }
+
+    /// When the SAT window of the frozen Fecha closes: no PAC stamps the document after it.
+    fn window_end(&self, req: &InvoiceRequest) -> Option<DateTime<Utc>> {
+        let fecha = Mexico_City.from_local_datetime(&req.fecha).earliest()?;
+        Some(
+            fecha.with_timezone(&Utc)
+                + chrono::Duration::from_std(self.cfg.window).unwrap_or_default(),
+        )
+    }
+
+    /// A recovery the PAC could not answer. The PAC may hold a stamp, so the row stays
+    /// `unknown` whatever the window or the attempts (a terminal state would free its API key
+    /// and stop anyone from asking): asked again with backoff, at most an hour apart, until
+    /// [`ASK_AFTER_WINDOW`] after its window closed; after that once a day ([`ASK_DAILY`]),
+    /// marked [`UNRESOLVED`] so the admin lists it until the PAC answers.
+    async fn still_unknown(
+        &self,
+        p: &Prepared,
+        attempts: i32,
+        reason: &str,
+        answered: &mut Answered,
+    ) -> Result<(), StoreError> {
+        let (id, folio, req) = (p.id, &p.folio, &p.req);
+        let now = Utc::now();
+        let asking_ends = self.window_end(req).map(|end| end + ASK_AFTER_WINDOW);
+        let (run_at, code, message) = match asking_ends {
+            Some(ends) if now >= ends => {
+                let message = format!(
+                    "the PAC never confirmed whether it stamped this document: its window closed {} (Mexico City) and it was asked for 72 hours more; now asked once a day. Ask the PAC by the stamp key; nothing is sent again until it answers. Last answer: {reason}",
+                    crate::pacsim::clock::to_local(ends - ASK_AFTER_WINDOW)
+                );
+                warn!(%folio, %reason, "outcome still unknown past its asking period; asked daily, listed as unresolved for the admin");
+                (now + ASK_DAILY, Some(UNRESOLVED), message)
+            }
+            _ => {
+                let delay = self.cfg.retry.delay_unknown(attempts);
+                info!(%folio, %reason, ?delay, "outcome still unknown; will ask the PAC again");
+                let run_at = now + chrono::Duration::from_std(delay).unwrap_or_default();
+                (run_at, None, reason.to_owned())
+            }
+        };
+        self.settle(
+            id,
+            Settle::Later {
+                state: "unknown",
+                run_at,
+                code,
+                message: &message,
+            },
+            answered,
+        )
+        .await
+    }
+
+    /// Sends the sealed bytes, extending the lease while the call runs.
+    async fn stamp_with_keepalive(
+        &self,
+        id: i64,
+        sealed: &[u8],
+        key: &StampKey,
+    ) -> Result<(&'static str, StampOutcome, Duration), StoreError> {
+        let t = Instant::now();
+        let log = DbRouteLog { db: &self.db };
+        let call = async {
+            match &*self.pac {
+                PacClient::Failover(f) => {
+                    let (route, out) = f.stamp_logged(sealed, key, &log).await;
+                    (route_label(route), out)
+                }
+                other => ("", other.stamp(sealed, key).await),
+            }
+        };
+        tokio::pin!(call);
+        let mut tick = tokio::time::interval(self.cfg.lease / 3);
+        tick.tick().await;
+        let (route, out) = loop {
+            tokio::select! {
+                out = &mut call => break out,
+                _ = tick.tick() => {
+                    let until = Utc::now() + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
+                    if !self.db.extend_stamp_lease(id, &self.id, until).await.unwrap_or(false) {
+                        warn!("lease could not be extended during the PAC call");
+                    }
+                }
+            }
+        };
+        Ok((route, out, t.elapsed()))
+    }
+
+    async fn stamped(
+        &self,
+        p: &Prepared,
+        stamp: &pac::Stamp,
+        recovered: bool,
+        attempt: Option<&Attempt<'_>>,
+        answered: &mut Answered,
+    ) -> Result<(), StoreError> {
+        let (id, folio, sealed) = (p.id, &p.folio, &p.sealed);
+        let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
+        let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
+        info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
+        self.settle_logged(
+            id,
+            Settle::Stamped {
+                uuid: &stamp.uuid,
+                tfd_xml: &tfd_xml,
+                stamped_xml: &stamp.xml,
+                fecha_timbrado: &stamp.tfd.fecha_timbrado,
+                flag,
+            },
+            attempt,
+            answered,
+        )
+        .await
+    }
+
+    fn label<'a>(&'a self, route: &'a str) -> &'a str {
+        if route.is_empty() {
+            &self.pac_label
+        } else {
+            route
+        }
+    }
+
+    fn stamp_attempt<'a>(
+        &'a self,
+        id: i64,
+        route: &'a str,
+        out: &'a StampOutcome,
+        latency: Duration,
+    ) -> Attempt<'a> {
+        let (outcome, code, message, uuid, status) = match out {
+            StampOutcome::Stamped(s) => ("stamped", None, None, Some(s.uuid.as_str()), Some(200)),
+            StampOutcome::AlreadyStamped {
+                stamp,
+                same_content,
+            } => (
+                if *same_content {
+                    "already_stamped"
+                } else {
+                    "key_reused"
+                },
+                Some(if *same_content { "307" } else { "CFDI3307" }),
+                None,
+                Some(stamp.uuid.as_str()),
+                None,
+            ),
+            StampOutcome::Rejected { code, message } => (
+                "rejected",
+                Some(code.as_str()),
+                Some(message.as_str()),
+                None,
+                http_status(message),
+            ),
+            StampOutcome::Retryable { reason, .. } => (
+                "retryable",
+                None,
+                Some(reason.as_str()),
+                None,
+                http_status(reason),
+            ),
+            StampOutcome::Unknown { reason } => (
+                "unknown",
+                None,
+                Some(reason.as_str()),
+                None,
+                http_status(reason),
+            ),
+        };
+        Attempt {
+            outbox_id: Some(id),
+            cancellation_id: None,
+            operation: "stamp",
+            pac: self.label(route),
+            outcome,
+            http_status: status,
+            code,
+            message,
+            latency_ms: i64::try_from(latency.as_millis()).unwrap_or(i64::MAX),
+            uuid,
+            worker: &self.id,
+        }
+    }
+
+    async fn log_recovery(&self, id: i64, r: &Recovery, t: Instant) -> Result<(), StoreError> {
+        let (outcome, message, uuid) = match r {
+            Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
+            Recovery::NotFound => ("not_found", None, None),
+            Recovery::Unresolved { reason } => ("unresolved", Some(reason.as_str()), None),
+        };
+        self.db
+            .log_attempt(&Attempt {
+                outbox_id: Some(id),
+                cancellation_id: None,
+                operation: "recover",
+                pac: &self.pac_label,
+                outcome,
+                http_status: message.and_then(http_status),
+                code: None,
+                message,
+                latency_ms: i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX),
+                uuid,
+                worker: &self.id,
+            })
+            .await
+    }
+}
+
+/// The HTTP status an adapter wrote into its reason (`HTTP 503: …`), when it did.
+pub(super) fn http_status(text: &str) -> Option<i32> {
+    let i = text.find("HTTP ")?;
+    let digits: String = text[i + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().filter(|s| (100..600).contains(s))
+}
+
+fn route_label(r: Route) -> &'static str {
+    match r {
+        Route::Primary => "primary",
+        Route::Backup => "backup",
+    }
+}
+
+/// The failover client's durable memory of where each key was sent: `outbox.pac_route`. The
+/// worker's sends record into it, and every recovery (the worker's, reconciliation's, a
+/// refreeze's) asks only the PACs it names.
+pub struct DbRouteLog<'a> {
+    pub db: &'a Db,
+}
+
+impl AttemptLog for DbRouteLog<'_> {
+    fn sent_to<'a>(
+        &'a self,
+        key: &'a StampKey,
+    ) -> pac::failover::BoxFuture<'a, Result<Vec<Route>, String>> {
+        Box::pin(async move {
+            let routes = self
+                .db
+                .pac_routes(key.as_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(routes
+                .iter()
+                .filter_map(|r| match r.as_str() {
+                    "primary" => Some(Route::Primary),
+                    "backup" => Some(Route::Backup),
+                    _ => None,
+                })
+                .collect())
+        })
+    }
+
+    fn before_send<'a>(
+        &'a self,
+        key: &'a StampKey,
+        route: Route,
+    ) -> pac::failover::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.db
+                .add_pac_route(key.as_str(), route_label(route))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_http_status_from_adapter_reasons() {
+        assert_eq!(http_status("HTTP 503: busy"), Some(503));
+        assert_eq!(
+            http_status("stamped, but HTTP 500 without a message"),
+            Some(500)
+        );
+        assert_eq!(http_status("connection refused"), None);
+    }
+}
