@@ -11,14 +11,15 @@ use serde::Deserialize;
 
 use super::auth::{self, Session};
 use super::pages::{self, ReceptorForm, html};
-use super::rules::{self, CancelFacts};
 use super::{Admin, reconcile};
+use crate::cancel::{self, Refusal};
 use crate::cfdi::{InvoiceRequest, ReceptorData, Rfc};
 use crate::domain::StampKey;
+use crate::domain::cancellation::{Motivo, Refused};
 use crate::error::AdminError;
-use crate::pac::{Motivo, Recovery, StatusOutcome, StatusQuery};
+use crate::pac::{Recovery, StatusOutcome, StatusQuery};
 use crate::startup::AppState;
-use crate::store::{AdminPacCall, CancelConflict, NewCancellation};
+use crate::store::{AdminPacCall, CancelConflict};
 
 fn see_other(location: String) -> HttpResponse {
     HttpResponse::SeeOther()
@@ -304,68 +305,49 @@ pub async fn cancel(
         }
     };
     let (d, facts) = pages::stamped_doc(&state, id).await?;
-    let Some(motivo) = Motivo::parse(form.motivo.trim()) else {
-        return again(
-            format!("`{}` is not a motivo: choose 01, 02, 03 or 04", form.motivo),
+    let folio = Some(form.folio_sustitucion.as_str());
+    let refusal = match cancel::request(
+        &state.db,
+        d.id,
+        &facts,
+        &form.motivo,
+        folio,
+        &session.actor,
+    )
+    .await?
+    {
+        Ok(()) => {
+            return Ok(see_other(format!(
+                "/admin/payments/{}?notice=cancel_requested#doc-{id}",
+                d.payment_id
+            )));
+        }
+        Err(r) => r,
+    };
+    let (error, status) = match refusal {
+        Refusal::Request(Refused::NotAMotivo(m)) => (
+            format!("`{m}` is not a motivo: choose 01, 02, 03 or 04"),
             StatusCode::BAD_REQUEST,
-        )
-        .await;
-    };
-    let folio = Some(form.folio_sustitucion.trim()).filter(|f| !f.is_empty());
-    let replacement = match (motivo, folio.map(rules::parse_uuid)) {
-        (Motivo::ConRelacion, Some(Ok(u))) => state
-            .db
-            .document_by_uuid(&u)
-            .await?
-            .filter(|r| r.state == "stamped")
-            .and_then(|r| r.stamped_xml)
-            .and_then(|x| CancelFacts::from_stamped(&x)),
-        _ => None,
-    };
-    let folio = match rules::check_motivo(motivo, &facts, folio, replacement.as_ref()) {
-        Ok(f) => f,
-        Err(e) => return again(e.to_string(), StatusCode::BAD_REQUEST).await,
-    };
-    // SAT answers `No cancelable` while a live document relates to this one: name them.
-    let related = state
-        .db
-        .documents_relating_to(&facts.uuid, folio.as_deref())
-        .await?;
-    if !related.is_empty() {
-        return again(
+        ),
+        Refusal::Request(Refused::Motivo(e)) => (e.to_string(), StatusCode::BAD_REQUEST),
+        // SAT answers `No cancelable` while a live document relates to this one: name them.
+        Refusal::Related(related) => (
             format!(
                 "No cancelable: these live documents relate to {}; cancel them first: {}",
                 facts.uuid,
                 related.join(", ")
             ),
             StatusCode::CONFLICT,
-        )
-        .await;
-    }
-    let c = NewCancellation {
-        outbox_id: d.id,
-        uuid: facts.uuid.clone(),
-        rfc_emisor: facts.rfc_emisor.clone(),
-        rfc_receptor: facts.rfc_receptor.clone(),
-        total: facts.total.clone(),
-        motivo: motivo.code().to_owned(),
-        folio_sustitucion: folio,
-        requires_acceptance: rules::requires_acceptance(&facts, Utc::now()),
-    };
-    match state.db.request_cancellation(&c, &session.actor).await? {
-        Ok(_) => Ok(see_other(format!(
-            "/admin/payments/{}?notice=cancel_requested#doc-{id}",
-            d.payment_id
-        ))),
-        Err(CancelConflict::AlreadyRequested { state: s }) => again(
+        ),
+        Refusal::AlreadyRequested(s) => (
             format!(
                 "a cancellation of {} was already requested ({s}); follow it on the detail page",
                 facts.uuid
             ),
             StatusCode::CONFLICT,
-        )
-        .await,
-    }
+        ),
+    };
+    again(error, status).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -716,18 +698,9 @@ pub async fn cancel_extra(
         .ok_or_else(|| {
             AdminError::Refused("the finding does not carry the duplicate's data".into())
         })?;
-    let c = NewCancellation {
-        outbox_id,
-        uuid: facts.uuid.clone(),
-        rfc_emisor: facts.rfc_emisor.clone(),
-        rfc_receptor: facts.rfc_receptor.clone(),
-        total: facts.total.clone(),
-        motivo: Motivo::SinRelacion.code().to_owned(),
-        folio_sustitucion: None,
-        requires_acceptance: rules::requires_acceptance(&facts, Utc::now()),
-    };
-    match state.db.request_cancellation(&c, &session.actor).await? {
-        Ok(_) => {
+    let order = facts.order(Motivo::SinRelacion, None, Utc::now());
+    match cancel::record(&state.db, outbox_id, order, &session.actor).await? {
+        Ok(()) => {
             state
                 .db
                 .resolve_finding(

@@ -9,14 +9,12 @@
 //! - [`auth`]: password, sessions, CSRF, the login limiter.
 //! - [`pages`]: dashboard, lists, the detail page, XML views and downloads.
 //! - [`actions`]: retry, bulk retry, cancel, refreeze, SAT status, findings.
-//! - [`rules`]: cancellation rules (motivos, RMF regla 2.7.1.35).
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
 pub mod actions;
 pub mod auth;
 pub mod pages;
 pub mod reconcile;
-pub mod rules;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,9 +7,9 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use serde::Deserialize;
 
 use super::auth::{self, Session};
-use super::rules::{self, CancelFacts};
 use super::{Admin, age, local, state_label};
 use crate::cfdi::{InvoiceRequest, ReceptorData};
+use crate::domain::cancellation::{self, CancelFacts};
 use crate::error::AdminError;
 use crate::startup::AppState;
 use crate::store::{
@@ -411,7 +411,7 @@ pub fn receptor_rfc(request_json: Option<&str>) -> String {
         .and_then(|j| serde_json::from_str::<InvoiceRequest>(j).ok())
         .map(|r| match r.receptor {
             ReceptorData::Nominativo { rfc, .. } => rfc.as_str().to_owned(),
-            ReceptorData::PublicoEnGeneral => rules::RFC_PUBLICO_GENERAL.to_owned(),
+            ReceptorData::PublicoEnGeneral => cancellation::RFC_PUBLICO_GENERAL.to_owned(),
         })
         .unwrap_or_default()
 }
@@ -1028,7 +1028,7 @@ pub struct CancelPage {
     pub total: String,
     pub tipo: String,
     pub fecha_timbrado: String,
-    pub exemptions: Vec<rules::Exemption>,
+    pub exemptions: Vec<cancellation::Exemption>,
     pub requires_acceptance: bool,
     pub related_live: Vec<String>,
     pub existing: Option<String>,
@@ -1071,7 +1071,7 @@ pub async fn cancel_page(
 ) -> Result<CancelPage, AdminError> {
     let (d, f) = stamped_doc(state, id).await?;
     let now = Utc::now();
-    let exemptions = rules::exemptions(&f, now);
+    let exemptions = cancellation::exemptions(&f, now);
     let except = (motivo == "01" && !folio.trim().is_empty()).then(|| folio.trim().to_uppercase());
     let related_live = state
         .db
@@ -1099,7 +1099,7 @@ pub async fn cancel_page(
         exemptions,
         related_live,
         existing,
-        motivos: rules::MOTIVOS,
+        motivos: cancellation::MOTIVOS,
         motivo: motivo.to_owned(),
         folio: folio.to_owned(),
         error,
@@ -1298,7 +1298,7 @@ pub async fn reconcile(
                 .and_then(|d| d.facts);
         let acceptance = match &facts {
             Some(fa) => {
-                let ex = rules::exemptions(fa, now);
+                let ex = cancellation::exemptions(fa, now);
                 if ex.is_empty() {
                     "the receptor must accept".to_owned()
                 } else {

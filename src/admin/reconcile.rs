@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::CancelFacts;
 use crate::domain::StampKey;
+use crate::domain::cancellation::CancelFacts;
 use crate::pac::{PacClient, Recovery, Stamp};
 use crate::pacsim::Sim;
 use crate::store::{AdminPacCall, Db, StoreError};
