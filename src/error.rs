@@ -180,7 +180,7 @@ impl ResponseError for AdminError {
 }
 
 /// The security headers of every page: never cached, never framed, not sniffed, only our own
-/// resources. Admin pages set them ([`crate::admin::pages::html`]); every other response gets
+/// resources. Admin pages set them ([`crate::admin::common::html`]); every other response gets
 /// those it lacks from [`security_headers`], so error pages (404, 400, 413, 5xx, from a handler
 /// or from actix itself, admin and API alike) carry the same.
 pub const SECURITY_HEADERS: [(&str, &str); 4] = [

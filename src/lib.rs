@@ -4,7 +4,8 @@
 //!
 //! - [`cfdi`]: the document engine (model, amounts, XML, cadena original, Sello, verification).
 //!   No I/O; everything else stands on it.
-//! - [`domain`]: identifiers shared across modules (the stamp key).
+//! - [`domain`]: what the appliance means, without I/O: the stamp key, Mexico City time and SAT's
+//!   business days, the cancellation rules (motivos, regla 2.7.1.35).
 //! - [`pac`]: PAC clients (SW, Finkok, failover) turning every answer into one unambiguous
 //!   outcome; the SAT status query.
 //! - [`pacsim`]: the sandbox PAC (SW's and Finkok's wire shapes, XSD and SAT checks, dedup,
@@ -15,6 +16,7 @@
 //! - [`store`]: the database (SQLite or PostgreSQL); every SQL statement and migration.
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
+//! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.
 //! - [`ops`]: the operator commands behind `serve`, `migrate`, `invoices list`, `send-test-webhook`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
@@ -32,6 +34,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod cancel;
 pub mod cfdi;
 pub mod chaos;
 pub mod cli;

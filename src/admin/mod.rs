@@ -6,17 +6,33 @@
 //! [`auth::Session`], and every form carries the session's CSRF token. Every action is recorded
 //! in `admin_actions` with who and when.
 //!
+//! Who may import it: only `startup` (to mount [`routes`] and start [`reconcile::periodic`]),
+//! `cli` (`autofactura reconcile`) and the tests. The API, the worker and the sandbox import
+//! nothing from here: what they share with the admin lives in [`crate::domain`] (the
+//! cancellation rules) and [`crate::cancel`] (the cancel request).
+//!
 //! - [`auth`]: password, sessions, CSRF, the login limiter.
-//! - [`pages`]: dashboard, lists, the detail page, XML views and downloads.
-//! - [`actions`]: retry, bulk retry, cancel, refreeze, SAT status, findings.
-//! - [`rules`]: cancellation rules (motivos, RMF regla 2.7.1.35).
+//! - [`common`]: the page frame, the handler openings ([`common::Posted`]: session and CSRF
+//!   checked; the row or its 404) and the redirect back to a document.
+//! - [`login`]: the login page, sign in and out.
+//! - [`dashboard`]: counts, workers, the PAC's health, the latest errors.
+//! - [`lists`]: invoices by view, cancellations, the audit log.
+//! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
+//! - [`cancel`]: the cancel form and request.
+//! - [`refreeze`]: the refreeze form and action.
+//! - [`findings`]: the reconciliation page and its actions.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
-pub mod actions;
 pub mod auth;
-pub mod pages;
+pub mod cancel;
+pub mod common;
+pub mod dashboard;
+pub mod documents;
+pub mod findings;
+pub mod lists;
+pub mod login;
 pub mod reconcile;
-pub mod rules;
+pub mod refreeze;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,44 +178,44 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .app_data(web::FormConfig::default().limit(FORM_LIMIT_BYTES))
             // The forms read as raw bytes (bulk retry) get the same limit.
             .app_data(web::PayloadConfig::new(FORM_LIMIT_BYTES))
-            .route("", web::get().to(pages::dashboard))
-            .route("/", web::get().to(pages::dashboard))
-            .route("/login", web::get().to(pages::login_page))
-            .route("/login", web::post().to(actions::login))
-            .route("/logout", web::post().to(actions::logout))
+            .route("", web::get().to(dashboard::dashboard))
+            .route("/", web::get().to(dashboard::dashboard))
+            .route("/login", web::get().to(login::login_page))
+            .route("/login", web::post().to(login::login))
+            .route("/logout", web::post().to(login::logout))
             .route("/static/{file}", web::get().to(static_file))
-            .route("/invoices", web::get().to(pages::invoices))
-            .route("/invoices/retry", web::post().to(actions::bulk_retry))
-            .route("/payments/{id}", web::get().to(pages::payment))
-            .route("/documents/{id}/xml/{which}", web::get().to(pages::xml))
-            .route("/documents/{id}/retry", web::post().to(actions::retry))
-            .route("/documents/{id}/cancel", web::get().to(pages::cancel_form))
-            .route("/documents/{id}/cancel", web::post().to(actions::cancel))
+            .route("/invoices", web::get().to(lists::invoices))
+            .route("/invoices/retry", web::post().to(documents::bulk_retry))
+            .route("/payments/{id}", web::get().to(documents::payment))
+            .route("/documents/{id}/xml/{which}", web::get().to(documents::xml))
+            .route("/documents/{id}/retry", web::post().to(documents::retry))
+            .route("/documents/{id}/cancel", web::get().to(cancel::cancel_form))
+            .route("/documents/{id}/cancel", web::post().to(cancel::cancel))
             .route(
                 "/documents/{id}/refreeze",
-                web::get().to(pages::refreeze_form),
+                web::get().to(refreeze::refreeze_form),
             )
             .route(
                 "/documents/{id}/refreeze",
-                web::post().to(actions::refreeze),
+                web::post().to(refreeze::refreeze),
             )
             .route(
                 "/documents/{id}/sat-status",
-                web::post().to(actions::sat_status),
+                web::post().to(documents::sat_status),
             )
-            .route("/cancellations", web::get().to(pages::cancellations))
-            .route("/cancellations/{id}/acuse", web::get().to(pages::acuse))
-            .route("/reconcile", web::get().to(pages::reconcile))
-            .route("/reconcile", web::post().to(actions::reconcile_now))
+            .route("/cancellations", web::get().to(lists::cancellations))
+            .route("/cancellations/{id}/acuse", web::get().to(documents::acuse))
+            .route("/reconcile", web::get().to(findings::reconcile))
+            .route("/reconcile", web::post().to(findings::reconcile_now))
             .route(
                 "/findings/{id}/cancel-extra",
-                web::post().to(actions::cancel_extra),
+                web::post().to(findings::cancel_extra),
             )
             .route(
                 "/findings/{id}/resolve",
-                web::post().to(actions::resolve_finding),
+                web::post().to(findings::resolve_finding),
             )
-            .route("/audit", web::get().to(pages::audit)),
+            .route("/audit", web::get().to(lists::audit)),
     );
 }
 
@@ -221,7 +237,7 @@ async fn static_file(file: web::Path<String>) -> HttpResponse {
 
 /// A UTC instant as Mexico City time, as the admin reads it.
 pub fn local(t: DateTime<Utc>) -> String {
-    crate::pacsim::clock::to_local(t)
+    crate::domain::time::to_local(t)
         .format("%Y-%m-%d %H:%M:%S")
         .to_string()
 }

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::CancelFacts;
 use crate::domain::StampKey;
+use crate::domain::cancellation::CancelFacts;
 use crate::pac::{PacClient, Recovery, Stamp};
 use crate::pacsim::Sim;
 use crate::store::{AdminPacCall, Db, StoreError};
@@ -88,6 +88,40 @@ async fn cancelled(db: &Db, uuid: &str) -> Result<bool, StoreError> {
         .cancellation_by_uuid(uuid)
         .await?
         .is_some_and(|c| c.state == "canceled"))
+}
+
+/// Asks the PAC by key whether `sealed` (of outbox row `outbox_id`) was stamped, and records
+/// the call as `by`'s in the attempt log: the admin's own PAC calls (reconciliation, refreeze).
+pub async fn recover(
+    db: &Db,
+    pac: &PacClient,
+    outbox_id: i64,
+    sealed: &[u8],
+    key: &StampKey,
+    by: &str,
+) -> Result<Recovery, StoreError> {
+    let started = std::time::Instant::now();
+    let recovery = pac
+        .recover_logged(sealed, key, &crate::worker::DbRouteLog { db })
+        .await;
+    let (outcome, message, uuid) = match &recovery {
+        Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
+        Recovery::NotFound => ("not_found", None, None),
+        Recovery::Unresolved { reason } => ("unresolved", Some(reason.as_str()), None),
+    };
+    db.log_admin_pac_call(&AdminPacCall {
+        outbox_id: Some(outbox_id),
+        operation: "recover",
+        pac: "primary",
+        outcome,
+        code: None,
+        message,
+        latency_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        uuid,
+        by,
+    })
+    .await?;
+    Ok(recovery)
 }
 
 /// Compares a stamp the PAC holds for one of our keys with the row the key belongs to.
@@ -195,29 +229,9 @@ pub async fn run(
             continue;
         };
         report.checked += 1;
-        let started = std::time::Instant::now();
         // Only at the PACs the key was sent to (an archived generation's key names no row
         // any more, so the primary): asking a PAC that never had it resends it there.
-        let recovery = pac
-            .recover_logged(&g.sealed_xml, &key, &crate::worker::DbRouteLog { db })
-            .await;
-        let (outcome, message, uuid) = match &recovery {
-            Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
-            Recovery::NotFound => ("not_found", None, None),
-            Recovery::Unresolved { reason } => ("unresolved", Some(reason.as_str()), None),
-        };
-        db.log_admin_pac_call(&AdminPacCall {
-            outbox_id: Some(g.outbox_id),
-            operation: "recover",
-            pac: "primary",
-            outcome,
-            code: None,
-            message,
-            latency_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
-            uuid,
-            by: actor,
-        })
-        .await?;
+        let recovery = recover(db, pac, g.outbox_id, &g.sealed_xml, &key, actor).await?;
         match recovery {
             Recovery::Found(stamp) => {
                 settle(db, &mut report, g.outbox_id, g.generation, &stamp, actor).await?;

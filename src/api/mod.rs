@@ -33,18 +33,18 @@ use chrono::Utc;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use crate::admin::rules::{self, CancelFacts};
+use crate::cancel::{self, Refusal};
 use crate::cfdi::{
     self, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante, money,
 };
 use crate::domain::StampKey;
+use crate::domain::cancellation::{CancelFacts, Refused};
 use crate::error::ApiError;
-use crate::pac::Motivo;
 use crate::startup::AppState;
 use crate::store::api::{
     ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, released,
 };
-use crate::store::{CancelConflict, NewCancellation, NewPayment, OutboxDraft};
+use crate::store::{NewPayment, OutboxDraft};
 use keys::RequestKey;
 
 /// The OpenAPI document served at `/v1/openapi.json`.
@@ -802,57 +802,34 @@ pub async fn cancel(
         .as_deref()
         .and_then(CancelFacts::from_stamped)
         .ok_or_else(|| ApiError::Conflict("the stamped XML cannot be read".into()))?;
-    let motivo = Motivo::parse(input.motivo.trim()).ok_or_else(|| {
-        ApiError::Validation(format!(
-            "`{}` is not a motivo: 01, 02, 03 or 04",
-            input.motivo
-        ))
-    })?;
-    let folio = input
-        .folio_sustitucion
-        .as_deref()
-        .map(str::trim)
-        .filter(|f| !f.is_empty());
-    let replacement = match (motivo, folio.map(rules::parse_uuid)) {
-        (Motivo::ConRelacion, Some(Ok(u))) => state
-            .db
-            .document_by_uuid(&u)
-            .await?
-            .filter(|r| r.state == "stamped")
-            .and_then(|r| r.stamped_xml)
-            .and_then(|x| CancelFacts::from_stamped(&x)),
-        _ => None,
-    };
-    let folio = rules::check_motivo(motivo, &facts, folio, replacement.as_ref())
-        .map_err(|e| ApiError::Validation(e.to_string()))?;
-    let related = state
-        .db
-        .documents_relating_to(&facts.uuid, folio.as_deref())
-        .await?;
-    if !related.is_empty() {
-        return Err(ApiError::Conflict(format!(
-            "No cancelable: live documents relate to {}: {}",
-            facts.uuid,
-            related.join(", ")
-        )));
-    }
-    let c = NewCancellation {
-        outbox_id: inv.outbox_id,
-        uuid: facts.uuid.clone(),
-        rfc_emisor: facts.rfc_emisor.clone(),
-        rfc_receptor: facts.rfc_receptor.clone(),
-        total: facts.total.clone(),
-        motivo: motivo.code().to_owned(),
-        folio_sustitucion: folio,
-        requires_acceptance: rules::requires_acceptance(&facts, Utc::now()),
-    };
-    match state
-        .db
-        .request_cancellation(&c, &format!("api:{}", caller.name))
-        .await?
-    {
-        Ok(_) => {}
-        Err(CancelConflict::AlreadyRequested { state: s }) => {
+    let actor = format!("api:{}", caller.name);
+    let folio = input.folio_sustitucion.as_deref();
+    let done = cancel::request(
+        &state.db,
+        inv.outbox_id,
+        &facts,
+        &input.motivo,
+        folio,
+        &actor,
+    );
+    match done.await? {
+        Ok(()) => {}
+        Err(Refusal::Request(Refused::NotAMotivo(m))) => {
+            return Err(ApiError::Validation(format!(
+                "`{m}` is not a motivo: 01, 02, 03 or 04"
+            )));
+        }
+        Err(Refusal::Request(Refused::Motivo(e))) => {
+            return Err(ApiError::Validation(e.to_string()));
+        }
+        Err(Refusal::Related(related)) => {
+            return Err(ApiError::Conflict(format!(
+                "No cancelable: live documents relate to {}: {}",
+                facts.uuid,
+                related.join(", ")
+            )));
+        }
+        Err(Refusal::AlreadyRequested(s)) => {
             return Err(ApiError::Conflict(format!(
                 "a cancellation of {} was already requested ({s})",
                 facts.uuid

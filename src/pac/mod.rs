@@ -31,6 +31,8 @@ use serde::{Deserialize, Serialize};
 use crate::cfdi::Tfd;
 use crate::cfdi::dom::{Element, NS_TFD};
 use crate::domain::StampKey;
+/// The motivos are domain rules; the PAC clients send their codes.
+pub use crate::domain::cancellation::Motivo;
 
 pub use failover::{AttemptLog, Failover, Route};
 pub use sat::{SatStatus, StatusOutcome, StatusQuery};
@@ -115,44 +117,6 @@ pub enum Recovery {
     Unresolved {
         reason: String,
     },
-}
-
-/// Cancellation motivo (SAT 2022 scheme).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Motivo {
-    /// `01`: emitido con errores con relación (requires the replacement's UUID).
-    #[serde(rename = "01")]
-    ConRelacion,
-    /// `02`: emitido con errores sin relación.
-    #[serde(rename = "02")]
-    SinRelacion,
-    /// `03`: no se llevó a cabo la operación.
-    #[serde(rename = "03")]
-    NoSeRealizo,
-    /// `04`: operación nominativa relacionada en una factura global.
-    #[serde(rename = "04")]
-    NominativaEnGlobal,
-}
-
-impl Motivo {
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::ConRelacion => "01",
-            Self::SinRelacion => "02",
-            Self::NoSeRealizo => "03",
-            Self::NominativaEnGlobal => "04",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Motivo> {
-        Some(match s {
-            "01" => Self::ConRelacion,
-            "02" => Self::SinRelacion,
-            "03" => Self::NoSeRealizo,
-            "04" => Self::NominativaEnGlobal,
-            _ => return None,
-        })
-    }
 }
 
 /// A cancellation request for one UUID.

@@ -1,10 +1,13 @@
 //! The sandbox's clock: wall time plus an offset tests move forward (72 h windows, token
-//! expiry, ingestion delay, the receptor's acceptance deadline), and SAT's business days.
+//! expiry, ingestion delay, the receptor's acceptance deadline). Mexico City time and SAT's
+//! business days come from [`crate::domain::time`].
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc, Weekday};
-use chrono_tz::America::Mexico_City;
+use chrono::{DateTime, Duration, Utc};
+
+// The Mexico City time and business days live in `domain`; the sandbox reads them from here too.
+pub use crate::domain::time::{add_business_days, end_of_next_business_day, from_local, to_local};
 
 /// Wall time shifted by a persisted offset; only ever moves forward.
 #[derive(Debug, Default)]
@@ -23,75 +26,5 @@ impl SimClock {
 
     pub fn offset(&self) -> i64 {
         self.offset_secs.load(Ordering::SeqCst)
-    }
-}
-
-/// A UTC instant as Mexico City local time, to the second (how `Fecha` and `FechaTimbrado`
-/// are written).
-pub fn to_local(t: DateTime<Utc>) -> NaiveDateTime {
-    let l = t.with_timezone(&Mexico_City).naive_local();
-    l - Duration::nanoseconds(i64::from(l.and_utc().timestamp_subsec_nanos()))
-}
-
-/// A Mexico City local time as UTC (the earliest reading on a DST fold).
-pub fn from_local(l: NaiveDateTime) -> Option<DateTime<Utc>> {
-    Mexico_City
-        .from_local_datetime(&l)
-        .earliest()
-        .map(|t| t.with_timezone(&Utc))
-}
-
-fn is_business_day(d: NaiveDate) -> bool {
-    // Weekends only; the sandbox does not model SAT's holiday calendar.
-    !matches!(d.weekday(), Weekday::Sat | Weekday::Sun)
-}
-
-/// `t` moved forward by `n` business days (same local time of day).
-pub fn add_business_days(t: DateTime<Utc>, n: u32) -> DateTime<Utc> {
-    let local = to_local(t);
-    let mut date = local.date();
-    let mut left = n;
-    while left > 0 {
-        date = date.succ_opt().unwrap_or(date);
-        if is_business_day(date) {
-            left -= 1;
-        }
-    }
-    from_local(date.and_time(local.time())).unwrap_or(t + Duration::days(i64::from(n)))
-}
-
-/// The end (23:59:59 local) of the business day after the local date of `t`.
-pub fn end_of_next_business_day(t: DateTime<Utc>) -> DateTime<Utc> {
-    let mut date = to_local(t)
-        .date()
-        .succ_opt()
-        .unwrap_or_else(|| to_local(t).date());
-    while !is_business_day(date) {
-        date = date.succ_opt().unwrap_or(date);
-    }
-    let end = date.and_hms_opt(23, 59, 59).unwrap_or_default();
-    from_local(end).unwrap_or(t + Duration::days(1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn business_days_skip_weekends() {
-        // Friday 2026-01-02 12:00 local → +3 business days = Wednesday 2026-01-07 12:00.
-        let fri = from_local(
-            NaiveDate::from_ymd_opt(2026, 1, 2)
-                .unwrap()
-                .and_hms_opt(12, 0, 0)
-                .unwrap(),
-        )
-        .unwrap();
-        let d = to_local(add_business_days(fri, 3));
-        assert_eq!(d.to_string(), "2026-01-07 12:00:00");
-        assert_eq!(
-            to_local(end_of_next_business_day(fri)).to_string(),
-            "2026-01-05 23:59:59"
-        );
     }
 }

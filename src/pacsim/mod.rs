@@ -418,9 +418,9 @@ impl Sim {
     }
 
     /// Whether a cancellation needs no acceptance: the same regla 2.7.1.35 rule the admin shows
-    /// ([`crate::admin::rules`]), applied to what the sandbox recorded of the stamp.
+    /// ([`crate::domain::cancellation`]), applied to what the sandbox recorded of the stamp.
     fn sin_aceptacion(s: &StampRecord, now: DateTime<Utc>) -> bool {
-        let facts = crate::admin::rules::CancelFacts {
+        let facts = crate::domain::cancellation::CancelFacts {
             uuid: s.uuid.clone(),
             rfc_emisor: s.rfc_emisor.clone(),
             rfc_receptor: s.rfc_receptor.clone(),
@@ -432,7 +432,7 @@ impl Sim {
             global: false,
             related: Vec::new(),
         };
-        !crate::admin::rules::requires_acceptance(&facts, now)
+        !crate::domain::cancellation::requires_acceptance(&facts, now)
     }
 
     /// Live CFDIs that relate to `uuid`, other than `except`.

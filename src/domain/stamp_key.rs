@@ -1,4 +1,4 @@
-//! Identifiers shared across modules, valid by construction.
+//! The stamp key: the deterministic identity a comprobante is stamped under.
 
 use std::fmt;
 

@@ -1,21 +1,59 @@
 //! Cancellation rules (SAT 2022 scheme): which motivo is allowed, and whether the receptor must
-//! accept (RMF regla 2.7.1.35). Pure functions over the stamped comprobante, so the page, the
-//! action and the tests agree; the fractions are the ones the sandbox PAC decides by.
+//! accept (RMF regla 2.7.1.35). Pure functions over the stamped comprobante, so the admin's page
+//! and action, the API and the tests agree; the fractions are the ones the sandbox PAC decides by.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
 
 use crate::cfdi::Tfd;
 use crate::cfdi::dom::{Element, NS_CFDI};
 use crate::cfdi::money::parse_amount;
-use crate::pac::Motivo;
-use crate::pacsim::clock;
+use crate::domain::time as clock;
+
+/// Cancellation motivo (SAT 2022 scheme).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Motivo {
+    /// `01`: emitido con errores con relación (requires the replacement's UUID).
+    #[serde(rename = "01")]
+    ConRelacion,
+    /// `02`: emitido con errores sin relación.
+    #[serde(rename = "02")]
+    SinRelacion,
+    /// `03`: no se llevó a cabo la operación.
+    #[serde(rename = "03")]
+    NoSeRealizo,
+    /// `04`: operación nominativa relacionada en una factura global.
+    #[serde(rename = "04")]
+    NominativaEnGlobal,
+}
+
+impl Motivo {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::ConRelacion => "01",
+            Self::SinRelacion => "02",
+            Self::NoSeRealizo => "03",
+            Self::NominativaEnGlobal => "04",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Motivo> {
+        Some(match s {
+            "01" => Self::ConRelacion,
+            "02" => Self::SinRelacion,
+            "03" => Self::NoSeRealizo,
+            "04" => Self::NominativaEnGlobal,
+            _ => return None,
+        })
+    }
+}
 
 /// The receptor RFC of operations with the público en general.
 pub use crate::cfdi::rfc::RFC_PUBLICO_EN_GENERAL as RFC_PUBLICO_GENERAL;
 
 /// What a cancellation needs to know about a stamped comprobante.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CancelFacts {
     pub uuid: String,
     pub rfc_emisor: String,
@@ -223,6 +261,73 @@ pub fn check_motivo(
         Motivo::NominativaEnGlobal if !doc.global => Err(MotivoError::NotGlobal),
         _ => Ok(None),
     }
+}
+
+/// A cancellation checked against its document, ready to be recorded and sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelOrder {
+    pub uuid: String,
+    pub rfc_emisor: String,
+    pub rfc_receptor: String,
+    pub total: String,
+    pub motivo: Motivo,
+    pub folio_sustitucion: Option<String>,
+    /// Decided when asked (regla 2.7.1.35), so the worker and the admin show the same answer.
+    pub requires_acceptance: bool,
+}
+
+impl CancelFacts {
+    /// The cancellation of this document with `motivo`, asked for at `now`.
+    pub fn order(
+        &self,
+        motivo: Motivo,
+        folio_sustitucion: Option<String>,
+        now: DateTime<Utc>,
+    ) -> CancelOrder {
+        CancelOrder {
+            uuid: self.uuid.clone(),
+            rfc_emisor: self.rfc_emisor.clone(),
+            rfc_receptor: self.rfc_receptor.clone(),
+            total: self.total.clone(),
+            motivo,
+            folio_sustitucion,
+            requires_acceptance: requires_acceptance(self, now),
+        }
+    }
+}
+
+/// Why a cancel request is refused before anything is recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The motivo as it was sent: none of 01, 02, 03, 04 (each caller words its own answer).
+    NotAMotivo(String),
+    Motivo(MotivoError),
+}
+
+/// The cancel request as the admin's form and the API's body send it (motivo and
+/// FolioSustitucion as typed), checked against the document `doc`. For motivo 01 with a
+/// well-formed folio, `stamped_xml` gives the stamped comprobante we hold under that UUID
+/// (`None` when there is none); it is called for nothing else. `Err` is only the lookup's.
+pub async fn check_request<E>(
+    doc: &CancelFacts,
+    motivo: &str,
+    folio_sustitucion: Option<&str>,
+    now: DateTime<Utc>,
+    stamped_xml: impl AsyncFnOnce(String) -> Result<Option<Vec<u8>>, E>,
+) -> Result<Result<CancelOrder, Refused>, E> {
+    let Some(motivo) = Motivo::parse(motivo.trim()) else {
+        return Ok(Err(Refused::NotAMotivo(motivo.to_owned())));
+    };
+    let folio = folio_sustitucion.map(str::trim).filter(|f| !f.is_empty());
+    let replacement = match (motivo, folio.map(parse_uuid)) {
+        (Motivo::ConRelacion, Some(Ok(u))) => stamped_xml(u)
+            .await?
+            .and_then(|x| CancelFacts::from_stamped(&x)),
+        _ => None,
+    };
+    Ok(check_motivo(motivo, doc, folio, replacement.as_ref())
+        .map(|folio| doc.order(motivo, folio, now))
+        .map_err(Refused::Motivo))
 }
 
 /// The motivos, for forms: code and SAT's text.

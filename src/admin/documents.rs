@@ -1,0 +1,407 @@
+//! A payment's detail page and what is done to its documents from there: the XML views and
+//! downloads, the acuse, retry (one or many) and the SAT status query.
+
+use std::time::Instant;
+
+use actix_web::{HttpResponse, web};
+use askama::Template;
+use chrono::Utc;
+use serde::Deserialize;
+
+use super::auth::Session;
+use super::common::*;
+use super::dashboard::AttemptView;
+use super::lists::{CancelView, serie_folio};
+use super::{Admin, age, local, state_label};
+use crate::error::AdminError;
+use crate::pac::{StatusOutcome, StatusQuery};
+use crate::startup::AppState;
+use crate::store::{ActionRow, AdminPacCall, CancellationRow, DocFull};
+
+pub struct GenerationView {
+    pub generation: i32,
+    pub stamp_key: String,
+    pub reason: String,
+    pub actor: String,
+    pub at: String,
+    pub sealed: bool,
+}
+
+pub struct DocView {
+    pub id: i64,
+    pub kind: String,
+    pub state: String,
+    pub label: String,
+    pub class: &'static str,
+    pub stamp_key: String,
+    pub generation: i32,
+    pub serie_folio: String,
+    pub fecha: String,
+    pub uuid: String,
+    pub fecha_timbrado: String,
+    pub attempts: i32,
+    pub run_at: String,
+    pub lease: String,
+    pub code: String,
+    pub message: String,
+    pub flag: String,
+    pub pac_route: String,
+    pub test_mode: bool,
+    pub request_pretty: String,
+    pub sealed_xml: Option<String>,
+    pub stamped_xml: Option<String>,
+    pub attempts_log: Vec<AttemptView>,
+    pub history: Vec<GenerationView>,
+    pub cancellations: Vec<CancelView>,
+    pub actions: Vec<ActionView>,
+    pub can_retry: bool,
+    pub can_cancel: bool,
+    pub can_refreeze: bool,
+    pub sat_status: Option<ActionView>,
+}
+
+#[derive(Template)]
+#[template(path = "admin/payment.html")]
+pub struct PaymentPage {
+    pub l: Layout,
+    pub id: i64,
+    pub provider: String,
+    pub payment_id: String,
+    pub event_id: String,
+    pub amount: String,
+    pub method: String,
+    pub forma_pago: String,
+    pub paid_at: String,
+    pub test: bool,
+    pub status: String,
+    pub reason: String,
+    pub customer_pretty: String,
+    pub docs: Vec<DocView>,
+}
+
+fn pretty_json(s: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(s)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| s.to_owned())
+}
+
+async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
+    let db = &state.db;
+    let now = Utc::now();
+    let attempts_log = db
+        .attempts_of(d.id)
+        .await?
+        .iter()
+        .map(AttemptView::of)
+        .collect();
+    let history = db
+        .history_of(d.id)
+        .await?
+        .into_iter()
+        .map(|h| GenerationView {
+            generation: h.generation,
+            stamp_key: h.stamp_key,
+            reason: h.reason,
+            actor: h.actor,
+            at: local(h.at),
+            sealed: h.sealed_xml.is_some(),
+        })
+        .collect();
+    let cancels: Vec<CancellationRow> = db.cancellations_of(d.id).await?;
+    let live_cancel = cancels.iter().any(|c| {
+        c.uuid
+            .eq_ignore_ascii_case(d.uuid.as_deref().unwrap_or_default())
+            && !matches!(c.state.as_str(), "rejected" | "failed")
+    });
+    let actions: Vec<ActionRow> = db.actions_on("outbox", &d.id.to_string()).await?;
+    let sat_status = actions
+        .iter()
+        .rev()
+        .find(|a| a.action == "sat_status")
+        .map(ActionView::of);
+    let (label, class) = state_label(&d.state);
+    Ok(DocView {
+        can_retry: d.state == "failed" || d.state == "unknown",
+        can_cancel: d.state == "stamped" && d.uuid.is_some() && !live_cancel,
+        can_refreeze: matches!(d.state.as_str(), "failed" | "expired") && d.uuid.is_none(),
+        id: d.id,
+        kind: d.kind,
+        label,
+        class,
+        stamp_key: d.stamp_key,
+        generation: d.generation,
+        serie_folio: serie_folio(d.serie.as_deref(), d.folio.as_deref()),
+        fecha: d.fecha.format("%Y-%m-%dT%H:%M:%S").to_string(),
+        uuid: d.uuid.unwrap_or_default(),
+        fecha_timbrado: d.fecha_timbrado.unwrap_or_default(),
+        attempts: d.attempts,
+        run_at: if d.run_at > now {
+            format!("{} (in {})", local(d.run_at), age(now, d.run_at))
+        } else {
+            local(d.run_at)
+        },
+        lease: match (d.lease_owner, d.lease_expires_at) {
+            (Some(o), Some(t)) if t > now => format!("{o} until {}", local(t)),
+            _ => String::new(),
+        },
+        code: d.last_error_code.unwrap_or_default(),
+        message: d.last_error_message.unwrap_or_default(),
+        flag: d.flag.unwrap_or_default(),
+        pac_route: d.pac_route.unwrap_or_default(),
+        test_mode: d.test_mode,
+        request_pretty: pretty_json(&d.request_json),
+        sealed_xml: d
+            .sealed_xml
+            .as_deref()
+            .map(|x| String::from_utf8_lossy(x).into_owned()),
+        stamped_xml: d
+            .stamped_xml
+            .as_deref()
+            .map(|x| String::from_utf8_lossy(x).into_owned()),
+        state: d.state,
+        attempts_log,
+        history,
+        cancellations: cancels
+            .into_iter()
+            .map(|c| CancelView::of(c, Some(d.payment_id)))
+            .collect(),
+        actions: actions.iter().map(ActionView::of).collect(),
+        sat_status,
+    })
+}
+
+pub async fn payment(
+    state: web::Data<AppState>,
+    session: Session,
+    id: web::Path<i64>,
+    q: web::Query<NoticeQuery>,
+) -> Result<HttpResponse, AdminError> {
+    let id = id.into_inner();
+    let p = found(state.db.payment(id).await?, "payment", id)?;
+    let mut docs = Vec::new();
+    for d in state.db.documents_of_payment(id).await? {
+        docs.push(doc_view(&state, d).await?);
+    }
+    html(&PaymentPage {
+        l: Layout::new(
+            &session,
+            format!("Payment {}", p.payment_id),
+            "invoices",
+            q.notice.as_deref(),
+        ),
+        id: p.id,
+        provider: p.provider,
+        payment_id: p.payment_id,
+        event_id: p.event_id,
+        amount: format!("{} {}", p.amount, p.currency),
+        method: p.method,
+        forma_pago: p.forma_pago.unwrap_or_default(),
+        paid_at: local(p.paid_at),
+        test: !p.livemode,
+        status: p.status,
+        reason: p.reason.unwrap_or_default(),
+        customer_pretty: pretty_json(&p.customer_json),
+        docs,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+pub struct XmlQuery {
+    pub download: Option<String>,
+}
+
+/// `sealed` (the frozen bytes) or `stamped`, shown as XML or downloaded as a file.
+pub async fn xml(
+    state: web::Data<AppState>,
+    _session: Session,
+    path: web::Path<(i64, String)>,
+    q: web::Query<XmlQuery>,
+) -> Result<HttpResponse, AdminError> {
+    let (id, which) = path.into_inner();
+    let d = document(&state, id).await?;
+    let (bytes, name) = match which.as_str() {
+        "sealed" => (d.sealed_xml, format!("{}-sealed.xml", d.stamp_key)),
+        "stamped" => (
+            d.stamped_xml,
+            format!("{}.xml", d.uuid.as_deref().unwrap_or(&d.stamp_key)),
+        ),
+        other => return Err(AdminError::NotFound(format!("no XML `{other}`"))),
+    };
+    let bytes =
+        bytes.ok_or_else(|| AdminError::NotFound(format!("document #{id} has no {which} XML")))?;
+    xml_response(bytes, &name, q.download.is_some())
+}
+
+fn xml_response(bytes: Vec<u8>, name: &str, download: bool) -> Result<HttpResponse, AdminError> {
+    let disposition = if download {
+        format!("attachment; filename=\"{name}\"")
+    } else {
+        format!("inline; filename=\"{name}\"")
+    };
+    Ok(HttpResponse::Ok()
+        // Shown as text so a browser never runs anything embedded in it.
+        .content_type(if download {
+            "application/xml"
+        } else {
+            "text/plain; charset=utf-8"
+        })
+        .insert_header(("Content-Disposition", disposition))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .insert_header(("Cache-Control", "no-store"))
+        .body(bytes))
+}
+
+/// The acuse of a cancellation, as a download.
+pub async fn acuse(
+    state: web::Data<AppState>,
+    _session: Session,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AdminError> {
+    let id = id.into_inner();
+    let c = found(state.db.cancellation(id).await?, "cancellation", id)?;
+    let acuse = c
+        .acuse_xml
+        .ok_or_else(|| AdminError::NotFound("no acuse stored yet".into()))?;
+    xml_response(acuse.into_bytes(), &format!("acuse-{}.xml", c.uuid), true)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retry
+
+pub async fn retry(
+    state: web::Data<AppState>,
+    Posted(session, _): Posted,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AdminError> {
+    let id = id.into_inner();
+    let d = document(&state, id).await?;
+    let Some(done) = state.db.retry_document(id, &session.actor).await? else {
+        return Err(AdminError::Refused(format!(
+            "document #{id} is {}: only documents the PAC rejected (failed) or whose outcome is unknown are retried",
+            d.state
+        )));
+    };
+    tracing::info!(outbox_id = id, actor = %session.actor, what = done, "admin: retry");
+    // A failed row with an unanswered last call, or an unknown one, is asked for first.
+    let notice = if done.starts_with("failed → pending") {
+        "retried"
+    } else {
+        "asked"
+    };
+    Ok(back_to_document(&d, notice))
+}
+
+pub async fn bulk_retry(
+    state: web::Data<AppState>,
+    session: Session,
+    body: web::Bytes,
+) -> Result<HttpResponse, AdminError> {
+    let pairs = form_pairs(&body);
+    let csrf = pairs
+        .iter()
+        .find(|(k, _)| k == "csrf")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_default();
+    session.check_csrf(csrf)?;
+    let ids: Vec<i64> = pairs
+        .iter()
+        .filter(|(k, _)| k == "ids")
+        .map(|(_, v)| {
+            v.parse()
+                .map_err(|_| AdminError::Invalid(format!("`{v}` is not a document id")))
+        })
+        .collect::<Result<_, _>>()?;
+    if ids.is_empty() {
+        return Err(AdminError::Invalid("select at least one document".into()));
+    }
+    let mut skipped = Vec::new();
+    for id in &ids {
+        if state
+            .db
+            .retry_document(*id, &session.actor)
+            .await?
+            .is_none()
+        {
+            skipped.push(id.to_string());
+        }
+    }
+    if !skipped.is_empty() && skipped.len() == ids.len() {
+        return Err(AdminError::Refused(format!(
+            "none of the selected documents is failed or unknown any more (#{})",
+            skipped.join(", #")
+        )));
+    }
+    Ok(see_other(
+        "/admin/invoices?view=failed&notice=bulk_retried".into(),
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// SAT status
+
+pub async fn sat_status(
+    state: web::Data<AppState>,
+    admin: web::Data<Admin>,
+    Posted(session, _): Posted,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AdminError> {
+    let id = id.into_inner();
+    let d = document(&state, id).await?;
+    let xml = d
+        .stamped_xml
+        .as_deref()
+        .ok_or_else(|| AdminError::Refused("the document is not stamped".into()))?;
+    let q = StatusQuery::from_stamped_xml(xml).map_err(AdminError::Refused)?;
+    let started = Instant::now();
+    let outcome = admin.pac.sat_status(&q).await;
+    let (label, detail) = match &outcome {
+        StatusOutcome::Found(s) => (
+            "found",
+            format!(
+                "Estado: {}; EsCancelable: {}; EstatusCancelacion: {}; CodigoEstatus: {}",
+                s.estado,
+                s.es_cancelable,
+                if s.estatus_cancelacion.is_empty() {
+                    "(none)"
+                } else {
+                    &s.estatus_cancelacion
+                },
+                s.codigo_estatus
+            ),
+        ),
+        StatusOutcome::NotFound { codigo_estatus } => (
+            "not_found",
+            format!("SAT does not know it (yet): {codigo_estatus}"),
+        ),
+        StatusOutcome::Unavailable { reason } => (
+            "unresolved",
+            format!("indeterminado: the status service did not answer ({reason})"),
+        ),
+    };
+    let by = format!("admin:{}", session.actor);
+    state
+        .db
+        .log_admin_pac_call(&AdminPacCall {
+            outbox_id: Some(id),
+            operation: "sat_status",
+            pac: "sat",
+            outcome: label,
+            code: None,
+            message: Some(&detail),
+            latency_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            uuid: Some(&q.uuid),
+            by: &by,
+        })
+        .await?;
+    state
+        .db
+        .record_admin_action(
+            &session.actor,
+            "sat_status",
+            "outbox",
+            &id.to_string(),
+            Some(&detail),
+        )
+        .await?;
+    Ok(back_to_document(&d, "sat_status"))
+}

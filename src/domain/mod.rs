@@ -1,0 +1,16 @@
+//! What the appliance means, apart from how it is stored, sent or shown: the stamp key, time as
+//! SAT reads it (Mexico City, business days), and the cancellation rules (motivos, RMF regla
+//! 2.7.1.35) that the admin, the API and the sandbox PAC all apply.
+//!
+//! Pure code: no I/O, no database, no HTTP. It may import [`crate::cfdi`] (to read a stamped
+//! comprobante) and nothing else of the crate; every other module may import it.
+//!
+//! - [`stamp_key`]: [`StampKey`], the deterministic key a comprobante is stamped under.
+//! - [`time`]: Mexico City local time and SAT's business days.
+//! - [`cancellation`]: motivos, who must accept, and the checked cancel request.
+
+pub mod cancellation;
+pub mod stamp_key;
+pub mod time;
+
+pub use stamp_key::{StampKey, StampKeyError};
