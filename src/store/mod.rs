@@ -4,11 +4,17 @@
 //! statement from [`sql`]. Transactions never span a network call: callers fetch first, then
 //! hand complete values to one short transaction here.
 
-#[macro_use]
 mod admin;
 pub mod api;
-mod sql;
+mod events;
+mod exec;
+mod outbox;
+mod payments;
 pub mod worker;
+
+pub use events::{EventRecord, EventRow, IngestOutcome, NewEvent, PendingFetch};
+pub use outbox::OutboxDraft;
+pub use payments::{InvoiceRow, NewPayment};
 
 pub use admin::{
     ActionRow, AdminPacCall, AdminSession, AttemptRow, CANCEL_IN_PROCESS, CancelConflict,
@@ -21,17 +27,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Postgres, Sqlite, Transaction};
 
-use crate::cfdi::InvoiceRequest;
 use crate::config::DatabaseSettings;
-use crate::domain::StampKey;
 
 /// Migrations per backend: same versions and names, embedded so the binary needs no files.
 pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -338,268 +340,6 @@ impl<'s> MigrationSource<'s> for Embedded {
     }
 }
 
-/// A new webhook delivery to record.
-#[derive(Debug, Clone)]
-pub struct NewEvent {
-    pub provider: String,
-    pub event_id: String,
-    pub event_type: String,
-    pub status: String,
-    pub reason: Option<String>,
-    pub payment_ref: Option<String>,
-    pub livemode: Option<bool>,
-    pub api_version: Option<String>,
-    pub account: Option<String>,
-    pub headers_json: String,
-    pub raw_body: Vec<u8>,
-    pub next_attempt_at: Option<DateTime<Utc>>,
-}
-
-/// A payment to record.
-#[derive(Debug, Clone)]
-pub struct NewPayment {
-    pub provider: String,
-    pub payment_id: String,
-    pub event_id: String,
-    /// Decimal text in major units, exact.
-    pub amount: String,
-    pub currency: String,
-    pub method: String,
-    pub forma_pago: Option<String>,
-    pub customer_json: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    /// `invoice_pending`, `awaiting_global` or `needs_attention`.
-    pub status: String,
-    pub reason: Option<String>,
-}
-
-/// The comprobante to freeze with the payment. The folio is allocated in the transaction and
-/// written into `request` before it is serialized.
-#[derive(Debug, Clone)]
-pub struct OutboxDraft {
-    pub kind: String,
-    pub stamp_key: StampKey,
-    pub request: InvoiceRequest,
-    /// `pending`, or `needs_attention` when it must not be stamped as it is.
-    pub state: String,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub test_mode: bool,
-}
-
-/// Where the event row of an ingest comes from.
-#[derive(Debug, Clone)]
-pub enum EventRow {
-    /// Insert it in the same transaction (Stripe: everything is in the delivery).
-    Insert(Box<NewEvent>),
-    /// Already stored as `pending_fetch` (Mercado Pago): take it over by id.
-    Stored {
-        id: i64,
-        payment_ref: String,
-        livemode: bool,
-    },
-}
-
-/// What one ingest transaction did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IngestOutcome {
-    /// The event was already recorded (or already taken over): nothing written.
-    DuplicateEvent,
-    /// A new event for a payment already recorded: the event is kept, nothing else.
-    DuplicatePayment,
-    /// Payment recorded; `folio` is set when an outbox row was written.
-    Recorded {
-        payment_row: i64,
-        outbox_row: Option<i64>,
-        folio: Option<String>,
-    },
-}
-
-/// A stored notification whose payment must still be fetched.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PendingFetch {
-    pub id: i64,
-    pub provider: String,
-    pub event_id: String,
-    pub payment_ref: Option<String>,
-    pub livemode: Option<bool>,
-    pub attempts: i32,
-}
-
-/// One line of `invoices list`.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
-pub struct InvoiceRow {
-    pub provider: String,
-    pub payment_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub status: String,
-    pub serie: Option<String>,
-    pub folio: Option<String>,
-    pub uuid: Option<String>,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-    pub stamp_key: Option<String>,
-    #[serde(skip)]
-    pub request_json: Option<String>,
-    /// The receptor's RFC in the frozen request; none for a factura global or no invoice yet.
-    pub receptor_rfc: Option<String>,
-}
-
-/// One stored webhook delivery (audit view).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct EventRecord {
-    pub provider: String,
-    pub event_id: String,
-    pub event_type: String,
-    pub status: String,
-    pub reason: Option<String>,
-    pub payment_ref: Option<String>,
-    pub livemode: Option<bool>,
-    pub raw_body: Vec<u8>,
-    pub attempts: i32,
-}
-
-/// Runs one ingest transaction; a macro because the two backends differ only in types and SQL.
-macro_rules! ingest_tx {
-    ($tx:expr, $q:ident, $event:expr, $payment:expr, $draft:expr, $now:expr) => {{
-        let tx = $tx;
-        let now: DateTime<Utc> = $now;
-        let _event_row: i64 = match $event {
-            EventRow::Insert(ev) => {
-                let row: Option<(i64,)> = sqlx::query_as(sql::$q::INSERT_EVENT)
-                    .bind(&ev.provider)
-                    .bind(&ev.event_id)
-                    .bind(&ev.event_type)
-                    .bind(&ev.status)
-                    .bind(&ev.reason)
-                    .bind(&ev.payment_ref)
-                    .bind(ev.livemode)
-                    .bind(&ev.api_version)
-                    .bind(&ev.account)
-                    .bind(&ev.headers_json)
-                    .bind(&ev.raw_body)
-                    .bind(ev.next_attempt_at)
-                    .bind(now)
-                    .bind(now)
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(ctx("insert the webhook event"))?;
-                match row {
-                    Some((id,)) => id,
-                    None => return Ok(IngestOutcome::DuplicateEvent),
-                }
-            }
-            EventRow::Stored {
-                id,
-                payment_ref,
-                livemode,
-            } => {
-                let done = sqlx::query(sql::$q::FINISH_PENDING_EVENT)
-                    .bind("processed")
-                    .bind(Option::<String>::None)
-                    .bind(Some(payment_ref.as_str()))
-                    .bind(Some(*livemode))
-                    .bind(now)
-                    .bind(*id)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(ctx("take over the stored notification"))?;
-                if done.rows_affected() == 0 {
-                    return Ok(IngestOutcome::DuplicateEvent);
-                }
-                *id
-            }
-        };
-        let p: &NewPayment = $payment;
-        let payment_row: Option<(i64,)> = sqlx::query_as(sql::$q::INSERT_PAYMENT)
-            .bind(&p.provider)
-            .bind(&p.payment_id)
-            .bind(&p.event_id)
-            .bind(&p.amount)
-            .bind(&p.currency)
-            .bind(&p.method)
-            .bind(&p.forma_pago)
-            .bind(&p.customer_json)
-            .bind(p.paid_at)
-            .bind(p.livemode)
-            .bind(&p.status)
-            .bind(&p.reason)
-            .bind(now)
-            .bind(now)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(ctx("insert the payment"))?;
-        let Some((payment_row,)) = payment_row else {
-            return Ok(IngestOutcome::DuplicatePayment);
-        };
-        let draft: Option<OutboxDraft> = $draft;
-        let Some(mut draft) = draft else {
-            return Ok(IngestOutcome::Recorded {
-                payment_row,
-                outbox_row: None,
-                folio: None,
-            });
-        };
-        let serie = draft.request.serie.clone().unwrap_or_default();
-        let (folio,): (i64,) = sqlx::query_as(sql::$q::NEXT_FOLIO)
-            .bind(&serie)
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(ctx("allocate a folio"))?;
-        let folio = folio.to_string();
-        draft.request.folio = Some(folio.clone());
-        let request_json = serde_json::to_string(&draft.request)
-            .map_err(|e| StoreError::Other(format!("cannot serialize the invoice request: {e}")))?;
-        let outbox: Option<(i64,)> = sqlx::query_as(sql::$q::INSERT_OUTBOX)
-            .bind(payment_row)
-            .bind(&draft.kind)
-            .bind(draft.stamp_key.as_str())
-            .bind(&request_json)
-            .bind(&draft.state)
-            .bind(now)
-            .bind(&draft.error_code)
-            .bind(&draft.error_message)
-            .bind(draft.test_mode)
-            .bind(draft.request.fecha)
-            .bind(draft.request.serie.as_deref())
-            .bind(&folio)
-            .bind(now)
-            .bind(now)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(ctx("insert the outbox row"))?;
-        Ok(IngestOutcome::Recorded {
-            payment_row,
-            outbox_row: outbox.map(|r| r.0),
-            folio: Some(folio),
-        })
-    }};
-}
-
-async fn ingest_sqlite(
-    tx: &mut Transaction<'static, Sqlite>,
-    event: &EventRow,
-    payment: &NewPayment,
-    draft: Option<OutboxDraft>,
-    now: DateTime<Utc>,
-) -> Result<IngestOutcome, StoreError> {
-    ingest_tx!(tx, sqlite, event, payment, draft, now)
-}
-
-async fn ingest_postgres(
-    tx: &mut Transaction<'static, Postgres>,
-    event: &EventRow,
-    payment: &NewPayment,
-    draft: Option<OutboxDraft>,
-    now: DateTime<Utc>,
-) -> Result<IngestOutcome, StoreError> {
-    ingest_tx!(tx, postgres, event, payment, draft, now)
-}
-
 impl Db {
     pub fn backend(&self) -> &'static str {
         match self {
@@ -631,13 +371,13 @@ impl Db {
     pub async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Db::Sqlite { pool, .. } => {
-                sqlx::query(sql::sqlite::PING)
+                sqlx::query("SELECT 1")
                     .execute(pool)
                     .await
                     .map_err(ctx("ping SQLite"))?;
             }
             Db::Postgres(pool) => {
-                sqlx::query(sql::postgres::PING)
+                sqlx::query("SELECT 1")
                     .execute(pool)
                     .await
                     .map_err(ctx("ping PostgreSQL"))?;
@@ -652,272 +392,6 @@ impl Db {
             Db::Postgres(pool) => pool.close().await,
         }
     }
-
-    /// Records a delivery on its own (ignored, malformed, refund, pending fetch). `None` when
-    /// the same (provider, event id) was already recorded.
-    pub async fn record_event(&self, ev: &NewEvent) -> Result<Option<i64>, StoreError> {
-        let now = Utc::now();
-        match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                let row: Option<(i64,)> =
-                    bind_event(sqlx::query_as(sql::sqlite::INSERT_EVENT), ev, now)
-                        .fetch_optional(pool)
-                        .await
-                        .map_err(ctx("insert the webhook event"))?;
-                Ok(row.map(|r| r.0))
-            }
-            Db::Postgres(pool) => {
-                let row: Option<(i64,)> =
-                    bind_event(sqlx::query_as(sql::postgres::INSERT_EVENT), ev, now)
-                        .fetch_optional(pool)
-                        .await
-                        .map_err(ctx("insert the webhook event"))?;
-                Ok(row.map(|r| r.0))
-            }
-        }
-    }
-
-    /// The id and status of a recorded event.
-    pub async fn event_status(
-        &self,
-        provider: &str,
-        event_id: &str,
-    ) -> Result<Option<(i64, String)>, StoreError> {
-        match self {
-            Db::Sqlite { pool, .. } => sqlx::query_as(sql::sqlite::EVENT_BY_KEY)
-                .bind(provider)
-                .bind(event_id)
-                .fetch_optional(pool)
-                .await
-                .map_err(ctx("read a webhook event")),
-            Db::Postgres(pool) => sqlx::query_as(sql::postgres::EVENT_BY_KEY)
-                .bind(provider)
-                .bind(event_id)
-                .fetch_optional(pool)
-                .await
-                .map_err(ctx("read a webhook event")),
-        }
-    }
-
-    /// In one transaction: the event (or the takeover of a stored one), the payment and, when
-    /// `draft` is given, a folio and the outbox row with the frozen comprobante. Every insert
-    /// is `ON CONFLICT DO NOTHING`, so a redelivery writes nothing and no folio is spent.
-    pub async fn ingest(
-        &self,
-        event: &EventRow,
-        payment: &NewPayment,
-        draft: Option<OutboxDraft>,
-    ) -> Result<IngestOutcome, StoreError> {
-        let now = Utc::now();
-        match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                // IMMEDIATE takes the write lock up front, so two writers never deadlock
-                // upgrading from a read.
-                let mut tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(ctx("begin a transaction"))?;
-                let out = ingest_sqlite(&mut tx, event, payment, draft, now).await?;
-                finish_sqlite(tx, &out).await?;
-                Ok(out)
-            }
-            Db::Postgres(pool) => {
-                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
-                let out = ingest_postgres(&mut tx, event, payment, draft, now).await?;
-                if out == IngestOutcome::DuplicateEvent {
-                    tx.rollback().await.map_err(ctx("roll back"))?;
-                } else {
-                    tx.commit()
-                        .await
-                        .map_err(ctx("commit the ingest transaction"))?;
-                }
-                Ok(out)
-            }
-        }
-    }
-
-    /// Marks a stored notification as handled without a payment (not approved, not a
-    /// payment, …). `false` when it was not pending any more.
-    pub async fn finish_pending_event(
-        &self,
-        id: i64,
-        status: &str,
-        reason: Option<&str>,
-        payment_ref: Option<&str>,
-        livemode: Option<bool>,
-    ) -> Result<bool, StoreError> {
-        let now = Utc::now();
-        let done = match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                sqlx::query(sql::sqlite::FINISH_PENDING_EVENT)
-                    .bind(status)
-                    .bind(reason)
-                    .bind(payment_ref)
-                    .bind(livemode)
-                    .bind(now)
-                    .bind(id)
-                    .execute(pool)
-                    .await
-                    .map(|r| r.rows_affected())
-            }
-            Db::Postgres(pool) => sqlx::query(sql::postgres::FINISH_PENDING_EVENT)
-                .bind(status)
-                .bind(reason)
-                .bind(payment_ref)
-                .bind(livemode)
-                .bind(now)
-                .bind(id)
-                .execute(pool)
-                .await
-                .map(|r| r.rows_affected()),
-        }
-        .map_err(ctx("update a stored notification"))?;
-        Ok(done == 1)
-    }
-
-    /// Claims up to `limit` stored notifications due for a fetch; each is hidden from other
-    /// claimers for `lease`, after which it is due again if the claimer died.
-    pub async fn claim_pending_fetches(
-        &self,
-        lease: Duration,
-        limit: i64,
-    ) -> Result<Vec<PendingFetch>, StoreError> {
-        let now = Utc::now();
-        let until =
-            now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(60));
-        match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                sqlx::query_as(sql::sqlite::CLAIM_PENDING_FETCH)
-                    .bind(until)
-                    .bind(now)
-                    .bind(now)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await
-            }
-            Db::Postgres(pool) => {
-                sqlx::query_as(sql::postgres::CLAIM_PENDING_FETCH)
-                    .bind(until)
-                    .bind(now)
-                    .bind(now)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await
-            }
-        }
-        .map_err(ctx("claim stored notifications"))
-    }
-
-    /// Schedules the next fetch of a stored notification and notes why the last one failed.
-    pub async fn reschedule_fetch(
-        &self,
-        id: i64,
-        at: DateTime<Utc>,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        let now = Utc::now();
-        match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                sqlx::query(sql::sqlite::RESCHEDULE_FETCH)
-                    .bind(at)
-                    .bind(reason)
-                    .bind(now)
-                    .bind(id)
-                    .execute(pool)
-                    .await
-                    .map(|_| ())
-            }
-            Db::Postgres(pool) => sqlx::query(sql::postgres::RESCHEDULE_FETCH)
-                .bind(at)
-                .bind(reason)
-                .bind(now)
-                .bind(id)
-                .execute(pool)
-                .await
-                .map(|_| ()),
-        }
-        .map_err(ctx("reschedule a stored notification"))?;
-        Ok(())
-    }
-
-    /// Payments with their invoice state, oldest first; `status` filters on the shown state.
-    pub async fn list_invoices(&self, status: Option<&str>) -> Result<Vec<InvoiceRow>, StoreError> {
-        match self {
-            Db::Sqlite { pool, .. } => sqlx::query_as(sql::sqlite::LIST_INVOICES)
-                .bind(status)
-                .bind(status)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx("list invoices")),
-            Db::Postgres(pool) => sqlx::query_as(sql::postgres::LIST_INVOICES)
-                .bind(status)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx("list invoices")),
-        }
-    }
-
-    /// Every stored delivery, oldest first (audit view).
-    pub async fn list_events(&self) -> Result<Vec<EventRecord>, StoreError> {
-        match self {
-            Db::Sqlite { pool, .. } => sqlx::query_as(sql::sqlite::LIST_EVENTS)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx("list events")),
-            Db::Postgres(pool) => sqlx::query_as(sql::postgres::LIST_EVENTS)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx("list events")),
-        }
-    }
-}
-
-async fn finish_sqlite(
-    tx: Transaction<'static, Sqlite>,
-    out: &IngestOutcome,
-) -> Result<(), StoreError> {
-    if *out == IngestOutcome::DuplicateEvent {
-        tx.rollback().await.map_err(ctx("roll back"))
-    } else {
-        tx.commit()
-            .await
-            .map_err(ctx("commit the ingest transaction"))
-    }
-}
-
-fn bind_event<'q, DB, O>(
-    q: sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments>,
-    ev: &'q NewEvent,
-    now: DateTime<Utc>,
-) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments>
-where
-    DB: sqlx::Database,
-    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<bool>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Vec<u8>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<DateTime<Utc>>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    DateTime<Utc>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    q.bind(ev.provider.clone())
-        .bind(ev.event_id.clone())
-        .bind(ev.event_type.clone())
-        .bind(ev.status.clone())
-        .bind(ev.reason.clone())
-        .bind(ev.payment_ref.clone())
-        .bind(ev.livemode)
-        .bind(ev.api_version.clone())
-        .bind(ev.account.clone())
-        .bind(ev.headers_json.clone())
-        .bind(ev.raw_body.clone())
-        .bind(ev.next_attempt_at)
-        .bind(now)
-        .bind(now)
 }
 
 #[cfg(test)]
