@@ -7,164 +7,12 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use super::exec::stmt;
+use super::exec::{Arg, Stmt, stmt};
+pub use super::rows::{
+    ActionRow, AdminSession, AttemptRow, CancellationRow, DocFull, DocRow, FindingRow, HistoryRow,
+    PaymentRow, SealedGeneration, WorkerRow,
+};
 use super::{Db, StoreError};
-
-/// A live admin session.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct AdminSession {
-    pub csrf_token: String,
-    pub actor: String,
-    pub expires_at: DateTime<Utc>,
-}
-
-/// One row of a `workers` heartbeat table.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct WorkerRow {
-    pub id: String,
-    pub hostname: String,
-    pub pid: i64,
-    pub concurrency: i32,
-    pub in_flight: i32,
-    pub started_at: DateTime<Utc>,
-    pub last_seen: DateTime<Utc>,
-    pub stopped_at: Option<DateTime<Utc>>,
-}
-
-/// One PAC call of the append-only log.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct AttemptRow {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub cancellation_id: Option<i64>,
-    pub operation: String,
-    pub pac: String,
-    pub outcome: String,
-    pub http_status: Option<i32>,
-    pub code: Option<String>,
-    pub message: Option<String>,
-    pub latency_ms: i64,
-    pub uuid: Option<String>,
-    pub worker: Option<String>,
-    pub at: DateTime<Utc>,
-}
-
-/// A payment with (at most) one of its documents: one line of an admin list.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DocRow {
-    pub payment_row: i64,
-    pub provider: String,
-    pub payment_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub outbox_id: Option<i64>,
-    pub kind: Option<String>,
-    pub state: String,
-    pub serie: Option<String>,
-    pub folio: Option<String>,
-    pub uuid: Option<String>,
-    pub attempts: i32,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub run_at: Option<DateTime<Utc>>,
-    pub updated_at: DateTime<Utc>,
-    pub flag: Option<String>,
-    pub request_json: Option<String>,
-}
-
-/// The payment of a detail page.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PaymentRow {
-    pub id: i64,
-    pub provider: String,
-    pub payment_id: String,
-    pub event_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub method: String,
-    pub forma_pago: Option<String>,
-    pub customer_json: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub status: String,
-    pub reason: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// Everything stored about one document (outbox row).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DocFull {
-    pub id: i64,
-    pub payment_id: i64,
-    pub kind: String,
-    pub stamp_key: String,
-    pub request_json: String,
-    pub sealed_xml: Option<Vec<u8>>,
-    pub state: String,
-    pub attempts: i32,
-    pub run_at: DateTime<Utc>,
-    pub lease_owner: Option<String>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub uuid: Option<String>,
-    pub stamped_xml: Option<Vec<u8>>,
-    pub test_mode: bool,
-    pub fecha: NaiveDateTime,
-    pub serie: Option<String>,
-    pub folio: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub pac_route: Option<String>,
-    pub generation: i32,
-    pub sealed_at: Option<DateTime<Utc>>,
-    pub stamped_at: Option<DateTime<Utc>>,
-    pub fecha_timbrado: Option<String>,
-    pub flag: Option<String>,
-    /// The payment's provider and id (for stamp keys of new generations).
-    pub provider: String,
-    pub provider_payment_id: String,
-}
-
-/// An earlier generation of a refrozen document.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct HistoryRow {
-    pub outbox_id: i64,
-    pub generation: i32,
-    pub stamp_key: String,
-    pub request_json: String,
-    pub sealed_xml: Option<Vec<u8>>,
-    pub reason: String,
-    pub actor: String,
-    pub at: DateTime<Utc>,
-}
-
-/// A frozen cancellation request and its progress.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct CancellationRow {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub uuid: String,
-    pub rfc_emisor: String,
-    pub rfc_receptor: String,
-    pub total: String,
-    pub motivo: String,
-    pub folio_sustitucion: Option<String>,
-    pub state: String,
-    pub requires_acceptance: bool,
-    pub attempts: i32,
-    pub run_at: DateTime<Utc>,
-    pub estatus_cancelacion: Option<String>,
-    pub sat_estado: Option<String>,
-    pub acuse_xml: Option<String>,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub requested_by: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
 
 /// A cancellation to freeze.
 #[derive(Debug, Clone)]
@@ -200,46 +48,6 @@ pub struct AdminPacCall<'a> {
 pub enum CancelConflict {
     /// A request for this UUID exists and is not rejected or failed.
     AlreadyRequested { state: String },
-}
-
-/// What reconciliation found.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct FindingRow {
-    pub id: i64,
-    pub kind: String,
-    pub outbox_id: Option<i64>,
-    pub uuid: String,
-    pub stamp_key: Option<String>,
-    pub detail: String,
-    pub status: String,
-    pub found_at: DateTime<Utc>,
-    pub resolved_at: Option<DateTime<Utc>>,
-}
-
-/// One recorded admin action.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ActionRow {
-    pub id: i64,
-    pub actor: String,
-    pub action: String,
-    pub target_kind: String,
-    pub target_id: String,
-    pub detail: Option<String>,
-    pub at: DateTime<Utc>,
-}
-
-/// A sealed document the PAC may hold a stamp of, for reconciliation.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct SealedGeneration {
-    pub outbox_id: i64,
-    pub generation: i32,
-    pub stamp_key: String,
-    pub sealed_xml: Vec<u8>,
-    /// The generation the row carries now.
-    pub current_generation: i32,
-    /// The UUID recorded on the row (of its current generation), if any.
-    pub recorded_uuid: Option<String>,
-    pub state: String,
 }
 
 /// Which documents an admin list shows.
@@ -333,6 +141,24 @@ const ATTEMPT_COLUMNS: &str = "id, outbox_id, cancellation_id, operation, pac, o
 
 const INSERT_ACTION: &str = "INSERT INTO admin_actions (actor, action, target_kind, target_id, detail, at) \
     VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// [`INSERT_ACTION`]: who did what to which row, and why.
+fn admin_action<'a>(
+    actor: &'a str,
+    action: &'a str,
+    target_kind: &'a str,
+    target_id: impl Into<Arg<'a>>,
+    detail: impl Into<Arg<'a>>,
+    now: DateTime<Utc>,
+) -> Stmt<'a> {
+    stmt(INSERT_ACTION)
+        .bind(actor)
+        .bind(action)
+        .bind(target_kind)
+        .bind(target_id)
+        .bind(detail)
+        .bind(now)
+}
 
 /// Cancellation states that are still moving.
 pub const CANCEL_IN_PROCESS: &[&str] = &[
@@ -430,13 +256,7 @@ impl Db {
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let now = Utc::now();
-        stmt(INSERT_ACTION)
-            .bind(actor)
-            .bind(action)
-            .bind(target_kind)
-            .bind(target_id)
-            .bind(detail)
-            .bind(now)
+        admin_action(actor, action, target_kind, target_id, detail, now)
             .execute(self, "record an admin action")
             .await?;
         Ok(())
@@ -785,15 +605,16 @@ impl Db {
                 break;
             }
             if let Some(detail) = done {
-                stmt(INSERT_ACTION)
-                    .bind(actor)
-                    .bind("retry")
-                    .bind("outbox")
-                    .bind(outbox_id.to_string())
-                    .bind(Some(detail))
-                    .bind(now)
-                    .execute_in(&mut tx, "record an admin action")
-                    .await?;
+                admin_action(
+                    actor,
+                    "retry",
+                    "outbox",
+                    outbox_id.to_string(),
+                    Some(detail),
+                    now,
+                )
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
             }
             Ok::<_, StoreError>(done)
         };
@@ -873,15 +694,16 @@ impl Db {
                     "no acceptance needed"
                 }
             );
-            stmt(INSERT_ACTION)
-                .bind(actor)
-                .bind("cancel")
-                .bind("outbox")
-                .bind(c.outbox_id.to_string())
-                .bind(Some(detail))
-                .bind(now)
-                .execute_in(&mut tx, "record an admin action")
-                .await?;
+            admin_action(
+                actor,
+                "cancel",
+                "outbox",
+                c.outbox_id.to_string(),
+                Some(detail),
+                now,
+            )
+            .execute_in(&mut tx, "record an admin action")
+            .await?;
             Ok::<_, StoreError>(Ok(id))
         };
         tx.commit("commit a cancellation request").await?;
@@ -934,16 +756,10 @@ impl Db {
                 .bind(expected_generation)
                 .execute_in(&mut tx, "refreeze a document")
                 .await?;
-            stmt(INSERT_ACTION)
-                .bind(actor)
-                .bind("refreeze")
-                .bind("outbox")
-                .bind(outbox_id.to_string())
-                .bind(Some(format!(
+            admin_action(actor, "refreeze", "outbox", outbox_id.to_string(), Some(format!(
                     "generation {expected_generation} archived, generation {} frozen with Fecha {new_fecha} and key {new_key}: {reason}",
                     expected_generation + 1
-                )))
-                .bind(now)
+                )), now)
 .execute_in(&mut tx, "record an admin action")
 .await?;
             Ok::<bool, StoreError>(true)
@@ -980,15 +796,16 @@ impl Db {
                 .execute_in(&mut tx, "adopt a stamp")
                 .await?;
             if done == 1 {
-                stmt(INSERT_ACTION)
-                    .bind(actor)
-                    .bind("adopt_stamp")
-                    .bind("outbox")
-                    .bind(outbox_id.to_string())
-                    .bind(Some(format!("UUID {uuid}: {flag}")))
-                    .bind(now)
-                    .execute_in(&mut tx, "record an admin action")
-                    .await?;
+                admin_action(
+                    actor,
+                    "adopt_stamp",
+                    "outbox",
+                    outbox_id.to_string(),
+                    Some(format!("UUID {uuid}: {flag}")),
+                    now,
+                )
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
                 // An API invoice's merchant hears of the adopted stamp like of any other.
                 stmt(super::worker::API_EVENT)
                     .bind("invoice.stamped")
@@ -1101,15 +918,16 @@ impl Db {
                 .execute_in(&mut tx, "resolve a finding")
                 .await?;
             if done == 1 {
-                stmt(INSERT_ACTION)
-                    .bind(actor)
-                    .bind("resolve_finding")
-                    .bind("finding")
-                    .bind(id.to_string())
-                    .bind(Some(detail))
-                    .bind(now)
-                    .execute_in(&mut tx, "record an admin action")
-                    .await?;
+                admin_action(
+                    actor,
+                    "resolve_finding",
+                    "finding",
+                    id.to_string(),
+                    Some(detail),
+                    now,
+                )
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
             }
             Ok::<bool, StoreError>(done == 1)
         };

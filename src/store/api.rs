@@ -10,6 +10,9 @@ use chrono::{DateTime, Utc};
 use super::exec::{Dialect, stmt};
 use super::outbox::enqueue_in_tx;
 use super::payments::insert_payment_in;
+pub use super::rows::{
+    ApiInvoiceRow, ApiKeyListing, ApiKeyRow, ClaimedWebhook, IdemRecord, WebhookRow,
+};
 use super::{Db, NewPayment, OutboxDraft, StoreError, ctx};
 
 /// States of an outbox row that ended without a stamp, for sure: the PAC rejected it or
@@ -22,39 +25,6 @@ pub const RELEASED_STATES: &[&str] = &["failed", "expired", "superseded"];
 /// Whether an outbox row in `state` ended without a stamp for sure.
 pub fn released(state: &str) -> bool {
     RELEASED_STATES.contains(&state)
-}
-
-/// A live API key.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ApiKeyRow {
-    pub id: i64,
-    pub name: String,
-    pub rfc_emisor: String,
-}
-
-/// A key as `api-key list` shows it: never the key, only its first characters.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
-pub struct ApiKeyListing {
-    pub id: i64,
-    pub name: String,
-    pub prefix: String,
-    pub rfc_emisor: String,
-    pub created_at: DateTime<Utc>,
-    pub revoked_at: Option<DateTime<Utc>>,
-}
-
-/// What is stored under an idempotency key, with the state of its invoice's outbox row.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct IdemRecord {
-    pub request_hash: String,
-    /// `in_progress` or `completed`.
-    pub state: String,
-    pub invoice_id: i64,
-    pub response_status: Option<i32>,
-    pub response_body: Option<String>,
-    pub expires_at: DateTime<Utc>,
-    pub outbox_state: String,
-    pub outbox_code: Option<String>,
 }
 
 /// An idempotency key to take with a new invoice.
@@ -91,50 +61,6 @@ pub enum CreateOutcome {
     KeyTaken,
     /// The explicit folio belongs to another live invoice: nothing written.
     FolioTaken,
-}
-
-/// An API invoice with its comprobante's progress.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ApiInvoiceRow {
-    pub id: i64,
-    pub public_id: String,
-    pub rfc_emisor: String,
-    pub outbox_id: i64,
-    pub idempotency_key: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub state: String,
-    pub uuid: Option<String>,
-    pub serie: Option<String>,
-    pub folio: Option<String>,
-    pub request_json: String,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub stamped_at: Option<DateTime<Utc>>,
-    pub stamped_xml: Option<Vec<u8>>,
-    /// The latest cancellation's state, if one was requested.
-    pub cancellation: Option<String>,
-}
-
-/// A merchant webhook claimed for delivery.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ClaimedWebhook {
-    pub id: i64,
-    pub invoice_id: i64,
-    pub event_type: String,
-    pub payload: Option<String>,
-    pub created_at: DateTime<Utc>,
-    /// Including this claim.
-    pub attempts: i32,
-}
-
-/// One merchant webhook (tests, admin).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct WebhookRow {
-    pub id: i64,
-    pub event_type: String,
-    pub state: String,
-    pub attempts: i32,
-    pub payload: Option<String>,
 }
 
 const INVOICE_COLUMNS: &str = "a.id, a.public_id, a.rfc_emisor, a.outbox_id, a.idempotency_key, a.created_at, \

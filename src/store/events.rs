@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use super::exec::{Dialect, Stmt, Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
 use super::payments::{NewPayment, insert_payment_in};
+pub use super::rows::{EventRecord, PendingFetch};
 use super::{Db, StoreError};
 
 /// A new webhook delivery to record.
@@ -54,31 +55,6 @@ pub enum IngestOutcome {
         outbox_row: Option<i64>,
         folio: Option<String>,
     },
-}
-
-/// A stored notification whose payment must still be fetched.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PendingFetch {
-    pub id: i64,
-    pub provider: String,
-    pub event_id: String,
-    pub payment_ref: Option<String>,
-    pub livemode: Option<bool>,
-    pub attempts: i32,
-}
-
-/// One stored webhook delivery (audit view).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct EventRecord {
-    pub provider: String,
-    pub event_id: String,
-    pub event_type: String,
-    pub status: String,
-    pub reason: Option<String>,
-    pub payment_ref: Option<String>,
-    pub livemode: Option<bool>,
-    pub raw_body: Vec<u8>,
-    pub attempts: i32,
 }
 
 const INSERT_EVENT: &str = "INSERT INTO webhook_events \

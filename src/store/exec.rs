@@ -15,7 +15,16 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
 use tokio::sync::MutexGuard;
 
-use super::{Db, StoreError, ctx};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
+use crate::config::DatabaseSettings;
 
 /// Which SQL a statement needs where the backends really differ (the callers' only branch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +358,159 @@ impl Db {
             Db::Postgres(pool) => Ok(Tx::Postgres(
                 pool.begin().await.map_err(ctx("begin a transaction"))?,
             )),
+        }
+    }
+}
+
+/// Connects as configured. SQLite: the file and its directory are created; WAL, a busy timeout,
+/// foreign keys and `synchronous = FULL` (an acknowledged webhook survives power loss).
+pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
+    let url = settings.url.expose();
+    if url.starts_with("sqlite:") {
+        let opts = SqliteConnectOptions::from_str(url)
+            .map_err(ctx("parse the SQLite URL"))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        if let Some(dir) = opts.get_filename().parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await
+            .map_err(ctx("open the SQLite database"))?;
+        Ok(Db::Sqlite {
+            pool,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    } else {
+        let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await
+            .map_err(ctx("connect to PostgreSQL"))?;
+        Ok(Db::Postgres(pool))
+    }
+}
+
+impl Db {
+    /// A second handle on the same database for the worker pool, whose commits do not wait for
+    /// the disk: SQLite `synchronous = NORMAL` (WAL), PostgreSQL `synchronous_commit = off`.
+    ///
+    /// Why this is safe: a committed write survives a crashed or killed process either way; only
+    /// a power loss can drop the last few worker commits, and every one of them is redone
+    /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
+    /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
+    /// deterministic). Webhook acknowledgements keep full durability on the main handle. On
+    /// SQLite both handles share the process's write lock, so they queue instead of colliding.
+    ///
+    /// Connections are not pinged before each use (one round trip less per statement): a
+    /// connection that went bad fails its statement, the worker logs it and tries again, and a
+    /// row whose outcome was not written is recovered by key when its lease expires.
+    pub async fn for_workers(&self, settings: &DatabaseSettings) -> Result<Db, StoreError> {
+        let url = settings.url.expose();
+        match self {
+            Db::Sqlite { write_lock, .. } => {
+                let opts = SqliteConnectOptions::from_str(url)
+                    .map_err(ctx("parse the SQLite URL"))?
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(10))
+                    .foreign_keys(true)
+                    // Their commits never checkpoint the WAL themselves (a checkpoint copies and
+                    // syncs megabytes while the one write lock is held): the pool checkpoints
+                    // from a task of its own, beside the writers ([`Db::checkpoint`]).
+                    .pragma("wal_autocheckpoint", "0");
+                // Worker statements are writes, which queue on the write lock anyway: a few
+                // connections with warm page caches beat one thread per slot.
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(settings.max_connections.min(4))
+                    .acquire_timeout(Duration::from_secs(30))
+                    .test_before_acquire(false)
+                    .connect_with(opts)
+                    .await
+                    .map_err(ctx("open the SQLite database for the workers"))?;
+                Ok(Db::Sqlite {
+                    pool,
+                    write_lock: write_lock.clone(),
+                })
+            }
+            Db::Postgres(_) => {
+                let opts = PgConnectOptions::from_str(url)
+                    .map_err(ctx("parse the PostgreSQL URL"))?
+                    .options([("synchronous_commit", "off")]);
+                let pool = PgPoolOptions::new()
+                    .max_connections(settings.max_connections)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .test_before_acquire(false)
+                    .connect_with(opts)
+                    .await
+                    .map_err(ctx("connect to PostgreSQL for the workers"))?;
+                Ok(Db::Postgres(pool))
+            }
+        }
+    }
+}
+
+impl Db {
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Db::Sqlite { .. } => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Applies the backend's pending migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Db::Sqlite { pool, .. } => {
+                Migrator::new(Embedded(SQLITE_MIGRATIONS))
+                    .await?
+                    .run(pool)
+                    .await?;
+            }
+            Db::Postgres(pool) => {
+                Migrator::new(Embedded(POSTGRES_MIGRATIONS))
+                    .await?
+                    .run(pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A round trip to the database (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Db::Sqlite { pool, .. } => {
+                sqlx::query("SELECT 1")
+                    .execute(pool)
+                    .await
+                    .map_err(ctx("ping SQLite"))?;
+            }
+            Db::Postgres(pool) => {
+                sqlx::query("SELECT 1")
+                    .execute(pool)
+                    .await
+                    .map_err(ctx("ping PostgreSQL"))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Db::Sqlite { pool, .. } => pool.close().await,
+            Db::Postgres(pool) => pool.close().await,
         }
     }
 }

@@ -1,8 +1,21 @@
-//! Storage: every SQL statement and every SQLite/PostgreSQL difference lives here.
+//! Storage: every SQL statement, and every SQLite/PostgreSQL difference, lives in this folder.
 //!
-//! [`Db`] is an enum over the two pools; each operation matches once and runs the backend's
-//! statement from [`sql`]. Transactions never span a network call: callers fetch first, then
-//! hand complete values to one short transaction here.
+//! - `exec.rs`: the only file that knows the backend: connecting, migrations, running a
+//!   statement (written once with `$n` placeholders) on either pool or in a transaction, and
+//!   SQLite's write lock / `BEGIN IMMEDIATE`. Elsewhere a backend branch ([`exec::Dialect`])
+//!   appears only where the SQL really differs (SKIP LOCKED claims, JSON extraction), and the
+//!   worker's batched settles keep a path per backend for throughput.
+//! - `rows.rs`: the `#[derive(sqlx::FromRow)]` structs statements read into.
+//! - `events.rs` (webhook deliveries, the ingest transaction), `payments.rs` (with folio
+//!   sequences), `outbox.rs` (the frozen comprobante, `enqueue_in_tx` shared by ingest and the
+//!   API), `api.rs` (keys, idempotency, API invoices, merchant webhooks), `admin.rs` (sessions,
+//!   audit, the admin's lists and actions), `worker.rs` (claims, leases, settles, attempts,
+//!   heartbeats).
+//!
+//! Who may import it: anything outside `store/` uses [`Db`] and the types re-exported here (or
+//! from `store::api` / `store::worker`); nothing in this folder imports outside it except plain
+//! data types (`config`, `cfdi`, `domain`). Transactions never span a network call: callers
+//! fetch first, then hand complete values to one short transaction here.
 
 mod admin;
 pub mod api;
@@ -10,30 +23,25 @@ mod events;
 mod exec;
 mod outbox;
 mod payments;
+mod rows;
 pub mod worker;
-
-pub use events::{EventRecord, EventRow, IngestOutcome, NewEvent, PendingFetch};
-pub use outbox::OutboxDraft;
-pub use payments::{InvoiceRow, NewPayment};
 
 pub use admin::{
     ActionRow, AdminPacCall, AdminSession, AttemptRow, CANCEL_IN_PROCESS, CancelConflict,
     CancellationRow, DocFull, DocRow, FindingRow, HistoryRow, ListFilter, ListView,
     NewCancellation, PaymentRow, SealedGeneration, WorkerRow,
 };
+pub use events::{EventRecord, EventRow, IngestOutcome, NewEvent, PendingFetch};
+pub use exec::connect;
+pub use outbox::OutboxDraft;
+pub use payments::{InvoiceRow, NewPayment};
 
 use std::borrow::Cow;
-use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
-
-use crate::config::DatabaseSettings;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType};
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
 
 /// Migrations per backend: same versions and names, embedded so the binary needs no files.
 pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -141,46 +149,6 @@ pub enum Db {
     Postgres(PgPool),
 }
 
-/// Connects as configured. SQLite: the file and its directory are created; WAL, a busy timeout,
-/// foreign keys and `synchronous = FULL` (an acknowledged webhook survives power loss).
-pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
-    let url = settings.url.expose();
-    if url.starts_with("sqlite:") {
-        let opts = SqliteConnectOptions::from_str(url)
-            .map_err(ctx("parse the SQLite URL"))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        if let Some(dir) = opts.get_filename().parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", dir.display())))?;
-        }
-        let pool = SqlitePoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(opts)
-            .await
-            .map_err(ctx("open the SQLite database"))?;
-        Ok(Db::Sqlite {
-            pool,
-            write_lock: Arc::new(tokio::sync::Mutex::new(())),
-        })
-    } else {
-        let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(opts)
-            .await
-            .map_err(ctx("connect to PostgreSQL"))?;
-        Ok(Db::Postgres(pool))
-    }
-}
-
 /// Whether `name` can be spliced into `CREATE DATABASE` as is (lower-case letters, digits, `_`).
 fn plain_identifier(name: &str) -> Result<&str, StoreError> {
     let ok = !name.is_empty()
@@ -249,65 +217,6 @@ pub fn postgres_url_with_database(url: &str, name: &str) -> String {
     format!("{scheme}://{authority}/{name}{query}")
 }
 
-impl Db {
-    /// A second handle on the same database for the worker pool, whose commits do not wait for
-    /// the disk: SQLite `synchronous = NORMAL` (WAL), PostgreSQL `synchronous_commit = off`.
-    ///
-    /// Why this is safe: a committed write survives a crashed or killed process either way; only
-    /// a power loss can drop the last few worker commits, and every one of them is redone
-    /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
-    /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
-    /// deterministic). Webhook acknowledgements keep full durability on the main handle. On
-    /// SQLite both handles share the process's write lock, so they queue instead of colliding.
-    ///
-    /// Connections are not pinged before each use (one round trip less per statement): a
-    /// connection that went bad fails its statement, the worker logs it and tries again, and a
-    /// row whose outcome was not written is recovered by key when its lease expires.
-    pub async fn for_workers(&self, settings: &DatabaseSettings) -> Result<Db, StoreError> {
-        let url = settings.url.expose();
-        match self {
-            Db::Sqlite { write_lock, .. } => {
-                let opts = SqliteConnectOptions::from_str(url)
-                    .map_err(ctx("parse the SQLite URL"))?
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(10))
-                    .foreign_keys(true)
-                    // Their commits never checkpoint the WAL themselves (a checkpoint copies and
-                    // syncs megabytes while the one write lock is held): the pool checkpoints
-                    // from a task of its own, beside the writers ([`Db::checkpoint`]).
-                    .pragma("wal_autocheckpoint", "0");
-                // Worker statements are writes, which queue on the write lock anyway: a few
-                // connections with warm page caches beat one thread per slot.
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(settings.max_connections.min(4))
-                    .acquire_timeout(Duration::from_secs(30))
-                    .test_before_acquire(false)
-                    .connect_with(opts)
-                    .await
-                    .map_err(ctx("open the SQLite database for the workers"))?;
-                Ok(Db::Sqlite {
-                    pool,
-                    write_lock: write_lock.clone(),
-                })
-            }
-            Db::Postgres(_) => {
-                let opts = PgConnectOptions::from_str(url)
-                    .map_err(ctx("parse the PostgreSQL URL"))?
-                    .options([("synchronous_commit", "off")]);
-                let pool = PgPoolOptions::new()
-                    .max_connections(settings.max_connections)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .test_before_acquire(false)
-                    .connect_with(opts)
-                    .await
-                    .map_err(ctx("connect to PostgreSQL for the workers"))?;
-                Ok(Db::Postgres(pool))
-            }
-        }
-    }
-}
-
 /// The embedded migrations of one backend, as a sqlx source.
 #[derive(Debug)]
 struct Embedded(&'static [(i64, &'static str, &'static str)]);
@@ -337,60 +246,6 @@ impl<'s> MigrationSource<'s> for Embedded {
                 })
                 .collect())
         })
-    }
-}
-
-impl Db {
-    pub fn backend(&self) -> &'static str {
-        match self {
-            Db::Sqlite { .. } => "sqlite",
-            Db::Postgres(_) => "postgres",
-        }
-    }
-
-    /// Applies the backend's pending migrations.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        match self {
-            Db::Sqlite { pool, .. } => {
-                Migrator::new(Embedded(SQLITE_MIGRATIONS))
-                    .await?
-                    .run(pool)
-                    .await?;
-            }
-            Db::Postgres(pool) => {
-                Migrator::new(Embedded(POSTGRES_MIGRATIONS))
-                    .await?
-                    .run(pool)
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// A round trip to the database (readiness).
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            Db::Sqlite { pool, .. } => {
-                sqlx::query("SELECT 1")
-                    .execute(pool)
-                    .await
-                    .map_err(ctx("ping SQLite"))?;
-            }
-            Db::Postgres(pool) => {
-                sqlx::query("SELECT 1")
-                    .execute(pool)
-                    .await
-                    .map_err(ctx("ping PostgreSQL"))?;
-            }
-        }
-        Ok(())
-    }
-
-    pub async fn close(&self) {
-        match self {
-            Db::Sqlite { pool, .. } => pool.close().await,
-            Db::Postgres(pool) => pool.close().await,
-        }
     }
 }
 

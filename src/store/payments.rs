@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::exec::{Dialect, Tx, stmt};
+pub use super::rows::InvoiceRow;
 use super::{Db, StoreError};
 
 /// A payment to record.
@@ -22,28 +23,6 @@ pub struct NewPayment {
     /// `invoice_pending`, `awaiting_global` or `needs_attention`.
     pub status: String,
     pub reason: Option<String>,
-}
-
-/// One line of `invoices list`.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
-pub struct InvoiceRow {
-    pub provider: String,
-    pub payment_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub status: String,
-    pub serie: Option<String>,
-    pub folio: Option<String>,
-    pub uuid: Option<String>,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-    pub stamp_key: Option<String>,
-    #[serde(skip)]
-    pub request_json: Option<String>,
-    /// The receptor's RFC in the frozen request; none for a factura global or no invoice yet.
-    pub receptor_rfc: Option<String>,
 }
 
 const INSERT_PAYMENT: &str = "INSERT INTO payments \
