@@ -1,271 +1,18 @@
 //! The admin's statements: sessions, dashboard figures, lists, the detail page, and the actions
 //! (retry, cancellation requests, refreeze, adoption of a stamp, reconciliation findings).
 //!
-//! The text is written once with `?` placeholders; [`Dialect::sql`] numbers them (`$1`, `$2`, …)
-//! for PostgreSQL. Nothing else differs: timestamps are bound as `DateTime<Utc>`, booleans as
+//! The text is written once with `$n` placeholders and run through [`super::exec`]. Nothing
+//! differs between the backends: timestamps are bound as `DateTime<Utc>`, booleans as
 //! `bool`, and no statement uses a backend-specific function.
 
-use std::borrow::Cow;
-
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::AssertSqlSafe;
 
-use super::{Db, StoreError, ctx};
-
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Dialect {
-    Sqlite,
-    Postgres,
-}
-
-impl Dialect {
-    pub(super) fn sql(self, text: &'static str) -> AssertSqlSafe<Cow<'static, str>> {
-        AssertSqlSafe(match self {
-            Dialect::Sqlite => Cow::Borrowed(text),
-            Dialect::Postgres => Cow::Owned(numbered(text)),
-        })
-    }
-
-    pub(super) fn owned(self, text: String) -> AssertSqlSafe<Cow<'static, str>> {
-        AssertSqlSafe(match self {
-            Dialect::Sqlite => Cow::Owned(text),
-            Dialect::Postgres => Cow::Owned(numbered(&text)),
-        })
-    }
-}
-
-/// `?` → `$1`, `$2`, … (no statement here has a `?` inside a literal).
-fn numbered(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 16);
-    let mut n = 0;
-    for c in text.chars() {
-        if c == '?' {
-            n += 1;
-            out.push('$');
-            out.push_str(&n.to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Runs `$body` with `$ex` bound to the pool of the backend and `$d` to its dialect. Writers
-/// pass `write` to queue behind this process's other SQLite writers.
-macro_rules! on_pool {
-    ($db:expr, |$ex:ident, $d:ident| $body:expr) => {
-        match $db {
-            Db::Sqlite { pool, .. } => {
-                let $ex = pool;
-                let $d = Dialect::Sqlite;
-                $body
-            }
-            Db::Postgres(pool) => {
-                let $ex = pool;
-                let $d = Dialect::Postgres;
-                $body
-            }
-        }
-    };
-    ($db:expr, write, |$ex:ident, $d:ident| $body:expr) => {
-        match $db {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                let $ex = pool;
-                let $d = Dialect::Sqlite;
-                $body
-            }
-            Db::Postgres(pool) => {
-                let $ex = pool;
-                let $d = Dialect::Postgres;
-                $body
-            }
-        }
-    };
-}
-
-/// Runs `$body` inside one transaction (`$tx`), committed when the body returns `Ok`; an early
-/// `?` drops the transaction, which rolls it back.
-macro_rules! in_tx {
-    ($db:expr, $what:literal, |$tx:ident, $d:ident| $body:expr) => {
-        match $db {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                let mut $tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(ctx("begin a transaction"))?;
-                let $d = Dialect::Sqlite;
-                let out = $body;
-                $tx.commit().await.map_err(ctx($what))?;
-                out
-            }
-            Db::Postgres(pool) => {
-                let mut $tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
-                let $d = Dialect::Postgres;
-                let out = $body;
-                $tx.commit().await.map_err(ctx($what))?;
-                out
-            }
-        }
-    };
-}
-
-/// A live admin session.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct AdminSession {
-    pub csrf_token: String,
-    pub actor: String,
-    pub expires_at: DateTime<Utc>,
-}
-
-/// One row of a `workers` heartbeat table.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct WorkerRow {
-    pub id: String,
-    pub hostname: String,
-    pub pid: i64,
-    pub concurrency: i32,
-    pub in_flight: i32,
-    pub started_at: DateTime<Utc>,
-    pub last_seen: DateTime<Utc>,
-    pub stopped_at: Option<DateTime<Utc>>,
-}
-
-/// One PAC call of the append-only log.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct AttemptRow {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub cancellation_id: Option<i64>,
-    pub operation: String,
-    pub pac: String,
-    pub outcome: String,
-    pub http_status: Option<i32>,
-    pub code: Option<String>,
-    pub message: Option<String>,
-    pub latency_ms: i64,
-    pub uuid: Option<String>,
-    pub worker: Option<String>,
-    pub at: DateTime<Utc>,
-}
-
-/// A payment with (at most) one of its documents: one line of an admin list.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DocRow {
-    pub payment_row: i64,
-    pub provider: String,
-    pub payment_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub outbox_id: Option<i64>,
-    pub kind: Option<String>,
-    pub state: String,
-    pub serie: Option<String>,
-    pub folio: Option<String>,
-    pub uuid: Option<String>,
-    pub attempts: i32,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub run_at: Option<DateTime<Utc>>,
-    pub updated_at: DateTime<Utc>,
-    pub flag: Option<String>,
-    pub request_json: Option<String>,
-}
-
-/// The payment of a detail page.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PaymentRow {
-    pub id: i64,
-    pub provider: String,
-    pub payment_id: String,
-    pub event_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub method: String,
-    pub forma_pago: Option<String>,
-    pub customer_json: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub status: String,
-    pub reason: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// Everything stored about one document (outbox row).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DocFull {
-    pub id: i64,
-    pub payment_id: i64,
-    pub kind: String,
-    pub stamp_key: String,
-    pub request_json: String,
-    pub sealed_xml: Option<Vec<u8>>,
-    pub state: String,
-    pub attempts: i32,
-    pub run_at: DateTime<Utc>,
-    pub lease_owner: Option<String>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub uuid: Option<String>,
-    pub stamped_xml: Option<Vec<u8>>,
-    pub test_mode: bool,
-    pub fecha: NaiveDateTime,
-    pub serie: Option<String>,
-    pub folio: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub pac_route: Option<String>,
-    pub generation: i32,
-    pub sealed_at: Option<DateTime<Utc>>,
-    pub stamped_at: Option<DateTime<Utc>>,
-    pub fecha_timbrado: Option<String>,
-    pub flag: Option<String>,
-    /// The payment's provider and id (for stamp keys of new generations).
-    pub provider: String,
-    pub provider_payment_id: String,
-}
-
-/// An earlier generation of a refrozen document.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct HistoryRow {
-    pub outbox_id: i64,
-    pub generation: i32,
-    pub stamp_key: String,
-    pub request_json: String,
-    pub sealed_xml: Option<Vec<u8>>,
-    pub reason: String,
-    pub actor: String,
-    pub at: DateTime<Utc>,
-}
-
-/// A frozen cancellation request and its progress.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct CancellationRow {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub uuid: String,
-    pub rfc_emisor: String,
-    pub rfc_receptor: String,
-    pub total: String,
-    pub motivo: String,
-    pub folio_sustitucion: Option<String>,
-    pub state: String,
-    pub requires_acceptance: bool,
-    pub attempts: i32,
-    pub run_at: DateTime<Utc>,
-    pub estatus_cancelacion: Option<String>,
-    pub sat_estado: Option<String>,
-    pub acuse_xml: Option<String>,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub requested_by: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
+use super::exec::{Arg, Stmt, stmt};
+pub use super::rows::{
+    ActionRow, AdminSession, AttemptRow, CancellationRow, DocFull, DocRow, FindingRow, HistoryRow,
+    PaymentRow, SealedGeneration, WorkerRow,
+};
+use super::{Db, StoreError};
 
 /// A cancellation to freeze.
 #[derive(Debug, Clone)]
@@ -301,46 +48,6 @@ pub struct AdminPacCall<'a> {
 pub enum CancelConflict {
     /// A request for this UUID exists and is not rejected or failed.
     AlreadyRequested { state: String },
-}
-
-/// What reconciliation found.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct FindingRow {
-    pub id: i64,
-    pub kind: String,
-    pub outbox_id: Option<i64>,
-    pub uuid: String,
-    pub stamp_key: Option<String>,
-    pub detail: String,
-    pub status: String,
-    pub found_at: DateTime<Utc>,
-    pub resolved_at: Option<DateTime<Utc>>,
-}
-
-/// One recorded admin action.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ActionRow {
-    pub id: i64,
-    pub actor: String,
-    pub action: String,
-    pub target_kind: String,
-    pub target_id: String,
-    pub detail: Option<String>,
-    pub at: DateTime<Utc>,
-}
-
-/// A sealed document the PAC may hold a stamp of, for reconciliation.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct SealedGeneration {
-    pub outbox_id: i64,
-    pub generation: i32,
-    pub stamp_key: String,
-    pub sealed_xml: Vec<u8>,
-    /// The generation the row carries now.
-    pub current_generation: i32,
-    /// The UUID recorded on the row (of its current generation), if any.
-    pub recorded_uuid: Option<String>,
-    pub state: String,
 }
 
 /// Which documents an admin list shows.
@@ -414,9 +121,9 @@ const DOC_COLUMNS: &str = "p.id AS payment_row, p.provider, p.payment_id, p.amou
 
 /// The search part of a list: the same conditions with the same binds for rows and count.
 const LIST_WHERE: &str = " FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id \
-    WHERE p.paid_at >= ? AND p.paid_at < ? AND (? = '' OR p.payment_id = ? OR UPPER(COALESCE(o.uuid, '')) = ? \
-    OR (? <> '' AND o.request_json LIKE ?) \
-    OR (COALESCE(o.serie, '') || '-' || COALESCE(o.folio, '')) = ? OR COALESCE(o.folio, '') = ?)";
+    WHERE p.paid_at >= $1 AND p.paid_at < $2 AND ($3 = '' OR p.payment_id = $4 OR UPPER(COALESCE(o.uuid, '')) = $5 \
+    OR ($6 <> '' AND o.request_json LIKE $7) \
+    OR (COALESCE(o.serie, '') || '-' || COALESCE(o.folio, '')) = $8 OR COALESCE(o.folio, '') = $9)";
 
 const FULL_DOC: &str = "SELECT o.id, o.payment_id, o.kind, o.stamp_key, o.request_json, o.sealed_xml, \
     o.state, o.attempts, o.run_at, o.lease_owner, o.lease_expires_at, o.last_error_code, \
@@ -433,7 +140,25 @@ const ATTEMPT_COLUMNS: &str = "id, outbox_id, cancellation_id, operation, pac, o
     code, message, latency_ms, uuid, worker, at";
 
 const INSERT_ACTION: &str = "INSERT INTO admin_actions (actor, action, target_kind, target_id, detail, at) \
-    VALUES (?, ?, ?, ?, ?, ?)";
+    VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// [`INSERT_ACTION`]: who did what to which row, and why.
+fn admin_action<'a>(
+    actor: &'a str,
+    action: &'a str,
+    target_kind: &'a str,
+    target_id: impl Into<Arg<'a>>,
+    detail: impl Into<Arg<'a>>,
+    now: DateTime<Utc>,
+) -> Stmt<'a> {
+    stmt(INSERT_ACTION)
+        .bind(actor)
+        .bind(action)
+        .bind(target_kind)
+        .bind(target_id)
+        .bind(detail)
+        .bind(now)
+}
 
 /// Cancellation states that are still moving.
 pub const CANCEL_IN_PROCESS: &[&str] = &[
@@ -448,26 +173,23 @@ impl Db {
     /// The generated admin password hash, if one was stored.
     pub async fn admin_password_hash(&self) -> Result<Option<String>, StoreError> {
         const SQL: &str = "SELECT password_hash FROM admin_credentials WHERE id = 1";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String,)>(d.sql(SQL))
-            .fetch_optional(pool)
-            .await)
-        .map(|r| r.map(|(h,)| h))
-        .map_err(ctx("read the admin credentials"))
+        stmt(SQL)
+            .fetch_optional::<(String,)>(self, "read the admin credentials")
+            .await
+            .map(|r| r.map(|(h,)| h))
     }
 
     /// Stores a generated password hash unless one exists; `false` when another instance won.
     pub async fn store_admin_password_hash(&self, hash: &str) -> Result<bool, StoreError> {
         const SQL: &str = "INSERT INTO admin_credentials (id, password_hash, created_at) \
-            VALUES (1, ?, ?) ON CONFLICT (id) DO NOTHING";
+            VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING";
         let now = Utc::now();
-        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+        stmt(SQL)
             .bind(hash)
             .bind(now)
-            .execute(pool)
+            .execute(self, "store the admin credentials")
             .await
-            .map(|r| r.rows_affected()))
-        .map(|n| n == 1)
-        .map_err(ctx("store the admin credentials"))
+            .map(|n| n == 1)
     }
 
     pub async fn create_admin_session(
@@ -477,26 +199,26 @@ impl Db {
         actor: &str,
         expires_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        const PURGE: &str = "DELETE FROM admin_sessions WHERE expires_at < ?";
+        const PURGE: &str = "DELETE FROM admin_sessions WHERE expires_at < $1";
         const SQL: &str = "INSERT INTO admin_sessions (token_hash, csrf_token, actor, created_at, expires_at) \
-            VALUES (?, ?, ?, ?, ?)";
+            VALUES ($1, $2, $3, $4, $5)";
         let now = Utc::now();
-        in_tx!(self, "create a session", |tx, d| {
-            sqlx::query(d.sql(PURGE))
+        let mut tx = self.begin().await?;
+        {
+            stmt(PURGE)
                 .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("purge expired sessions"))?;
-            sqlx::query(d.sql(SQL))
+                .execute_in(&mut tx, "purge expired sessions")
+                .await?;
+            stmt(SQL)
                 .bind(token_hash)
                 .bind(csrf_token)
                 .bind(actor)
                 .bind(now)
                 .bind(expires_at)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("create a session"))?;
-        });
+                .execute_in(&mut tx, "create a session")
+                .await?;
+        };
+        tx.commit("create a session").await?;
         Ok(())
     }
 
@@ -506,26 +228,21 @@ impl Db {
         token_hash: &str,
     ) -> Result<Option<AdminSession>, StoreError> {
         const SQL: &str = "SELECT csrf_token, actor, expires_at FROM admin_sessions \
-            WHERE token_hash = ? AND expires_at > ?";
+            WHERE token_hash = $1 AND expires_at > $2";
         let now = Utc::now();
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AdminSession>(
-            d.sql(SQL)
-        )
-        .bind(token_hash)
-        .bind(now)
-        .fetch_optional(pool)
-        .await)
-        .map_err(ctx("read a session"))
+        stmt(SQL)
+            .bind(token_hash)
+            .bind(now)
+            .fetch_optional::<AdminSession>(self, "read a session")
+            .await
     }
 
     pub async fn delete_admin_session(&self, token_hash: &str) -> Result<(), StoreError> {
-        const SQL: &str = "DELETE FROM admin_sessions WHERE token_hash = ?";
-        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+        const SQL: &str = "DELETE FROM admin_sessions WHERE token_hash = $1";
+        stmt(SQL)
             .bind(token_hash)
-            .execute(pool)
-            .await
-            .map(|r| r.rows_affected()))
-        .map_err(ctx("delete a session"))?;
+            .execute(self, "delete a session")
+            .await?;
         Ok(())
     }
 
@@ -539,17 +256,9 @@ impl Db {
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let now = Utc::now();
-        on_pool!(self, write, |pool, d| sqlx::query(d.sql(INSERT_ACTION))
-            .bind(actor)
-            .bind(action)
-            .bind(target_kind)
-            .bind(target_id)
-            .bind(detail)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|r| r.rows_affected()))
-        .map_err(ctx("record an admin action"))?;
+        admin_action(actor, action, target_kind, target_id, detail, now)
+            .execute(self, "record an admin action")
+            .await?;
         Ok(())
     }
 
@@ -558,86 +267,65 @@ impl Db {
         const SQL: &str = "SELECT COALESCE(o.state, p.status) AS state, COUNT(*) AS n \
             FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id \
             GROUP BY COALESCE(o.state, p.status) ORDER BY 1";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
-            d.sql(SQL)
-        )
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("count documents by state"))
+        stmt(SQL)
+            .fetch_all::<(String, i64)>(self, "count documents by state")
+            .await
     }
 
     /// When the oldest document still waiting for a stamp was queued.
     pub async fn oldest_pending(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         const SQL: &str = "SELECT created_at FROM outbox \
             WHERE state IN ('pending', 'stamping', 'retry_scheduled', 'unknown') ORDER BY created_at LIMIT 1";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (DateTime<Utc>,)>(
-            d.sql(SQL)
-        )
-        .fetch_optional(pool)
-        .await)
-        .map(|r| r.map(|(t,)| t))
-        .map_err(ctx("find the oldest pending document"))
+        stmt(SQL)
+            .fetch_optional::<(DateTime<Utc>,)>(self, "find the oldest pending document")
+            .await
+            .map(|r| r.map(|(t,)| t))
     }
 
     /// `(state, count)` of cancellations.
     pub async fn cancellation_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         const SQL: &str =
             "SELECT state, COUNT(*) AS n FROM cancellations GROUP BY state ORDER BY state";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
-            d.sql(SQL)
-        )
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("count cancellations"))
+        stmt(SQL)
+            .fetch_all::<(String, i64)>(self, "count cancellations")
+            .await
     }
 
     /// Open reconciliation findings by kind.
     pub async fn open_finding_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         const SQL: &str = "SELECT kind, COUNT(*) AS n FROM reconciliation_findings \
             WHERE status = 'open' GROUP BY kind ORDER BY kind";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, (String, i64)>(
-            d.sql(SQL)
-        )
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("count findings"))
+        stmt(SQL)
+            .fetch_all::<(String, i64)>(self, "count findings")
+            .await
     }
 
     /// Worker processes that have not stopped, most recent heartbeat first.
     pub async fn workers(&self) -> Result<Vec<WorkerRow>, StoreError> {
         const SQL: &str = "SELECT id, hostname, pid, concurrency, in_flight, started_at, last_seen, stopped_at \
             FROM workers ORDER BY last_seen DESC LIMIT 20";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, WorkerRow>(d.sql(SQL))
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("list workers"))
+        stmt(SQL).fetch_all::<WorkerRow>(self, "list workers").await
     }
 
     /// The latest PAC calls, newest first.
     pub async fn recent_attempts(&self, limit: i64) -> Result<Vec<AttemptRow>, StoreError> {
-        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM pac_attempts ORDER BY id DESC LIMIT ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
-            d.owned(sql)
-        )
-        .bind(limit)
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("list PAC attempts"))
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM pac_attempts ORDER BY id DESC LIMIT $1");
+        stmt(sql)
+            .bind(limit)
+            .fetch_all::<AttemptRow>(self, "list PAC attempts")
+            .await
     }
 
     /// The latest PAC calls that did not succeed, newest first.
     pub async fn recent_failed_attempts(&self, limit: i64) -> Result<Vec<AttemptRow>, StoreError> {
         let sql = format!(
             "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts \
-             WHERE outcome IN ('rejected', 'retryable', 'unknown', 'unresolved') ORDER BY id DESC LIMIT ?"
+             WHERE outcome IN ('rejected', 'retryable', 'unknown', 'unresolved') ORDER BY id DESC LIMIT $1"
         );
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
-            d.owned(sql)
-        )
-        .bind(limit)
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("list failed PAC attempts"))
+        stmt(sql)
+            .bind(limit)
+            .fetch_all::<AttemptRow>(self, "list failed PAC attempts")
+            .await
     }
 
     /// Documents with a recorded error, most recent change first.
@@ -645,13 +333,12 @@ impl Db {
         let sql = format!(
             "SELECT {DOC_COLUMNS} FROM payments p JOIN outbox o ON o.payment_id = p.id \
              WHERE o.last_error_code IS NOT NULL OR o.last_error_message IS NOT NULL \
-             ORDER BY o.updated_at DESC LIMIT ?"
+             ORDER BY o.updated_at DESC LIMIT $1"
         );
-        on_pool!(self, |pool, d| sqlx::query_as::<_, DocRow>(d.owned(sql))
+        stmt(sql)
             .bind(limit)
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("list recent errors"))
+            .fetch_all::<DocRow>(self, "list recent errors")
+            .await
     }
 
     /// One page of a list and the number of rows over all pages.
@@ -667,7 +354,7 @@ impl Db {
         let cond = f.view.condition();
         let rows_sql = format!(
             "SELECT {DOC_COLUMNS}{LIST_WHERE} AND {cond} \
-             ORDER BY COALESCE(o.updated_at, p.updated_at) DESC, p.id DESC LIMIT ? OFFSET ?"
+             ORDER BY COALESCE(o.updated_at, p.updated_at) DESC, p.id DESC LIMIT $10 OFFSET $11"
         );
         let count_sql = format!("SELECT COUNT(*){LIST_WHERE} AND {cond}");
         macro_rules! bind_search {
@@ -684,57 +371,49 @@ impl Db {
                     .bind(&q)
             };
         }
-        on_pool!(self, |pool, d| {
-            let rows = bind_search!(sqlx::query_as::<_, DocRow>(d.owned(rows_sql)))
-                .bind(f.limit)
-                .bind(f.offset)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx("list documents"))?;
-            let (total,): (i64,) = bind_search!(sqlx::query_as(d.owned(count_sql)))
-                .fetch_one(pool)
-                .await
-                .map_err(ctx("count documents"))?;
-            Ok((rows, total))
-        })
+        let rows = bind_search!(stmt(rows_sql))
+            .bind(f.limit)
+            .bind(f.offset)
+            .fetch_all::<DocRow>(self, "list documents")
+            .await?;
+        let (total,): (i64,) = bind_search!(stmt(count_sql))
+            .fetch_one(self, "count documents")
+            .await?;
+        Ok((rows, total))
     }
 
     pub async fn payment(&self, id: i64) -> Result<Option<PaymentRow>, StoreError> {
         const SQL: &str = "SELECT id, provider, payment_id, event_id, amount, currency, method, forma_pago, \
-            customer_json, paid_at, livemode, status, reason, created_at FROM payments WHERE id = ?";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, PaymentRow>(d.sql(SQL))
+            customer_json, paid_at, livemode, status, reason, created_at FROM payments WHERE id = $1";
+        stmt(SQL)
             .bind(id)
-            .fetch_optional(pool)
-            .await)
-        .map_err(ctx("read a payment"))
+            .fetch_optional::<PaymentRow>(self, "read a payment")
+            .await
     }
 
     pub async fn documents_of_payment(&self, payment_row: i64) -> Result<Vec<DocFull>, StoreError> {
-        let sql = format!("{FULL_DOC} WHERE o.payment_id = ? ORDER BY o.id");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, DocFull>(d.owned(sql))
+        let sql = format!("{FULL_DOC} WHERE o.payment_id = $1 ORDER BY o.id");
+        stmt(sql)
             .bind(payment_row)
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("read the documents of a payment"))
+            .fetch_all::<DocFull>(self, "read the documents of a payment")
+            .await
     }
 
     pub async fn document(&self, outbox_id: i64) -> Result<Option<DocFull>, StoreError> {
-        let sql = format!("{FULL_DOC} WHERE o.id = ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, DocFull>(d.owned(sql))
+        let sql = format!("{FULL_DOC} WHERE o.id = $1");
+        stmt(sql)
             .bind(outbox_id)
-            .fetch_optional(pool)
-            .await)
-        .map_err(ctx("read a document"))
+            .fetch_optional::<DocFull>(self, "read a document")
+            .await
     }
 
     /// The stamped document carrying `uuid`, if we recorded one.
     pub async fn document_by_uuid(&self, uuid: &str) -> Result<Option<DocFull>, StoreError> {
-        let sql = format!("{FULL_DOC} WHERE UPPER(o.uuid) = ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, DocFull>(d.owned(sql))
+        let sql = format!("{FULL_DOC} WHERE UPPER(o.uuid) = $1");
+        stmt(sql)
             .bind(uuid.to_uppercase())
-            .fetch_optional(pool)
-            .await)
-        .map_err(ctx("find a document by UUID"))
+            .fetch_optional::<DocFull>(self, "find a document by UUID")
+            .await
     }
 
     /// Stamped documents whose frozen request relates to `uuid` (CfdiRelacionados), other than
@@ -745,17 +424,16 @@ impl Db {
         except: Option<&str>,
     ) -> Result<Vec<String>, StoreError> {
         const SQL: &str = "SELECT o.uuid FROM outbox o \
-            WHERE o.uuid IS NOT NULL AND o.state = 'stamped' AND o.request_json LIKE ? \
-            AND UPPER(o.uuid) <> ? AND NOT EXISTS (SELECT 1 FROM cancellations c \
+            WHERE o.uuid IS NOT NULL AND o.state = 'stamped' AND o.request_json LIKE $1 \
+            AND UPPER(o.uuid) <> $2 AND NOT EXISTS (SELECT 1 FROM cancellations c \
                 WHERE UPPER(c.uuid) = UPPER(o.uuid) AND c.state = 'canceled')";
         let like = format!("%{}%", uuid.to_uppercase());
         let except = except.unwrap_or_default().to_uppercase();
-        let rows: Vec<(String,)> = on_pool!(self, |pool, d| sqlx::query_as(d.sql(SQL))
+        let rows: Vec<(String,)> = stmt(SQL)
             .bind(like)
             .bind(except)
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("find related documents"))?;
+            .fetch_all(self, "find related documents")
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(u,)| u)
@@ -766,27 +444,23 @@ impl Db {
     /// The PAC calls about a document and its cancellations, oldest first.
     pub async fn attempts_of(&self, outbox_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
         let sql = format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE outbox_id = ? \
-             OR cancellation_id IN (SELECT id FROM cancellations WHERE outbox_id = ?) ORDER BY id"
+            "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE outbox_id = $1 \
+             OR cancellation_id IN (SELECT id FROM cancellations WHERE outbox_id = $2) ORDER BY id"
         );
-        on_pool!(self, |pool, d| sqlx::query_as::<_, AttemptRow>(
-            d.owned(sql)
-        )
-        .bind(outbox_id)
-        .bind(outbox_id)
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("read the attempt log"))
+        stmt(sql)
+            .bind(outbox_id)
+            .bind(outbox_id)
+            .fetch_all::<AttemptRow>(self, "read the attempt log")
+            .await
     }
 
     pub async fn history_of(&self, outbox_id: i64) -> Result<Vec<HistoryRow>, StoreError> {
         const SQL: &str = "SELECT outbox_id, generation, stamp_key, request_json, sealed_xml, reason, actor, at \
-            FROM outbox_history WHERE outbox_id = ? ORDER BY generation";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, HistoryRow>(d.sql(SQL))
+            FROM outbox_history WHERE outbox_id = $1 ORDER BY generation";
+        stmt(SQL)
             .bind(outbox_id)
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("read the generations of a document"))
+            .fetch_all::<HistoryRow>(self, "read the generations of a document")
+            .await
     }
 
     pub async fn cancellations_of(
@@ -794,48 +468,39 @@ impl Db {
         outbox_id: i64,
     ) -> Result<Vec<CancellationRow>, StoreError> {
         let sql =
-            format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE outbox_id = ? ORDER BY id");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
-            d.owned(sql)
-        )
-        .bind(outbox_id)
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("read cancellations"))
+            format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE outbox_id = $1 ORDER BY id");
+        stmt(sql)
+            .bind(outbox_id)
+            .fetch_all::<CancellationRow>(self, "read cancellations")
+            .await
     }
 
     pub async fn cancellation_by_uuid(
         &self,
         uuid: &str,
     ) -> Result<Option<CancellationRow>, StoreError> {
-        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE UPPER(uuid) = ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
-            d.owned(sql)
-        )
-        .bind(uuid.to_uppercase())
-        .fetch_optional(pool)
-        .await)
-        .map_err(ctx("read a cancellation"))
+        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE UPPER(uuid) = $1");
+        stmt(sql)
+            .bind(uuid.to_uppercase())
+            .fetch_optional::<CancellationRow>(self, "read a cancellation")
+            .await
     }
 
     pub async fn cancellation(&self, id: i64) -> Result<Option<CancellationRow>, StoreError> {
-        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE id = ?");
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
-            d.owned(sql)
-        )
-        .bind(id)
-        .fetch_optional(pool)
-        .await)
-        .map_err(ctx("read a cancellation"))
+        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE id = $1");
+        stmt(sql)
+            .bind(id)
+            .fetch_optional::<CancellationRow>(self, "read a cancellation")
+            .await
     }
 
     /// Appends a PAC call the admin made (recover before a refreeze, reconciliation, a SAT
     /// status query) to the attempt log the workers write.
     pub async fn log_admin_pac_call(&self, call: &AdminPacCall<'_>) -> Result<(), StoreError> {
         const SQL: &str = "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, \
-            http_status, code, message, latency_ms, uuid, worker, at) VALUES (?, NULL, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)";
+            http_status, code, message, latency_ms, uuid, worker, at) VALUES ($1, NULL, $2, $3, $4, NULL, $5, $6, $7, $8, $9, $10)";
         let now = Utc::now();
-        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+        stmt(SQL)
             .bind(call.outbox_id)
             .bind(call.operation)
             .bind(call.pac)
@@ -846,10 +511,8 @@ impl Db {
             .bind(call.uuid)
             .bind(call.by)
             .bind(now)
-            .execute(pool)
-            .await
-            .map(|r| r.rows_affected()))
-        .map_err(ctx("log a PAC call"))?;
+            .execute(self, "log a PAC call")
+            .await?;
         Ok(())
     }
 
@@ -866,16 +529,13 @@ impl Db {
             "1 = 1"
         };
         let sql = format!(
-            "SELECT {CANCEL_COLUMNS} FROM cancellations WHERE {cond} ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?"
+            "SELECT {CANCEL_COLUMNS} FROM cancellations WHERE {cond} ORDER BY updated_at DESC, id DESC LIMIT $1 OFFSET $2"
         );
-        on_pool!(self, |pool, d| sqlx::query_as::<_, CancellationRow>(
-            d.owned(sql)
-        )
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("list cancellations"))
+        stmt(sql)
+            .bind(limit)
+            .bind(offset)
+            .fetch_all::<CancellationRow>(self, "list cancellations")
+            .await
     }
 
     pub async fn actions_on(
@@ -884,23 +544,21 @@ impl Db {
         target_id: &str,
     ) -> Result<Vec<ActionRow>, StoreError> {
         const SQL: &str = "SELECT id, actor, action, target_kind, target_id, detail, at FROM admin_actions \
-            WHERE target_kind = ? AND target_id = ? ORDER BY id";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, ActionRow>(d.sql(SQL))
+            WHERE target_kind = $1 AND target_id = $2 ORDER BY id";
+        stmt(SQL)
             .bind(target_kind)
             .bind(target_id)
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("read admin actions"))
+            .fetch_all::<ActionRow>(self, "read admin actions")
+            .await
     }
 
     pub async fn recent_actions(&self, limit: i64) -> Result<Vec<ActionRow>, StoreError> {
         const SQL: &str = "SELECT id, actor, action, target_kind, target_id, detail, at FROM admin_actions \
-            ORDER BY id DESC LIMIT ?";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, ActionRow>(d.sql(SQL))
+            ORDER BY id DESC LIMIT $1";
+        stmt(SQL)
             .bind(limit)
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("read admin actions"))
+            .fetch_all::<ActionRow>(self, "read admin actions")
+            .await
     }
 
     /// Sends a document back to the worker, due now, the frozen bytes and key untouched:
@@ -919,21 +577,21 @@ impl Db {
     ) -> Result<Option<&'static str>, StoreError> {
         const FAILED: &str = "UPDATE outbox SET state = CASE WHEN (SELECT a.outcome FROM pac_attempts a \
             WHERE a.outbox_id = outbox.id AND a.operation IN ('stamp', 'recover') ORDER BY a.id DESC LIMIT 1) \
-            IN ('unknown', 'unresolved') THEN 'unknown' ELSE 'pending' END, run_at = ?, attempts = 0, \
-            lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? AND state = 'failed' \
+            IN ('unknown', 'unresolved') THEN 'unknown' ELSE 'pending' END, run_at = $1, attempts = 0, \
+            lease_owner = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $3 AND state = 'failed' \
             RETURNING state";
-        const UNKNOWN: &str = "UPDATE outbox SET run_at = ?, updated_at = ? WHERE id = ? AND state = 'unknown' RETURNING state";
+        const UNKNOWN: &str = "UPDATE outbox SET run_at = $1, updated_at = $2 WHERE id = $3 AND state = 'unknown' RETURNING state";
         let now = Utc::now();
-        in_tx!(self, "commit a retry", |tx, d| {
+        let mut tx = self.begin().await?;
+        let out = {
             let mut done = None;
             for (sql, from) in [(FAILED, "failed"), (UNKNOWN, "unknown")] {
-                let to: Option<(String,)> = sqlx::query_as(d.sql(sql))
+                let to: Option<(String,)> = stmt(sql)
                     .bind(now)
                     .bind(now)
                     .bind(outbox_id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(ctx("retry a document"))?;
+                    .fetch_optional_in(&mut tx, "retry a document")
+                    .await?;
                 done = match (from, to.as_ref().map(|t| t.0.as_str())) {
                     (_, None) => continue,
                     ("failed", Some("pending")) => {
@@ -947,19 +605,21 @@ impl Db {
                 break;
             }
             if let Some(detail) = done {
-                sqlx::query(d.sql(INSERT_ACTION))
-                    .bind(actor)
-                    .bind("retry")
-                    .bind("outbox")
-                    .bind(outbox_id.to_string())
-                    .bind(Some(detail))
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(ctx("record an admin action"))?;
+                admin_action(
+                    actor,
+                    "retry",
+                    "outbox",
+                    outbox_id.to_string(),
+                    Some(detail),
+                    now,
+                )
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
             }
             Ok::<_, StoreError>(done)
-        })
+        };
+        tx.commit("commit a retry").await?;
+        out
     }
 
     /// Freezes a cancellation request for the worker (state `requested`, due now). A UUID whose
@@ -969,25 +629,25 @@ impl Db {
         c: &NewCancellation,
         actor: &str,
     ) -> Result<Result<i64, CancelConflict>, StoreError> {
-        const EXISTING: &str = "SELECT id, state FROM cancellations WHERE UPPER(uuid) = ?";
+        const EXISTING: &str = "SELECT id, state FROM cancellations WHERE UPPER(uuid) = $1";
         const INSERT: &str = "INSERT INTO cancellations (outbox_id, uuid, rfc_emisor, rfc_receptor, total, \
             motivo, folio_sustitucion, state, requires_acceptance, attempts, run_at, requested_by, created_at, updated_at) \
-            VALUES (?, ?, ?, ?, ?, ?, ?, 'requested', ?, 0, ?, ?, ?, ?) RETURNING id";
-        const AGAIN: &str = "UPDATE cancellations SET motivo = ?, folio_sustitucion = ?, state = 'requested', \
-            requires_acceptance = ?, attempts = 0, run_at = ?, lease_owner = NULL, lease_expires_at = NULL, \
-            last_error_code = NULL, last_error_message = NULL, requested_by = ?, updated_at = ? \
-            WHERE id = ? AND state IN ('rejected', 'failed')";
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', $8, 0, $9, $10, $11, $12) RETURNING id";
+        const AGAIN: &str = "UPDATE cancellations SET motivo = $1, folio_sustitucion = $2, state = 'requested', \
+            requires_acceptance = $3, attempts = 0, run_at = $4, lease_owner = NULL, lease_expires_at = NULL, \
+            last_error_code = NULL, last_error_message = NULL, requested_by = $5, updated_at = $6 \
+            WHERE id = $7 AND state IN ('rejected', 'failed')";
         let now = Utc::now();
         let uuid = c.uuid.to_uppercase();
-        in_tx!(self, "commit a cancellation request", |tx, d| {
-            let existing: Option<(i64, String)> = sqlx::query_as(d.sql(EXISTING))
+        let mut tx = self.begin().await?;
+        let out = {
+            let existing: Option<(i64, String)> = stmt(EXISTING)
                 .bind(&uuid)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(ctx("look for an earlier cancellation"))?;
+                .fetch_optional_in(&mut tx, "look for an earlier cancellation")
+                .await?;
             let id = match existing {
                 Some((id, state)) if state == "rejected" || state == "failed" => {
-                    sqlx::query(d.sql(AGAIN))
+                    stmt(AGAIN)
                         .bind(&c.motivo)
                         .bind(&c.folio_sustitucion)
                         .bind(c.requires_acceptance)
@@ -995,16 +655,15 @@ impl Db {
                         .bind(actor)
                         .bind(now)
                         .bind(id)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(ctx("request a cancellation again"))?;
+                        .execute_in(&mut tx, "request a cancellation again")
+                        .await?;
                     id
                 }
                 Some((_, state)) => {
                     return Ok(Err(CancelConflict::AlreadyRequested { state }));
                 }
                 None => {
-                    let (id,): (i64,) = sqlx::query_as(d.sql(INSERT))
+                    let (id,): (i64,) = stmt(INSERT)
                         .bind(c.outbox_id)
                         .bind(&uuid)
                         .bind(&c.rfc_emisor)
@@ -1017,9 +676,8 @@ impl Db {
                         .bind(actor)
                         .bind(now)
                         .bind(now)
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(ctx("freeze a cancellation"))?;
+                        .fetch_one_in(&mut tx, "freeze a cancellation")
+                        .await?;
                     id
                 }
             };
@@ -1036,18 +694,20 @@ impl Db {
                     "no acceptance needed"
                 }
             );
-            sqlx::query(d.sql(INSERT_ACTION))
-                .bind(actor)
-                .bind("cancel")
-                .bind("outbox")
-                .bind(c.outbox_id.to_string())
-                .bind(Some(detail))
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("record an admin action"))?;
+            admin_action(
+                actor,
+                "cancel",
+                "outbox",
+                c.outbox_id.to_string(),
+                Some(detail),
+                now,
+            )
+            .execute_in(&mut tx, "record an admin action")
+            .await?;
             Ok::<_, StoreError>(Ok(id))
-        })
+        };
+        tx.commit("commit a cancellation request").await?;
+        out
     }
 
     /// Starts a new generation of an `expired` or `failed` document: the current one goes to
@@ -1065,29 +725,28 @@ impl Db {
         actor: &str,
     ) -> Result<bool, StoreError> {
         const ARCHIVE: &str = "INSERT INTO outbox_history (outbox_id, generation, stamp_key, request_json, \
-            sealed_xml, reason, actor, at) SELECT id, generation, stamp_key, request_json, sealed_xml, ?, ?, ? \
-            FROM outbox WHERE id = ? AND generation = ? AND state IN ('expired', 'failed') AND uuid IS NULL";
-        const RENEW: &str = "UPDATE outbox SET request_json = ?, stamp_key = ?, generation = generation + 1, \
-            sealed_xml = NULL, sealed_at = NULL, state = 'pending', attempts = 0, run_at = ?, fecha = ?, \
+            sealed_xml, reason, actor, at) SELECT id, generation, stamp_key, request_json, sealed_xml, $1, $2, $3 \
+            FROM outbox WHERE id = $4 AND generation = $5 AND state IN ('expired', 'failed') AND uuid IS NULL";
+        const RENEW: &str = "UPDATE outbox SET request_json = $1, stamp_key = $2, generation = generation + 1, \
+            sealed_xml = NULL, sealed_at = NULL, state = 'pending', attempts = 0, run_at = $3, fecha = $4, \
             lease_owner = NULL, lease_expires_at = NULL, last_error_code = NULL, last_error_message = NULL, \
-            pac_route = NULL, updated_at = ? \
-            WHERE id = ? AND generation = ? AND state IN ('expired', 'failed') AND uuid IS NULL";
+            pac_route = NULL, updated_at = $5 \
+            WHERE id = $6 AND generation = $7 AND state IN ('expired', 'failed') AND uuid IS NULL";
         let now = Utc::now();
-        in_tx!(self, "commit a refreeze", |tx, d| {
-            let archived = sqlx::query(d.sql(ARCHIVE))
+        let mut tx = self.begin().await?;
+        let out = {
+            let archived = stmt(ARCHIVE)
                 .bind(reason)
                 .bind(actor)
                 .bind(now)
                 .bind(outbox_id)
                 .bind(expected_generation)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("archive a generation"))?
-                .rows_affected();
+                .execute_in(&mut tx, "archive a generation")
+                .await?;
             if archived != 1 {
                 return Ok(false);
             }
-            sqlx::query(d.sql(RENEW))
+            stmt(RENEW)
                 .bind(new_request_json)
                 .bind(new_key)
                 .bind(now)
@@ -1095,24 +754,18 @@ impl Db {
                 .bind(now)
                 .bind(outbox_id)
                 .bind(expected_generation)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("refreeze a document"))?;
-            sqlx::query(d.sql(INSERT_ACTION))
-                .bind(actor)
-                .bind("refreeze")
-                .bind("outbox")
-                .bind(outbox_id.to_string())
-                .bind(Some(format!(
+                .execute_in(&mut tx, "refreeze a document")
+                .await?;
+            admin_action(actor, "refreeze", "outbox", outbox_id.to_string(), Some(format!(
                     "generation {expected_generation} archived, generation {} frozen with Fecha {new_fecha} and key {new_key}: {reason}",
                     expected_generation + 1
-                )))
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("record an admin action"))?;
+                )), now)
+.execute_in(&mut tx, "record an admin action")
+.await?;
             Ok::<bool, StoreError>(true)
-        })
+        };
+        tx.commit("commit a refreeze").await?;
+        out
     }
 
     /// Records a stamp the PAC holds for a document we never recorded it on, and flags the row
@@ -1126,12 +779,13 @@ impl Db {
         flag: &str,
         actor: &str,
     ) -> Result<bool, StoreError> {
-        const SQL: &str = "UPDATE outbox SET uuid = ?, stamped_xml = ?, fecha_timbrado = ?, state = 'stamped', \
-            stamped_at = ?, flag = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ? \
-            WHERE id = ? AND uuid IS NULL";
+        const SQL: &str = "UPDATE outbox SET uuid = $1, stamped_xml = $2, fecha_timbrado = $3, state = 'stamped', \
+            stamped_at = $4, flag = $5, lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
+            WHERE id = $7 AND uuid IS NULL";
         let now = Utc::now();
-        in_tx!(self, "commit an adopted stamp", |tx, d| {
-            let done = sqlx::query(d.sql(SQL))
+        let mut tx = self.begin().await?;
+        let out = {
+            let done = stmt(SQL)
                 .bind(uuid.to_uppercase())
                 .bind(stamped_xml)
                 .bind(fecha_timbrado)
@@ -1139,32 +793,31 @@ impl Db {
                 .bind(flag)
                 .bind(now)
                 .bind(outbox_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("adopt a stamp"))?
-                .rows_affected();
+                .execute_in(&mut tx, "adopt a stamp")
+                .await?;
             if done == 1 {
-                sqlx::query(d.sql(INSERT_ACTION))
-                    .bind(actor)
-                    .bind("adopt_stamp")
-                    .bind("outbox")
-                    .bind(outbox_id.to_string())
-                    .bind(Some(format!("UUID {uuid}: {flag}")))
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(ctx("record an admin action"))?;
+                admin_action(
+                    actor,
+                    "adopt_stamp",
+                    "outbox",
+                    outbox_id.to_string(),
+                    Some(format!("UUID {uuid}: {flag}")),
+                    now,
+                )
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
                 // An API invoice's merchant hears of the adopted stamp like of any other.
-                sqlx::query(super::worker::API_EVENT)
+                stmt(super::worker::API_EVENT)
                     .bind("invoice.stamped")
                     .bind(now)
                     .bind(outbox_id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(ctx("queue the merchant webhook"))?;
+                    .execute_in(&mut tx, "queue the merchant webhook")
+                    .await?;
             }
             Ok::<bool, StoreError>(done == 1)
-        })
+        };
+        tx.commit("commit an adopted stamp").await?;
+        out
     }
 
     /// Every sealed generation we hold without a stamp recorded for it: the current one of rows
@@ -1181,24 +834,18 @@ impl Db {
             SELECT h.outbox_id, h.generation, h.stamp_key, h.sealed_xml, o.generation AS current_generation, \
             o.uuid AS recorded_uuid, o.state FROM outbox_history h JOIN outbox o ON o.id = h.outbox_id \
             WHERE h.sealed_xml IS NOT NULL ORDER BY 1, 2";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, SealedGeneration>(
-            d.sql(SQL)
-        )
-        .fetch_all(pool)
-        .await)
-        .map_err(ctx("list sealed generations"))
+        stmt(SQL)
+            .fetch_all::<SealedGeneration>(self, "list sealed generations")
+            .await
     }
 
     /// Every stamp key we ever froze (current and archived) → `(outbox_id, generation, current)`.
     pub async fn all_stamp_keys(&self) -> Result<Vec<(String, i64, i32, bool)>, StoreError> {
         const SQL: &str = "SELECT stamp_key, id, generation, 1 = 1 AS current FROM outbox \
             UNION ALL SELECT stamp_key, outbox_id, generation, 1 = 0 AS current FROM outbox_history";
-        on_pool!(self, |pool, d| {
-            sqlx::query_as::<_, (String, i64, i32, bool)>(d.sql(SQL))
-                .fetch_all(pool)
-                .await
-        })
-        .map_err(ctx("list stamp keys"))
+        stmt(SQL)
+            .fetch_all::<(String, i64, i32, bool)>(self, "list stamp keys")
+            .await
     }
 
     /// Notes a finding once per `(kind, uuid)`; `true` when it is new.
@@ -1211,20 +858,18 @@ impl Db {
         detail: &str,
     ) -> Result<bool, StoreError> {
         const SQL: &str = "INSERT INTO reconciliation_findings (kind, outbox_id, uuid, stamp_key, detail, status, found_at) \
-            VALUES (?, ?, ?, ?, ?, 'open', ?) ON CONFLICT (kind, uuid) DO NOTHING";
+            VALUES ($1, $2, $3, $4, $5, 'open', $6) ON CONFLICT (kind, uuid) DO NOTHING";
         let now = Utc::now();
-        on_pool!(self, write, |pool, d| sqlx::query(d.sql(SQL))
+        stmt(SQL)
             .bind(kind)
             .bind(outbox_id)
             .bind(uuid.to_uppercase())
             .bind(stamp_key)
             .bind(detail)
             .bind(now)
-            .execute(pool)
+            .execute(self, "record a finding")
             .await
-            .map(|r| r.rows_affected()))
-        .map(|n| n == 1)
-        .map_err(ctx("record a finding"))
+            .map(|n| n == 1)
     }
 
     /// Findings, newest first; `status` filters (`open`, `resolved`).
@@ -1234,27 +879,25 @@ impl Db {
         status: Option<&str>,
     ) -> Result<Vec<FindingRow>, StoreError> {
         const SQL: &str = "SELECT id, kind, outbox_id, uuid, stamp_key, detail, status, found_at, resolved_at \
-            FROM reconciliation_findings WHERE (? = '' OR kind = ?) AND (? = '' OR status = ?) ORDER BY id DESC";
+            FROM reconciliation_findings WHERE ($1 = '' OR kind = $2) AND ($3 = '' OR status = $4) ORDER BY id DESC";
         let kind = kind.unwrap_or_default();
         let status = status.unwrap_or_default();
-        on_pool!(self, |pool, d| sqlx::query_as::<_, FindingRow>(d.sql(SQL))
+        stmt(SQL)
             .bind(kind)
             .bind(kind)
             .bind(status)
             .bind(status)
-            .fetch_all(pool)
-            .await)
-        .map_err(ctx("list findings"))
+            .fetch_all::<FindingRow>(self, "list findings")
+            .await
     }
 
     pub async fn finding(&self, id: i64) -> Result<Option<FindingRow>, StoreError> {
         const SQL: &str = "SELECT id, kind, outbox_id, uuid, stamp_key, detail, status, found_at, resolved_at \
-            FROM reconciliation_findings WHERE id = ?";
-        on_pool!(self, |pool, d| sqlx::query_as::<_, FindingRow>(d.sql(SQL))
+            FROM reconciliation_findings WHERE id = $1";
+        stmt(SQL)
             .bind(id)
-            .fetch_optional(pool)
-            .await)
-        .map_err(ctx("read a finding"))
+            .fetch_optional::<FindingRow>(self, "read a finding")
+            .await
     }
 
     /// Closes a finding and records who did it.
@@ -1264,48 +907,36 @@ impl Db {
         actor: &str,
         detail: &str,
     ) -> Result<bool, StoreError> {
-        const SQL: &str = "UPDATE reconciliation_findings SET status = 'resolved', resolved_at = ? \
-            WHERE id = ? AND status = 'open'";
+        const SQL: &str = "UPDATE reconciliation_findings SET status = 'resolved', resolved_at = $1 \
+            WHERE id = $2 AND status = 'open'";
         let now = Utc::now();
-        in_tx!(self, "commit a resolved finding", |tx, d| {
-            let done = sqlx::query(d.sql(SQL))
+        let mut tx = self.begin().await?;
+        let out = {
+            let done = stmt(SQL)
                 .bind(now)
                 .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(ctx("resolve a finding"))?
-                .rows_affected();
+                .execute_in(&mut tx, "resolve a finding")
+                .await?;
             if done == 1 {
-                sqlx::query(d.sql(INSERT_ACTION))
-                    .bind(actor)
-                    .bind("resolve_finding")
-                    .bind("finding")
-                    .bind(id.to_string())
-                    .bind(Some(detail))
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(ctx("record an admin action"))?;
+                admin_action(
+                    actor,
+                    "resolve_finding",
+                    "finding",
+                    id.to_string(),
+                    Some(detail),
+                    now,
+                )
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
             }
             Ok::<bool, StoreError>(done == 1)
-        })
+        };
+        tx.commit("commit a resolved finding").await?;
+        out
     }
 }
 
 /// 12 or 13 letters and digits: the shape of an RFC (validated properly elsewhere).
 fn looks_like_rfc(s: &str) -> bool {
     (12..=13).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '&')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn placeholders_are_numbered_for_postgres() {
-        assert_eq!(
-            numbered("SELECT a FROM t WHERE b = ? AND c IN (?, ?)"),
-            "SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)"
-        );
-    }
 }

@@ -8,70 +8,10 @@
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
+use super::exec::{Dialect, stmt};
+use super::rows::ClaimedStampRow;
+pub use super::rows::{ClaimedCancel, OutboxStatus};
 use super::{Db, StoreError, ctx};
-
-/// Runs one write statement on either backend (SQLite writers queue on the process's write
-/// lock) and evaluates to the number of rows affected.
-macro_rules! exec {
-    ($db:expr, $what:literal, $sql:expr $(, $arg:expr)* $(,)?) => {
-        match $db {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                sqlx::query($sql)$(.bind($arg))*.execute(pool).await.map_err(ctx($what))?.rows_affected()
-            }
-            Db::Postgres(pool) => {
-                sqlx::query($sql)$(.bind($arg))*.execute(pool).await.map_err(ctx($what))?.rows_affected()
-            }
-        }
-    };
-}
-
-/// Runs a statement returning at most one row, mapping it with `$map` (a closure over the row).
-macro_rules! fetch_opt {
-    ($db:expr, $what:literal, $lock:expr, $sqlite:expr, $pg:expr, [$($arg:expr),*], $map:expr) => {
-        match $db {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = if $lock { Some(write_lock.lock().await) } else { None };
-                let row = sqlx::query($sqlite)$(.bind($arg))*.fetch_optional(pool).await.map_err(ctx($what))?;
-                row.map(|r| ($map)(&r)).transpose().map_err(ctx($what))?
-            }
-            Db::Postgres(pool) => {
-                let row = sqlx::query($pg)$(.bind($arg))*.fetch_optional(pool).await.map_err(ctx($what))?;
-                row.map(|r| ($map)(&r)).transpose().map_err(ctx($what))?
-            }
-        }
-    };
-}
-
-/// Runs a read returning many rows, mapping each with `$map`; the `write` form takes a text per
-/// backend and, on SQLite, the write lock (for `UPDATE … RETURNING`).
-macro_rules! fetch_all {
-    ($db:expr, $what:literal, write $sqlite:expr, $pg:expr, [$($arg:expr),*], $map:expr) => {
-        match $db {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                let rows = sqlx::query($sqlite)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
-                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
-            }
-            Db::Postgres(pool) => {
-                let rows = sqlx::query($pg)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
-                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
-            }
-        }
-    };
-    ($db:expr, $what:literal, $sql:expr, [$($arg:expr),*], $map:expr) => {
-        match $db {
-            Db::Sqlite { pool, .. } => {
-                let rows = sqlx::query($sql)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
-                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
-            }
-            Db::Postgres(pool) => {
-                let rows = sqlx::query($sql)$(.bind($arg))*.fetch_all(pool).await.map_err(ctx($what))?;
-                rows.iter().map(|r| ($map)(r)).collect::<Result<Vec<_>, sqlx::Error>>().map_err(ctx($what))?
-            }
-        }
-    };
-}
 
 /// The code an `unknown` row carries once its asking period is over (the worker asks daily
 /// from then on): the admin lists these as unresolved.
@@ -139,21 +79,6 @@ macro_rules! claim_cancel_sql {
              state, attempts"
         )
     };
-}
-
-/// A cancellation a worker holds the lease of.
-#[derive(Debug, Clone)]
-pub struct ClaimedCancel {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub uuid: String,
-    pub rfc_emisor: String,
-    pub rfc_receptor: String,
-    pub total: String,
-    pub motivo: String,
-    pub folio_sustitucion: Option<String>,
-    pub state: String,
-    pub attempts: i32,
 }
 
 /// One PAC call, for the append-only attempt log.
@@ -387,14 +312,20 @@ impl Db {
                     ),
                 )
             };
-            let mut claimed: Vec<ClaimedStamp> = fetch_all!(
-                self,
-                "claim outbox rows",
-                write sqlite,
-                pg,
-                [owner, lease_until, now, limit],
-                |r: &dyn RowLike| r.claimed()
-            );
+            // SQLite is told which partial index to walk; PostgreSQL finds it, and SKIP LOCKED
+            // lets several instances claim different rows.
+            let sql = match self.dialect() {
+                Dialect::Sqlite => sqlite,
+                Dialect::Postgres => pg,
+            };
+            let rows: Vec<ClaimedStampRow> = stmt(sql)
+                .bind(owner)
+                .bind(lease_until)
+                .bind(now)
+                .bind(limit)
+                .write_fetch_all(self, "claim outbox rows")
+                .await?;
+            let mut claimed: Vec<ClaimedStamp> = rows.into_iter().map(ClaimedStamp::from).collect();
             if !claimed.is_empty() {
                 // RETURNING follows no order; rows are sent oldest first (ids grow with time).
                 claimed.sort_by_key(|c| c.id);
@@ -424,14 +355,12 @@ impl Db {
         owner: &str,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let n = exec!(
-            self,
-            "extend an outbox lease",
-            "UPDATE outbox SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND state || '' = 'stamping'",
-            until,
-            id,
-            owner
-        );
+        let n = stmt("UPDATE outbox SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND state || '' = 'stamping'")
+            .bind(until)
+            .bind(id)
+            .bind(owner)
+            .execute(self, "extend an outbox lease")
+            .await?;
         Ok(n == 1)
     }
 
@@ -439,13 +368,11 @@ impl Db {
     /// over at this claim (only tries since the last definite answer count towards giving
     /// up). `false` when the lease was lost.
     pub async fn restart_attempts(&self, id: i64, owner: &str) -> Result<bool, StoreError> {
-        let n = exec!(
-            self,
-            "restart the attempt count",
-            "UPDATE outbox SET attempts = 1 WHERE id = $1 AND lease_owner = $2 AND state || '' = 'stamping'",
-            id,
-            owner
-        );
+        let n = stmt("UPDATE outbox SET attempts = 1 WHERE id = $1 AND lease_owner = $2 AND state || '' = 'stamping'")
+            .bind(id)
+            .bind(owner)
+            .execute(self, "restart the attempt count")
+            .await?;
         Ok(n == 1)
     }
 
@@ -453,27 +380,21 @@ impl Db {
     /// is deterministic, so they are the same). Returns the bytes now in the row.
     pub async fn save_sealed(&self, id: i64, xml: &[u8]) -> Result<Vec<u8>, StoreError> {
         let now = Utc::now();
-        let written = exec!(
-            self,
-            "store the sealed comprobante",
-            SAVE_SEALED,
-            xml,
-            now,
-            id
-        );
+        let written = stmt(SAVE_SEALED)
+            .bind(xml)
+            .bind(now)
+            .bind(id)
+            .execute(self, "store the sealed comprobante")
+            .await?;
         if written == 1 {
             return Ok(xml.to_vec());
         }
         let sql = "SELECT sealed_xml FROM outbox WHERE id = $1";
-        let got: Option<Option<Vec<u8>>> = fetch_opt!(
-            self,
-            "read the sealed comprobante",
-            false,
-            sql,
-            sql,
-            [id],
-            |r: &_| get_bytes(r)
-        );
+        let got: Option<Option<Vec<u8>>> = stmt(sql)
+            .bind(id)
+            .fetch_optional(self, "read the sealed comprobante")
+            .await?
+            .map(|(g,)| g);
         got.flatten().ok_or_else(|| {
             StoreError::Other(format!(
                 "outbox row {id} has no sealed comprobante after sealing"
@@ -521,30 +442,26 @@ impl Db {
 
     /// Records where a document is about to be sent (failover), before sending it.
     pub async fn add_pac_route(&self, stamp_key: &str, route: &str) -> Result<(), StoreError> {
-        exec!(
-            self,
-            "record the PAC route",
+        stmt(
             "UPDATE outbox SET pac_route = CASE WHEN pac_route IS NULL OR pac_route = '' THEN $1 \
                WHEN (',' || pac_route || ',') LIKE ('%,' || $1 || ',%') THEN pac_route \
                ELSE pac_route || ',' || $1 END WHERE stamp_key = $2",
-            route,
-            stamp_key
-        );
+        )
+        .bind(route)
+        .bind(stamp_key)
+        .execute(self, "record the PAC route")
+        .await?;
         Ok(())
     }
 
     /// The PACs a key was ever sent to.
     pub async fn pac_routes(&self, stamp_key: &str) -> Result<Vec<String>, StoreError> {
         let sql = "SELECT pac_route FROM outbox WHERE stamp_key = $1";
-        let got: Option<Option<String>> = fetch_opt!(
-            self,
-            "read the PAC route",
-            false,
-            sql,
-            sql,
-            [stamp_key],
-            |r: &_| get_opt_string(r, "pac_route")
-        );
+        let got: Option<Option<String>> = stmt(sql)
+            .bind(stamp_key)
+            .fetch_optional(self, "read the PAC route")
+            .await?
+            .map(|(g,)| g);
         Ok(got
             .flatten()
             .map(|s| {
@@ -601,15 +518,13 @@ impl Db {
     /// reached the PAC), to be recovered first by whichever worker takes them next.
     pub async fn release_stamp_leases(&self, owner: &str) -> Result<u64, StoreError> {
         let now = Utc::now();
-        Ok(exec!(
-            self,
-            "release leases",
-            "UPDATE outbox SET state = 'unknown', run_at = $1, lease_owner = NULL, lease_expires_at = NULL, \
+        stmt("UPDATE outbox SET state = 'unknown', run_at = $1, lease_owner = NULL, lease_expires_at = NULL, \
              last_error_message = 'released at shutdown while a PAC call was in flight', updated_at = $1 \
-             WHERE lease_owner = $2 AND state = 'stamping'",
-            now,
-            owner
-        ))
+             WHERE lease_owner = $2 AND state = 'stamping'")
+            .bind(now)
+            .bind(owner)
+            .execute(self, "release leases")
+            .await
     }
 
     /// Gives back a row this worker claimed but never sent (shutdown while it waited for its
@@ -626,38 +541,26 @@ impl Db {
             "pending" | "retry_scheduled" | "unknown" => from,
             _ => "unknown",
         };
-        let n = exec!(
-            self,
-            "release an unsent row",
+        let n = stmt(
             "UPDATE outbox SET state = $1, attempts = attempts - 1, lease_owner = NULL, \
              lease_expires_at = NULL, updated_at = $2 \
              WHERE id = $3 AND lease_owner = $4 AND state || '' = 'stamping'",
-            state,
-            Utc::now(),
-            id,
-            owner
-        );
+        )
+        .bind(state)
+        .bind(Utc::now())
+        .bind(id)
+        .bind(owner)
+        .execute(self, "release an unsent row")
+        .await?;
         Ok(n == 1)
     }
 
     /// Appends one PAC call to the attempt log.
     pub async fn log_attempt(&self, a: &Attempt<'_>) -> Result<(), StoreError> {
         let now = Utc::now();
-        match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                bind_attempt!(sqlx::query(INSERT_ATTEMPT), a, now)
-                    .execute(pool)
-                    .await
-                    .map_err(ctx("log a PAC attempt"))?;
-            }
-            Db::Postgres(pool) => {
-                bind_attempt!(sqlx::query(INSERT_ATTEMPT), a, now)
-                    .execute(pool)
-                    .await
-                    .map_err(ctx("log a PAC attempt"))?;
-            }
-        }
+        bind_attempt!(stmt(INSERT_ATTEMPT), a, now)
+            .execute(self, "log a PAC attempt")
+            .await?;
         Ok(())
     }
 
@@ -672,55 +575,44 @@ impl Db {
     ) -> Result<(), StoreError> {
         let now = Utc::now();
         let pid = i64::from(std::process::id());
-        exec!(
-            self,
-            "record the worker heartbeat",
-            "INSERT INTO workers (id, hostname, pid, concurrency, in_flight, started_at, last_seen) \
+        stmt("INSERT INTO workers (id, hostname, pid, concurrency, in_flight, started_at, last_seen) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) \
-             ON CONFLICT (id) DO UPDATE SET in_flight = $5, last_seen = $7, stopped_at = NULL",
-            id,
-            hostname,
-            pid,
-            concurrency,
-            in_flight,
-            started_at,
-            now
-        );
+             ON CONFLICT (id) DO UPDATE SET in_flight = $5, last_seen = $7, stopped_at = NULL")
+            .bind(id)
+            .bind(hostname)
+            .bind(pid)
+            .bind(concurrency)
+            .bind(in_flight)
+            .bind(started_at)
+            .bind(now)
+            .execute(self, "record the worker heartbeat")
+            .await?;
         Ok(())
     }
 
     pub async fn worker_stopped(&self, id: &str) -> Result<(), StoreError> {
         let now = Utc::now();
-        exec!(
-            self,
-            "record the worker stop",
-            "UPDATE workers SET stopped_at = $1, in_flight = 0 WHERE id = $2",
-            now,
-            id
-        );
+        stmt("UPDATE workers SET stopped_at = $1, in_flight = 0 WHERE id = $2")
+            .bind(now)
+            .bind(id)
+            .execute(self, "record the worker stop")
+            .await?;
         Ok(())
     }
 
     /// Outbox rows per state.
     pub async fn outbox_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         let sql = "SELECT state, COUNT(*) AS n FROM outbox GROUP BY state ORDER BY state";
-        Ok(fetch_all!(self, "count outbox rows", sql, [], |r: &_| {
-            count_row(r)
-        }))
+        stmt(sql).fetch_all(self, "count outbox rows").await
     }
 
     /// When the most recent stamp was recorded (benchmarks time a drain by it).
     pub async fn last_stamped_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         let sql = "SELECT MAX(stamped_at) AS t FROM outbox";
-        let got: Option<Option<DateTime<Utc>>> = fetch_opt!(
-            self,
-            "read the last stamp time",
-            false,
-            sql,
-            sql,
-            [],
-            |r: &_| RowExt::opt_time(r, "t")
-        );
+        let got: Option<Option<DateTime<Utc>>> = stmt(sql)
+            .fetch_optional(self, "read the last stamp time")
+            .await?
+            .map(|(g,)| g);
         Ok(got.flatten())
     }
 
@@ -731,15 +623,18 @@ impl Db {
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Option<ClaimedCancel>, StoreError> {
-        Ok(fetch_opt!(
-            self,
-            "claim a cancellation",
-            true,
-            claim_cancel_sql!(""),
-            claim_cancel_sql!(" FOR UPDATE SKIP LOCKED"),
-            [owner, lease_until, now],
-            |r: &_| cancel_row(r)
-        ))
+        // PostgreSQL: SKIP LOCKED lets several workers claim different rows; SQLite has one
+        // writer at a time and no such clause.
+        let sql = match self.dialect() {
+            Dialect::Sqlite => claim_cancel_sql!(""),
+            Dialect::Postgres => claim_cancel_sql!(" FOR UPDATE SKIP LOCKED"),
+        };
+        stmt(sql)
+            .bind(owner)
+            .bind(lease_until)
+            .bind(now)
+            .write_fetch_optional(self, "claim a cancellation")
+            .await
     }
 
     /// Records a cancellation's progress and releases its lease. When it ends `canceled`,
@@ -762,195 +657,72 @@ impl Db {
         let now = Utc::now();
         let (code, message) = error.map_or((None, None), |(c, m)| (Some(c), Some(m)));
         let outbox_id = outbox_id.filter(|_| state == "canceled");
-        macro_rules! run {
-            ($tx:expr) => {{
-                let n = sqlx::query(
-                    "UPDATE cancellations SET state = $1, run_at = $2, estatus_cancelacion = COALESCE($3, estatus_cancelacion), \
-                     sat_estado = COALESCE($4, sat_estado), acuse_xml = COALESCE($5, acuse_xml), last_error_code = $6, \
-                     last_error_message = $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = $8 \
-                     WHERE id = $9 AND lease_owner = $10",
-                )
-                .bind(state)
-                .bind(run_at)
-                .bind(estatus)
-                .bind(sat_estado)
-                .bind(acuse)
-                .bind(code)
-                .bind(message)
+        let mut tx = self.begin().await?;
+        let n = stmt(
+            "UPDATE cancellations SET state = $1, run_at = $2, estatus_cancelacion = COALESCE($3, estatus_cancelacion), \
+             sat_estado = COALESCE($4, sat_estado), acuse_xml = COALESCE($5, acuse_xml), last_error_code = $6, \
+             last_error_message = $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = $8 \
+             WHERE id = $9 AND lease_owner = $10",
+        )
+        .bind(state)
+        .bind(run_at)
+        .bind(estatus)
+        .bind(sat_estado)
+        .bind(acuse)
+        .bind(code)
+        .bind(message)
+        .bind(now)
+        .bind(id)
+        .bind(owner)
+        .execute_in(&mut tx, "record the cancellation's progress")
+        .await?;
+        if n == 1
+            && let Some(oid) = outbox_id
+        {
+            let flipped = stmt(MARK_OUTBOX_CANCELED)
                 .bind(now)
-                .bind(id)
-                .bind(owner)
-                .execute(&mut *$tx)
-                .await
-                .map_err(ctx("record the cancellation's progress"))?
-                .rows_affected();
-                if n == 1
-                    && let Some(oid) = outbox_id
-                {
-                    let flipped = sqlx::query(MARK_OUTBOX_CANCELED)
-                        .bind(now)
-                        .bind(oid)
-                        .execute(&mut *$tx)
-                        .await
-                        .map_err(ctx("mark the invoice cancelled"))?
-                        .rows_affected();
-                    if flipped == 1 {
-                        sqlx::query(API_EVENT)
-                            .bind("invoice.canceled")
-                            .bind(now)
-                            .bind(oid)
-                            .execute(&mut *$tx)
-                            .await
-                            .map_err(ctx("queue the merchant webhook"))?;
-                    }
-                }
-                n
-            }};
+                .bind(oid)
+                .execute_in(&mut tx, "mark the invoice cancelled")
+                .await?;
+            if flipped == 1 {
+                stmt(API_EVENT)
+                    .bind("invoice.canceled")
+                    .bind(now)
+                    .bind(oid)
+                    .execute_in(&mut tx, "queue the merchant webhook")
+                    .await?;
+            }
         }
-        let n = match self {
-            Db::Sqlite { pool, write_lock } => {
-                let _w = write_lock.lock().await;
-                let mut tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(ctx("begin a transaction"))?;
-                let n = run!(tx);
-                tx.commit()
-                    .await
-                    .map_err(ctx("commit the cancellation's progress"))?;
-                n
-            }
-            Db::Postgres(pool) => {
-                let mut tx = pool.begin().await.map_err(ctx("begin a transaction"))?;
-                let n = run!(tx);
-                tx.commit()
-                    .await
-                    .map_err(ctx("commit the cancellation's progress"))?;
-                n
-            }
-        };
+        tx.commit("commit the cancellation's progress").await?;
         Ok(n == 1)
     }
 
     /// The stamped XML of an outbox row, for the SAT status query of its cancellation.
     pub async fn stamped_xml_of(&self, outbox_id: i64) -> Result<Option<Vec<u8>>, StoreError> {
         let sql = "SELECT stamped_xml FROM outbox WHERE id = $1";
-        let got: Option<Option<Vec<u8>>> = fetch_opt!(
-            self,
-            "read the stamped XML",
-            false,
-            sql,
-            sql,
-            [outbox_id],
-            |r: &_| get_opt_bytes(r, "stamped_xml")
-        );
+        let got: Option<Option<Vec<u8>>> = stmt(sql)
+            .bind(outbox_id)
+            .fetch_optional(self, "read the stamped XML")
+            .await?
+            .map(|(g,)| g);
         Ok(got.flatten())
     }
 }
 
-/// Row access shared by both backends' row types.
-trait RowLike {
-    fn claimed(&self) -> Result<ClaimedStamp, sqlx::Error>;
-}
-
-macro_rules! impl_rowlike {
-    ($row:ty) => {
-        impl RowLike for $row {
-            fn claimed(&self) -> Result<ClaimedStamp, sqlx::Error> {
-                Ok(ClaimedStamp {
-                    id: self.try_get("id")?,
-                    claimed_from: self
-                        .try_get::<Option<String>, _>("claimed_from")?
-                        .unwrap_or_default(),
-                    stamp_key: self.try_get("stamp_key")?,
-                    request_json: self.try_get("request_json")?,
-                    sealed_xml: self.try_get("sealed_xml")?,
-                    attempts: self.try_get("attempts")?,
-                    test_mode: self.try_get("test_mode")?,
-                    pac_route: self.try_get("pac_route")?,
-                })
-            }
+impl From<ClaimedStampRow> for ClaimedStamp {
+    fn from(r: ClaimedStampRow) -> Self {
+        ClaimedStamp {
+            id: r.id,
+            claimed_from: r.claimed_from.unwrap_or_default(),
+            stamp_key: r.stamp_key,
+            request_json: r.request_json,
+            sealed_xml: r.sealed_xml,
+            attempts: r.attempts,
+            test_mode: r.test_mode,
+            pac_route: r.pac_route,
         }
-    };
+    }
 }
-impl_rowlike!(sqlx::sqlite::SqliteRow);
-impl_rowlike!(sqlx::postgres::PgRow);
-
-fn get_bytes<R: RowExt>(r: &R) -> Result<Option<Vec<u8>>, sqlx::Error> {
-    r.opt_bytes("sealed_xml")
-}
-
-fn get_opt_bytes<R: RowExt>(r: &R, col: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
-    r.opt_bytes(col)
-}
-
-fn get_opt_string<R: RowExt>(r: &R, col: &str) -> Result<Option<String>, sqlx::Error> {
-    r.opt_string(col)
-}
-
-fn count_row<R: RowExt>(r: &R) -> Result<(String, i64), sqlx::Error> {
-    Ok((r.string("state")?, r.int64("n")?))
-}
-
-fn cancel_row<R: RowExt>(r: &R) -> Result<ClaimedCancel, sqlx::Error> {
-    Ok(ClaimedCancel {
-        id: r.int64("id")?,
-        outbox_id: r.opt_int64("outbox_id")?,
-        uuid: r.string("uuid")?,
-        rfc_emisor: r.string("rfc_emisor")?,
-        rfc_receptor: r.string("rfc_receptor")?,
-        total: r.string("total")?,
-        motivo: r.string("motivo")?,
-        folio_sustitucion: r.opt_string("folio_sustitucion")?,
-        state: r.string("state")?,
-        attempts: r.int32("attempts")?,
-    })
-}
-
-/// Typed column access, implemented for both backends' rows.
-pub(crate) trait RowExt {
-    fn string(&self, c: &str) -> Result<String, sqlx::Error>;
-    fn opt_string(&self, c: &str) -> Result<Option<String>, sqlx::Error>;
-    fn int64(&self, c: &str) -> Result<i64, sqlx::Error>;
-    fn opt_int64(&self, c: &str) -> Result<Option<i64>, sqlx::Error>;
-    fn int32(&self, c: &str) -> Result<i32, sqlx::Error>;
-    fn opt_bytes(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error>;
-    fn time(&self, c: &str) -> Result<DateTime<Utc>, sqlx::Error>;
-    fn opt_time(&self, c: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error>;
-}
-
-macro_rules! impl_rowext {
-    ($row:ty) => {
-        impl RowExt for $row {
-            fn string(&self, c: &str) -> Result<String, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn opt_string(&self, c: &str) -> Result<Option<String>, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn int64(&self, c: &str) -> Result<i64, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn opt_int64(&self, c: &str) -> Result<Option<i64>, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn int32(&self, c: &str) -> Result<i32, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn opt_bytes(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn time(&self, c: &str) -> Result<DateTime<Utc>, sqlx::Error> {
-                self.try_get(c)
-            }
-            fn opt_time(&self, c: &str) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-                self.try_get(c)
-            }
-        }
-    };
-}
-impl_rowext!(sqlx::sqlite::SqliteRow);
-impl_rowext!(sqlx::postgres::PgRow);
 
 /// `sql` with every `$n` placeholder renumbered `$n+by`, so several statements can share one
 /// argument list.
@@ -1189,117 +961,56 @@ impl Db {
     }
 }
 
-/// The worker-facing view of one outbox row.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct OutboxStatus {
-    pub id: i64,
-    pub state: String,
-    pub run_at: DateTime<Utc>,
-    pub attempts: i32,
-    pub uuid: Option<String>,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub sealed_xml: Option<Vec<u8>>,
-    pub stamped_xml: Option<Vec<u8>>,
-}
-
-fn status_row<R: RowExt>(r: &R) -> Result<OutboxStatus, sqlx::Error> {
-    Ok(OutboxStatus {
-        id: r.int64("id")?,
-        state: r.string("state")?,
-        run_at: r.time("run_at")?,
-        attempts: r.int32("attempts")?,
-        uuid: r.opt_string("uuid")?,
-        last_error_code: r.opt_string("last_error_code")?,
-        last_error_message: r.opt_string("last_error_message")?,
-        sealed_xml: r.opt_bytes("sealed_xml")?,
-        stamped_xml: r.opt_bytes("stamped_xml")?,
-    })
-}
-
 impl Db {
     /// One outbox row by its stamp key.
     pub async fn outbox_status(&self, stamp_key: &str) -> Result<Option<OutboxStatus>, StoreError> {
-        let sql = "SELECT id, state, run_at, attempts, uuid, last_error_code, last_error_message, sealed_xml, \
-                   stamped_xml FROM outbox WHERE stamp_key = $1";
-        Ok(fetch_opt!(
-            self,
-            "read an outbox row",
-            false,
-            sql,
-            sql,
-            [stamp_key],
-            |r: &_| status_row(r)
-        ))
+        stmt("SELECT id, state, run_at, attempts, uuid, last_error_code, last_error_message, sealed_xml, \
+              stamped_xml FROM outbox WHERE stamp_key = $1")
+        .bind(stamp_key)
+        .fetch_optional(self, "read an outbox row")
+        .await
     }
-}
 
-fn worker_count_row<R: RowExt>(r: &R) -> Result<(String, i64), sqlx::Error> {
-    Ok((r.opt_string("worker")?.unwrap_or_default(), r.int64("n")?))
-}
-
-impl Db {
     /// Stamp attempts per worker process: how the work was shared.
     pub async fn attempts_per_worker(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        let sql = "SELECT worker, COUNT(*) AS n FROM pac_attempts WHERE operation = 'stamp' GROUP BY worker ORDER BY worker";
-        Ok(fetch_all!(
-            self,
-            "count attempts per worker",
-            sql,
-            [],
-            |r: &_| worker_count_row(r)
-        ))
+        let rows: Vec<(Option<String>, i64)> = stmt(
+            "SELECT worker, COUNT(*) AS n FROM pac_attempts WHERE operation = 'stamp' GROUP BY worker ORDER BY worker",
+        )
+        .fetch_all(self, "count attempts per worker")
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(w, n)| (w.unwrap_or_default(), n))
+            .collect())
     }
-}
 
-fn latency_row<R: RowExt>(r: &R) -> Result<i64, sqlx::Error> {
-    r.int64("latency_ms")
-}
-
-impl Db {
     /// Latencies (ms) of every logged call of one operation, ascending: for benchmarks and the
     /// dashboard's view of PAC health.
     pub async fn attempt_latencies(&self, operation: &str) -> Result<Vec<i64>, StoreError> {
-        let sql = "SELECT latency_ms FROM pac_attempts WHERE operation = $1 ORDER BY latency_ms";
-        Ok(fetch_all!(
-            self,
-            "read attempt latencies",
-            sql,
-            [operation],
-            |r: &_| latency_row(r)
-        ))
+        let rows: Vec<(i64,)> =
+            stmt("SELECT latency_ms FROM pac_attempts WHERE operation = $1 ORDER BY latency_ms")
+                .bind(operation)
+                .fetch_all(self, "read attempt latencies")
+                .await?;
+        Ok(rows.into_iter().map(|(l,)| l).collect())
     }
-}
 
-fn outcome_count_row<R: RowExt>(r: &R) -> Result<(String, String, i64), sqlx::Error> {
-    Ok((r.string("operation")?, r.string("outcome")?, r.int64("n")?))
-}
-
-impl Db {
     /// PAC calls per operation and outcome: the attempt log summed up (the chaos run counts the
     /// faults it met from here).
     pub async fn attempt_outcome_counts(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        let sql = "SELECT operation, outcome, COUNT(*) AS n FROM pac_attempts \
-                   GROUP BY operation, outcome ORDER BY operation, outcome";
-        Ok(fetch_all!(
-            self,
-            "count attempts per outcome",
-            sql,
-            [],
-            |r: &_| outcome_count_row(r)
-        ))
+        stmt(
+            "SELECT operation, outcome, COUNT(*) AS n FROM pac_attempts \
+             GROUP BY operation, outcome ORDER BY operation, outcome",
+        )
+        .fetch_all(self, "count attempts per outcome")
+        .await
     }
 
     /// Stored webhook deliveries per status (`pending_fetch` ones still wait for their payment).
     pub async fn webhook_event_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        let sql = "SELECT status AS state, COUNT(*) AS n FROM webhook_events GROUP BY status ORDER BY status";
-        Ok(fetch_all!(
-            self,
-            "count webhook events",
-            sql,
-            [],
-            |r: &_| { count_row(r) }
-        ))
+        stmt("SELECT status AS state, COUNT(*) AS n FROM webhook_events GROUP BY status ORDER BY status")
+            .fetch_all(self, "count webhook events")
+            .await
     }
 }
 

@@ -1,0 +1,279 @@
+//! Webhook deliveries (`webhook_events`): recording them, the ingest transaction that turns one
+//! into a payment and its frozen comprobante, and the Mercado Pago notifications stored to be
+//! fetched later.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::exec::{Dialect, Stmt, Tx, stmt};
+use super::outbox::{OutboxDraft, enqueue_in_tx};
+use super::payments::{NewPayment, insert_payment_in};
+pub use super::rows::{EventRecord, PendingFetch};
+use super::{Db, StoreError};
+
+/// A new webhook delivery to record.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub provider: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub payment_ref: Option<String>,
+    pub livemode: Option<bool>,
+    pub api_version: Option<String>,
+    pub account: Option<String>,
+    pub headers_json: String,
+    pub raw_body: Vec<u8>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// Where the event row of an ingest comes from.
+#[derive(Debug, Clone)]
+pub enum EventRow {
+    /// Insert it in the same transaction (Stripe: everything is in the delivery).
+    Insert(Box<NewEvent>),
+    /// Already stored as `pending_fetch` (Mercado Pago): take it over by id.
+    Stored {
+        id: i64,
+        payment_ref: String,
+        livemode: bool,
+    },
+}
+
+/// What one ingest transaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IngestOutcome {
+    /// The event was already recorded (or already taken over): nothing written.
+    DuplicateEvent,
+    /// A new event for a payment already recorded: the event is kept, nothing else.
+    DuplicatePayment,
+    /// Payment recorded; `folio` is set when an outbox row was written.
+    Recorded {
+        payment_row: i64,
+        outbox_row: Option<i64>,
+        folio: Option<String>,
+    },
+}
+
+const INSERT_EVENT: &str = "INSERT INTO webhook_events \
+    (provider, event_id, event_type, status, reason, payment_ref, livemode, api_version, account, \
+     headers_json, raw_body, attempts, next_attempt_at, received_at, updated_at) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13, $14) \
+    ON CONFLICT (provider, event_id) DO NOTHING RETURNING id";
+
+/// Takes a stored notification over for processing; 0 rows = someone else did.
+const FINISH_PENDING_EVENT: &str = "UPDATE webhook_events \
+    SET status = $1, reason = $2, payment_ref = COALESCE($3, payment_ref), livemode = COALESCE($4, livemode), updated_at = $5 \
+    WHERE id = $6 AND status = 'pending_fetch'";
+
+/// Claims due notifications for a fetch by pushing their next attempt past the lease.
+/// PostgreSQL adds `FOR UPDATE SKIP LOCKED` so several instances claim different ones; SQLite
+/// has one writer at a time and no such clause.
+fn claim_pending_fetch_sql(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => {
+            "UPDATE webhook_events \
+             SET next_attempt_at = $1, attempts = attempts + 1, updated_at = $2 \
+             WHERE id IN (SELECT id FROM webhook_events \
+                          WHERE status = 'pending_fetch' AND (next_attempt_at IS NULL OR next_attempt_at <= $3) \
+                          ORDER BY id LIMIT $4) \
+             RETURNING id, provider, event_id, payment_ref, livemode, attempts"
+        }
+        Dialect::Postgres => {
+            "UPDATE webhook_events \
+             SET next_attempt_at = $1, attempts = attempts + 1, updated_at = $2 \
+             WHERE id IN (SELECT id FROM webhook_events \
+                          WHERE status = 'pending_fetch' AND (next_attempt_at IS NULL OR next_attempt_at <= $3) \
+                          ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, provider, event_id, payment_ref, livemode, attempts"
+        }
+    }
+}
+
+const RESCHEDULE_FETCH: &str = "UPDATE webhook_events SET next_attempt_at = $1, reason = $2, updated_at = $3 \
+    WHERE id = $4 AND status = 'pending_fetch'";
+
+const LIST_EVENTS: &str = "SELECT provider, event_id, event_type, status, reason, payment_ref, livemode, \
+    raw_body, attempts FROM webhook_events ORDER BY id";
+
+/// [`INSERT_EVENT`] with the event's fourteen arguments.
+fn insert_event(ev: &NewEvent, now: DateTime<Utc>) -> Stmt<'_> {
+    stmt(INSERT_EVENT)
+        .bind(&ev.provider)
+        .bind(&ev.event_id)
+        .bind(&ev.event_type)
+        .bind(&ev.status)
+        .bind(&ev.reason)
+        .bind(&ev.payment_ref)
+        .bind(ev.livemode)
+        .bind(&ev.api_version)
+        .bind(&ev.account)
+        .bind(&ev.headers_json)
+        .bind(&ev.raw_body)
+        .bind(ev.next_attempt_at)
+        .bind(now)
+        .bind(now)
+}
+
+/// The ingest transaction's body: `DuplicateEvent` means nothing may be kept.
+async fn ingest_in_tx(
+    tx: &mut Tx<'_>,
+    event: &EventRow,
+    payment: &NewPayment,
+    draft: Option<OutboxDraft>,
+    now: DateTime<Utc>,
+) -> Result<IngestOutcome, StoreError> {
+    match event {
+        EventRow::Insert(ev) => {
+            let row: Option<(i64,)> = insert_event(ev, now)
+                .fetch_optional_in(tx, "insert the webhook event")
+                .await?;
+            if row.is_none() {
+                return Ok(IngestOutcome::DuplicateEvent);
+            }
+        }
+        EventRow::Stored {
+            id,
+            payment_ref,
+            livemode,
+        } => {
+            let done = stmt(FINISH_PENDING_EVENT)
+                .bind("processed")
+                .bind(Option::<String>::None)
+                .bind(Some(payment_ref.as_str()))
+                .bind(Some(*livemode))
+                .bind(now)
+                .bind(*id)
+                .execute_in(tx, "take over the stored notification")
+                .await?;
+            if done == 0 {
+                return Ok(IngestOutcome::DuplicateEvent);
+            }
+        }
+    }
+    let Some(payment_row) = insert_payment_in(tx, payment, now).await? else {
+        return Ok(IngestOutcome::DuplicatePayment);
+    };
+    let Some(mut draft) = draft else {
+        return Ok(IngestOutcome::Recorded {
+            payment_row,
+            outbox_row: None,
+            folio: None,
+        });
+    };
+    let (outbox_row, folio) = enqueue_in_tx(tx, payment_row, &mut draft, None, now).await?;
+    Ok(IngestOutcome::Recorded {
+        payment_row,
+        outbox_row,
+        folio: Some(folio),
+    })
+}
+
+impl Db {
+    /// Records a delivery on its own (ignored, malformed, refund, pending fetch). `None` when
+    /// the same (provider, event id) was already recorded.
+    pub async fn record_event(&self, ev: &NewEvent) -> Result<Option<i64>, StoreError> {
+        let row: Option<(i64,)> = insert_event(ev, Utc::now())
+            .write_fetch_optional(self, "insert the webhook event")
+            .await?;
+        Ok(row.map(|r| r.0))
+    }
+
+    /// The id and status of a recorded event.
+    pub async fn event_status(
+        &self,
+        provider: &str,
+        event_id: &str,
+    ) -> Result<Option<(i64, String)>, StoreError> {
+        stmt("SELECT id, status FROM webhook_events WHERE provider = $1 AND event_id = $2")
+            .bind(provider)
+            .bind(event_id)
+            .fetch_optional(self, "read a webhook event")
+            .await
+    }
+
+    /// In one transaction: the event (or the takeover of a stored one), the payment and, when
+    /// `draft` is given, a folio and the outbox row with the frozen comprobante. Every insert
+    /// is `ON CONFLICT DO NOTHING`, so a redelivery writes nothing and no folio is spent.
+    pub async fn ingest(
+        &self,
+        event: &EventRow,
+        payment: &NewPayment,
+        draft: Option<OutboxDraft>,
+    ) -> Result<IngestOutcome, StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let out = ingest_in_tx(&mut tx, event, payment, draft, now).await?;
+        if out == IngestOutcome::DuplicateEvent {
+            tx.rollback().await?;
+        } else {
+            tx.commit("commit the ingest transaction").await?;
+        }
+        Ok(out)
+    }
+
+    /// Marks a stored notification as handled without a payment (not approved, not a
+    /// payment, …). `false` when it was not pending any more.
+    pub async fn finish_pending_event(
+        &self,
+        id: i64,
+        status: &str,
+        reason: Option<&str>,
+        payment_ref: Option<&str>,
+        livemode: Option<bool>,
+    ) -> Result<bool, StoreError> {
+        let done = stmt(FINISH_PENDING_EVENT)
+            .bind(status)
+            .bind(reason)
+            .bind(payment_ref)
+            .bind(livemode)
+            .bind(Utc::now())
+            .bind(id)
+            .execute(self, "update a stored notification")
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Claims up to `limit` stored notifications due for a fetch; each is hidden from other
+    /// claimers for `lease`, after which it is due again if the claimer died.
+    pub async fn claim_pending_fetches(
+        &self,
+        lease: Duration,
+        limit: i64,
+    ) -> Result<Vec<PendingFetch>, StoreError> {
+        let now = Utc::now();
+        let until =
+            now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(60));
+        stmt(claim_pending_fetch_sql(self.dialect()))
+            .bind(until)
+            .bind(now)
+            .bind(now)
+            .bind(limit)
+            .write_fetch_all(self, "claim stored notifications")
+            .await
+    }
+
+    /// Schedules the next fetch of a stored notification and notes why the last one failed.
+    pub async fn reschedule_fetch(
+        &self,
+        id: i64,
+        at: DateTime<Utc>,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        stmt(RESCHEDULE_FETCH)
+            .bind(at)
+            .bind(reason)
+            .bind(Utc::now())
+            .bind(id)
+            .execute(self, "reschedule a stored notification")
+            .await?;
+        Ok(())
+    }
+
+    /// Every stored delivery, oldest first (audit view).
+    pub async fn list_events(&self) -> Result<Vec<EventRecord>, StoreError> {
+        stmt(LIST_EVENTS).fetch_all(self, "list events").await
+    }
+}

@@ -1,0 +1,516 @@
+//! The one place that knows the backend: a statement is written once with `$n` placeholders
+//! (sqlx reads `$n` on SQLite too, as the n-th argument) and run here on either pool or inside
+//! a [`Tx`]. SQLite allows one writer at a time, so every write and every transaction first
+//! queues on the process's write lock, and a transaction starts with `BEGIN IMMEDIATE` (two
+//! writers never deadlock upgrading from a read).
+//!
+//! Arguments are carried as [`Arg`], which keeps the Rust type of each value, so PostgreSQL sees
+//! the same parameter types as when they were bound directly (a `NULL` text stays text).
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
+use tokio::sync::MutexGuard;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
+use crate::config::DatabaseSettings;
+
+/// Which SQL a statement needs where the backends really differ (the callers' only branch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// One bound value, typed as it was given.
+#[derive(Debug, Clone)]
+pub(super) enum Arg<'a> {
+    Str(Option<Cow<'a, str>>),
+    I64(Option<i64>),
+    I32(Option<i32>),
+    Bool(Option<bool>),
+    Time(Option<DateTime<Utc>>),
+    Naive(Option<NaiveDateTime>),
+    Bytes(Option<Cow<'a, [u8]>>),
+}
+
+macro_rules! arg_from {
+    ($variant:ident: $($t:ty => $f:expr),* $(,)?) => {
+        $(impl<'a> From<$t> for Arg<'a> {
+            fn from(v: $t) -> Self {
+                Arg::$variant(($f)(v))
+            }
+        })*
+    };
+}
+arg_from!(Str:
+    &'a str => |v| Some(Cow::Borrowed(v)),
+    &'a String => |v: &'a String| Some(Cow::Borrowed(v.as_str())),
+    String => |v| Some(Cow::Owned(v)),
+    Option<&'a str> => |v: Option<&'a str>| v.map(Cow::Borrowed),
+    Option<String> => |v: Option<String>| v.map(Cow::Owned),
+    &'a Option<String> => |v: &'a Option<String>| v.as_deref().map(Cow::Borrowed),
+);
+arg_from!(I64: i64 => Some, Option<i64> => |v| v);
+arg_from!(I32: i32 => Some, Option<i32> => |v| v);
+arg_from!(Bool: bool => Some, Option<bool> => |v| v);
+arg_from!(Time: DateTime<Utc> => Some, Option<DateTime<Utc>> => |v| v);
+arg_from!(Naive: NaiveDateTime => Some, Option<NaiveDateTime> => |v| v);
+arg_from!(Bytes:
+    &'a [u8] => |v| Some(Cow::Borrowed(v)),
+    &'a Vec<u8> => |v: &'a Vec<u8>| Some(Cow::Borrowed(v.as_slice())),
+    Option<&'a [u8]> => |v: Option<&'a [u8]>| v.map(Cow::Borrowed),
+);
+
+/// A row type readable from both backends: a `#[derive(sqlx::FromRow)]` struct or a tuple.
+pub(super) trait Record:
+    for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+impl<T> Record for T where
+    T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+/// How a statement's result is read.
+#[derive(Clone, Copy)]
+enum Mode {
+    Execute,
+    All,
+    Optional,
+    One,
+}
+
+/// A statement's result, as its backend returned it.
+enum Out {
+    Affected(u64),
+    Sqlite(Vec<SqliteRow>),
+    Postgres(Vec<PgRow>),
+}
+
+/// Runs `$text` with `$args` on `$ex` (a pool or a connection of one backend) in `$mode`.
+macro_rules! run_on {
+    ($ex:expr, $text:expr, $args:expr, $mode:expr, $rows:ident) => {{
+        let mut q = sqlx::query(AssertSqlSafe($text));
+        for a in $args {
+            q = match a {
+                Arg::Str(v) => q.bind(v.as_deref()),
+                Arg::I64(v) => q.bind(*v),
+                Arg::I32(v) => q.bind(*v),
+                Arg::Bool(v) => q.bind(*v),
+                Arg::Time(v) => q.bind(*v),
+                Arg::Naive(v) => q.bind(*v),
+                Arg::Bytes(v) => q.bind(v.as_deref()),
+            };
+        }
+        match $mode {
+            Mode::Execute => q
+                .execute($ex)
+                .await
+                .map(|r| Out::Affected(r.rows_affected())),
+            Mode::All => q.fetch_all($ex).await.map(Out::$rows),
+            Mode::Optional => q
+                .fetch_optional($ex)
+                .await
+                .map(|r| Out::$rows(r.into_iter().collect())),
+            Mode::One => q.fetch_one($ex).await.map(|r| Out::$rows(vec![r])),
+        }
+    }};
+}
+
+/// A statement and its arguments, not yet run.
+#[must_use]
+pub(super) struct Stmt<'a> {
+    text: Cow<'static, str>,
+    args: Vec<Arg<'a>>,
+}
+
+/// A statement written once for both backends.
+pub(super) fn stmt<'a>(text: impl Into<Cow<'static, str>>) -> Stmt<'a> {
+    Stmt {
+        text: text.into(),
+        args: Vec::new(),
+    }
+}
+
+/// Where a statement runs.
+enum Target<'t, 'l> {
+    /// A pool; `true` = a write (SQLite: queue on the write lock).
+    Pool(&'t Db, bool),
+    Tx(&'t mut Tx<'l>),
+}
+
+impl<'a> Stmt<'a> {
+    pub(super) fn bind(mut self, v: impl Into<Arg<'a>>) -> Self {
+        self.args.push(v.into());
+        self
+    }
+
+    /// Reads every row (no write lock).
+    pub(super) async fn fetch_all<T: Record>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
+        self.rows(Target::Pool(db, false), Mode::All, what).await
+    }
+
+    /// Reads at most one row (no write lock).
+    pub(super) async fn fetch_optional<T: Record>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        let rows = self
+            .rows(Target::Pool(db, false), Mode::Optional, what)
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Reads exactly one row (no write lock).
+    pub(super) async fn fetch_one<T: Record>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<T, StoreError> {
+        let rows = self.rows(Target::Pool(db, false), Mode::One, what).await?;
+        one(rows, what)
+    }
+
+    /// Runs a write; the number of rows it affected.
+    pub(super) async fn execute(self, db: &Db, what: &'static str) -> Result<u64, StoreError> {
+        self.affected(Target::Pool(db, true), what).await
+    }
+
+    /// A write that returns rows (`… RETURNING`).
+    pub(super) async fn write_fetch_all<T: Record>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
+        self.rows(Target::Pool(db, true), Mode::All, what).await
+    }
+
+    /// A write that returns exactly one row (`… RETURNING`).
+    pub(super) async fn write_fetch_one<T: Record>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<T, StoreError> {
+        let rows = self.rows(Target::Pool(db, true), Mode::One, what).await?;
+        one(rows, what)
+    }
+
+    /// A write that returns at most one row (`… RETURNING`).
+    pub(super) async fn write_fetch_optional<T: Record>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        let rows = self
+            .rows(Target::Pool(db, true), Mode::Optional, what)
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Runs it inside `tx`; the number of rows affected.
+    pub(super) async fn execute_in(
+        self,
+        tx: &mut Tx<'_>,
+        what: &'static str,
+    ) -> Result<u64, StoreError> {
+        self.affected(Target::Tx(tx), what).await
+    }
+
+    /// Reads at most one row inside `tx`.
+    pub(super) async fn fetch_optional_in<T: Record>(
+        self,
+        tx: &mut Tx<'_>,
+        what: &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        let rows = self.rows(Target::Tx(tx), Mode::Optional, what).await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Reads exactly one row inside `tx`.
+    pub(super) async fn fetch_one_in<T: Record>(
+        self,
+        tx: &mut Tx<'_>,
+        what: &'static str,
+    ) -> Result<T, StoreError> {
+        let rows = self.rows(Target::Tx(tx), Mode::One, what).await?;
+        one(rows, what)
+    }
+
+    async fn affected(self, target: Target<'_, '_>, what: &'static str) -> Result<u64, StoreError> {
+        match self.run(target, Mode::Execute, what).await? {
+            Out::Affected(n) => Ok(n),
+            _ => Ok(0),
+        }
+    }
+
+    async fn rows<T: Record>(
+        self,
+        target: Target<'_, '_>,
+        mode: Mode,
+        what: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
+        match self.run(target, mode, what).await? {
+            Out::Sqlite(rows) => rows.iter().map(T::from_row).collect::<Result<_, _>>(),
+            Out::Postgres(rows) => rows.iter().map(T::from_row).collect::<Result<_, _>>(),
+            Out::Affected(_) => Ok(Vec::new()),
+        }
+        .map_err(ctx(what))
+    }
+
+    /// Runs the statement on its backend.
+    async fn run(
+        self,
+        target: Target<'_, '_>,
+        mode: Mode,
+        what: &'static str,
+    ) -> Result<Out, StoreError> {
+        let text = self.text;
+        let args = &self.args;
+        match target {
+            Target::Pool(Db::Sqlite { pool, write_lock }, write) => {
+                let _w = if write {
+                    Some(write_lock.lock().await)
+                } else {
+                    None
+                };
+                run_on!(pool, text, args, mode, Sqlite)
+            }
+            Target::Pool(Db::Postgres(pool), _) => run_on!(pool, text, args, mode, Postgres),
+            Target::Tx(Tx::Sqlite { tx, .. }) => run_on!(&mut **tx, text, args, mode, Sqlite),
+            Target::Tx(Tx::Postgres(tx)) => run_on!(&mut **tx, text, args, mode, Postgres),
+        }
+        .map_err(ctx(what))
+    }
+}
+
+fn one<T>(rows: Vec<T>, what: &'static str) -> Result<T, StoreError> {
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| ctx(what)(sqlx::Error::RowNotFound))
+}
+
+/// An open transaction; dropped without [`Tx::commit`] it rolls back. On SQLite it holds the
+/// process's write lock until it ends (the transaction is dropped before the lock).
+pub(super) enum Tx<'l> {
+    Sqlite {
+        tx: Transaction<'static, Sqlite>,
+        _write: MutexGuard<'l, ()>,
+    },
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl Tx<'_> {
+    pub(super) async fn commit(self, what: &'static str) -> Result<(), StoreError> {
+        match self {
+            Tx::Sqlite { tx, _write } => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit().await,
+        }
+        .map_err(ctx(what))
+    }
+
+    pub(super) async fn rollback(self) -> Result<(), StoreError> {
+        match self {
+            Tx::Sqlite { tx, _write } => tx.rollback().await,
+            Tx::Postgres(tx) => tx.rollback().await,
+        }
+        .map_err(ctx("roll back"))
+    }
+}
+
+impl Db {
+    /// Which SQL to pick where the backends differ.
+    pub(super) fn dialect(&self) -> Dialect {
+        match self {
+            Db::Sqlite { .. } => Dialect::Sqlite,
+            Db::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Starts a transaction (SQLite: after queueing on the write lock, `BEGIN IMMEDIATE`, which
+    /// takes SQLite's lock up front).
+    pub(super) async fn begin(&self) -> Result<Tx<'_>, StoreError> {
+        match self {
+            Db::Sqlite { pool, write_lock } => {
+                let _write = write_lock.lock().await;
+                let tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ctx("begin a transaction"))?;
+                Ok(Tx::Sqlite { tx, _write })
+            }
+            Db::Postgres(pool) => Ok(Tx::Postgres(
+                pool.begin().await.map_err(ctx("begin a transaction"))?,
+            )),
+        }
+    }
+}
+
+/// Connects as configured. SQLite: the file and its directory are created; WAL, a busy timeout,
+/// foreign keys and `synchronous = FULL` (an acknowledged webhook survives power loss).
+pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
+    let url = settings.url.expose();
+    if url.starts_with("sqlite:") {
+        let opts = SqliteConnectOptions::from_str(url)
+            .map_err(ctx("parse the SQLite URL"))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        if let Some(dir) = opts.get_filename().parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await
+            .map_err(ctx("open the SQLite database"))?;
+        Ok(Db::Sqlite {
+            pool,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    } else {
+        let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await
+            .map_err(ctx("connect to PostgreSQL"))?;
+        Ok(Db::Postgres(pool))
+    }
+}
+
+impl Db {
+    /// A second handle on the same database for the worker pool, whose commits do not wait for
+    /// the disk: SQLite `synchronous = NORMAL` (WAL), PostgreSQL `synchronous_commit = off`.
+    ///
+    /// Why this is safe: a committed write survives a crashed or killed process either way; only
+    /// a power loss can drop the last few worker commits, and every one of them is redone
+    /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
+    /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
+    /// deterministic). Webhook acknowledgements keep full durability on the main handle. On
+    /// SQLite both handles share the process's write lock, so they queue instead of colliding.
+    ///
+    /// Connections are not pinged before each use (one round trip less per statement): a
+    /// connection that went bad fails its statement, the worker logs it and tries again, and a
+    /// row whose outcome was not written is recovered by key when its lease expires.
+    pub async fn for_workers(&self, settings: &DatabaseSettings) -> Result<Db, StoreError> {
+        let url = settings.url.expose();
+        match self {
+            Db::Sqlite { write_lock, .. } => {
+                let opts = SqliteConnectOptions::from_str(url)
+                    .map_err(ctx("parse the SQLite URL"))?
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(10))
+                    .foreign_keys(true)
+                    // Their commits never checkpoint the WAL themselves (a checkpoint copies and
+                    // syncs megabytes while the one write lock is held): the pool checkpoints
+                    // from a task of its own, beside the writers ([`Db::checkpoint`]).
+                    .pragma("wal_autocheckpoint", "0");
+                // Worker statements are writes, which queue on the write lock anyway: a few
+                // connections with warm page caches beat one thread per slot.
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(settings.max_connections.min(4))
+                    .acquire_timeout(Duration::from_secs(30))
+                    .test_before_acquire(false)
+                    .connect_with(opts)
+                    .await
+                    .map_err(ctx("open the SQLite database for the workers"))?;
+                Ok(Db::Sqlite {
+                    pool,
+                    write_lock: write_lock.clone(),
+                })
+            }
+            Db::Postgres(_) => {
+                let opts = PgConnectOptions::from_str(url)
+                    .map_err(ctx("parse the PostgreSQL URL"))?
+                    .options([("synchronous_commit", "off")]);
+                let pool = PgPoolOptions::new()
+                    .max_connections(settings.max_connections)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .test_before_acquire(false)
+                    .connect_with(opts)
+                    .await
+                    .map_err(ctx("connect to PostgreSQL for the workers"))?;
+                Ok(Db::Postgres(pool))
+            }
+        }
+    }
+}
+
+impl Db {
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Db::Sqlite { .. } => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Applies the backend's pending migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Db::Sqlite { pool, .. } => {
+                Migrator::new(Embedded(SQLITE_MIGRATIONS))
+                    .await?
+                    .run(pool)
+                    .await?;
+            }
+            Db::Postgres(pool) => {
+                Migrator::new(Embedded(POSTGRES_MIGRATIONS))
+                    .await?
+                    .run(pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A round trip to the database (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Db::Sqlite { pool, .. } => {
+                sqlx::query("SELECT 1")
+                    .execute(pool)
+                    .await
+                    .map_err(ctx("ping SQLite"))?;
+            }
+            Db::Postgres(pool) => {
+                sqlx::query("SELECT 1")
+                    .execute(pool)
+                    .await
+                    .map_err(ctx("ping PostgreSQL"))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Db::Sqlite { pool, .. } => pool.close().await,
+            Db::Postgres(pool) => pool.close().await,
+        }
+    }
+}

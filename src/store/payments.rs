@@ -1,0 +1,106 @@
+//! Payments and the folio sequences their comprobantes take numbers from.
+
+use chrono::{DateTime, Utc};
+
+use super::exec::{Dialect, Tx, stmt};
+pub use super::rows::InvoiceRow;
+use super::{Db, StoreError};
+
+/// A payment to record.
+#[derive(Debug, Clone)]
+pub struct NewPayment {
+    pub provider: String,
+    pub payment_id: String,
+    pub event_id: String,
+    /// Decimal text in major units, exact.
+    pub amount: String,
+    pub currency: String,
+    pub method: String,
+    pub forma_pago: Option<String>,
+    pub customer_json: String,
+    pub paid_at: DateTime<Utc>,
+    pub livemode: bool,
+    /// `invoice_pending`, `awaiting_global` or `needs_attention`.
+    pub status: String,
+    pub reason: Option<String>,
+}
+
+const INSERT_PAYMENT: &str = "INSERT INTO payments \
+    (provider, payment_id, event_id, amount, currency, method, forma_pago, customer_json, paid_at, \
+     livemode, status, reason, created_at, updated_at) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+    ON CONFLICT (provider, payment_id) DO NOTHING RETURNING id";
+
+/// Returns the folio allocated (the value before the increment).
+const NEXT_FOLIO: &str = "INSERT INTO folio_sequences (serie, next_folio) VALUES ($1, 2) \
+    ON CONFLICT (serie) DO UPDATE SET next_folio = folio_sequences.next_folio + 1 \
+    RETURNING next_folio - 1";
+
+/// Payments with their invoice state. The receptor's RFC is read out of the frozen JSON, which
+/// each backend does with its own function; PostgreSQL also needs the type of a parameter that
+/// is only compared with NULL.
+fn list_invoices_sql(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => {
+            "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
+             COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
+             COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
+             json_extract(o.request_json, '$.receptor.rfc') AS receptor_rfc \
+             FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
+             WHERE ($1 IS NULL OR COALESCE(o.state, p.status) = $1) ORDER BY p.id"
+        }
+        Dialect::Postgres => {
+            "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
+             COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
+             COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
+             o.request_json::jsonb #>> '{receptor,rfc}' AS receptor_rfc \
+             FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
+             WHERE ($1::TEXT IS NULL OR COALESCE(o.state, p.status) = $1) ORDER BY p.id"
+        }
+    }
+}
+
+/// In `tx`: records the payment; `None` when it was already recorded.
+pub(super) async fn insert_payment_in(
+    tx: &mut Tx<'_>,
+    p: &NewPayment,
+    now: DateTime<Utc>,
+) -> Result<Option<i64>, StoreError> {
+    let row: Option<(i64,)> = stmt(INSERT_PAYMENT)
+        .bind(&p.provider)
+        .bind(&p.payment_id)
+        .bind(&p.event_id)
+        .bind(&p.amount)
+        .bind(&p.currency)
+        .bind(&p.method)
+        .bind(&p.forma_pago)
+        .bind(&p.customer_json)
+        .bind(p.paid_at)
+        .bind(p.livemode)
+        .bind(&p.status)
+        .bind(&p.reason)
+        .bind(now)
+        .bind(now)
+        .fetch_optional_in(tx, "insert the payment")
+        .await?;
+    Ok(row.map(|r| r.0))
+}
+
+/// In `tx`: the next folio of `serie`.
+pub(super) async fn next_folio_in(tx: &mut Tx<'_>, serie: &str) -> Result<i64, StoreError> {
+    let (folio,): (i64,) = stmt(NEXT_FOLIO)
+        .bind(serie)
+        .fetch_one_in(tx, "allocate a folio")
+        .await?;
+    Ok(folio)
+}
+
+impl Db {
+    /// Payments with their invoice state, oldest first; `status` filters on the shown state.
+    pub async fn list_invoices(&self, status: Option<&str>) -> Result<Vec<InvoiceRow>, StoreError> {
+        stmt(list_invoices_sql(self.dialect()))
+            .bind(status)
+            .fetch_all(self, "list invoices")
+            .await
+    }
+}
