@@ -1,0 +1,275 @@
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn embedded_defaults_are_valid_and_use_sqlite_and_the_sandbox() {
+    let s = Settings::defaults().expect("defaults");
+    assert!(s.is_sqlite());
+    assert_eq!(s.pac_kind(), "sandbox");
+    assert_eq!(s.emisor.serie, "A");
+    assert_eq!(s.worker.concurrency, 8);
+    assert_eq!(
+        s.stripe.webhook_secrets.len(),
+        1,
+        "sandbox secret filled in"
+    );
+}
+
+#[test]
+fn the_example_file_documents_valid_settings() {
+    let text = include_str!("../../autofactura.example.toml");
+    let s = Settings::from_parts(Some(text), &[]).expect("example config");
+    assert_eq!(s.stripe.webhook_secrets.len(), 2);
+    assert_eq!(s.pac_kind(), "sandbox");
+}
+
+#[test]
+fn environment_overrides_the_file_with_the_type_of_the_default() {
+    let file = "[stripe]\nwebhook_secrets = [\"whsec_file\"]\n[worker]\nconcurrency = 2\n";
+    let s = Settings::from_parts(
+        Some(file),
+        &env(&[
+            ("AUTOFACTURA__STRIPE__WEBHOOK_SECRETS", "whsec_a, whsec_b"),
+            ("AUTOFACTURA__WORKER__CONCURRENCY", "3"),
+            ("AUTOFACTURA__ADMIN__PASSWORD", "12345678"),
+            ("AUTOFACTURA__PAC__KIND", "sandbox"),
+            ("UNRELATED", "x"),
+        ]),
+    )
+    .expect("settings");
+    let secrets: Vec<&str> = s
+        .stripe
+        .webhook_secrets
+        .iter()
+        .map(SecretString::expose)
+        .collect();
+    assert_eq!(secrets, ["whsec_a", "whsec_b"]);
+    assert_eq!(s.worker.concurrency, 3);
+    assert_eq!(
+        s.admin.password.as_ref().map(SecretString::expose),
+        Some("12345678")
+    );
+}
+
+#[test]
+fn validation_lists_every_problem_with_its_key() {
+    let file = "[server]\nlisten = \"localhost\"\n[emisor]\nrfc = \"nope\"\nlugar_expedicion = \"123\"\n[pac]\nkind = \"acme\"\n";
+    let err = Settings::from_parts(Some(file), &[])
+        .expect_err("invalid")
+        .to_string();
+    for needle in [
+        "[server] listen",
+        "[emisor] rfc",
+        "[emisor] lugar_expedicion",
+        "[pac] kind",
+    ] {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+}
+
+#[test]
+fn unknown_keys_are_reported() {
+    let err =
+        Settings::from_parts(Some("[stripe]\nwebhook_secret = \"x\"\n"), &[]).expect_err("typo");
+    assert!(err.to_string().contains("webhook_secret"), "{err}");
+}
+
+#[test]
+fn a_real_pac_refuses_the_sandbox_secrets_and_needs_a_csd() {
+    let err = Settings::from_parts(Some("[pac]\nkind = \"sw\"\n"), &[])
+        .expect_err("needs CSD")
+        .to_string();
+    assert!(err.contains("csd_cer"), "{err}");
+    let file = format!(
+        "[pac]\nkind = \"sw\"\n[stripe]\nwebhook_secrets = [\"{SANDBOX_STRIPE_SECRET}\"]\n"
+    );
+    let err = Settings::from_parts(Some(&file), &[])
+        .expect_err("sandbox secret")
+        .to_string();
+    assert!(err.contains("sandbox webhook secrets"), "{err}");
+}
+
+#[test]
+fn debug_output_redacts_secrets() {
+    let file = "[database]\nurl = \"postgres://app:hunter2@db/af\"\n[stripe]\nwebhook_secrets = [\"whsec_topsecret\"]\n\
+                    [mercadopago]\naccess_token = \"APP_USR-tok\"\n[admin]\npassword = \"pw-secret\"\napi_key = \"k-secret\"\n";
+    let s = Settings::from_parts(Some(file), &[]).expect("settings");
+    let dump = format!("{s:?}");
+    for secret in [
+        "hunter2",
+        "whsec_topsecret",
+        "APP_USR-tok",
+        "pw-secret",
+        "k-secret",
+    ] {
+        assert!(!dump.contains(secret), "{secret} leaked: {dump}");
+    }
+    assert!(dump.contains("postgres://app:[redacted]@db/af"));
+}
+
+#[test]
+fn urls_are_redacted_through_every_at_and_secret_query_parameters() {
+    for (url, secret, keeps) in [
+        (
+            "postgres://app:hunter2@db/af",
+            "hunter2",
+            "postgres://app:[redacted]@db/af",
+        ),
+        // A password holding `@`: the user info ends at the last one.
+        (
+            "postgres://app:p@ss@word@db:5432/af",
+            "ss@word",
+            "@db:5432/af",
+        ),
+        (
+            "postgres://app@db/af?sslmode=require&password=hunter2",
+            "hunter2",
+            "postgres://app@db/af?sslmode=require&password=[redacted]",
+        ),
+        (
+            "postgres://db/af?sslpassword=k3y&application_name=af",
+            "k3y",
+            "application_name=af",
+        ),
+        (
+            "https://erp.example/hooks?token=t0ken",
+            "t0ken",
+            "https://erp.example/hooks?",
+        ),
+        (
+            "https://u:pw@erp.example/h?x=a@b",
+            "pw",
+            "https://u:[redacted]@",
+        ),
+    ] {
+        let r = redact_url(url);
+        assert!(!r.contains(secret), "{url} → {r}");
+        assert!(r.contains(keeps), "{url} → {r}");
+    }
+    assert_eq!(
+        url_for_log("https://erp.example/hooks?token=t0ken&id=1"),
+        "https://erp.example/hooks?[query not shown]"
+    );
+    assert_eq!(
+        url_for_log("https://erp.example/hooks"),
+        "https://erp.example/hooks"
+    );
+    // The settings dump shows the merchant URL without its query.
+    let s = Settings::from_parts(
+        Some(
+            "[api]\nwebhook_url = \"https://erp.example/h?key=LEAK1\"\n\
+                 webhook_secret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZg==\"\n",
+        ),
+        &[],
+    )
+    .expect("settings");
+    let dump = format!("{s:?}");
+    assert!(
+        !dump.contains("LEAK1") && dump.contains("erp.example/h"),
+        "{dump}"
+    );
+}
+
+#[test]
+fn configuration_errors_never_echo_a_secret() {
+    // A TOML syntax error on the line of a secret: the place, not the line.
+    let err = Settings::from_parts(Some("[stripe]\nwebhook_secrets = [whsec_LEAK2]\n"), &[])
+        .expect_err("syntax")
+        .to_string();
+    assert!(!err.contains("LEAK2") && err.contains("line 2"), "{err}");
+    // A secret of the wrong type.
+    for file in [
+        "[admin]\npassword = 31415926\n",
+        "[mercadopago]\nwebhook_secret = 31415926\n",
+        "[mercadopago]\naccess_token = [\"31415926\"]\n",
+    ] {
+        let err = Settings::from_parts(Some(file), &[])
+            .expect_err("wrong type")
+            .to_string();
+        assert!(!err.contains("31415926"), "{err}");
+    }
+    let err = Settings::from_parts(Some("[worker]\nconcurrency = \"LEAK3\"\n"), &[])
+        .expect_err("wrong type")
+        .to_string();
+    assert!(
+        !err.contains("LEAK3") && err.contains("worker.concurrency"),
+        "{err}"
+    );
+    // An environment override that does not parse.
+    let err = Settings::from_parts(
+        None,
+        &env(&[("AUTOFACTURA__STRIPE__WEBHOOK_SECRETS", "[\"whsec_LEAK4\"")]),
+    )
+    .expect_err("bad array")
+    .to_string();
+    assert!(
+        !err.contains("LEAK4") && err.contains("AUTOFACTURA__STRIPE__WEBHOOK_SECRETS"),
+        "{err}"
+    );
+    // Where no secret can be, the value helps.
+    let err = Settings::from_parts(None, &env(&[("AUTOFACTURA__WORKER__CONCURRENCY", "eight")]))
+        .expect_err("bad integer")
+        .to_string();
+    assert!(err.contains("eight"), "{err}");
+}
+
+#[test]
+fn exposure_beyond_loopback_needs_real_secrets_and_password() {
+    let public = "[server]\nlisten = \"0.0.0.0:8080\"\n";
+    let s = Settings::from_parts(Some(public), &[]).expect("settings");
+    let err = s.check_exposure().expect_err("sandbox secrets").to_string();
+    for key in [
+        "[stripe] webhook_secrets",
+        "[mercadopago] webhook_secret",
+        "[mercadopago] access_token",
+    ] {
+        assert!(err.contains(key), "{key} missing from: {err}");
+    }
+    let own = format!(
+        "{public}[stripe]\nwebhook_secrets = [\"whsec_mine\"]\n[mercadopago]\n\
+             webhook_secret = \"mine\"\naccess_token = \"APP_USR-mine\"\n"
+    );
+    let s = Settings::from_parts(Some(&own), &[]).expect("settings");
+    assert!(s.check_exposure().is_ok());
+    let err = Settings::from_parts(
+        Some(&format!("{own}[admin]\npassword = \"change-me\"\n")),
+        &[],
+    )
+    .expect("settings")
+    .check_exposure()
+    .expect_err("example password")
+    .to_string();
+    assert!(err.contains("[admin] password"), "{err}");
+    // The admin on a loopback listener of its own may keep it; a proxy in front may not.
+    let private = format!("{own}[admin]\npassword = \"change-me\"\nlisten = \"127.0.0.1:8081\"\n");
+    assert!(
+        Settings::from_parts(Some(&private), &[])
+            .expect("settings")
+            .check_exposure()
+            .is_ok()
+    );
+    let proxied = "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n";
+    let err = Settings::from_parts(Some(proxied), &[])
+        .expect("settings")
+        .check_exposure()
+        .expect_err("behind a proxy")
+        .to_string();
+    assert!(err.contains("trusted_proxies"), "{err}");
+    // On loopback the sandbox conveniences stay.
+    assert!(
+        Settings::defaults()
+            .expect("defaults")
+            .check_exposure()
+            .is_ok()
+    );
+    let err = Settings::from_parts(Some("[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n"), &[])
+        .expect_err("bad block")
+        .to_string();
+    assert!(err.contains("[server] trusted_proxies"), "{err}");
+}
