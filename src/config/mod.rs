@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use secret::{SecretString, redact_url, url_for_log};
+pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
     AdminSettings, ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings,
     InvoiceSettings, MercadoPagoSettings, ServerSettings, StripeSettings, WorkerSettings,

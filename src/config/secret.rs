@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Deserializer};
 
 /// A secret: printed as `[redacted]` by `Debug` and `Display`; read with [`SecretString::expose`].
@@ -29,6 +31,35 @@ impl fmt::Debug for SecretString {
 impl fmt::Display for SecretString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[redacted]")
+    }
+}
+
+/// A Standard Webhooks secret (`whsec_` + base64), which signs the webhooks sent to the merchant.
+/// Checked at load ([`WebhookSecret::key`] is `Some` in any loaded settings).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct WebhookSecret(SecretString);
+
+impl WebhookSecret {
+    pub fn expose(&self) -> &str {
+        self.0.expose()
+    }
+
+    /// The key bytes, `None` when the secret is not `whsec_` + base64.
+    pub fn key(&self) -> Option<Vec<u8>> {
+        Self::decode(self.expose())
+    }
+
+    /// `whsec_` stripped, the rest base64-decoded (unlike Stripe's secrets, used as they are).
+    pub fn decode(secret: &str) -> Option<Vec<u8>> {
+        let b64 = secret.strip_prefix("whsec_")?;
+        STANDARD.decode(b64).ok().filter(|k| !k.is_empty())
+    }
+}
+
+impl fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }
 

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::secret::{SecretString, list_or_csv, redact_table, redact_url, url_for_log};
+use super::secret::{
+    SecretString, WebhookSecret, list_or_csv, redact_table, redact_url, url_for_log,
+};
 
 /// `[api]`: the invoicing API and the webhooks it sends to the merchant.
 #[derive(Clone, Deserialize)]
@@ -22,7 +24,7 @@ pub struct ApiSettings {
     /// Where `invoice.stamped`, `invoice.failed` and `invoice.canceled` are sent (none = not sent).
     pub webhook_url: Option<String>,
     /// Standard Webhooks secret (`whsec_` + base64) the deliveries are signed with.
-    pub webhook_secret: Option<SecretString>,
+    pub webhook_secret: Option<WebhookSecret>,
     /// Delays between delivery attempts, in seconds; after the last one the webhook is given up.
     pub webhook_retry_seconds: Vec<u64>,
     /// Seconds for one delivery.

@@ -273,3 +273,23 @@ fn exposure_beyond_loopback_needs_real_secrets_and_password() {
         .to_string();
     assert!(err.contains("[server] trusted_proxies"), "{err}");
 }
+
+#[test]
+fn the_merchant_webhook_secret_is_checked_at_load_and_decoded_by_its_type() {
+    let err = Settings::from_parts(Some("[api]\nwebhook_secret = \"whsec_not base64!\"\n"), &[])
+        .expect_err("bad secret")
+        .to_string();
+    assert!(
+        err.contains("[api] webhook_secret must be whsec_ followed by base64"),
+        "{err}"
+    );
+    let s = Settings::from_parts(
+        Some("[api]\nwebhook_secret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZg==\"\n"),
+        &[],
+    )
+    .expect("settings");
+    let secret = s.api.webhook_secret.expect("secret");
+    assert_eq!(secret.key().as_deref(), Some(&b"0123456789abcdef"[..]));
+    assert_eq!(format!("{secret:?}"), "[redacted]");
+    assert!(WebhookSecret::decode("MDEyMzQ1Njc4OWFiY2RlZg==").is_none());
+}

@@ -50,7 +50,7 @@ impl Settings {
             }
         }
         if let Some(secret) = &self.api.webhook_secret
-            && crate::api::webhooks::decode_secret(secret.expose()).is_none()
+            && secret.key().is_none()
         {
             p.push("[api] webhook_secret must be whsec_ followed by base64".into());
         }
