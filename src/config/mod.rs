@@ -21,6 +21,7 @@
 
 mod exposure;
 mod load;
+mod pac;
 mod secret;
 mod sections;
 mod validate;
@@ -34,6 +35,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use pac::{PacConfig, PacKind};
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
     AdminSettings, ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings,
@@ -41,7 +43,6 @@ pub use sections::{
 };
 
 use load::{merge, read_file, set_path, syntax_error, without_values};
-use secret::redact_table;
 
 /// The file `serve` reads when `--config` is not given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "autofactura.toml";
@@ -69,12 +70,14 @@ pub struct Settings {
     pub emisor: EmisorSettings,
     pub invoice: InvoiceSettings,
     pub forma_pago: FormaPagoSettings,
-    /// Kept raw: the PAC module deserializes it into its own type. See [`Settings::pac_kind`].
-    pub pac: toml::Table,
+    pub pac: PacConfig,
     pub worker: WorkerSettings,
     pub admin: AdminSettings,
     #[serde(default)]
     pub api: ApiSettings,
+    /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
+    #[serde(skip)]
+    unknown_pac_kind: Option<String>,
 }
 
 impl fmt::Debug for Settings {
@@ -87,7 +90,7 @@ impl fmt::Debug for Settings {
             .field("emisor", &self.emisor)
             .field("invoice", &self.invoice)
             .field("forma_pago", &self.forma_pago)
-            .field("pac", &redact_table(&self.pac))
+            .field("pac", &self.pac)
             .field("worker", &self.worker)
             .field("admin", &self.admin)
             .field("api", &self.api)
@@ -152,12 +155,14 @@ impl Settings {
                 set_path(&mut merged, &path, v)?;
             }
         }
+        let unknown_pac_kind = pac::take_unknown_kind(&mut merged);
         let mut s: Settings = merged
             .try_into()
             // Its Display names the key (`in `admin.password``); no source line, as there is no text.
             .map_err(|e: toml::de::Error| {
                 ConfigError::Shape(without_values(e.to_string().trim()).replace('\n', " "))
             })?;
+        s.unknown_pac_kind = unknown_pac_kind;
         s.apply_sandbox_defaults();
         s.validate()?;
         Ok(s)
@@ -170,10 +175,9 @@ impl Settings {
 
     /// `sandbox`, `sw` or `finkok`.
     pub fn pac_kind(&self) -> &str {
-        self.pac
-            .get("kind")
-            .and_then(toml::Value::as_str)
-            .unwrap_or("sandbox")
+        self.unknown_pac_kind
+            .as_deref()
+            .unwrap_or(self.pac.kind.name())
     }
 
     pub fn is_sandbox(&self) -> bool {

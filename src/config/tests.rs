@@ -293,3 +293,40 @@ fn the_merchant_webhook_secret_is_checked_at_load_and_decoded_by_its_type() {
     assert_eq!(format!("{secret:?}"), "[redacted]");
     assert!(WebhookSecret::decode("MDEyMzQ1Njc4OWFiY2RlZg==").is_none());
 }
+
+#[test]
+fn the_pac_table_is_typed_at_load() {
+    let s = Settings::from_parts(
+        Some("[pac]\nkind = \"sandbox\"\nrequest_timeout = 7\n[pac.backup]\nkind = \"finkok\"\n"),
+        &[],
+    )
+    .expect("settings");
+    assert_eq!(s.pac.kind, PacKind::Sandbox);
+    assert_eq!(s.pac.request_timeout, 7);
+    assert_eq!(s.pac.connect_timeout, 10, "default");
+    assert_eq!(s.pac.backup.as_ref().map(|b| b.kind), Some(PacKind::Finkok));
+    // A misspelt key stops the load, named, instead of the first connection.
+    let err = Settings::from_parts(Some("[pac]\nurll = \"https://x\"\n"), &[])
+        .expect_err("unknown key")
+        .to_string();
+    assert!(err.contains("urll") && err.contains("pac"), "{err}");
+    // A secret of the wrong type is not echoed.
+    let err = Settings::from_parts(Some("[pac]\npassword = 31415926\n"), &[])
+        .expect_err("wrong type")
+        .to_string();
+    assert!(
+        !err.contains("31415926") && err.contains("pac.password"),
+        "{err}"
+    );
+    // An unknown kind is listed with the other problems, as a real PAC (it needs a CSD).
+    let err = Settings::from_parts(Some("[pac]\nkind = \"acme\"\n"), &[])
+        .expect_err("unknown kind")
+        .to_string();
+    assert!(
+        err.contains("[pac] kind = \"acme\": expected \"sandbox\", \"sw\" or \"finkok\"")
+            && err.contains(
+                "[emisor] csd_cer, csd_key and csd_password are required with [pac] kind = \"acme\""
+            ),
+        "{err}"
+    );
+}

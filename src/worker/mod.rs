@@ -46,8 +46,7 @@
 //! build and run a pool ([`worker_for`], [`services`], [`Worker::start`]); the admin uses
 //! [`DbRouteLog`] for its recoveries; tests read [`UNRESOLVED`]. The worker uses
 //! the store, the PAC clients, the document engine, the settings and the health registry; its
-//! calls to `startup::pac_config` and `cli::sandbox_csd` are import circles that other steps
-//! of issue 15 remove.
+//! call to `cli::sandbox_csd` is an import circle that another step of issue 15 removes.
 
 pub mod cancel;
 mod pool;
@@ -422,7 +421,7 @@ const TEST_PAC_HOSTS: &[&str] = &[
 /// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the
 /// worker: for `autofactura worker` and tests, which have no running application.
 pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Result<Services> {
-    let connected = pac::connect(&crate::startup::pac_config(settings)?).await?;
+    let connected = pac::connect(&settings.pac_config()?).await?;
     let db = db.for_workers(&settings.database).await?;
     let worker = worker_for(settings, db, Arc::new(connected.client))?;
     Ok(Services {
@@ -437,7 +436,7 @@ pub fn worker_for(
     db: Db,
     pac: Arc<PacClient>,
 ) -> anyhow::Result<Arc<Worker>> {
-    let pac_cfg = crate::startup::pac_config(settings)?;
+    let pac_cfg = settings.pac_config()?;
     let label = match pac_cfg.kind {
         pac::PacKind::Sandbox => "sandbox",
         pac::PacKind::Sw => "sw",
