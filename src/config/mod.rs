@@ -19,28 +19,31 @@
 //! Who may import it: anyone. It imports only leaves (the document engine's catalogs and RFC,
 //! [`crate::proxy`]'s address parsing), never the parts that consume the settings.
 
+mod admin;
 mod exposure;
 mod load;
 mod pac;
 mod secret;
 mod sections;
 mod validate;
+mod worker;
 
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use admin::AdminSettings;
 pub use pac::{PacConfig, PacKind};
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
-    AdminSettings, ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings,
-    InvoiceSettings, MercadoPagoSettings, ServerSettings, StripeSettings, WorkerSettings,
+    ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings,
+    MercadoPagoSettings, ServerSettings, StripeSettings,
 };
+pub use worker::WorkerSettings;
 
 use load::{merge, read_file, set_path, syntax_error, without_values};
 
@@ -60,7 +63,7 @@ pub const EXAMPLE_ADMIN_PASSWORD: &str = "change-me";
 /// (secrets, CSD paths) are absent.
 const DEFAULTS: &str = include_str!("../../config/default.toml");
 
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub server: ServerSettings,
@@ -78,24 +81,6 @@ pub struct Settings {
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,
-}
-
-impl fmt::Debug for Settings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
-            .field("server", &self.server)
-            .field("database", &self.database)
-            .field("stripe", &self.stripe)
-            .field("mercadopago", &self.mercadopago)
-            .field("emisor", &self.emisor)
-            .field("invoice", &self.invoice)
-            .field("forma_pago", &self.forma_pago)
-            .field("pac", &self.pac)
-            .field("worker", &self.worker)
-            .field("admin", &self.admin)
-            .field("api", &self.api)
-            .finish()
-    }
 }
 
 /// Why the settings cannot be used. Messages name the key and the fix.

@@ -105,20 +105,6 @@ pub fn url_for_log(url: &str) -> String {
     }
 }
 
-/// A table with every value under a key that looks secret replaced.
-pub(super) fn redact_table(t: &toml::Table) -> toml::Table {
-    t.iter()
-        .map(|(k, v)| {
-            let v = match v {
-                toml::Value::Table(inner) => toml::Value::Table(redact_table(inner)),
-                _ if looks_secret(k) => toml::Value::String("[redacted]".into()),
-                other => other.clone(),
-            };
-            (k.clone(), v)
-        })
-        .collect()
-}
-
 pub(super) fn looks_secret(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     ["password", "secret", "token", "key", "pass"]

@@ -6,9 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::secret::{
-    SecretString, WebhookSecret, list_or_csv, redact_table, redact_url, url_for_log,
-};
+use super::secret::{SecretString, WebhookSecret, list_or_csv, redact_url, url_for_log};
 
 /// `[api]`: the invoicing API and the webhooks it sends to the merchant.
 #[derive(Clone, Deserialize)]
@@ -162,40 +160,4 @@ pub struct FormaPagoSettings {
     pub spei: String,
     /// Mercado Pago `payment_type_id` → FormaPago.
     pub mercadopago: BTreeMap<String, String>,
-}
-
-#[derive(Clone, Deserialize)]
-pub struct WorkerSettings {
-    pub concurrency: usize,
-    /// Keys for the worker pool, kept for its own parser.
-    #[serde(flatten)]
-    pub extra: toml::Table,
-}
-
-#[derive(Clone, Deserialize)]
-pub struct AdminSettings {
-    pub password: Option<SecretString>,
-    /// A listener of its own for `/admin` and `/v1`; unset (or `[server] listen`) = the same.
-    pub listen: Option<String>,
-    #[serde(flatten)]
-    pub extra: toml::Table,
-}
-
-impl fmt::Debug for AdminSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdminSettings")
-            .field("password", &self.password)
-            .field("listen", &self.listen)
-            .field("extra", &redact_table(&self.extra))
-            .finish()
-    }
-}
-
-impl fmt::Debug for WorkerSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkerSettings")
-            .field("concurrency", &self.concurrency)
-            .field("extra", &redact_table(&self.extra))
-            .finish()
-    }
 }

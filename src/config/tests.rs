@@ -98,7 +98,7 @@ fn a_real_pac_refuses_the_sandbox_secrets_and_needs_a_csd() {
 #[test]
 fn debug_output_redacts_secrets() {
     let file = "[database]\nurl = \"postgres://app:hunter2@db/af\"\n[stripe]\nwebhook_secrets = [\"whsec_topsecret\"]\n\
-                    [mercadopago]\naccess_token = \"APP_USR-tok\"\n[admin]\npassword = \"pw-secret\"\napi_key = \"k-secret\"\n";
+                    [mercadopago]\naccess_token = \"APP_USR-tok\"\n[admin]\npassword = \"pw-secret\"\npassword_hash = \"k-secret\"\n";
     let s = Settings::from_parts(Some(file), &[]).expect("settings");
     let dump = format!("{s:?}");
     for secret in [
@@ -329,4 +329,94 @@ fn the_pac_table_is_typed_at_load() {
             ),
         "{err}"
     );
+}
+
+#[test]
+fn worker_keys_are_typed_and_checked_at_load() {
+    let s = Settings::defaults().expect("defaults");
+    assert_eq!(
+        (
+            s.worker.lease_seconds,
+            s.worker.idle_poll_ms,
+            s.worker.max_attempts
+        ),
+        (30, 500, 10)
+    );
+    let err = Settings::from_parts(Some("[worker]\nlease_secs = 5\n"), &[])
+        .expect_err("unknown key")
+        .to_string();
+    assert!(
+        err.contains("unknown field `lease_secs`") && err.contains("lease_seconds"),
+        "{err}"
+    );
+    let err = Settings::from_parts(
+        Some("[worker]\nconcurrency = 2000\nlease_seconds = 1\nidle_poll_ms = 9\nmax_attempts = 3000000000\n"),
+        &[],
+    )
+    .expect_err("out of range")
+    .to_string();
+    for needle in [
+        "[worker] concurrency must be 1 to 1024, not 2000",
+        "[worker] lease_seconds = 1 is too small",
+        "[worker] idle_poll_ms = 9 is too small",
+        "[worker] max_attempts is too large",
+    ] {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+    let err = Settings::from_parts(Some("[worker]\nwindow_hours = -1\n"), &[])
+        .expect_err("negative")
+        .to_string();
+    assert!(err.contains("worker.window_hours"), "{err}");
+    // With a default to type it by, an environment override is an integer.
+    let s = Settings::from_parts(None, &env(&[("AUTOFACTURA__WORKER__LEASE_SECONDS", "5")]))
+        .expect("settings");
+    assert_eq!(s.worker.lease_seconds, 5);
+}
+
+#[test]
+fn admin_keys_are_typed_and_checked_at_load() {
+    let s = Settings::defaults().expect("defaults");
+    assert_eq!(
+        (
+            s.admin.secure_cookies,
+            s.admin.session_hours,
+            s.admin.reconcile_interval_seconds
+        ),
+        (false, 12, 3600)
+    );
+    // Numbers and the flag written as strings are still read, as before.
+    let s = Settings::from_parts(
+        Some("[admin]\nsession_hours = \"2\"\nreconcile_interval_seconds = 0\nsecure_cookies = \"true\"\n"),
+        &[],
+    )
+    .expect("settings");
+    assert_eq!(
+        (s.admin.session_hours, s.admin.reconcile_interval_seconds),
+        (2, 0)
+    );
+    assert!(s.admin.secure_cookies);
+    let s = Settings::from_parts(
+        None,
+        &env(&[
+            ("AUTOFACTURA__ADMIN__SESSION_HOURS", "3"),
+            ("AUTOFACTURA__ADMIN__SECURE_COOKIES", "true"),
+        ]),
+    )
+    .expect("settings");
+    assert_eq!(s.admin.session_hours, 3);
+    assert!(s.admin.secure_cookies);
+    for (file, needle) in [
+        ("[admin]\nsession_hours = -1\n", "expected a whole number"),
+        (
+            "[admin]\nsession_hours = \"soon\"\n",
+            "expected a whole number",
+        ),
+        ("[admin]\nsecure_cookies = 1\n", "expected true or false"),
+        ("[admin]\npasword = \"x\"\n", "unknown field `pasword`"),
+    ] {
+        let err = Settings::from_parts(Some(file), &[])
+            .expect_err(file)
+            .to_string();
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
 }

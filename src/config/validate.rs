@@ -208,9 +208,7 @@ impl Settings {
                 ));
             }
         }
-        if self.worker.concurrency == 0 {
-            p.push("[worker] concurrency must be at least 1".into());
-        }
+        self.worker.check(&mut p);
         if p.is_empty() {
             Ok(())
         } else {
