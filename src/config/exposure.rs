@@ -2,7 +2,8 @@
 //! password on a listener beyond loopback. `serve` refuses to start while any is left.
 
 use super::{
-    ConfigError, EXAMPLE_ADMIN_PASSWORD, SANDBOX_MP_SECRET, SANDBOX_STRIPE_SECRET, Settings,
+    ConfigError, EXAMPLE_ADMIN_PASSWORD, SANDBOX_MP_SECRET, SANDBOX_STRIPE_SECRET, SecretString,
+    Settings,
 };
 
 impl Settings {
@@ -13,24 +14,14 @@ impl Settings {
     pub fn check_exposure(&self) -> Result<(), ConfigError> {
         let mut p = Vec::new();
         if let Some(why) = self.exposed(&self.server.listen, "[server] listen") {
-            if self
-                .stripe
-                .webhook_secrets
-                .iter()
-                .any(|s| s.expose() == SANDBOX_STRIPE_SECRET)
-            {
+            if self.uses_sandbox_stripe_secret() {
                 p.push(format!(
                     "{why}, and the Stripe webhook secret is the built-in sandbox one, published in \
                      the source: set [stripe] webhook_secrets (AUTOFACTURA__STRIPE__WEBHOOK_SECRETS) \
                      to your endpoint's signing secret"
                 ));
             }
-            if self
-                .mercadopago
-                .webhook_secret
-                .as_ref()
-                .is_some_and(|s| s.expose() == SANDBOX_MP_SECRET)
-            {
+            if self.uses_sandbox_mp_secret() {
                 p.push(format!(
                     "{why}, and the Mercado Pago webhook secret is the built-in sandbox one: set \
                      [mercadopago] webhook_secret (AUTOFACTURA__MERCADOPAGO__WEBHOOK_SECRET) to your \
@@ -68,6 +59,21 @@ impl Settings {
         } else {
             Err(ConfigError::Invalid(p))
         }
+    }
+
+    /// Whether the Stripe secrets include the built-in sandbox one.
+    pub(super) fn uses_sandbox_stripe_secret(&self) -> bool {
+        let sandbox = |s: &SecretString| s.expose() == SANDBOX_STRIPE_SECRET;
+        self.stripe.webhook_secrets.iter().any(sandbox)
+    }
+
+    /// Whether the Mercado Pago secret is the built-in sandbox one.
+    pub(super) fn uses_sandbox_mp_secret(&self) -> bool {
+        let sandbox = |s: &SecretString| s.expose() == SANDBOX_MP_SECRET;
+        self.mercadopago
+            .webhook_secret
+            .as_ref()
+            .is_some_and(sandbox)
     }
 
     /// Why `listen` is reachable from beyond this machine, if it is: not a loopback address,

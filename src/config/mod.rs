@@ -9,12 +9,18 @@
 //!
 //! - `mod.rs`: [`Settings`], loading ([`Settings::load`], [`Settings::from_parts`]), the
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
-//! - `sections.rs`: one typed struct per table (`[server]`, `[database]`, `[api]`, …).
+//! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
+//! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
+//! - `worker.rs`, `admin.rs`: `[worker]` and `[admin]`, with their own checks.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
-//! - `secret.rs`: [`SecretString`] and redaction of URLs and tables.
+//! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
+//!   of URLs.
 //! - `validate.rs`: every problem of a loaded configuration, each naming its key and the fix.
 //! - `exposure.rs`: what must not face anyone but this machine ([`Settings::check_exposure`]).
+//!
+//! Every default is in `config/default.toml`, except the timeouts of `[pac]` and `[pac.backup]`:
+//! they are [`PacConfig`]'s own, as PAC clients are also built without settings (tests).
 //!
 //! Who may import it: anyone. It imports only leaves (the document engine's catalogs and RFC,
 //! [`crate::proxy`]'s address parsing), never the parts that consume the settings.
@@ -76,7 +82,6 @@ pub struct Settings {
     pub pac: PacConfig,
     pub worker: WorkerSettings,
     pub admin: AdminSettings,
-    #[serde(default)]
     pub api: ApiSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]

@@ -10,7 +10,7 @@ use super::secret::{SecretString, WebhookSecret, list_or_csv, redact_url, url_fo
 
 /// `[api]`: the invoicing API and the webhooks it sends to the merchant.
 #[derive(Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct ApiSettings {
     /// How long `POST /v1/invoices` waits for the stamp before answering 202 (still queued) or
     /// 503 (outcome unknown), in milliseconds.
@@ -27,21 +27,6 @@ pub struct ApiSettings {
     pub webhook_retry_seconds: Vec<u64>,
     /// Seconds for one delivery.
     pub webhook_timeout_seconds: u64,
-}
-
-impl Default for ApiSettings {
-    fn default() -> Self {
-        Self {
-            wait_for_stamp_ms: 15_000,
-            key_retention_hours: 96,
-            purge_interval_seconds: 300,
-            webhook_url: None,
-            webhook_secret: None,
-            // Standard Webhooks' schedule after the immediate first attempt (~75 h in all).
-            webhook_retry_seconds: vec![5, 300, 1800, 7200, 18_000, 36_000, 50_400, 72_000, 86_400],
-            webhook_timeout_seconds: 10,
-        }
-    }
 }
 
 impl fmt::Debug for ApiSettings {

@@ -7,6 +7,19 @@ fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The error that loading `file` ends in.
+fn refused(file: &str) -> String {
+    Settings::from_parts(Some(file), &[])
+        .expect_err(file)
+        .to_string()
+}
+
+fn assert_names_all(err: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+}
+
 #[test]
 fn embedded_defaults_are_valid_and_use_sqlite_and_the_sandbox() {
     let s = Settings::defaults().expect("defaults");
@@ -14,6 +27,9 @@ fn embedded_defaults_are_valid_and_use_sqlite_and_the_sandbox() {
     assert_eq!(s.pac_kind(), "sandbox");
     assert_eq!(s.emisor.serie, "A");
     assert_eq!(s.worker.concurrency, 8);
+    assert_eq!(s.api.wait_for_stamp_ms, 15_000);
+    assert_eq!(s.api.webhook_retry_seconds.len(), 9);
+    assert_eq!(s.api.webhook_retry_seconds.last(), Some(&86_400));
     assert_eq!(
         s.stripe.webhook_secrets.len(),
         1,
@@ -60,17 +76,15 @@ fn environment_overrides_the_file_with_the_type_of_the_default() {
 #[test]
 fn validation_lists_every_problem_with_its_key() {
     let file = "[server]\nlisten = \"localhost\"\n[emisor]\nrfc = \"nope\"\nlugar_expedicion = \"123\"\n[pac]\nkind = \"acme\"\n";
-    let err = Settings::from_parts(Some(file), &[])
-        .expect_err("invalid")
-        .to_string();
-    for needle in [
-        "[server] listen",
-        "[emisor] rfc",
-        "[emisor] lugar_expedicion",
-        "[pac] kind",
-    ] {
-        assert!(err.contains(needle), "{needle} missing from: {err}");
-    }
+    assert_names_all(
+        &refused(file),
+        &[
+            "[server] listen",
+            "[emisor] rfc",
+            "[emisor] lugar_expedicion",
+            "[pac] kind",
+        ],
+    );
 }
 
 #[test]
@@ -342,31 +356,25 @@ fn worker_keys_are_typed_and_checked_at_load() {
         ),
         (30, 500, 10)
     );
-    let err = Settings::from_parts(Some("[worker]\nlease_secs = 5\n"), &[])
-        .expect_err("unknown key")
-        .to_string();
-    assert!(
-        err.contains("unknown field `lease_secs`") && err.contains("lease_seconds"),
-        "{err}"
+    assert_names_all(
+        &refused("[worker]\nlease_secs = 5\n"),
+        &["unknown field `lease_secs`", "lease_seconds"],
     );
-    let err = Settings::from_parts(
-        Some("[worker]\nconcurrency = 2000\nlease_seconds = 1\nidle_poll_ms = 9\nmax_attempts = 3000000000\n"),
-        &[],
-    )
-    .expect_err("out of range")
-    .to_string();
-    for needle in [
-        "[worker] concurrency must be 1 to 1024, not 2000",
-        "[worker] lease_seconds = 1 is too small",
-        "[worker] idle_poll_ms = 9 is too small",
-        "[worker] max_attempts is too large",
-    ] {
-        assert!(err.contains(needle), "{needle} missing from: {err}");
-    }
-    let err = Settings::from_parts(Some("[worker]\nwindow_hours = -1\n"), &[])
-        .expect_err("negative")
-        .to_string();
-    assert!(err.contains("worker.window_hours"), "{err}");
+    assert_names_all(
+        &refused(
+            "[worker]\nconcurrency = 2000\nlease_seconds = 1\nidle_poll_ms = 9\nmax_attempts = 3000000000\n",
+        ),
+        &[
+            "[worker] concurrency must be 1 to 1024, not 2000",
+            "[worker] lease_seconds = 1 is too small",
+            "[worker] idle_poll_ms = 9 is too small",
+            "[worker] max_attempts is too large",
+        ],
+    );
+    assert_names_all(
+        &refused("[worker]\nwindow_hours = -1\n"),
+        &["worker.window_hours"],
+    );
     // With a default to type it by, an environment override is an integer.
     let s = Settings::from_parts(None, &env(&[("AUTOFACTURA__WORKER__LEASE_SECONDS", "5")]))
         .expect("settings");
@@ -414,9 +422,6 @@ fn admin_keys_are_typed_and_checked_at_load() {
         ("[admin]\nsecure_cookies = 1\n", "expected true or false"),
         ("[admin]\npasword = \"x\"\n", "unknown field `pasword`"),
     ] {
-        let err = Settings::from_parts(Some(file), &[])
-            .expect_err(file)
-            .to_string();
-        assert!(err.contains(needle), "{needle} missing from: {err}");
+        assert_names_all(&refused(file), &[needle]);
     }
 }

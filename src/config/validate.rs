@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use super::secret::redact_url;
-use super::{ConfigError, SANDBOX_MP_SECRET, SANDBOX_STRIPE_SECRET, Settings, url_for_log};
+use super::{ConfigError, Settings, url_for_log};
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -67,17 +67,7 @@ impl Settings {
             ));
         }
         if kind != "sandbox" {
-            if self
-                .stripe
-                .webhook_secrets
-                .iter()
-                .any(|s| s.expose() == SANDBOX_STRIPE_SECRET)
-                || self
-                    .mercadopago
-                    .webhook_secret
-                    .as_ref()
-                    .is_some_and(|s| s.expose() == SANDBOX_MP_SECRET)
-            {
+            if self.uses_sandbox_stripe_secret() || self.uses_sandbox_mp_secret() {
                 p.push("the sandbox webhook secrets cannot be used with a real PAC".into());
             }
             if self.emisor.csd_cer.is_none()

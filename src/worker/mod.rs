@@ -389,11 +389,7 @@ pub fn worker_for(
     pac: Arc<PacClient>,
 ) -> anyhow::Result<Arc<Worker>> {
     let pac_cfg = settings.pac_config()?;
-    let label = match pac_cfg.kind {
-        pac::PacKind::Sandbox => "sandbox",
-        pac::PacKind::Sw => "sw",
-        pac::PacKind::Finkok => "finkok",
-    };
+    let label = pac_cfg.kind.name();
     let production = pac_cfg.kind != pac::PacKind::Sandbox
         && !pac_cfg
             .url
