@@ -319,6 +319,13 @@ fn the_pac_table_is_typed_at_load() {
     assert_eq!(s.pac.request_timeout, 7);
     assert_eq!(s.pac.connect_timeout, 10, "default");
     assert_eq!(s.pac.backup.as_ref().map(|b| b.kind), Some(PacKind::Finkok));
+    // The name in the attempt log is the one written in the file.
+    for kind in [PacKind::Sandbox, PacKind::Sw, PacKind::Finkok] {
+        assert_eq!(
+            toml::Value::try_from(kind).ok(),
+            Some(toml::Value::String(kind.name().into()))
+        );
+    }
     // A misspelt key stops the load, named, instead of the first connection.
     let err = Settings::from_parts(Some("[pac]\nurll = \"https://x\"\n"), &[])
         .expect_err("unknown key")
