@@ -203,14 +203,10 @@ fn configuration_errors_never_echo_a_secret() {
         "[mercadopago]\nwebhook_secret = 31415926\n",
         "[mercadopago]\naccess_token = [\"31415926\"]\n",
     ] {
-        let err = Settings::from_parts(Some(file), &[])
-            .expect_err("wrong type")
-            .to_string();
+        let err = refused(file);
         assert!(!err.contains("31415926"), "{err}");
     }
-    let err = Settings::from_parts(Some("[worker]\nconcurrency = \"LEAK3\"\n"), &[])
-        .expect_err("wrong type")
-        .to_string();
+    let err = refused("[worker]\nconcurrency = \"LEAK3\"\n");
     assert!(
         !err.contains("LEAK3") && err.contains("worker.concurrency"),
         "{err}"
@@ -327,14 +323,12 @@ fn the_pac_table_is_typed_at_load() {
         );
     }
     // A misspelt key stops the load, named, instead of the first connection.
-    let err = Settings::from_parts(Some("[pac]\nurll = \"https://x\"\n"), &[])
-        .expect_err("unknown key")
-        .to_string();
-    assert!(err.contains("urll") && err.contains("pac"), "{err}");
+    assert_names_all(
+        &refused("[pac]\nurll = \"https://x\"\n"),
+        &["unknown field `urll`", "in `pac`"],
+    );
     // A secret of the wrong type is not echoed.
-    let err = Settings::from_parts(Some("[pac]\npassword = 31415926\n"), &[])
-        .expect_err("wrong type")
-        .to_string();
+    let err = refused("[pac]\npassword = 31415926\n");
     assert!(
         !err.contains("31415926") && err.contains("pac.password"),
         "{err}"
