@@ -12,7 +12,8 @@
 //!   cancellation, faults, persistent state); in-process for the embedded default or
 //!   `autofactura pac-sim`.
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
-//! - [`config`]: settings (defaults → TOML file → `AUTOFACTURA__…` env), validation, redaction.
+//! - [`config`]: settings, typed to the last `[pac]` key (`config/default.toml` → TOML file →
+//!   `AUTOFACTURA__…` env), validation at load, redaction. Imports none of its consumers.
 //! - [`store`]: the database (SQLite or PostgreSQL); every SQL statement and migration.
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.

@@ -17,7 +17,7 @@ use crate::admin::{self, Admin};
 use crate::config::Settings;
 use crate::health::{self, Health};
 use crate::ingest::Ingestor;
-use crate::pac::{self, PacClient, PacConfig};
+use crate::pac::{self, PacClient};
 use crate::store::{self, Db};
 use crate::webhooks::{self, mercadopago};
 
@@ -65,7 +65,7 @@ impl Application {
         settings.check_exposure()?;
         let db = store::connect(&settings.database).await?;
         db.migrate().await?;
-        let connected = pac::connect(&pac_config(&settings)?).await?;
+        let connected = pac::connect(&settings.pac_config()?).await?;
         let pac = Arc::new(connected.client);
         let sim = connected.sandbox.as_ref().map(|h| h.sim().clone());
         let admin = Admin::new(&settings, &db, pac.clone(), sim).await?;
@@ -314,29 +314,4 @@ async fn sandbox_mp_payment(id: web::Path<String>) -> actix_web::HttpResponse {
         None => actix_web::HttpResponse::NotFound()
             .json(serde_json::json!({ "message": "Payment not found" })),
     }
-}
-
-/// The `[pac]` table as the PAC module reads it. The in-process sandbox keeps its journal next
-/// to the SQLite database (or under `data/` with PostgreSQL) unless `sandbox_state` says where.
-pub fn pac_config(settings: &Settings) -> anyhow::Result<PacConfig> {
-    let mut cfg: PacConfig = settings
-        .pac
-        .clone()
-        .try_into()
-        .map_err(|e: toml::de::Error| anyhow::anyhow!("[pac] {}", e.message()))?;
-    if cfg.sandbox_state.is_none() {
-        let url = settings.database.url.expose();
-        let dir = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .map(|p| p.split('?').next().unwrap_or(p))
-            .and_then(|p| std::path::Path::new(p).parent().map(|d| d.to_path_buf()))
-            .unwrap_or_else(|| std::path::PathBuf::from("data"));
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-        }
-        cfg.sandbox_state = Some(dir.join("pacsim-state.jsonl"));
-    }
-    Ok(cfg)
 }

@@ -40,12 +40,12 @@ use std::time::Duration;
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
 
-use crate::config::Settings;
+use crate::config::{AdminSettings, SecretString, Settings};
 use crate::pac::PacClient;
 use crate::pacsim::Sim;
 use crate::store::Db;
 
-/// The admin's own settings, read from the `[admin]` table.
+/// The admin's own settings, from the `[admin]` table.
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub password_hash: Option<String>,
@@ -58,53 +58,17 @@ pub struct AdminConfig {
 }
 
 impl AdminConfig {
-    /// Reads `[admin]`: `password_hash`, `password`, `secure_cookies`, `session_hours`,
-    /// `reconcile_interval_seconds` (0 = off; default 3600).
-    pub fn from_settings(s: &Settings) -> anyhow::Result<AdminConfig> {
-        let extra = &s.admin.extra;
-        for k in extra.keys() {
-            if ![
-                "password_hash",
-                "secure_cookies",
-                "session_hours",
-                "reconcile_interval_seconds",
-            ]
-            .contains(&k.as_str())
-            {
-                anyhow::bail!("[admin] unknown key `{k}`");
-            }
-        }
-        let int = |k: &str, default: i64| -> anyhow::Result<u64> {
-            match extra.get(k) {
-                None => Ok(u64::try_from(default).unwrap_or(0)),
-                Some(toml::Value::Integer(n)) if *n >= 0 => Ok(u64::try_from(*n).unwrap_or(0)),
-                Some(toml::Value::String(v)) => v
-                    .trim()
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("[admin] {k} must be a whole number")),
-                Some(_) => anyhow::bail!("[admin] {k} must be a whole number"),
-            }
-        };
-        let secure_cookies = match extra.get("secure_cookies") {
-            None => false,
-            Some(toml::Value::Boolean(b)) => *b,
-            Some(toml::Value::String(v)) => v.trim() == "true",
-            Some(_) => anyhow::bail!("[admin] secure_cookies must be true or false"),
-        };
-        let password_hash = match extra.get("password_hash") {
-            None => None,
-            Some(toml::Value::String(h)) => Some(h.clone()),
-            Some(_) => anyhow::bail!("[admin] password_hash must be a string"),
-        };
-        let hours = int("session_hours", 12)?.max(1);
-        let every = int("reconcile_interval_seconds", 3600)?;
-        Ok(AdminConfig {
-            password_hash,
-            password: s.admin.password.as_ref().map(|p| p.expose().to_owned()),
-            secure_cookies,
-            session_ttl: Duration::from_secs(hours * 3600),
+    /// `[admin]`, checked when the settings were loaded.
+    pub fn from_settings(s: &AdminSettings) -> AdminConfig {
+        let expose = |p: &Option<SecretString>| p.as_ref().map(|p| p.expose().to_owned());
+        let every = s.reconcile_interval_seconds;
+        AdminConfig {
+            password_hash: expose(&s.password_hash),
+            password: expose(&s.password),
+            secure_cookies: s.secure_cookies,
+            session_ttl: Duration::from_secs(s.session_hours.max(1).saturating_mul(3600)),
             reconcile_interval: (every > 0).then(|| Duration::from_secs(every)),
-        })
+        }
     }
 }
 
@@ -146,7 +110,7 @@ impl Admin {
         pac: Arc<PacClient>,
         sandbox: Option<Arc<Sim>>,
     ) -> anyhow::Result<Admin> {
-        let cfg = AdminConfig::from_settings(settings)?;
+        let cfg = AdminConfig::from_settings(&settings.admin);
         let password_hash =
             auth::resolve_password_hash(db, cfg.password_hash.as_deref(), cfg.password.as_deref())
                 .await?;

@@ -330,7 +330,7 @@ pub async fn command(config: Option<&std::path::Path>) -> anyhow::Result<ExitCod
     let (settings, _) = crate::config::Settings::load(config)?;
     let db = crate::store::connect(&settings.database).await?;
     db.migrate().await?;
-    let cfg = crate::startup::pac_config(&settings)?;
+    let cfg = settings.pac_config()?;
     let connected = crate::pac::connect(&cfg).await?;
     let sim: Option<Arc<Sim>> = connected.sandbox.as_ref().map(|h| h.sim().clone());
     let lock = tokio::sync::Mutex::new(());

@@ -21,8 +21,7 @@ use crate::store::{Db, StoreError};
 
 /// The secret's key bytes: `whsec_` stripped, the rest base64-decoded (unlike Stripe's).
 pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
-    let b64 = secret.strip_prefix("whsec_")?;
-    STANDARD.decode(b64).ok().filter(|k| !k.is_empty())
+    crate::config::WebhookSecret::decode(secret)
 }
 
 /// `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{payload}">`.

@@ -46,8 +46,7 @@
 //! build and run a pool ([`worker_for`], [`services`], [`Worker::start`]); the admin uses
 //! [`DbRouteLog`] for its recoveries; tests read [`UNRESOLVED`]. The worker uses
 //! the store, the PAC clients, the document engine, the settings and the health registry; its
-//! calls to `startup::pac_config` and `cli::sandbox_csd` are import circles that other steps
-//! of issue 15 remove.
+//! call to `cli::sandbox_csd` is an import circle that another step of issue 15 removes.
 
 pub mod cancel;
 mod pool;
@@ -95,72 +94,24 @@ pub struct WorkerConfig {
     pub retry: RetryPolicy,
 }
 
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        Self {
-            concurrency: 8,
-            lease: Duration::from_secs(30),
-            idle_poll: Duration::from_millis(500),
-            shutdown_grace: Duration::from_secs(20),
-            window: Duration::from_secs(72 * 3600),
-            window_margin: Duration::from_secs(60),
-            cancel_poll: Duration::from_secs(60),
-            retry: RetryPolicy::default(),
-        }
-    }
-}
-
 impl WorkerConfig {
-    /// Reads `[worker]`: `concurrency` plus the optional keys below, each validated.
-    pub fn from_settings(s: &crate::config::WorkerSettings) -> Result<Self, String> {
-        let mut c = Self {
+    /// `[worker]`, checked when the settings were loaded.
+    pub fn from_settings(s: &crate::config::WorkerSettings) -> Self {
+        let secs = Duration::from_secs;
+        Self {
             concurrency: s.concurrency,
-            ..Self::default()
-        };
-        if c.concurrency == 0 || c.concurrency > 1024 {
-            return Err(format!(
-                "[worker] concurrency must be 1 to 1024, not {}",
-                c.concurrency
-            ));
+            lease: secs(s.lease_seconds),
+            idle_poll: Duration::from_millis(s.idle_poll_ms),
+            shutdown_grace: secs(s.shutdown_grace_seconds),
+            window: secs(s.window_hours.saturating_mul(3600)),
+            window_margin: secs(s.window_margin_seconds),
+            cancel_poll: secs(s.cancel_poll_seconds),
+            retry: RetryPolicy {
+                base: secs(s.backoff_base_seconds),
+                cap: secs(s.backoff_cap_seconds),
+                max_attempts: i32::try_from(s.max_attempts).unwrap_or(i32::MAX),
+            },
         }
-        for (k, v) in &s.extra {
-            let n = v
-                .as_integer()
-                .filter(|n| *n >= 0)
-                .and_then(|n| u64::try_from(n).ok())
-                .ok_or_else(|| format!("[worker] {k} must be a non-negative integer"))?;
-            match k.as_str() {
-                "lease_seconds" if n >= 2 => c.lease = Duration::from_secs(n),
-                "idle_poll_ms" if n >= 10 => c.idle_poll = Duration::from_millis(n),
-                "shutdown_grace_seconds" => c.shutdown_grace = Duration::from_secs(n),
-                "window_hours" if n >= 1 => c.window = Duration::from_secs(n * 3600),
-                "window_margin_seconds" => c.window_margin = Duration::from_secs(n),
-                "cancel_poll_seconds" if n >= 1 => c.cancel_poll = Duration::from_secs(n),
-                "backoff_base_seconds" if n >= 1 => c.retry.base = Duration::from_secs(n),
-                "backoff_cap_seconds" if n >= 1 => c.retry.cap = Duration::from_secs(n),
-                "max_attempts" if n >= 1 => {
-                    c.retry.max_attempts =
-                        i32::try_from(n).map_err(|_| "[worker] max_attempts is too large")?;
-                }
-                "lease_seconds"
-                | "idle_poll_ms"
-                | "window_hours"
-                | "cancel_poll_seconds"
-                | "backoff_base_seconds"
-                | "backoff_cap_seconds"
-                | "max_attempts" => {
-                    return Err(format!("[worker] {k} = {n} is too small"));
-                }
-                other => {
-                    return Err(format!(
-                        "[worker] unknown key `{other}` (known: concurrency, lease_seconds, idle_poll_ms, \
-                         shutdown_grace_seconds, window_hours, window_margin_seconds, cancel_poll_seconds, \
-                         backoff_base_seconds, backoff_cap_seconds, max_attempts)"
-                    ));
-                }
-            }
-        }
-        Ok(c)
     }
 }
 
@@ -422,7 +373,7 @@ const TEST_PAC_HOSTS: &[&str] = &[
 /// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the
 /// worker: for `autofactura worker` and tests, which have no running application.
 pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Result<Services> {
-    let connected = pac::connect(&crate::startup::pac_config(settings)?).await?;
+    let connected = pac::connect(&settings.pac_config()?).await?;
     let db = db.for_workers(&settings.database).await?;
     let worker = worker_for(settings, db, Arc::new(connected.client))?;
     Ok(Services {
@@ -437,12 +388,8 @@ pub fn worker_for(
     db: Db,
     pac: Arc<PacClient>,
 ) -> anyhow::Result<Arc<Worker>> {
-    let pac_cfg = crate::startup::pac_config(settings)?;
-    let label = match pac_cfg.kind {
-        pac::PacKind::Sandbox => "sandbox",
-        pac::PacKind::Sw => "sw",
-        pac::PacKind::Finkok => "finkok",
-    };
+    let pac_cfg = settings.pac_config()?;
+    let label = pac_cfg.kind.name();
     let production = pac_cfg.kind != pac::PacKind::Sandbox
         && !pac_cfg
             .url
@@ -453,7 +400,7 @@ pub fn worker_for(
         (Some(cer), Some(key), Some(pw)) => Csd::from_files(cer, key, pw.expose())?,
         _ => crate::cli::sandbox_csd()?,
     };
-    let cfg = WorkerConfig::from_settings(&settings.worker).map_err(|e| anyhow::anyhow!(e))?;
+    let cfg = WorkerConfig::from_settings(&settings.worker);
     Ok(Arc::new(Worker::new(
         db,
         pac,
@@ -469,28 +416,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn worker_settings_are_validated() {
-        let mut s = crate::config::WorkerSettings {
-            concurrency: 4,
-            extra: toml::Table::new(),
-        };
-        s.extra
-            .insert("lease_seconds".into(), toml::Value::Integer(5));
-        s.extra
-            .insert("max_attempts".into(), toml::Value::Integer(3));
-        let c = WorkerConfig::from_settings(&s).expect("valid");
+    fn worker_settings_become_the_pool_config() {
+        let file =
+            "[worker]\nconcurrency = 4\nlease_seconds = 5\nmax_attempts = 3\nwindow_hours = 2\n";
+        let s = crate::config::Settings::from_parts(Some(file), &[]).expect("settings");
+        let c = WorkerConfig::from_settings(&s.worker);
         assert_eq!(
-            (c.concurrency, c.lease, c.retry.max_attempts),
-            (4, Duration::from_secs(5), 3)
+            (c.concurrency, c.lease, c.retry.max_attempts, c.window),
+            (4, Duration::from_secs(5), 3, Duration::from_secs(7200))
         );
-        s.extra.insert("lease_secs".into(), toml::Value::Integer(5));
-        assert!(
-            WorkerConfig::from_settings(&s)
-                .expect_err("unknown key")
-                .contains("unknown key `lease_secs`")
-        );
-        s.extra.clear();
-        s.concurrency = 0;
-        assert!(WorkerConfig::from_settings(&s).is_err());
+        // The rest from the embedded defaults.
+        assert_eq!(c.idle_poll, Duration::from_millis(500));
+        assert_eq!(c.retry.base, RetryPolicy::default().base);
+        assert_eq!(c.retry.cap, RetryPolicy::default().cap);
     }
 }
