@@ -48,6 +48,7 @@ pub mod pac;
 pub mod pacsim;
 pub mod proxy;
 pub mod startup;
+pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod webhooks;

@@ -18,35 +18,9 @@ use crate::config::Settings;
 use crate::health::{self, Health};
 use crate::ingest::Ingestor;
 use crate::pac::{self, PacClient, PacConfig};
+use crate::state::AppState;
 use crate::store::{self, Db};
 use crate::webhooks::{self, mercadopago};
-
-/// What every request handler and background loop shares.
-pub struct AppState {
-    pub settings: Arc<Settings>,
-    pub db: Db,
-    pub ingestor: Ingestor,
-    pub mp: mercadopago::Client,
-    /// Mercado Pago manifests received recently (replays are refused).
-    pub mp_replay: webhooks::replay::ReplayWindow,
-    /// Heartbeats of background loops, reported by `/readyz`.
-    pub health: Health,
-    /// The PAC (`[pac]`), shared by the workers and the admin.
-    pub pac: Arc<PacClient>,
-    /// The in-process sandbox PAC when `[pac]` asks for it (kept alive with the client).
-    pub pac_sandbox: Option<crate::pacsim::SandboxHandle>,
-}
-
-impl std::fmt::Debug for AppState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("settings", &self.settings)
-            .field("db", &self.db)
-            .field("pac", &self.pac)
-            .field("pac_sandbox", &self.pac_sandbox.as_ref().map(|h| h.url()))
-            .finish_non_exhaustive()
-    }
-}
 
 pub struct Application {
     port: u16,

@@ -108,7 +108,7 @@ impl AdminConfig {
     }
 }
 
-/// What the admin routes share besides [`crate::startup::AppState`].
+/// What the admin routes share besides [`crate::state::AppState`].
 pub struct Admin {
     pub password_hash: String,
     pub limiter: auth::LoginLimiter,

@@ -13,7 +13,7 @@ use crate::cfdi::{InvoiceRequest, ReceptorData, Rfc};
 use crate::domain::StampKey;
 use crate::error::AdminError;
 use crate::pac::Recovery;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::DocFull;
 
 #[derive(Template)]

@@ -40,7 +40,7 @@ use crate::cfdi::{
 use crate::domain::StampKey;
 use crate::domain::cancellation::{CancelFacts, Refused};
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::api::{
     ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, released,
 };

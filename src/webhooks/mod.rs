@@ -17,7 +17,7 @@ use chrono::Utc;
 use sha2::{Digest, Sha256};
 
 use crate::error::WebhookError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
 
 /// Routes under `/webhooks`.
