@@ -17,10 +17,13 @@ use crate::admin::{self, Admin};
 use crate::config::Settings;
 use crate::health::{self, Health};
 use crate::ingest::Ingestor;
-use crate::pac::{self, PacClient, PacConfig};
+use crate::pac::{self, PacClient, PacConfig, PacError, PacKind};
+use crate::pacsim::SandboxHandle;
+use crate::pacsim::faults::FaultSpec;
 use crate::state::AppState;
 use crate::store::{self, Db};
 use crate::webhooks::{self, mercadopago};
+use crate::worker;
 
 pub struct Application {
     port: u16,
@@ -29,7 +32,7 @@ pub struct Application {
     admin_listener: Option<(u16, Server)>,
     state: web::Data<AppState>,
     /// The worker pool, when this application runs one (`serve` does; tests may not).
-    workers: Option<(crate::worker::Pool, crate::worker::Services)>,
+    workers: Option<(worker::Pool, worker::Services)>,
     admin: web::Data<Admin>,
 }
 
@@ -39,7 +42,7 @@ impl Application {
         settings.check_exposure()?;
         let db = store::connect(&settings.database).await?;
         db.migrate().await?;
-        let connected = pac::connect(&pac_config(&settings)?).await?;
+        let connected = connect_pac(&pac_config(&settings)?).await?;
         let pac = Arc::new(connected.client);
         let sim = connected.sandbox.as_ref().map(|h| h.sim().clone());
         let admin = Admin::new(&settings, &db, pac.clone(), sim).await?;
@@ -51,7 +54,7 @@ impl Application {
         settings: Settings,
         db: Db,
         pac: Arc<PacClient>,
-        pac_sandbox: Option<crate::pacsim::SandboxHandle>,
+        pac_sandbox: Option<SandboxHandle>,
         admin: Admin,
     ) -> anyhow::Result<Self> {
         // Sandbox conveniences and the example password stay on this machine.
@@ -159,8 +162,8 @@ impl Application {
             .db
             .for_workers(&self.state.settings.database)
             .await?;
-        let worker = crate::worker::worker_for(&self.state.settings, db, self.state.pac.clone())?;
-        let services = crate::worker::Services {
+        let worker = worker::worker_for(&self.state.settings, db, self.state.pac.clone())?;
+        let services = worker::Services {
             worker,
             sandbox: None,
         };
@@ -267,10 +270,7 @@ fn serve(
                     admin::routes(cfg, admin.clone());
                 }
                 if routes.mp_sandbox {
-                    cfg.route(
-                        "/sandbox/mercadopago/v1/payments/{id}",
-                        web::get().to(sandbox_mp_payment),
-                    );
+                    crate::sandbox::mp_routes(cfg);
                 }
             })
     })
@@ -279,15 +279,48 @@ fn serve(
     Ok(server)
 }
 
-/// The sandbox stand-in for Mercado Pago's `GET /v1/payments/{id}` (see [`crate::ops::sandbox_mp_payment`]).
-async fn sandbox_mp_payment(id: web::Path<String>) -> actix_web::HttpResponse {
-    match crate::ops::sandbox_mp_payment(&id) {
-        Some(body) => actix_web::HttpResponse::Ok()
-            .content_type("application/json")
-            .body(body),
-        None => actix_web::HttpResponse::NotFound()
-            .json(serde_json::json!({ "message": "Payment not found" })),
+/// A connected PAC client, plus the in-process sandbox PAC it talks to when there is one (keep
+/// it alive as long as the client).
+pub struct ConnectedPac {
+    pub client: PacClient,
+    pub sandbox: Option<SandboxHandle>,
+}
+
+/// Builds the client `cfg` describes, first starting the in-process sandbox PAC when
+/// `kind = "sandbox"` and no `url` is given (the embedded default).
+pub async fn connect_pac(cfg: &PacConfig) -> anyhow::Result<ConnectedPac> {
+    let mut cfg = cfg.clone();
+    let mut sandbox = None;
+    if cfg.kind == PacKind::Sandbox && cfg.url.as_deref().is_none_or(str::is_empty) {
+        let faults = match &cfg.sandbox_faults {
+            Some(spec) => FaultSpec::parse(spec)
+                .map_err(|e| PacError::Config(format!("sandbox_faults: {e}")))?,
+            None => FaultSpec::default(),
+        };
+        let state = cfg
+            .sandbox_state
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("pacsim-state.jsonl"));
+        let (url, handle) = crate::pacsim::Sandbox::start_in_process(&state, faults)
+            .await
+            .map_err(|e| anyhow::anyhow!("sandbox PAC: {e}"))?;
+        cfg.url = Some(url);
+        sandbox = Some(handle);
     }
+    let client = pac::connect(&cfg)?;
+    Ok(ConnectedPac { client, sandbox })
+}
+
+/// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the
+/// worker: for `autofactura worker` and tests, which have no running application.
+pub async fn worker_services(settings: &Settings, db: Db) -> anyhow::Result<worker::Services> {
+    let connected = connect_pac(&pac_config(settings)?).await?;
+    let db = db.for_workers(&settings.database).await?;
+    let worker = worker::worker_for(settings, db, Arc::new(connected.client))?;
+    Ok(worker::Services {
+        worker,
+        sandbox: connected.sandbox,
+    })
 }
 
 /// The `[pac]` table as the PAC module reads it. The in-process sandbox keeps its journal next

@@ -30,7 +30,7 @@
 //!
 //! # What lives here
 //!
-//! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`services`] and
+//! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`Services`] and
 //!   [`worker_for`]; the pool's run (loops, heartbeat, checkpoints, shutdown).
 //! - `pool.rs`: the slots, the ready queue of sealed rows and its counters, the rows claimed
 //!   and not sent yet (released on shutdown).
@@ -42,12 +42,12 @@
 //!   channel; `Answered`, passed down each send, tells its slot the PAC call is over.
 //! - [`cancel`]: cancellations; [`retry`]: backoff.
 //!
-//! Only the files here use the stage modules. From outside, startup and the operator commands
-//! build and run a pool ([`worker_for`], [`services`], [`Worker::start`]); the admin uses
+//! Only the files here use the stage modules. From outside, startup builds a pool
+//! ([`worker_for`], [`Services`]) and runs it ([`Worker::start`]); the admin uses
 //! [`DbRouteLog`] for its recoveries; tests read [`UNRESOLVED`]. The worker uses
-//! the store, the PAC clients, the document engine, the settings and the health registry; its
-//! calls to `startup::pac_config` and `cli::sandbox_csd` are import circles that other steps
-//! of issue 15 remove.
+//! the store, the PAC clients, the document engine, the settings, the sandbox CSD and the
+//! health registry; its call to `startup::pac_config` is an import circle the `[pac]`
+//! configuration's move to `pac/` removes.
 
 pub mod cancel;
 mod pool;
@@ -419,18 +419,6 @@ const TEST_PAC_HOSTS: &[&str] = &[
     "demo-facturacion.finkok.com",
 ];
 
-/// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the
-/// worker: for `autofactura worker` and tests, which have no running application.
-pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Result<Services> {
-    let connected = pac::connect(&crate::startup::pac_config(settings)?).await?;
-    let db = db.for_workers(&settings.database).await?;
-    let worker = worker_for(settings, db, Arc::new(connected.client))?;
-    Ok(Services {
-        worker,
-        sandbox: connected.sandbox,
-    })
-}
-
 /// Builds the worker around an already connected PAC (`serve` shares the application's).
 pub fn worker_for(
     settings: &crate::config::Settings,
@@ -451,7 +439,7 @@ pub fn worker_for(
     let e = &settings.emisor;
     let csd = match (&e.csd_cer, &e.csd_key, &e.csd_password) {
         (Some(cer), Some(key), Some(pw)) => Csd::from_files(cer, key, pw.expose())?,
-        _ => crate::cli::sandbox_csd()?,
+        _ => crate::sandbox::csd()?,
     };
     let cfg = WorkerConfig::from_settings(&settings.worker).map_err(|e| anyhow::anyhow!(e))?;
     Ok(Arc::new(Worker::new(

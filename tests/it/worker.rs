@@ -54,9 +54,10 @@ async fn sandbox(dir: &tempfile::TempDir, name: &str, faults: &str) -> (String, 
 
 impl Rig {
     async fn pool(&self) -> (Pool, Services) {
-        let services = worker::services(&self.app.settings, self.app.db.clone())
-            .await
-            .expect("worker services");
+        let services =
+            autofactura::startup::worker_services(&self.app.settings, self.app.db.clone())
+                .await
+                .expect("worker services");
         let pool = services
             .worker
             .clone()
@@ -337,11 +338,11 @@ async fn a_rejection_fails_with_the_pacs_code_and_message(b: Backend) {
     // Store bytes that are not what the Sello signed (as if altered after sealing), before
     // any worker seals: the worker must send them as they are, and the PAC must refuse them.
     let row = rig.row(&key).await;
-    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let (_, json) = autofactura::sandbox::SAMPLE_REQUESTS[0];
     let mut req: autofactura::cfdi::InvoiceRequest = serde_json::from_str(json).expect("sample");
-    req.fecha = autofactura::cli::now_in_mexico();
-    let sealed = autofactura::cfdi::seal(&req, &autofactura::cli::sandbox_csd().expect("csd"))
-        .expect("seal");
+    req.fecha = autofactura::domain::time::now_in_mexico();
+    let sealed =
+        autofactura::cfdi::seal(&req, &autofactura::sandbox::csd().expect("csd")).expect("seal");
     let tampered =
         String::from_utf8(sealed.xml)
             .expect("utf8")
@@ -578,11 +579,11 @@ async fn a_key_already_used_for_other_content_fails_with_cfdi3307(b: Backend) {
     };
     let key = rig.pay("key_reused", now()).await;
     // Another document stamped under this row's key before the worker sends it.
-    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let (_, json) = autofactura::sandbox::SAMPLE_REQUESTS[0];
     let mut other: autofactura::cfdi::InvoiceRequest = serde_json::from_str(json).expect("sample");
-    other.fecha = autofactura::cli::now_in_mexico();
-    let sealed = autofactura::cfdi::seal(&other, &autofactura::cli::sandbox_csd().expect("csd"))
-        .expect("seal");
+    other.fecha = autofactura::domain::time::now_in_mexico();
+    let sealed =
+        autofactura::cfdi::seal(&other, &autofactura::sandbox::csd().expect("csd")).expect("seal");
     let k = StampKey::parse(&key).expect("key");
     let first = match rig.app.state.pac.stamp(&sealed.xml, &k).await {
         autofactura::pac::StampOutcome::Stamped(s) => s,
