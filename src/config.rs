@@ -606,7 +606,7 @@ impl Settings {
             }
         }
         if let Some(secret) = &self.api.webhook_secret
-            && crate::api::webhooks::decode_secret(secret.expose()).is_none()
+            && crate::notify::sign::decode_secret(secret.expose()).is_none()
         {
             p.push("[api] webhook_secret must be whsec_ followed by base64".into());
         }

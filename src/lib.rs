@@ -23,8 +23,9 @@
 //!   `send-test-webhook`, `api-key`, `reconcile`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
-//! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe,
-//!   the signed webhooks to the merchant and their outbox.
+//! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
+//! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
+//!   outbox; [`webhooks`] is inbound only.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
@@ -48,6 +49,7 @@ pub mod domain;
 pub mod error;
 pub mod health;
 pub mod ingest;
+pub mod notify;
 pub mod ops;
 pub mod pac;
 pub mod pacsim;

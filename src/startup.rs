@@ -207,11 +207,11 @@ impl Application {
         let api_token = tokio_util::sync::CancellationToken::new();
         let api_settings = &self.state.settings.api;
         if let Some(sender) =
-            crate::api::webhooks::Sender::from_settings(self.state.db.clone(), api_settings)?
+            crate::notify::Sender::from_settings(self.state.db.clone(), api_settings)?
         {
             tokio::spawn(sender.run(api_token.clone()));
         }
-        tokio::spawn(crate::api::webhooks::purge_loop(
+        tokio::spawn(crate::api::idempotency::purge_loop(
             self.state.db.clone(),
             Duration::from_secs(api_settings.purge_interval_seconds),
             api_token.clone(),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use autofactura::api::webhooks::{decode_secret, sign};
+use autofactura::notify::sign::{decode_secret, sign};
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
 use autofactura::worker::{Pool, Services};
