@@ -32,7 +32,8 @@
 //!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate).
 //! - [`startup`]: wiring (database, the PAC and the in-process sandbox PAC, HTTP listeners,
 //!   background loops); only `ops` and tests import it. [`state`]: [`state::AppState`],
-//!   what handlers and loops share (they import it, not startup). [`health`]: `/healthz`,
+//!   what handlers and loops share (they import it, not startup). [`shutdown`]: the one
+//!   cancellation token of the process, passed to every server and loop. [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging;
 //!   [`proxy`]: the real client behind `[server] trusted_proxies`.
 
@@ -55,6 +56,7 @@ pub mod pac;
 pub mod pacsim;
 pub mod proxy;
 pub mod sandbox;
+pub mod shutdown;
 pub mod startup;
 pub mod state;
 pub mod store;

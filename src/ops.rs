@@ -8,6 +8,7 @@ use anyhow::Context;
 use chrono::Utc;
 
 use crate::config::{Settings, Source, redact_url};
+use crate::shutdown::{Shutdown, Signals};
 use crate::startup::{self, Application};
 use crate::store::{self, InvoiceRow};
 use crate::webhooks::{signature, stripe};
@@ -32,6 +33,7 @@ pub async fn serve(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let app = Application::build(settings).await?.with_workers().await?;
     eprintln!("{banner}");
     tracing::info!(%listen, port = app.port(), "autofactura serving");
+    app.shutdown().stop_on(Signals::TermIntAndQuit);
     app.run_until_stopped().await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -80,39 +82,17 @@ pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
     let services = startup::worker_services(&settings, db).await?;
-    let token = tokio_util::sync::CancellationToken::new();
-    let pool = services.worker.clone().start(token.clone(), None);
+    let shutdown = Shutdown::new();
+    let pool = services.worker.clone().start(shutdown.token(), None);
     eprintln!(
         "autofactura worker {}: {} slots, PAC {}; stop with Ctrl-C or SIGTERM",
         services.worker.id, services.worker.cfg.concurrency, services.worker.pac_label
     );
-    shutdown_signal().await;
+    shutdown.stop_on(Signals::TermAndInt);
+    shutdown.cancelled().await;
     pool.shutdown().await;
     drop(services);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// `autofactura migrate`.

@@ -1,6 +1,11 @@
-//! Wiring: connect and migrate the database, build the HTTP servers on bound listeners, start
-//! the background loops. `Application::build` binds first, so tests can use port 0 and read
-//! [`Application::port`] and [`Application::admin_port`].
+//! Wiring: connect and migrate the database, connect the PAC (starting the in-process sandbox
+//! PAC for the embedded default, [`connect_pac`]), build the HTTP servers on bound listeners,
+//! start the worker pool and the background loops, all stopped by one [`Shutdown`].
+//! `Application::build` binds first, so tests can use port 0 and read [`Application::port`]
+//! and [`Application::admin_port`].
+//!
+//! Who may import it: the operator commands ([`crate::ops`]) and tests. Handlers and loops get
+//! what they share from [`crate::state`], never from here.
 //!
 //! `[server] listen` serves the webhooks and the health checks, and `/admin` and `/v1` too
 //! unless `[admin] listen` names another address: then those two are served only there, and
@@ -20,6 +25,7 @@ use crate::ingest::Ingestor;
 use crate::pac::{self, PacClient, PacConfig, PacError, PacKind};
 use crate::pacsim::SandboxHandle;
 use crate::pacsim::faults::FaultSpec;
+use crate::shutdown::Shutdown;
 use crate::state::AppState;
 use crate::store::{self, Db};
 use crate::webhooks::{self, mercadopago};
@@ -34,6 +40,7 @@ pub struct Application {
     /// The worker pool, when this application runs one (`serve` does; tests may not).
     workers: Option<(worker::Pool, worker::Services)>,
     admin: web::Data<Admin>,
+    shutdown: Shutdown,
 }
 
 impl Application {
@@ -152,6 +159,7 @@ impl Application {
             state,
             workers: None,
             admin,
+            shutdown: Shutdown::new(),
         })
     }
 
@@ -167,10 +175,10 @@ impl Application {
             worker,
             sandbox: None,
         };
-        let pool = services.worker.clone().start(
-            tokio_util::sync::CancellationToken::new(),
-            Some(self.state.health.clone()),
-        );
+        let pool = services
+            .worker
+            .clone()
+            .start(self.shutdown.token(), Some(self.state.health.clone()));
         self.workers = Some((pool, services));
         Ok(self)
     }
@@ -193,41 +201,59 @@ impl Application {
         self.state.clone()
     }
 
-    /// Serves until the server stops (Ctrl-C / SIGTERM) or a background loop ends.
+    /// The process's stop: cancel it (or let `serve` cancel it on a signal) and every server
+    /// and loop of this application ends; [`Application::run_until_stopped`] then returns.
+    pub fn shutdown(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Serves until [`Application::shutdown`] is cancelled (`serve`: SIGTERM, Ctrl-C, SIGQUIT)
+    /// or a server ends; then every loop ends and the pool drains with its deadline.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
-        let retry = tokio::spawn(webhooks::fetch_retry_loop(self.state.clone()));
+        let token = self.shutdown.token();
+        let retry = tokio::spawn(webhooks::fetch_retry_loop(
+            self.state.clone(),
+            token.clone(),
+        ));
         let reconcile = self.admin.reconcile_interval.map(|every| {
             tokio::spawn(admin::reconcile::periodic(
                 self.state.db.clone(),
                 self.admin.clone(),
                 every,
+                token.clone(),
             ))
         });
-        // The invoicing API's loops: merchant webhooks and the purge of expired keys.
-        let api_token = tokio_util::sync::CancellationToken::new();
+        // The invoicing API's loops: merchant webhooks and the purge of expired keys. They end
+        // with the token on their own (a delivery in flight is not waited for).
         let api_settings = &self.state.settings.api;
         if let Some(sender) =
             crate::notify::Sender::from_settings(self.state.db.clone(), api_settings)?
         {
-            tokio::spawn(sender.run(api_token.clone()));
+            tokio::spawn(sender.run(token.clone()));
         }
         tokio::spawn(crate::api::idempotency::purge_loop(
             self.state.db.clone(),
             Duration::from_secs(api_settings.purge_interval_seconds),
-            api_token.clone(),
+            token.clone(),
         ));
-        // actix stops the servers on SIGTERM / Ctrl-C; then the pool drains with its deadline.
-        let result = match self.admin_listener {
-            Some((_, admin)) => {
+        let admin_server = self.admin_listener.map(|(_, s)| s);
+        stop_with(&self.server, &self.shutdown);
+        if let Some(s) = &admin_server {
+            stop_with(s, &self.shutdown);
+        }
+        let result = match admin_server {
+            Some(admin) => {
                 let (public, admin) = tokio::join!(self.server, admin);
                 public.and(admin)
             }
             None => self.server.await,
         };
-        api_token.cancel();
-        retry.abort();
-        if let Some(r) = reconcile {
-            r.abort();
+        // A server that ended on its own stops the rest too.
+        self.shutdown.cancel();
+        for task in std::iter::once(retry).chain(reconcile) {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "a background loop ended abnormally");
+            }
         }
         if let Some((pool, services)) = self.workers {
             pool.shutdown().await;
@@ -235,6 +261,16 @@ impl Application {
         }
         result.map_err(Into::into)
     }
+}
+
+/// Stops `server` when the process's stop is asked for: gracefully (open requests finish) unless
+/// the stop is forced.
+fn stop_with(server: &Server, shutdown: &Shutdown) {
+    let (handle, shutdown) = (server.handle(), shutdown.clone());
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        handle.stop(shutdown.graceful()).await;
+    });
 }
 
 /// What one listener serves besides the health checks.
@@ -274,6 +310,8 @@ fn serve(
                 }
             })
     })
+    // Stopped by the process's token ([`Application::run_until_stopped`]), not by actix.
+    .disable_signals()
     .listen(listener)?
     .run();
     Ok(server)

@@ -298,13 +298,15 @@ pub async fn run(
     Ok(report)
 }
 
-/// Runs reconciliation every `interval` until the process stops.
+/// Runs reconciliation every `interval` until `token` is cancelled (a run in progress is
+/// dropped: the next one starts over).
 pub async fn periodic(
     db: Db,
     admin: actix_web::web::Data<super::Admin>,
     interval: std::time::Duration,
+    token: tokio_util::sync::CancellationToken,
 ) {
-    loop {
+    let round = || async {
         tokio::time::sleep(interval).await;
         match run(
             &db,
@@ -319,5 +321,6 @@ pub async fn periodic(
             Ok(r) => tracing::info!(summary = %r.summary(), "reconciliation"),
             Err(e) => tracing::warn!(error = %e, "reconciliation did not finish"),
         }
-    }
+    };
+    while token.run_until_cancelled(round()).await.is_some() {}
 }

@@ -228,11 +228,6 @@ impl Pool {
             error!(error = %e, "worker pool ended abnormally");
         }
     }
-
-    /// The token that stops the pool (shared with the HTTP server's shutdown).
-    pub fn token(&self) -> CancellationToken {
-        self.token.clone()
-    }
 }
 
 fn hostname() -> String {
@@ -299,11 +294,15 @@ impl Worker {
             let t = token.clone();
             tokio::spawn(async move { me.heartbeat_loop(t, health).await })
         };
+        // The settler outlives `token`: slots still finishing their calls hand it their
+        // stamps, so it has a token of its own, cancelled once every slot has ended.
+        let settled = CancellationToken::new();
         let settler = match self.settler.rx.lock().await.take() {
             Some(rx) => {
                 let me = self.clone();
+                let t = settled.clone();
                 self.settler.running.store(true, Ordering::Relaxed);
-                Some(tokio::spawn(async move { me.settler_loop(rx).await }))
+                Some(tokio::spawn(async move { me.settler_loop(rx, t).await }))
             }
             None => None,
         };
@@ -339,14 +338,19 @@ impl Worker {
                 }
             }
         }
-        beat.abort();
-        if let Some(c) = checkpoints {
-            c.abort();
+        // The heartbeat and the checkpoints ended with `token`.
+        for task in std::iter::once(beat).chain(checkpoints) {
+            if let Err(e) = task.await {
+                error!(error = %e, "a worker loop ended abnormally");
+            }
         }
         // Every send has ended, so every queued outcome has had its answer.
         self.settler.running.store(false, Ordering::Relaxed);
-        if let Some(s) = settler {
-            s.abort();
+        settled.cancel();
+        if let Some(s) = settler
+            && let Err(e) = s.await
+        {
+            error!(error = %e, "the settler ended abnormally");
         }
         self.release_unsent().await;
         match self.db.release_stamp_leases(&self.id).await {

@@ -866,6 +866,38 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
     pool.shutdown().await;
 }
 
+/// The application's one stop ([`autofactura::shutdown::Shutdown`], what `serve` cancels on
+/// SIGTERM) ends its servers and its pool: the row in a call past the grace period is released
+/// as `unknown`, the listener is closed, and `run_until_stopped` returns.
+async fn one_stop_ends_the_servers_and_the_pool(b: Backend) {
+    let Some(rig) = rig(b, "latency=3s", FAST_WORKER).await else {
+        return;
+    };
+    let app = autofactura::startup::Application::build(rig.app.settings.clone())
+        .await
+        .expect("app")
+        .with_workers()
+        .await
+        .expect("workers");
+    let health = format!("http://127.0.0.1:{}/healthz", app.port());
+    let shutdown = app.shutdown();
+    let running = tokio::spawn(app.run_until_stopped());
+    assert!(rig.http.get(&health).send().await.is_ok(), "serving");
+    let key = rig.pay("one-stop", now()).await;
+    rig.wait_state(&key, "stamping", 10).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(15), running)
+        .await
+        .expect("stopped in time")
+        .expect("no panic")
+        .expect("stopped cleanly");
+    assert_eq!(rig.row(&key).await.state, "unknown");
+    assert!(
+        rig.http.get(&health).send().await.is_err(),
+        "listener closed"
+    );
+}
+
 /// A slot claims and seals its next row while its PAC call runs. When the pool stops, that
 /// row was never sent: it goes back to `pending` with its attempt given back and needs no
 /// recovery, while the row whose call was in flight is released as `unknown`.
@@ -1131,6 +1163,7 @@ on_both_backends!(
     migration_7_reopens_rows_given_up_while_their_outcome_was_unknown,
     shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once,
     shutdown_gives_back_a_row_prepared_but_never_sent,
+    one_stop_ends_the_servers_and_the_pool,
 );
 
 /// Two pools on one PostgreSQL (as two appliance instances would be) drain 1,000 rows: every
