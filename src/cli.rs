@@ -4,12 +4,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use chrono::{NaiveDateTime, Utc};
-use chrono_tz::America::Mexico_City;
 use clap::{Parser, Subcommand};
 
-use crate::cfdi::{self, Csd, InvoiceRequest};
-use crate::ops;
+use crate::cfdi::{self, InvoiceRequest};
+use crate::ops::{self, TestProvider};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -119,12 +117,6 @@ pub enum ApiKeyCommand {
     Revoke { id: i64 },
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum TestProvider {
-    Stripe,
-    Mercadopago,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum CfdiCommand {
     /// Print the cadena original of a CFDI 4.0 (or, with --tfd, of its TimbreFiscalDigital).
@@ -153,9 +145,7 @@ pub fn run() -> ExitCode {
         Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
         Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
         Some(Command::Worker) => block_on(ops::worker(cli.config.as_deref())),
-        Some(Command::Reconcile) => {
-            block_on(crate::admin::reconcile::command(cli.config.as_deref()))
-        }
+        Some(Command::Reconcile) => block_on(ops::reconcile(cli.config.as_deref())),
         Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
             ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
         ),
@@ -262,12 +252,12 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
             let fecha = match fecha {
                 Some(f) => cfdi::verify::parse_fecha(&f)
                     .ok_or_else(|| anyhow::anyhow!("--fecha `{f}` is not YYYY-MM-DDThh:mm:ss"))?,
-                None => now_in_mexico(),
+                None => crate::domain::time::now_in_mexico(),
             };
-            let csd = sandbox_csd()?;
+            let csd = crate::sandbox::csd()?;
             std::fs::create_dir_all(&out)
                 .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
-            for (name, json) in SAMPLE_REQUESTS {
+            for (name, json) in crate::sandbox::SAMPLE_REQUESTS {
                 let mut req: InvoiceRequest = serde_json::from_str(json)
                     .map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
                 req.fecha = fecha;
@@ -316,68 +306,6 @@ fn run_pac_sim(
         Ok(ExitCode::SUCCESS)
     })
 }
-
-/// The current time in the issuer's zone, to the second.
-pub fn now_in_mexico() -> NaiveDateTime {
-    let now = Utc::now().with_timezone(&Mexico_City).naive_local();
-    now.with_nanosecond_zero()
-}
-
-trait NoNanos {
-    fn with_nanosecond_zero(self) -> Self;
-}
-
-impl NoNanos for NaiveDateTime {
-    fn with_nanosecond_zero(self) -> Self {
-        use chrono::Timelike;
-        self.with_nanosecond(0).unwrap_or(self)
-    }
-}
-
-/// The SAT test CSD shipped in `fixtures/csd` (EKU9003173C9), used by the embedded defaults.
-pub const SANDBOX_CSD_CER: &[u8] = include_bytes!("../fixtures/csd/EKU9003173C9.cer");
-pub const SANDBOX_CSD_KEY: &[u8] = include_bytes!("../fixtures/csd/EKU9003173C9.key");
-pub const SANDBOX_CSD_PASSWORD: &str = "12345678a";
-
-pub fn sandbox_csd() -> Result<Csd, cfdi::CfdiError> {
-    Csd::from_bytes(SANDBOX_CSD_CER, SANDBOX_CSD_KEY, SANDBOX_CSD_PASSWORD)
-}
-
-/// The invoice requests behind `cfdi sample`, embedded so the binary needs no files.
-pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
-    (
-        "01-iva16-mxn",
-        include_str!("../fixtures/requests/01-iva16-mxn.json"),
-    ),
-    (
-        "02-lines-with-discount",
-        include_str!("../fixtures/requests/02-lines-with-discount.json"),
-    ),
-    (
-        "03-tax-included-centavos",
-        include_str!("../fixtures/requests/03-tax-included-centavos.json"),
-    ),
-    (
-        "04-usd-tipo-cambio",
-        include_str!("../fixtures/requests/04-usd-tipo-cambio.json"),
-    ),
-    (
-        "05-exento-and-zero",
-        include_str!("../fixtures/requests/05-exento-and-zero.json"),
-    ),
-    (
-        "06-factura-global",
-        include_str!("../fixtures/requests/06-factura-global.json"),
-    ),
-    (
-        "07-egreso-nota-de-credito",
-        include_str!("../fixtures/requests/07-egreso-nota-de-credito.json"),
-    ),
-    (
-        "08-escaping-and-spaces",
-        include_str!("../fixtures/requests/08-escaping-and-spaces.json"),
-    ),
-];
 
 /// Certificates that sign TFDs: the SAT test PACs' and production ones shipped in
 /// `fixtures/tfd`.

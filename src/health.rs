@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::{HttpResponse, web};
 
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Heartbeat of the Mercado Pago fetch-retry loop.
 pub const MP_FETCH_RETRY: &str = "mp_fetch_retry";

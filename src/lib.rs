@@ -11,6 +11,8 @@
 //! - [`pacsim`]: the sandbox PAC (SW's and Finkok's wire shapes, XSD and SAT checks, dedup,
 //!   cancellation, faults, persistent state); in-process for the embedded default or
 //!   `autofactura pac-sim`.
+//! - [`sandbox`]: what a sandbox install seals and samples with besides the sandbox PAC: the
+//!   SAT test CSD, the sample requests of `cfdi sample`, the Mercado Pago stand-in.
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
 //! - [`config`]: settings, typed to the last `[pac]` key (`config/default.toml` → TOML file →
 //!   `AUTOFACTURA__…` env), validation at load, redaction. Imports none of its consumers.
@@ -18,16 +20,21 @@
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.
-//! - [`ops`]: the operator commands behind `serve`, `migrate`, `invoices list`, `send-test-webhook`.
+//! - [`ops`]: the operator commands behind `serve`, `worker`, `migrate`, `invoices list`,
+//!   `send-test-webhook`, `api-key`, `reconcile`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
-//! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe,
-//!   the signed webhooks to the merchant and their outbox.
+//! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
+//! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
+//!   outbox; [`webhooks`] is inbound only.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
 //!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate).
-//! - [`startup`]: wiring (database, HTTP listeners, background loops); [`health`]: `/healthz`,
+//! - [`startup`]: wiring (database, the PAC and the in-process sandbox PAC, HTTP listeners,
+//!   background loops); only `ops` and tests import it. [`state`]: [`state::AppState`],
+//!   what handlers and loops share (they import it, not startup). [`shutdown`]: the one
+//!   cancellation token of the process, passed to every server and loop. [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging;
 //!   [`proxy`]: the real client behind `[server] trusted_proxies`.
 
@@ -44,11 +51,15 @@ pub mod domain;
 pub mod error;
 pub mod health;
 pub mod ingest;
+pub mod notify;
 pub mod ops;
 pub mod pac;
 pub mod pacsim;
 pub mod proxy;
+pub mod sandbox;
+pub mod shutdown;
 pub mod startup;
+pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod webhooks;

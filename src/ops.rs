@@ -1,4 +1,5 @@
-//! Operator commands: `serve`, `migrate`, `invoices list`, `send-test-webhook`.
+//! Operator commands: `serve`, `worker`, `migrate`, `invoices list`, `send-test-webhook`,
+//! `api-key`, `reconcile`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -6,11 +7,18 @@ use std::process::ExitCode;
 use anyhow::Context;
 use chrono::Utc;
 
-use crate::cli::TestProvider;
 use crate::config::{Settings, Source, redact_url};
-use crate::startup::Application;
+use crate::shutdown::{Shutdown, Signals};
+use crate::startup::{self, Application};
 use crate::store::{self, InvoiceRow};
-use crate::webhooks::{mercadopago, signature, stripe};
+use crate::webhooks::{signature, stripe};
+
+/// Which provider `send-test-webhook` imitates.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TestProvider {
+    Stripe,
+    Mercadopago,
+}
 
 fn load(config: Option<&Path>) -> anyhow::Result<(Settings, Source)> {
     Ok(Settings::load(config)?)
@@ -25,6 +33,7 @@ pub async fn serve(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let app = Application::build(settings).await?.with_workers().await?;
     eprintln!("{banner}");
     tracing::info!(%listen, port = app.port(), "autofactura serving");
+    app.shutdown().stop_on(Signals::TermIntAndQuit);
     app.run_until_stopped().await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -72,40 +81,18 @@ pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (settings, _) = load(config)?;
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
-    let services = crate::worker::services(&settings, db).await?;
-    let token = tokio_util::sync::CancellationToken::new();
-    let pool = services.worker.clone().start(token.clone(), None);
+    let services = startup::worker_services(&settings, db).await?;
+    let shutdown = Shutdown::new();
+    let pool = services.worker.clone().start(shutdown.token(), None);
     eprintln!(
         "autofactura worker {}: {} slots, PAC {}; stop with Ctrl-C or SIGTERM",
         services.worker.id, services.worker.cfg.concurrency, services.worker.pac_label
     );
-    shutdown_signal().await;
+    shutdown.stop_on(Signals::TermAndInt);
+    shutdown.cancelled().await;
     pool.shutdown().await;
     drop(services);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// `autofactura migrate`.
@@ -304,14 +291,49 @@ pub async fn send_test_webhook(
     }
 }
 
-/// The sandbox's stand-in for `GET /v1/payments/{id}`: an approved MXN debit-card payment with
-/// an RFC, approved at the time encoded in the id (Unix seconds followed by three digits), so
-/// the same id always describes the same payment.
-pub fn sandbox_mp_payment(id: &str) -> Option<String> {
-    let n: i64 = id.parse().ok()?;
-    let secs = n / 1000;
-    let at = chrono::DateTime::from_timestamp(secs, 0)?
-        .with_timezone(&chrono_tz::America::Mexico_City)
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    Some(mercadopago::sample_payment(id, &at))
+/// `autofactura reconcile`: one run, the report on standard output; exit 1 when something
+/// needs a human (new duplicates, unmatched stamps or unresolved keys).
+pub async fn reconcile(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let connected = startup::connect_pac(&settings.pac_config()?).await?;
+    let sim = connected.sandbox.as_ref().map(|h| h.sim().clone());
+    let lock = tokio::sync::Mutex::new(());
+    let report = crate::admin::reconcile::run(
+        &db,
+        &connected.client,
+        sim.as_deref(),
+        &lock,
+        &settings.emisor.rfc,
+        "reconcile (command)",
+    )
+    .await?;
+    println!("{}", report.summary());
+    for (id, uuid) in &report.adopted {
+        println!("adopted   document #{id}: {uuid} (flagged)");
+    }
+    for (id, uuid) in &report.duplicates {
+        println!(
+            "duplicate document #{id}: extra live UUID {uuid}; cancel it from /admin/reconcile"
+        );
+    }
+    for uuid in &report.orphans {
+        println!("unmatched {uuid}: see /admin/reconcile");
+    }
+    for (id, reason) in &report.unresolved {
+        println!("unresolved document #{id}: {reason}");
+    }
+    if let Some(h) = connected.sandbox {
+        h.stop().await;
+    }
+    db.close().await;
+    let attention = !report.duplicates.is_empty()
+        || !report.orphans.is_empty()
+        || !report.unresolved.is_empty();
+    Ok(if attention {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

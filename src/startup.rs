@@ -1,6 +1,11 @@
-//! Wiring: connect and migrate the database, build the HTTP servers on bound listeners, start
-//! the background loops. `Application::build` binds first, so tests can use port 0 and read
-//! [`Application::port`] and [`Application::admin_port`].
+//! Wiring: connect and migrate the database, connect the PAC (starting the in-process sandbox
+//! PAC for the embedded default, [`connect_pac`]), build the HTTP servers on bound listeners,
+//! start the worker pool and the background loops, all stopped by one [`Shutdown`].
+//! `Application::build` binds first, so tests can use port 0 and read [`Application::port`]
+//! and [`Application::admin_port`].
+//!
+//! Who may import it: the operator commands ([`crate::ops`]) and tests. Handlers and loops get
+//! what they share from [`crate::state`], never from here.
 //!
 //! `[server] listen` serves the webhooks and the health checks, and `/admin` and `/v1` too
 //! unless `[admin] listen` names another address: then those two are served only there, and
@@ -17,36 +22,14 @@ use crate::admin::{self, Admin};
 use crate::config::Settings;
 use crate::health::{self, Health};
 use crate::ingest::Ingestor;
-use crate::pac::{self, PacClient};
+use crate::pac::{self, PacClient, PacConfig, PacError, PacKind};
+use crate::pacsim::SandboxHandle;
+use crate::pacsim::faults::FaultSpec;
+use crate::shutdown::Shutdown;
+use crate::state::AppState;
 use crate::store::{self, Db};
 use crate::webhooks::{self, mercadopago};
-
-/// What every request handler and background loop shares.
-pub struct AppState {
-    pub settings: Arc<Settings>,
-    pub db: Db,
-    pub ingestor: Ingestor,
-    pub mp: mercadopago::Client,
-    /// Mercado Pago manifests received recently (replays are refused).
-    pub mp_replay: webhooks::replay::ReplayWindow,
-    /// Heartbeats of background loops, reported by `/readyz`.
-    pub health: Health,
-    /// The PAC (`[pac]`), shared by the workers and the admin.
-    pub pac: Arc<PacClient>,
-    /// The in-process sandbox PAC when `[pac]` asks for it (kept alive with the client).
-    pub pac_sandbox: Option<crate::pacsim::SandboxHandle>,
-}
-
-impl std::fmt::Debug for AppState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("settings", &self.settings)
-            .field("db", &self.db)
-            .field("pac", &self.pac)
-            .field("pac_sandbox", &self.pac_sandbox.as_ref().map(|h| h.url()))
-            .finish_non_exhaustive()
-    }
-}
+use crate::worker;
 
 pub struct Application {
     port: u16,
@@ -55,8 +38,9 @@ pub struct Application {
     admin_listener: Option<(u16, Server)>,
     state: web::Data<AppState>,
     /// The worker pool, when this application runs one (`serve` does; tests may not).
-    workers: Option<(crate::worker::Pool, crate::worker::Services)>,
+    workers: Option<(worker::Pool, worker::Services)>,
     admin: web::Data<Admin>,
+    shutdown: Shutdown,
 }
 
 impl Application {
@@ -65,7 +49,7 @@ impl Application {
         settings.check_exposure()?;
         let db = store::connect(&settings.database).await?;
         db.migrate().await?;
-        let connected = pac::connect(&settings.pac_config()?).await?;
+        let connected = connect_pac(&settings.pac_config()?).await?;
         let pac = Arc::new(connected.client);
         let sim = connected.sandbox.as_ref().map(|h| h.sim().clone());
         let admin = Admin::new(&settings, &db, pac.clone(), sim).await?;
@@ -77,7 +61,7 @@ impl Application {
         settings: Settings,
         db: Db,
         pac: Arc<PacClient>,
-        pac_sandbox: Option<crate::pacsim::SandboxHandle>,
+        pac_sandbox: Option<SandboxHandle>,
         admin: Admin,
     ) -> anyhow::Result<Self> {
         // Sandbox conveniences and the example password stay on this machine.
@@ -175,6 +159,7 @@ impl Application {
             state,
             workers: None,
             admin,
+            shutdown: Shutdown::new(),
         })
     }
 
@@ -185,15 +170,15 @@ impl Application {
             .db
             .for_workers(&self.state.settings.database)
             .await?;
-        let worker = crate::worker::worker_for(&self.state.settings, db, self.state.pac.clone())?;
-        let services = crate::worker::Services {
+        let worker = worker::worker_for(&self.state.settings, db, self.state.pac.clone())?;
+        let services = worker::Services {
             worker,
             sandbox: None,
         };
-        let pool = services.worker.clone().start(
-            tokio_util::sync::CancellationToken::new(),
-            Some(self.state.health.clone()),
-        );
+        let pool = services
+            .worker
+            .clone()
+            .start(self.shutdown.token(), Some(self.state.health.clone()));
         self.workers = Some((pool, services));
         Ok(self)
     }
@@ -216,41 +201,59 @@ impl Application {
         self.state.clone()
     }
 
-    /// Serves until the server stops (Ctrl-C / SIGTERM) or a background loop ends.
+    /// The process's stop: cancel it (or let `serve` cancel it on a signal) and every server
+    /// and loop of this application ends; [`Application::run_until_stopped`] then returns.
+    pub fn shutdown(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Serves until [`Application::shutdown`] is cancelled (`serve`: SIGTERM, Ctrl-C, SIGQUIT)
+    /// or a server ends; then every loop ends and the pool drains with its deadline.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
-        let retry = tokio::spawn(webhooks::fetch_retry_loop(self.state.clone()));
+        let token = self.shutdown.token();
+        let retry = tokio::spawn(webhooks::fetch_retry_loop(
+            self.state.clone(),
+            token.clone(),
+        ));
         let reconcile = self.admin.reconcile_interval.map(|every| {
             tokio::spawn(admin::reconcile::periodic(
                 self.state.db.clone(),
                 self.admin.clone(),
                 every,
+                token.clone(),
             ))
         });
-        // The invoicing API's loops: merchant webhooks and the purge of expired keys.
-        let api_token = tokio_util::sync::CancellationToken::new();
+        // The invoicing API's loops: merchant webhooks and the purge of expired keys. They end
+        // with the token on their own (a delivery in flight is not waited for).
         let api_settings = &self.state.settings.api;
         if let Some(sender) =
-            crate::api::webhooks::Sender::from_settings(self.state.db.clone(), api_settings)?
+            crate::notify::Sender::from_settings(self.state.db.clone(), api_settings)?
         {
-            tokio::spawn(sender.run(api_token.clone()));
+            tokio::spawn(sender.run(token.clone()));
         }
-        tokio::spawn(crate::api::webhooks::purge_loop(
+        tokio::spawn(crate::api::idempotency::purge_loop(
             self.state.db.clone(),
             Duration::from_secs(api_settings.purge_interval_seconds),
-            api_token.clone(),
+            token.clone(),
         ));
-        // actix stops the servers on SIGTERM / Ctrl-C; then the pool drains with its deadline.
-        let result = match self.admin_listener {
-            Some((_, admin)) => {
+        let admin_server = self.admin_listener.map(|(_, s)| s);
+        stop_with(&self.server, &self.shutdown);
+        if let Some(s) = &admin_server {
+            stop_with(s, &self.shutdown);
+        }
+        let result = match admin_server {
+            Some(admin) => {
                 let (public, admin) = tokio::join!(self.server, admin);
                 public.and(admin)
             }
             None => self.server.await,
         };
-        api_token.cancel();
-        retry.abort();
-        if let Some(r) = reconcile {
-            r.abort();
+        // A server that ended on its own stops the rest too.
+        self.shutdown.cancel();
+        for task in std::iter::once(retry).chain(reconcile) {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "a background loop ended abnormally");
+            }
         }
         if let Some((pool, services)) = self.workers {
             pool.shutdown().await;
@@ -258,6 +261,16 @@ impl Application {
         }
         result.map_err(Into::into)
     }
+}
+
+/// Stops `server` when the process's stop is asked for: gracefully (open requests finish) unless
+/// the stop is forced.
+fn stop_with(server: &Server, shutdown: &Shutdown) {
+    let (handle, shutdown) = (server.handle(), shutdown.clone());
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        handle.stop(shutdown.graceful()).await;
+    });
 }
 
 /// What one listener serves besides the health checks.
@@ -293,25 +306,57 @@ fn serve(
                     admin::routes(cfg, admin.clone());
                 }
                 if routes.mp_sandbox {
-                    cfg.route(
-                        "/sandbox/mercadopago/v1/payments/{id}",
-                        web::get().to(sandbox_mp_payment),
-                    );
+                    crate::sandbox::mp_routes(cfg);
                 }
             })
     })
+    // Stopped by the process's token ([`Application::run_until_stopped`]), not by actix.
+    .disable_signals()
     .listen(listener)?
     .run();
     Ok(server)
 }
 
-/// The sandbox stand-in for Mercado Pago's `GET /v1/payments/{id}` (see [`crate::ops::sandbox_mp_payment`]).
-async fn sandbox_mp_payment(id: web::Path<String>) -> actix_web::HttpResponse {
-    match crate::ops::sandbox_mp_payment(&id) {
-        Some(body) => actix_web::HttpResponse::Ok()
-            .content_type("application/json")
-            .body(body),
-        None => actix_web::HttpResponse::NotFound()
-            .json(serde_json::json!({ "message": "Payment not found" })),
+/// A connected PAC client, plus the in-process sandbox PAC it talks to when there is one (keep
+/// it alive as long as the client).
+pub struct ConnectedPac {
+    pub client: PacClient,
+    pub sandbox: Option<SandboxHandle>,
+}
+
+/// Builds the client `cfg` describes, first starting the in-process sandbox PAC when
+/// `kind = "sandbox"` and no `url` is given (the embedded default).
+pub async fn connect_pac(cfg: &PacConfig) -> anyhow::Result<ConnectedPac> {
+    let mut cfg = cfg.clone();
+    let mut sandbox = None;
+    if cfg.kind == PacKind::Sandbox && cfg.url.as_deref().is_none_or(str::is_empty) {
+        let faults = match &cfg.sandbox_faults {
+            Some(spec) => FaultSpec::parse(spec)
+                .map_err(|e| PacError::Config(format!("sandbox_faults: {e}")))?,
+            None => FaultSpec::default(),
+        };
+        let state = cfg
+            .sandbox_state
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("pacsim-state.jsonl"));
+        let (url, handle) = crate::pacsim::Sandbox::start_in_process(&state, faults)
+            .await
+            .map_err(|e| anyhow::anyhow!("sandbox PAC: {e}"))?;
+        cfg.url = Some(url);
+        sandbox = Some(handle);
     }
+    let client = pac::connect(&cfg)?;
+    Ok(ConnectedPac { client, sandbox })
+}
+
+/// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the
+/// worker: for `autofactura worker` and tests, which have no running application.
+pub async fn worker_services(settings: &Settings, db: Db) -> anyhow::Result<worker::Services> {
+    let connected = connect_pac(&settings.pac_config()?).await?;
+    let db = db.for_workers(&settings.database).await?;
+    let worker = worker::worker_for(settings, db, Arc::new(connected.client))?;
+    Ok(worker::Services {
+        worker,
+        sandbox: connected.sandbox,
+    })
 }

@@ -131,7 +131,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         "drain: {backend}: {rows} rows filled; draining (pid {})",
         std::process::id()
     );
-    let services = autofactura::worker::services(&settings, db.clone())
+    let services = autofactura::startup::worker_services(&settings, db.clone())
         .await
         .expect("services");
     let start = Instant::now();
@@ -201,10 +201,10 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
 
 /// Sealed invoices per second with every core sealing at once.
 fn sealing_limit() -> f64 {
-    let csd = Arc::new(autofactura::cli::sandbox_csd().expect("csd"));
-    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let csd = Arc::new(autofactura::sandbox::csd().expect("csd"));
+    let (_, json) = autofactura::sandbox::SAMPLE_REQUESTS[0];
     let mut req: InvoiceRequest = serde_json::from_str(json).expect("sample");
-    req.fecha = autofactura::cli::now_in_mexico();
+    req.fecha = autofactura::domain::time::now_in_mexico();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)

@@ -42,10 +42,10 @@ fn thread_cpu_ns() -> u64 {
 }
 
 pub fn run() -> Vec<Row> {
-    let csd = autofactura::cli::sandbox_csd().expect("test CSD");
-    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let csd = autofactura::sandbox::csd().expect("test CSD");
+    let (_, json) = autofactura::sandbox::SAMPLE_REQUESTS[0];
     let mut req: InvoiceRequest = serde_json::from_str(json).expect("sample");
-    req.fecha = autofactura::cli::now_in_mexico();
+    req.fecha = autofactura::domain::time::now_in_mexico();
 
     if std::env::var_os("SEAL_BREAKDOWN").is_some() {
         let cadena = cfdi::seal(&req, &csd).expect("seal").cadena;

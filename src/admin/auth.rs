@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::Admin;
 use crate::error::AdminError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::Db;
 
 /// The session cookie.

@@ -13,7 +13,7 @@ use super::state_label;
 use crate::cancel::Refusal;
 use crate::domain::cancellation::{self, CancelFacts, Refused};
 use crate::error::AdminError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::DocFull;
 
 #[derive(Template)]

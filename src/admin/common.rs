@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use super::auth::Session;
 use super::local;
 use crate::error::AdminError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{ActionRow, DocFull};
 
 /// Rows per list page.

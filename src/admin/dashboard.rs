@@ -8,7 +8,7 @@ use super::auth::Session;
 use super::common::*;
 use super::{age, local, state_label};
 use crate::error::AdminError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::AttemptRow;
 
 pub struct CountView {

@@ -15,7 +15,7 @@ use super::lists::{CancelView, serie_folio};
 use super::{Admin, age, local, state_label};
 use crate::error::AdminError;
 use crate::pac::{StatusOutcome, StatusQuery};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{ActionRow, AdminPacCall, CancellationRow, DocFull};
 
 pub struct GenerationView {

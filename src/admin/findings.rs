@@ -11,7 +11,7 @@ use super::common::*;
 use super::{Admin, age, local, reconcile, state_label};
 use crate::domain::cancellation::{self, CancelFacts, Motivo};
 use crate::error::AdminError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{CancelConflict, FindingRow};
 
 pub struct FindingView {

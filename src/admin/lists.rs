@@ -11,7 +11,7 @@ use super::{age, local, state_label};
 use crate::cfdi::{InvoiceRequest, ReceptorData};
 use crate::domain::cancellation;
 use crate::error::AdminError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{CancellationRow, DocRow, ListFilter, ListView};
 
 #[derive(Debug, Deserialize, Default)]

@@ -11,7 +11,7 @@ use super::Admin;
 use super::auth;
 use super::common::*;
 use crate::error::AdminError;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Template)]
 #[template(path = "admin/login.html")]

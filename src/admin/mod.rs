@@ -7,7 +7,7 @@
 //! in `admin_actions` with who and when.
 //!
 //! Who may import it: only `startup` (to mount [`routes`] and start [`reconcile::periodic`]),
-//! `cli` (`autofactura reconcile`) and the tests. The API, the worker and the sandbox import
+//! `ops` (`autofactura reconcile`) and the tests. The API, the worker and the sandbox import
 //! nothing from here: what they share with the admin lives in [`crate::domain`] (the
 //! cancellation rules) and [`crate::cancel`] (the cancel request).
 //!
@@ -72,7 +72,7 @@ impl AdminConfig {
     }
 }
 
-/// What the admin routes share besides [`crate::startup::AppState`].
+/// What the admin routes share besides [`crate::state::AppState`].
 pub struct Admin {
     pub password_hash: String,
     pub limiter: auth::LoginLimiter,

@@ -17,8 +17,6 @@
 //! Runs on demand (the admin's button, `autofactura reconcile`) and periodically.
 
 use std::collections::HashMap;
-use std::process::ExitCode;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -300,13 +298,15 @@ pub async fn run(
     Ok(report)
 }
 
-/// Runs reconciliation every `interval` until the process stops.
+/// Runs reconciliation every `interval` until `token` is cancelled (a run in progress is
+/// dropped: the next one starts over).
 pub async fn periodic(
     db: Db,
     admin: actix_web::web::Data<super::Admin>,
     interval: std::time::Duration,
+    token: tokio_util::sync::CancellationToken,
 ) {
-    loop {
+    let round = || async {
         tokio::time::sleep(interval).await;
         match run(
             &db,
@@ -321,53 +321,6 @@ pub async fn periodic(
             Ok(r) => tracing::info!(summary = %r.summary(), "reconciliation"),
             Err(e) => tracing::warn!(error = %e, "reconciliation did not finish"),
         }
-    }
-}
-
-/// `autofactura reconcile`: one run, the report on standard output; exit 1 when something
-/// needs a human (new duplicates, unmatched stamps or unresolved keys).
-pub async fn command(config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
-    let (settings, _) = crate::config::Settings::load(config)?;
-    let db = crate::store::connect(&settings.database).await?;
-    db.migrate().await?;
-    let cfg = settings.pac_config()?;
-    let connected = crate::pac::connect(&cfg).await?;
-    let sim: Option<Arc<Sim>> = connected.sandbox.as_ref().map(|h| h.sim().clone());
-    let lock = tokio::sync::Mutex::new(());
-    let report = run(
-        &db,
-        &connected.client,
-        sim.as_deref(),
-        &lock,
-        &settings.emisor.rfc,
-        "reconcile (command)",
-    )
-    .await?;
-    println!("{}", report.summary());
-    for (id, uuid) in &report.adopted {
-        println!("adopted   document #{id}: {uuid} (flagged)");
-    }
-    for (id, uuid) in &report.duplicates {
-        println!(
-            "duplicate document #{id}: extra live UUID {uuid}; cancel it from /admin/reconcile"
-        );
-    }
-    for uuid in &report.orphans {
-        println!("unmatched {uuid}: see /admin/reconcile");
-    }
-    for (id, reason) in &report.unresolved {
-        println!("unresolved document #{id}: {reason}");
-    }
-    if let Some(h) = connected.sandbox {
-        h.stop().await;
-    }
-    db.close().await;
-    let attention = !report.duplicates.is_empty()
-        || !report.orphans.is_empty()
-        || !report.unresolved.is_empty();
-    Ok(if attention {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    };
+    while token.run_until_cancelled(round()).await.is_some() {}
 }

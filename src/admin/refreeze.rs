@@ -13,7 +13,7 @@ use crate::cfdi::{InvoiceRequest, ReceptorData, Rfc};
 use crate::domain::StampKey;
 use crate::error::AdminError;
 use crate::pac::Recovery;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::DocFull;
 
 #[derive(Template)]
@@ -255,7 +255,7 @@ pub async fn refreeze(
     let generation = d.generation + 1;
     let mut new = old;
     new.receptor = receptor;
-    new.fecha = crate::cli::now_in_mexico();
+    new.fecha = crate::domain::time::now_in_mexico();
     let json = serde_json::to_string(&new)
         .map_err(|e| AdminError::Invalid(format!("cannot serialize the request: {e}")))?;
     let key = StampKey::derive(

@@ -10,6 +10,11 @@ pub fn to_local(t: DateTime<Utc>) -> NaiveDateTime {
     l - Duration::nanoseconds(i64::from(l.and_utc().timestamp_subsec_nanos()))
 }
 
+/// Now in Mexico City, to the second: the `Fecha` of a document sealed now.
+pub fn now_in_mexico() -> NaiveDateTime {
+    to_local(Utc::now())
+}
+
 /// A Mexico City local time as UTC (the earliest reading on a DST fold).
 pub fn from_local(l: NaiveDateTime) -> Option<DateTime<Utc>> {
     Mexico_City

@@ -23,7 +23,6 @@ pub mod sat;
 pub mod sw;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -166,8 +165,6 @@ pub enum PacError {
     Config(String),
     #[error("cannot build the HTTP client: {0}")]
     Http(String),
-    #[error("sandbox PAC: {0}")]
-    Sandbox(String),
 }
 
 /// A PAC client. Cheap to share behind an `Arc`; every method may run concurrently.
@@ -187,36 +184,12 @@ impl fmt::Debug for PacClient {
     }
 }
 
-/// A connected client, plus the in-process sandbox it talks to when there is one (keep it alive
-/// as long as the client).
-pub struct Connected {
-    pub client: PacClient,
-    pub sandbox: Option<crate::pacsim::SandboxHandle>,
-}
-
-/// Builds the client `cfg` describes, starting the in-process sandbox when `kind = "sandbox"`
-/// and no `url` is given (the embedded default).
-pub async fn connect(cfg: &PacConfig) -> Result<Connected, PacError> {
-    let mut sandbox = None;
-    let mut cfg = cfg.clone();
-    if cfg.kind == PacKind::Sandbox && cfg.url.as_deref().is_none_or(str::is_empty) {
-        let faults = match &cfg.sandbox_faults {
-            Some(spec) => crate::pacsim::faults::FaultSpec::parse(spec)
-                .map_err(|e| PacError::Config(format!("sandbox_faults: {e}")))?,
-            None => crate::pacsim::faults::FaultSpec::default(),
-        };
-        let state = cfg
-            .sandbox_state
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("pacsim-state.jsonl"));
-        let (url, handle) = crate::pacsim::Sandbox::start_in_process(&state, faults)
-            .await
-            .map_err(|e| PacError::Sandbox(e.to_string()))?;
-        cfg.url = Some(url);
-        sandbox = Some(handle);
-    }
-    let primary = PacClient::from_config(&cfg)?;
-    let client = match &cfg.backup {
+/// Builds the client `cfg` describes, with its backup when `[pac.backup]` is set. A sandbox
+/// needs its `url` here: startup starts the in-process one for the embedded default and
+/// fills it in ([`crate::startup::connect_pac`]).
+pub fn connect(cfg: &PacConfig) -> Result<PacClient, PacError> {
+    let primary = PacClient::from_config(cfg)?;
+    match &cfg.backup {
         Some(b) => {
             if b.kind == PacKind::Sandbox && b.url.is_none() {
                 return Err(PacError::Config(
@@ -224,11 +197,12 @@ pub async fn connect(cfg: &PacConfig) -> Result<Connected, PacError> {
                 ));
             }
             let backup = PacClient::from_config(b)?;
-            PacClient::Failover(Box::new(Failover::new(primary, backup)))
+            Ok(PacClient::Failover(Box::new(Failover::new(
+                primary, backup,
+            ))))
         }
-        None => primary,
-    };
-    Ok(Connected { client, sandbox })
+        None => Ok(primary),
+    }
 }
 
 impl PacClient {

@@ -17,8 +17,9 @@ use chrono::Utc;
 use sha2::{Digest, Sha256};
 
 use crate::error::WebhookError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
+use tokio_util::sync::CancellationToken;
 
 /// Routes under `/webhooks`.
 pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {
@@ -384,26 +385,35 @@ pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str,
     }
 }
 
-/// Background retry of notifications whose payment could not be fetched. Runs until the
-/// process stops; beats the `mp_fetch_retry` heartbeat each round.
-pub async fn fetch_retry_loop(state: web::Data<AppState>) {
+/// Background retry of notifications whose payment could not be fetched. Runs until `token`
+/// is cancelled; beats the `mp_fetch_retry` heartbeat each round.
+pub async fn fetch_retry_loop(state: web::Data<AppState>, token: CancellationToken) {
     let interval = Duration::from_secs(state.settings.mercadopago.retry_interval_seconds.max(1));
     let lease = Duration::from_secs(state.settings.mercadopago.fetch_timeout_seconds * 2 + 30);
-    loop {
-        state.health.beat(crate::health::MP_FETCH_RETRY);
-        match state.db.claim_pending_fetches(lease, 20).await {
-            Ok(batch) => {
-                for p in &batch {
-                    if let Err(e) = resolve(&state, p).await {
-                        tracing::warn!(event_id = %p.event_id, error = %e, "stored notification not resolved");
-                    }
-                }
-                if !batch.is_empty() {
-                    continue;
+    // Each round races the token, so a stop ends the loop wherever it is.
+    while token
+        .run_until_cancelled(fetch_retry_round(&state, lease, interval))
+        .await
+        .is_some()
+    {}
+}
+
+/// One round of [`fetch_retry_loop`]: a batch of stored notifications, or a sleep when none
+/// is due.
+async fn fetch_retry_round(state: &AppState, lease: Duration, interval: Duration) {
+    state.health.beat(crate::health::MP_FETCH_RETRY);
+    match state.db.claim_pending_fetches(lease, 20).await {
+        Ok(batch) => {
+            for p in &batch {
+                if let Err(e) = resolve(state, p).await {
+                    tracing::warn!(event_id = %p.event_id, error = %e, "stored notification not resolved");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot claim stored notifications"),
+            if !batch.is_empty() {
+                return;
+            }
         }
-        tokio::time::sleep(interval).await;
+        Err(e) => tracing::warn!(error = %e, "cannot claim stored notifications"),
     }
+    tokio::time::sleep(interval).await;
 }

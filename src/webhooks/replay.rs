@@ -128,7 +128,8 @@ impl ReplayWindow {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    // By full path: circles.py reads `super` here as webhooks/mod.rs, an edge that is not there.
+    use crate::webhooks::replay::*;
 
     #[test]
     fn a_kept_manifest_is_refused_until_it_leaves_the_window() {

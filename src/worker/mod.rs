@@ -30,7 +30,7 @@
 //!
 //! # What lives here
 //!
-//! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`services`] and
+//! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`Services`] and
 //!   [`worker_for`]; the pool's run (loops, heartbeat, checkpoints, shutdown).
 //! - `pool.rs`: the slots, the ready queue of sealed rows and its counters, the rows claimed
 //!   and not sent yet (released on shutdown).
@@ -42,11 +42,11 @@
 //!   channel; `Answered`, passed down each send, tells its slot the PAC call is over.
 //! - [`cancel`]: cancellations; [`retry`]: backoff.
 //!
-//! Only the files here use the stage modules. From outside, startup and the operator commands
-//! build and run a pool ([`worker_for`], [`services`], [`Worker::start`]); the admin uses
+//! Only the files here use the stage modules. From outside, startup builds a pool
+//! ([`worker_for`], [`Services`]) and runs it ([`Worker::start`]); the admin uses
 //! [`DbRouteLog`] for its recoveries; tests read [`UNRESOLVED`]. The worker uses
-//! the store, the PAC clients, the document engine, the settings and the health registry; its
-//! call to `cli::sandbox_csd` is an import circle that another step of issue 15 removes.
+//! the store, the PAC clients, the document engine, the settings, the sandbox CSD and the
+//! health registry.
 
 pub mod cancel;
 mod pool;
@@ -179,11 +179,6 @@ impl Pool {
             error!(error = %e, "worker pool ended abnormally");
         }
     }
-
-    /// The token that stops the pool (shared with the HTTP server's shutdown).
-    pub fn token(&self) -> CancellationToken {
-        self.token.clone()
-    }
 }
 
 fn hostname() -> String {
@@ -250,11 +245,15 @@ impl Worker {
             let t = token.clone();
             tokio::spawn(async move { me.heartbeat_loop(t, health).await })
         };
+        // The settler outlives `token`: slots still finishing their calls hand it their
+        // stamps, so it has a token of its own, cancelled once every slot has ended.
+        let settled = CancellationToken::new();
         let settler = match self.settler.rx.lock().await.take() {
             Some(rx) => {
                 let me = self.clone();
+                let t = settled.clone();
                 self.settler.running.store(true, Ordering::Relaxed);
-                Some(tokio::spawn(async move { me.settler_loop(rx).await }))
+                Some(tokio::spawn(async move { me.settler_loop(rx, t).await }))
             }
             None => None,
         };
@@ -290,14 +289,19 @@ impl Worker {
                 }
             }
         }
-        beat.abort();
-        if let Some(c) = checkpoints {
-            c.abort();
+        // The heartbeat and the checkpoints ended with `token`.
+        for task in std::iter::once(beat).chain(checkpoints) {
+            if let Err(e) = task.await {
+                error!(error = %e, "a worker loop ended abnormally");
+            }
         }
         // Every send has ended, so every queued outcome has had its answer.
         self.settler.running.store(false, Ordering::Relaxed);
-        if let Some(s) = settler {
-            s.abort();
+        settled.cancel();
+        if let Some(s) = settler
+            && let Err(e) = s.await
+        {
+            error!(error = %e, "the settler ended abnormally");
         }
         self.release_unsent().await;
         match self.db.release_stamp_leases(&self.id).await {
@@ -370,18 +374,6 @@ const TEST_PAC_HOSTS: &[&str] = &[
     "demo-facturacion.finkok.com",
 ];
 
-/// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the
-/// worker: for `autofactura worker` and tests, which have no running application.
-pub async fn services(settings: &crate::config::Settings, db: Db) -> anyhow::Result<Services> {
-    let connected = pac::connect(&settings.pac_config()?).await?;
-    let db = db.for_workers(&settings.database).await?;
-    let worker = worker_for(settings, db, Arc::new(connected.client))?;
-    Ok(Services {
-        worker,
-        sandbox: connected.sandbox,
-    })
-}
-
 /// Builds the worker around an already connected PAC (`serve` shares the application's).
 pub fn worker_for(
     settings: &crate::config::Settings,
@@ -398,7 +390,7 @@ pub fn worker_for(
     let e = &settings.emisor;
     let csd = match (&e.csd_cer, &e.csd_key, &e.csd_password) {
         (Some(cer), Some(key), Some(pw)) => Csd::from_files(cer, key, pw.expose())?,
-        _ => crate::cli::sandbox_csd()?,
+        _ => crate::sandbox::csd()?,
     };
     let cfg = WorkerConfig::from_settings(&settings.worker);
     Ok(Arc::new(Worker::new(

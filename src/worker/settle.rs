@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::Worker;
@@ -147,12 +148,14 @@ impl Worker {
     /// Stores queued stamped outcomes: whatever has queued up while the last write ran goes
     /// in the next one (up to [`SETTLE_BATCH`]), and while other calls are out the settler
     /// waits up to [`SETTLE_LINGER`] for theirs, so under load one statement stores many
-    /// outcomes; alone an outcome is stored at once.
+    /// outcomes; alone an outcome is stored at once. Ends when `token` is cancelled (a write
+    /// under way is finished first).
     pub(super) async fn settler_loop(
         &self,
         mut rx: tokio::sync::mpsc::UnboundedReceiver<StampedJob>,
+        token: CancellationToken,
     ) {
-        while let Some(first) = rx.recv().await {
+        while let Some(first) = token.run_until_cancelled(rx.recv()).await.flatten() {
             let mut jobs = vec![first];
             let until = tokio::time::Instant::now() + SETTLE_LINGER;
             while jobs.len() < SETTLE_BATCH {

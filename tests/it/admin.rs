@@ -800,7 +800,7 @@ async fn refreeze_starts_a_new_generation_once_the_pac_confirms_no_stamp(b: Back
         autofactura::domain::StampKey::derive("stripe", "pi_test_refreeze1", "ingreso:g1").as_str()
     );
     let req: InvoiceRequest = serde_json::from_str(&after.request_json).unwrap();
-    let drift = (autofactura::cli::now_in_mexico() - req.fecha).num_seconds();
+    let drift = (autofactura::domain::time::now_in_mexico() - req.fecha).num_seconds();
     assert!((0..120).contains(&drift), "Fecha is now: {}", req.fecha);
     assert_eq!(after.fecha, req.fecha);
     match req.receptor {

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use autofactura::api::webhooks::{decode_secret, sign};
+use autofactura::notify::sign::{decode_secret, sign};
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
-use autofactura::worker::{self, Pool, Services};
+use autofactura::worker::{Pool, Services};
 use serde_json::{Value, json};
 use support::{Backend, TestApp, exec_sql, spawn_app_with};
 
@@ -92,9 +92,10 @@ fn with_price(price: &str) -> Value {
 
 impl Rig {
     async fn pool(&self) -> (Pool, Services) {
-        let services = worker::services(&self.app.settings, self.app.db.clone())
-            .await
-            .expect("worker services");
+        let services =
+            autofactura::startup::worker_services(&self.app.settings, self.app.db.clone())
+                .await
+                .expect("worker services");
         let pool = services
             .worker
             .clone()
@@ -1023,7 +1024,7 @@ async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backe
     let id = first.json()["id"].as_str().expect("id").to_owned();
     // Asked for 72 hours ago, less 65 s: the worker stops sending 60 s before the SAT's limit,
     // so its window closes 5 s from now; the PAC's own a minute later.
-    let fecha = autofactura::cli::now_in_mexico() - chrono::Duration::hours(72)
+    let fecha = autofactura::domain::time::now_in_mexico() - chrono::Duration::hours(72)
         + chrono::Duration::seconds(65);
     let outbox_id = date_invoice(&rig, &id, fecha).await;
     let closes = chrono::Utc::now() + chrono::Duration::seconds(5);

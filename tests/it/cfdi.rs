@@ -81,7 +81,7 @@ fn samples(dir: &Path) -> Vec<PathBuf> {
     paths.sort();
     assert_eq!(
         paths.len(),
-        autofactura::cli::SAMPLE_REQUESTS.len(),
+        autofactura::sandbox::SAMPLE_REQUESTS.len(),
         "one XML per sample request"
     );
     paths
@@ -89,7 +89,7 @@ fn samples(dir: &Path) -> Vec<PathBuf> {
 
 /// Stamps a sealed document with a TFD signed by the test CSD, as a PAC would.
 fn stamp(sealed: &[u8]) -> Vec<u8> {
-    let pac = autofactura::cli::sandbox_csd().expect("test CSD");
+    let pac = autofactura::sandbox::csd().expect("test CSD");
     let root = Element::parse(sealed).expect("parse");
     let tfd = Tfd::issue(
         &root,
@@ -375,7 +375,7 @@ fn sample_without_fecha_uses_the_current_time_in_mexico_city() {
         .expect("Fecha")
         .to_owned();
     let fecha = cfdi::verify::parse_fecha(&fecha).expect("fecha");
-    let now = autofactura::cli::now_in_mexico();
+    let now = autofactura::domain::time::now_in_mexico();
     assert!(
         (now - fecha).num_seconds().abs() < 120,
         "Fecha {fecha} is not now ({now}) in Mexico City"

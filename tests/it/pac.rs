@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use autofactura::cfdi::{self, InvoiceRequest, cadena::cadena_comprobante, dom::Element};
-use autofactura::cli::{SAMPLE_REQUESTS, now_in_mexico, sandbox_csd};
 use autofactura::domain::StampKey;
+use autofactura::domain::time::now_in_mexico;
 use autofactura::pac::failover::MemoryLog;
 use autofactura::pac::{
     CancelOutcome, CancelRequest, Failover, Motivo, PacClient, PacConfig, PacKind, Recovery, Route,
@@ -18,6 +18,7 @@ use autofactura::pac::{
 };
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
+use autofactura::sandbox::{SAMPLE_REQUESTS, csd as sandbox_csd};
 use chrono::Duration as ChronoDuration;
 use serde_json::Value;
 
@@ -192,7 +193,7 @@ async fn the_embedded_default_runs_the_sandbox_in_process() {
         dir.path().join("state.jsonl").display().to_string()
     ))
     .unwrap();
-    let connected = autofactura::pac::connect(&cfg).await.unwrap();
+    let connected = autofactura::startup::connect_pac(&cfg).await.unwrap();
     let sandbox = connected.sandbox.expect("an in-process sandbox");
     let stamp = expect_stamped(connected.client.stamp(&sealed(), &key()).await);
     assert_eq!(sandbox.sim().stamps()[0].uuid, stamp.uuid);

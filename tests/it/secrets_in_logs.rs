@@ -148,7 +148,7 @@ fn fake_mercadopago() -> (String, Arc<Mutex<Vec<String>>>) {
                 .and_then(|p| p.rsplit('/').next())
                 .unwrap_or_default()
                 .to_owned();
-            let (status, body) = match autofactura::ops::sandbox_mp_payment(&id) {
+            let (status, body) = match autofactura::sandbox::mp_payment(&id) {
                 Some(b) => ("200 OK", b),
                 None => (
                     "404 Not Found",

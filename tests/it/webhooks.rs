@@ -87,7 +87,7 @@ async fn a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row(b: B
         Some(autofactura::domain::StampKey::derive("stripe", "pi_test_frozen", "ingreso").as_str())
     );
     // The frozen request seals as is.
-    let csd = autofactura::cli::sandbox_csd().expect("csd");
+    let csd = autofactura::sandbox::csd().expect("csd");
     autofactura::cfdi::seal(&req, &csd).expect("the frozen request seals");
 }
 

@@ -54,9 +54,10 @@ async fn sandbox(dir: &tempfile::TempDir, name: &str, faults: &str) -> (String, 
 
 impl Rig {
     async fn pool(&self) -> (Pool, Services) {
-        let services = worker::services(&self.app.settings, self.app.db.clone())
-            .await
-            .expect("worker services");
+        let services =
+            autofactura::startup::worker_services(&self.app.settings, self.app.db.clone())
+                .await
+                .expect("worker services");
         let pool = services
             .worker
             .clone()
@@ -337,11 +338,11 @@ async fn a_rejection_fails_with_the_pacs_code_and_message(b: Backend) {
     // Store bytes that are not what the Sello signed (as if altered after sealing), before
     // any worker seals: the worker must send them as they are, and the PAC must refuse them.
     let row = rig.row(&key).await;
-    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let (_, json) = autofactura::sandbox::SAMPLE_REQUESTS[0];
     let mut req: autofactura::cfdi::InvoiceRequest = serde_json::from_str(json).expect("sample");
-    req.fecha = autofactura::cli::now_in_mexico();
-    let sealed = autofactura::cfdi::seal(&req, &autofactura::cli::sandbox_csd().expect("csd"))
-        .expect("seal");
+    req.fecha = autofactura::domain::time::now_in_mexico();
+    let sealed =
+        autofactura::cfdi::seal(&req, &autofactura::sandbox::csd().expect("csd")).expect("seal");
     let tampered =
         String::from_utf8(sealed.xml)
             .expect("utf8")
@@ -578,11 +579,11 @@ async fn a_key_already_used_for_other_content_fails_with_cfdi3307(b: Backend) {
     };
     let key = rig.pay("key_reused", now()).await;
     // Another document stamped under this row's key before the worker sends it.
-    let (_, json) = autofactura::cli::SAMPLE_REQUESTS[0];
+    let (_, json) = autofactura::sandbox::SAMPLE_REQUESTS[0];
     let mut other: autofactura::cfdi::InvoiceRequest = serde_json::from_str(json).expect("sample");
-    other.fecha = autofactura::cli::now_in_mexico();
-    let sealed = autofactura::cfdi::seal(&other, &autofactura::cli::sandbox_csd().expect("csd"))
-        .expect("seal");
+    other.fecha = autofactura::domain::time::now_in_mexico();
+    let sealed =
+        autofactura::cfdi::seal(&other, &autofactura::sandbox::csd().expect("csd")).expect("seal");
     let k = StampKey::parse(&key).expect("key");
     let first = match rig.app.state.pac.stamp(&sealed.xml, &k).await {
         autofactura::pac::StampOutcome::Stamped(s) => s,
@@ -865,6 +866,38 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
     pool.shutdown().await;
 }
 
+/// The application's one stop ([`autofactura::shutdown::Shutdown`], what `serve` cancels on
+/// SIGTERM) ends its servers and its pool: the row in a call past the grace period is released
+/// as `unknown`, the listener is closed, and `run_until_stopped` returns.
+async fn one_stop_ends_the_servers_and_the_pool(b: Backend) {
+    let Some(rig) = rig(b, "latency=3s", FAST_WORKER).await else {
+        return;
+    };
+    let app = autofactura::startup::Application::build(rig.app.settings.clone())
+        .await
+        .expect("app")
+        .with_workers()
+        .await
+        .expect("workers");
+    let health = format!("http://127.0.0.1:{}/healthz", app.port());
+    let shutdown = app.shutdown();
+    let running = tokio::spawn(app.run_until_stopped());
+    assert!(rig.http.get(&health).send().await.is_ok(), "serving");
+    let key = rig.pay("one-stop", now()).await;
+    rig.wait_state(&key, "stamping", 10).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(15), running)
+        .await
+        .expect("stopped in time")
+        .expect("no panic")
+        .expect("stopped cleanly");
+    assert_eq!(rig.row(&key).await.state, "unknown");
+    assert!(
+        rig.http.get(&health).send().await.is_err(),
+        "listener closed"
+    );
+}
+
 /// A slot claims and seals its next row while its PAC call runs. When the pool stops, that
 /// row was never sent: it goes back to `pending` with its attempt given back and needs no
 /// recovery, while the row whose call was in flight is released as `unknown`.
@@ -1130,6 +1163,7 @@ on_both_backends!(
     migration_7_reopens_rows_given_up_while_their_outcome_was_unknown,
     shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once,
     shutdown_gives_back_a_row_prepared_but_never_sent,
+    one_stop_ends_the_servers_and_the_pool,
 );
 
 /// Two pools on one PostgreSQL (as two appliance instances would be) drain 1,000 rows: every

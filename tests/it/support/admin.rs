@@ -255,7 +255,7 @@ pub async fn doc(app: &TestApp, id: i64) -> DocFull {
 pub async fn seal(app: &TestApp, id: i64) -> Vec<u8> {
     let d = doc(app, id).await;
     let req: InvoiceRequest = serde_json::from_str(&d.request_json).expect("request");
-    let csd = autofactura::cli::sandbox_csd().expect("csd");
+    let csd = autofactura::sandbox::csd().expect("csd");
     let xml = autofactura::cfdi::seal(&req, &csd).expect("seal").xml;
     fixture_sql!(
         &app.db,

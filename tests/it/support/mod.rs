@@ -9,7 +9,8 @@ pub mod webdriver;
 use std::str::FromStr;
 
 use autofactura::config::Settings;
-use autofactura::startup::{AppState, Application};
+use autofactura::startup::Application;
+use autofactura::state::AppState;
 use autofactura::store::{self, Db};
 use autofactura::webhooks::signature;
 use sqlx::Connection;

@@ -1,46 +1,26 @@
-//! Webhooks to the merchant (`invoice.stamped`, `invoice.failed`, `invoice.canceled`), signed
-//! per Standard Webhooks, delivered at least once from their own outbox with backoff; and the
-//! purge of expired idempotency keys.
+//! Outbound webhooks to the merchant (`invoice.stamped`, `invoice.failed`, `invoice.canceled`),
+//! signed per Standard Webhooks ([`mod@sign`]), delivered at least once from their own outbox with
+//! backoff by the [`Sender`]. Inbound webhooks (Stripe, Mercado Pago) are [`crate::webhooks`].
 //!
 //! The rows are written in the transaction of the state change (see `store::worker`), so a
 //! stamp that is only confirmed later — after a PAC timeout — still reaches the merchant.
+//!
+//! Who may import it: `startup` (to run the [`Sender`]), the settings' validation
+//! ([`sign::decode_secret`]) and tests. It uses the store, the `[api]` settings and the
+//! invoice's JSON view of the API ([`crate::api::view`]).
+
+pub mod sign;
 
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use chrono::Utc;
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::ApiSettings;
 use crate::store::api::ClaimedWebhook;
 use crate::store::{Db, StoreError};
-
-/// The secret's key bytes: `whsec_` stripped, the rest base64-decoded (unlike Stripe's).
-pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
-    crate::config::WebhookSecret::decode(secret)
-}
-
-/// `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{payload}">`.
-pub fn sign(key: &[u8], msg_id: &str, timestamp: i64, payload: &[u8]) -> String {
-    // HMAC accepts keys of any length, so this cannot fail.
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    mac.update(msg_id.as_bytes());
-    mac.update(b".");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(payload);
-    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
-}
-
-/// The `webhook-id` of an outbox row: stable across retries (the receiver's dedup key), no `.`.
-pub fn message_id(public_id: &str, row_id: i64) -> String {
-    format!("msg_{public_id}_{row_id}")
-}
+use sign::{decode_secret, message_id, sign};
 
 /// Where and how deliveries go.
 #[derive(Clone)]
@@ -192,50 +172,7 @@ fn payload(w: &ClaimedWebhook, inv: &crate::store::api::ApiInvoiceRow) -> String
     serde_json::json!({
         "type": w.event_type,
         "timestamp": w.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        "data": super::invoice_json(inv, status),
+        "data": crate::api::view::invoice_json(inv, status),
     })
     .to_string()
-}
-
-/// Purges expired idempotency keys every `every` until `token` is cancelled.
-pub async fn purge_loop(db: Db, every: Duration, token: CancellationToken) {
-    let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
-    loop {
-        tokio::select! {
-            () = token.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        match db.purge_idempotency(Utc::now()).await {
-            Ok(0) => {}
-            Ok(n) => info!(keys = n, "expired idempotency keys purged"),
-            Err(e) => warn!(error = %e, "idempotency keys could not be purged"),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signs_the_standard_webhooks_test_vector() {
-        let key = decode_secret("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").expect("secret");
-        assert_eq!(
-            sign(
-                &key,
-                "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
-                1_649_367_553,
-                br#"{"email":"test@example.com","username":"test_user"}"#
-            ),
-            "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="
-        );
-    }
-
-    #[test]
-    fn secrets_must_be_whsec_and_base64() {
-        assert!(decode_secret("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").is_some());
-        assert!(decode_secret("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").is_none());
-        assert!(decode_secret("whsec_not base64!").is_none());
-        assert!(!message_id("inv_1", 7).contains('.'));
-    }
 }

@@ -1,0 +1,258 @@
+//! `POST /v1/invoices` (create, then wait a bounded time for the worker's outcome),
+//! `GET /v1/invoices/{id}` and `GET /v1/invoices`.
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::Utc;
+use serde::Deserialize;
+
+use super::idempotency::{KeyState, key_answer, key_state, stored_201};
+use super::keys::{self, RequestKey};
+use super::request::{CreateBody, freeze, read_create_body};
+use super::view::{invoice_json, json_response};
+use crate::cfdi::TipoComprobante;
+use crate::domain::StampKey;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::api::{ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, released};
+use crate::store::{NewPayment, OutboxDraft};
+
+/// `POST /v1/invoices`.
+pub async fn create(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let caller = keys::authenticate(&state.db, &req).await?;
+    let header_key = match req.headers().get("Idempotency-Key") {
+        Some(h) => Some(h.to_str().map_err(|_| {
+            ApiError::BadRequest(
+                "the idempotency key must be printable ASCII without spaces".into(),
+            )
+        })?),
+        None => None,
+    };
+    let CreateBody {
+        value,
+        explicit,
+        input,
+    } = read_create_body(&body, header_key)?;
+    if let Some(rfc) = &input.rfc_emisor
+        && !rfc.eq_ignore_ascii_case(&caller.rfc_emisor)
+    {
+        return Err(ApiError::Forbidden(format!(
+            "this API key issues for {}, not {rfc}",
+            caller.rfc_emisor
+        )));
+    }
+    let settings = &state.settings;
+    let serie = input.serie(settings);
+    let key = match (explicit, &input.folio) {
+        (Some(k), _) => Some(RequestKey::Explicit(k)),
+        (None, Some(folio)) => Some(RequestKey::derived(
+            TipoComprobante::Ingreso.code(),
+            &serie,
+            folio,
+        )),
+        (None, None) => None,
+    };
+    let hash = keys::request_hash(&value);
+    let mut releases = None;
+    if let Some(k) = &key {
+        match key_state(&state.db, &caller.rfc_emisor, k.as_str(), &hash).await? {
+            KeyState::Free => {}
+            KeyState::Released(old) => releases = Some(old),
+            other => return key_answer(other, k),
+        }
+    }
+    let (request, total) = freeze(settings, &input, &serie)?;
+    let public_id = format!("inv_{}", uuid::Uuid::new_v4().simple());
+    let now = Utc::now();
+    let retention =
+        chrono::Duration::hours(i64::try_from(settings.api.key_retention_hours).unwrap_or(96));
+    let new = NewApiInvoice {
+        public_id: public_id.clone(),
+        rfc_emisor: caller.rfc_emisor.clone(),
+        api_key_id: caller.id,
+        idem: key.as_ref().map(|k| NewIdem {
+            key: k.as_str().to_owned(),
+            request_hash: hash.clone(),
+            expires_at: now + retention,
+            releases,
+        }),
+        payment: NewPayment {
+            provider: "api".into(),
+            payment_id: public_id.clone(),
+            event_id: public_id.clone(),
+            amount: total.to_string(),
+            currency: request.moneda.clone(),
+            method: format!("api:{}", caller.name),
+            forma_pago: Some(request.forma_pago.clone()),
+            customer_json:
+                serde_json::json!({ "rfc": input.receptor.rfc, "nombre": input.receptor.nombre })
+                    .to_string(),
+            paid_at: now,
+            livemode: true,
+            status: "invoice_pending".into(),
+            reason: None,
+        },
+        draft: OutboxDraft {
+            kind: "ingreso".into(),
+            stamp_key: StampKey::derive("api", &public_id, "ingreso"),
+            request,
+            state: "pending".into(),
+            error_code: None,
+            error_message: None,
+            test_mode: false,
+        },
+    };
+    let invoice_id = match state.db.create_api_invoice(&new).await? {
+        CreateOutcome::Created { invoice_id, .. } => invoice_id,
+        CreateOutcome::FolioTaken => {
+            return Err(ApiError::FolioConflict(format!(
+                "folio {serie}-{} belongs to another invoice",
+                input.folio.as_deref().unwrap_or_default()
+            )));
+        }
+        CreateOutcome::KeyTaken => {
+            // Another request took the key between our look and our write: answer as for it.
+            let k = key.as_ref().ok_or_else(|| {
+                ApiError::Conflict("the invoice could not be recorded; retry".into())
+            })?;
+            let st = key_state(&state.db, &caller.rfc_emisor, k.as_str(), &hash).await?;
+            return key_answer(st, k);
+        }
+    };
+    tracing::info!(invoice = %public_id, keyed = key.is_some(), "api invoice queued");
+    wait_and_answer(&state, &caller, key.as_ref(), invoice_id).await
+}
+
+/// Waits (bounded) for the worker's outcome and answers with it.
+async fn wait_and_answer(
+    state: &AppState,
+    caller: &ApiKeyRow,
+    key: Option<&RequestKey>,
+    invoice_id: i64,
+) -> Result<HttpResponse, ApiError> {
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(state.settings.api.wait_for_stamp_ms);
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let inv = state
+            .db
+            .api_invoice_by_id(invoice_id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound("the invoice is gone".into()))?;
+        match inv.state.as_str() {
+            "stamped" | "canceled" => {
+                let (status, body) = match key {
+                    Some(k) => stored_201(&state.db, &caller.rfc_emisor, k.as_str(), &inv).await?,
+                    None => (
+                        StatusCode::CREATED,
+                        invoice_json(&inv, Some("stamped")).to_string(),
+                    ),
+                };
+                return Ok(json_response(status, body, false).customize_location(&inv.public_id));
+            }
+            s if released(s) => {
+                return Err(ApiError::PacRejected {
+                    invoice: inv.public_id,
+                    code: inv.last_error_code.unwrap_or_else(|| "FAILED".into()),
+                    message: inv.last_error_message.unwrap_or_default(),
+                });
+            }
+            // The PAC may hold a stamp.
+            "unknown" => {
+                return Err(ApiError::OutcomeUnknown {
+                    invoice: inv.public_id,
+                });
+            }
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            if inv.state == "stamping" {
+                // A PAC call is in flight and has not answered within our wait.
+                return Err(ApiError::OutcomeUnknown {
+                    invoice: inv.public_id,
+                });
+            }
+            // Still queued or being retried: nothing is known to have reached the PAC.
+            let body = invoice_json(&inv, None).to_string();
+            return Ok(HttpResponse::Accepted()
+                .content_type("application/json")
+                .insert_header(("Retry-After", "2"))
+                .insert_header(("Location", format!("/v1/invoices/{}", inv.public_id)))
+                .body(body));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+trait WithLocation {
+    fn customize_location(self, public_id: &str) -> Self;
+}
+
+impl WithLocation for HttpResponse {
+    fn customize_location(mut self, public_id: &str) -> Self {
+        if let Ok(v) =
+            actix_web::http::header::HeaderValue::from_str(&format!("/v1/invoices/{public_id}"))
+        {
+            self.headers_mut()
+                .insert(actix_web::http::header::LOCATION, v);
+        }
+        self
+    }
+}
+
+/// `GET /v1/invoices/{id}`.
+pub async fn get(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let caller = keys::authenticate(&state.db, &req).await?;
+    let inv = state
+        .db
+        .api_invoice(&id, &caller.rfc_emisor)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))?;
+    Ok(HttpResponse::Ok().json(invoice_json(&inv, None)))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    pub serie: Option<String>,
+    pub folio: Option<String>,
+    pub rfc_emisor: Option<String>,
+}
+
+/// `GET /v1/invoices?serie=&folio=&rfc_emisor=`.
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    q: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let caller = keys::authenticate(&state.db, &req).await?;
+    if let Some(rfc) = q.rfc_emisor.as_deref().filter(|r| !r.is_empty())
+        && !rfc.eq_ignore_ascii_case(&caller.rfc_emisor)
+    {
+        return Err(ApiError::Forbidden(format!(
+            "this API key reads invoices of {}, not {rfc}",
+            caller.rfc_emisor
+        )));
+    }
+    let blank = |s: &Option<String>| s.clone().filter(|v| !v.is_empty());
+    let rows = state
+        .db
+        .find_api_invoices(
+            &caller.rfc_emisor,
+            blank(&q.serie).as_deref(),
+            blank(&q.folio).as_deref(),
+        )
+        .await?;
+    let data: Vec<_> = rows.iter().map(|r| invoice_json(r, None)).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "data": data })))
+}
