@@ -303,7 +303,7 @@ impl Template {
             payment_ref: Some(facts.payment_id.clone()),
             livemode: Some(ev.livemode),
             api_version: ev.api_version.clone(),
-            account: ev.account.clone(),
+            account: ev.account,
             headers_json,
             raw_body: body.clone().into_bytes(),
             next_attempt_at: None,

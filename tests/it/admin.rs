@@ -265,8 +265,7 @@ async fn the_pages_show_states_codes_and_documents(b: Backend) {
     let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
     let around = br
         .get(&format!(
-            "/admin/invoices?view=all&from=2020-01-01&to={}",
-            today
+            "/admin/invoices?view=all&from=2020-01-01&to={today}"
         ))
         .await;
     assert!(around.body.contains("pi_test_pages3"));
