@@ -103,23 +103,11 @@ impl Sim {
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        let v: Value = reqwest::get(format!("{}/_sim/stamps", self.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v.as_array().unwrap().clone()
+        crate::support::sim::stamps(self.url()).await
     }
 
     async fn set_faults(&self, spec: &str) {
-        let r = reqwest::Client::new()
-            .put(format!("{}/_sim/faults", self.url()))
-            .body(spec.to_owned())
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+        crate::support::sim::set_faults(self.url(), spec).await;
     }
 
     async fn post(&self, path: &str) -> reqwest::StatusCode {
@@ -533,12 +521,7 @@ async fn the_pac_sim_command_survives_kill_9() {
     child.wait().unwrap();
 
     let (mut child, url) = spawn_pac_sim(&state);
-    let stamps: Value = reqwest::get(format!("{url}/_sim/stamps"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stamps = crate::support::sim::stamps(&url).await;
     assert_eq!(stamps[0]["uuid"], first.uuid.as_str());
     let again = client_for(&url, 5).stamp(&xml, &k).await;
     child.kill().unwrap();

@@ -54,24 +54,11 @@ async fn sandbox(dir: &tempfile::TempDir, name: &str, faults: &str) -> (String, 
 
 impl Rig {
     async fn pool(&self) -> (Pool, Services) {
-        let services = worker::services(&self.app.settings, self.app.db.clone())
-            .await
-            .expect("worker services");
-        let pool = services
-            .worker
-            .clone()
-            .start(tokio_util::sync::CancellationToken::new(), None);
-        (pool, services)
+        self.app.start_pool().await
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        let r = self
-            .http
-            .get(format!("{}/_sim/stamps", self.sim.url()))
-            .send()
-            .await
-            .expect("sim");
-        r.json().await.expect("stamps json")
+        support::sim::stamps(self.sim.url()).await
     }
 
     async fn stamps_for(&self, key: &str) -> Vec<Value> {
@@ -83,14 +70,7 @@ impl Rig {
     }
 
     async fn set_faults(&self, spec: &str) {
-        let r = self
-            .http
-            .put(format!("{}/_sim/faults", self.sim.url()))
-            .body(spec.to_owned())
-            .send()
-            .await
-            .expect("sim");
-        assert!(r.status().is_success(), "faults {spec}: {}", r.status());
+        support::sim::set_faults(self.sim.url(), spec).await;
     }
 
     /// Delivers a signed payment and returns its stamp key.
@@ -755,16 +735,6 @@ async fn failover_rig(b: Backend, primary: &str, backup: &str) -> Option<(Rig, S
     Some((rig, backup_sim))
 }
 
-async fn stamps_at(http: &reqwest::Client, sim: &SandboxHandle) -> Vec<Value> {
-    http.get(format!("{}/_sim/stamps", sim.url()))
-        .send()
-        .await
-        .expect("sim")
-        .json()
-        .await
-        .expect("stamps json")
-}
-
 /// Failover through the worker: the backup gets a document only once the primary definitely
 /// did not stamp it; the route is recorded in the database before each send, and a worker
 /// started later (nothing in its memory) asks only the PACs recorded there.
@@ -776,7 +746,7 @@ async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
     let (pool, s) = rig.pool().await;
     // The primary refuses before processing; the backup stamps and its answer is lost.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while stamps_at(&rig.http, &backup).await.is_empty() {
+    while support::sim::stamps(backup.url()).await.is_empty() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the backup never stamped"
@@ -803,7 +773,7 @@ async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
     backup.sim().set_faults(FaultSpec::default());
     let (pool, _s) = rig.pool().await;
     let done = rig.wait_state(&key, "stamped", 30).await;
-    let at_backup = stamps_at(&rig.http, &backup).await;
+    let at_backup = support::sim::stamps(backup.url()).await;
     assert_eq!(at_backup.len(), 1, "{at_backup:?}");
     assert_eq!(done.uuid.as_deref(), at_backup[0]["uuid"].as_str());
     assert!(rig.stamps().await.is_empty(), "nothing at the primary");
@@ -831,7 +801,7 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
         ["primary"]
     );
     assert!(
-        stamps_at(&rig.http, &backup).await.is_empty(),
+        support::sim::stamps(backup.url()).await.is_empty(),
         "the backup was sent a document the primary may hold"
     );
     rig.set_faults("").await;
@@ -839,7 +809,10 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
     let at_primary = rig.stamps_for(&key).await;
     assert_eq!(at_primary.len(), 1);
     assert_eq!(done.uuid.as_deref(), at_primary[0]["uuid"].as_str());
-    assert!(stamps_at(&rig.http, &backup).await.is_empty(), "one CFDI");
+    assert!(
+        support::sim::stamps(backup.url()).await.is_empty(),
+        "one CFDI"
+    );
     assert_eq!(row.id, done.id);
     pool.shutdown().await;
 }

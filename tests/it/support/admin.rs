@@ -176,16 +176,7 @@ impl Browser {
 
 /// `application/x-www-form-urlencoded` text of `pairs`, as a browser sends a form.
 pub fn form_body<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
+    let enc = autofactura::admin::common::percent_encode;
     pairs
         .iter()
         .map(|(k, v)| format!("{}={}", enc(k.as_ref()), enc(v.as_ref())))

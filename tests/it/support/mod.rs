@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod pg;
+pub mod sim;
 pub mod webdriver;
 
 use std::str::FromStr;
@@ -12,6 +13,7 @@ use autofactura::config::Settings;
 use autofactura::startup::{AppState, Application};
 use autofactura::store::{self, Db};
 use autofactura::webhooks::signature;
+use autofactura::worker::{self, Pool, Services};
 use sqlx::Connection;
 
 pub const STRIPE_SECRET: &str = "whsec_test_secret";
@@ -135,6 +137,18 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
 }
 
 impl TestApp {
+    /// Starts the worker pool on this app's settings and database, as `serve` does.
+    pub async fn start_pool(&self) -> (Pool, Services) {
+        let services = worker::services(&self.settings, self.db.clone())
+            .await
+            .expect("worker services");
+        let pool = services
+            .worker
+            .clone()
+            .start(tokio_util::sync::CancellationToken::new(), None);
+        (pool, services)
+    }
+
     pub async fn post_stripe(&self, body: &str, header: Option<String>) -> reqwest::Response {
         let mut req = self
             .http
