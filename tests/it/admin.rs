@@ -10,7 +10,7 @@ use autofactura::pac::StampOutcome;
 use chrono::Utc;
 use support::admin::{
     Browser, PASSWORD, admin_app, count, doc, finish_cancellation, hidden, mark_failed, mark_state,
-    mark_unknown, outbox_of, pay, pay_at, seal, send_to_pac, set_request, stamped,
+    mark_unknown, outbox_of, pay, pay_at, rejected, seal, send_to_pac, set_request, stamped,
 };
 use support::{Backend, spawn_app};
 
@@ -162,9 +162,7 @@ async fn every_form_checks_the_csrf_token(b: Backend) {
     let Some(app) = admin_app(b).await else {
         return;
     };
-    let failed = pay(&app, "csrf1").await;
-    seal(&app, failed).await;
-    mark_failed(&app, failed, "CFDI40108", "El TipoDeComprobante …").await;
+    let failed = rejected(&app, "csrf1", "CFDI40108", "El TipoDeComprobante …").await;
     let stamped_id = pay(&app, "csrf2").await;
     stamped(&app, stamped_id).await;
     let br = Browser::new(&app);
@@ -203,11 +201,9 @@ async fn the_pages_show_states_codes_and_documents(b: Backend) {
         return;
     };
     let pending = pay(&app, "pages1").await;
-    let failed = pay(&app, "pages2").await;
-    seal(&app, failed).await;
     let msg =
         "CFDI40108 - El TipoDeComprobante no contiene un valor del catálogo <c_TipoDeComprobante>.";
-    mark_failed(&app, failed, "CFDI40108", msg).await;
+    let failed = rejected(&app, "pages2", "CFDI40108", msg).await;
     let st = pay(&app, "pages3").await;
     let uuid = stamped(&app, st).await;
     let br = Browser::new(&app);

@@ -279,6 +279,14 @@ pub async fn mark_failed(app: &TestApp, id: i64, code: &str, message: &str) {
     );
 }
 
+/// A paid document with valid sealed bytes that the PAC refused with `code`: what retry is for.
+pub async fn rejected(app: &TestApp, suffix: &str, code: &str, message: &str) -> i64 {
+    let id = pay(app, suffix).await;
+    seal(app, id).await;
+    mark_failed(app, id, code, message).await;
+    id
+}
+
 pub async fn mark_state(app: &TestApp, id: i64, state: &str) {
     fixture_sql!(
         &app.db,

@@ -191,8 +191,25 @@ impl TestApp {
             .expect("request")
     }
 
+    /// `GET` of `path` on the webhook listener.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
     pub async fn invoices(&self) -> Vec<store::InvoiceRow> {
         self.db.list_invoices(None).await.expect("list invoices")
+    }
+
+    /// The invoices in `status` (as `invoices list --status`).
+    pub async fn invoices_in(&self, status: &str) -> Vec<store::InvoiceRow> {
+        self.db
+            .list_invoices(Some(status))
+            .await
+            .expect("list invoices")
     }
 
     pub async fn events(&self) -> Vec<store::EventRecord> {
