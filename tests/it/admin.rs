@@ -9,8 +9,9 @@ use autofactura::cfdi::{InvoiceRequest, RelacionadosData};
 use autofactura::pac::StampOutcome;
 use chrono::Utc;
 use support::admin::{
-    Browser, PASSWORD, admin_app, count, doc, finish_cancellation, hidden, mark_failed, mark_state,
-    mark_unknown, outbox_of, pay, pay_at, rejected, seal, send_to_pac, set_request, stamped,
+    Browser, PASSWORD, admin_app, cancellation, count, doc, finish_cancellation, hidden,
+    mark_failed, mark_state, mark_unknown, outbox_of, pay, pay_at, rejected, seal, send_to_pac,
+    set_request, stamped,
 };
 use support::{Backend, spawn_app};
 
@@ -538,12 +539,7 @@ async fn cancel_freezes_a_request_and_enforces_the_motivo_rules(b: Backend) {
 
     let r = br.post(&path, &[("csrf", &csrf), ("motivo", "02")]).await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let c = app
-        .db
-        .cancellation_by_uuid(&uuid)
-        .await
-        .unwrap()
-        .expect("frozen");
+    let c = cancellation(&app, &uuid).await;
     assert_eq!(
         (
             c.state.as_str(),
@@ -638,7 +634,7 @@ async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_as
     assert!(!in_process.body.contains(&uuid));
     let all = br.get("/admin/cancellations?all=1").await;
     assert!(all.body.contains(&uuid) && all.body.contains("/acuse"));
-    let c = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    let c = cancellation(&app, &uuid).await;
     let acuse = br
         .get(&format!("/admin/cancellations/{}/acuse", c.id))
         .await;
@@ -657,7 +653,7 @@ async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_as
             .status,
         303
     );
-    let again = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    let again = cancellation(&app, &uuid).await;
     assert_eq!(
         (again.id, again.state.as_str(), again.motivo.as_str()),
         (c.id, "requested", "03")
@@ -725,7 +721,7 @@ async fn motivo_01_accepts_a_stamped_replacement_related_by_04(b: Backend) {
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let c = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    let c = cancellation(&app, &uuid).await;
     assert_eq!(
         (c.motivo.as_str(), c.folio_sustitucion.as_deref()),
         ("01", Some(rep_uuid.as_str()))
@@ -1005,12 +1001,7 @@ async fn reconciliation_adopts_unrecorded_stamps_and_lists_duplicates(b: Backend
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let c = app
-        .db
-        .cancellation_by_uuid(&first.uuid)
-        .await
-        .unwrap()
-        .unwrap();
+    let c = cancellation(&app, &first.uuid).await;
     assert_eq!(
         (c.motivo.as_str(), c.state.as_str(), c.outbox_id),
         ("02", "requested", Some(dup))

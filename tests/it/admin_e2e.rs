@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use autofactura::pac::StampOutcome;
 use support::admin::{
-    PASSWORD, admin_app, doc, mark_state, pay, pay_at, rejected, seal, send_to_pac, stamped,
+    PASSWORD, admin_app, cancellation, doc, mark_state, pay, pay_at, rejected, seal, send_to_pac,
+    stamped,
 };
 use support::webdriver::{Driver, browser_paths};
 use support::{Backend, TestApp};
@@ -125,12 +126,7 @@ async fn an_admin_cancels_a_stamped_invoice() {
     assert!(detail.contains("Cancellation request frozen"), "{detail}");
     assert!(detail.contains("Cancel requested"), "{detail}");
     d.screenshot("cancel-requested").await;
-    let c = app
-        .db
-        .cancellation_by_uuid(&uuid)
-        .await
-        .unwrap()
-        .expect("the request is frozen");
+    let c = cancellation(&app, &uuid).await;
     assert_eq!(
         (
             c.motivo.as_str(),

@@ -150,6 +150,16 @@ impl Rig {
         }
     }
 
+    /// Waits until the row is stamped (or fails the test after `secs`), then checks that the PAC
+    /// stamped it exactly once (`why`), with the UUID the row records.
+    async fn wait_stamped_once(&self, key: &str, secs: u64, why: &str) -> OutboxStatus {
+        let row = self.wait_state(key, "stamped", secs).await;
+        let stamps = self.stamps_for(key).await;
+        assert_eq!(stamps.len(), 1, "{why}: {stamps:?}");
+        assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+        row
+    }
+
     /// Waits until the row reaches `state` (or fails the test after `secs`).
     async fn wait_state(&self, key: &str, state: &str, secs: u64) -> OutboxStatus {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
@@ -186,10 +196,7 @@ async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
     };
     let (pool, _s) = rig.pool().await;
     let key = rig.pay("happy", now()).await;
-    let row = rig.wait_state(&key, "stamped", 20).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let row = rig.wait_stamped_once(&key, 20, "one stamp").await;
     let stamped = row.stamped_xml.expect("stamped xml");
     let report = autofactura::cfdi::verify::verify(
         &stamped,
@@ -229,10 +236,8 @@ async fn a_lost_response_is_recovered_without_a_second_stamp(b: Backend) {
     let row = rig.wait_state(&key, "unknown", 20).await;
     assert_eq!(rig.stamps_for(&key).await.len(), 1, "the PAC did stamp");
     rig.set_faults("").await;
-    let row2 = rig.wait_state(&key, "stamped", 20).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "recovered, not stamped twice: {stamps:?}");
-    assert_eq!(row2.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    rig.wait_stamped_once(&key, 20, "recovered, not stamped twice")
+        .await;
     let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
     let ops: Vec<(&str, &str)> = log
         .iter()
@@ -420,10 +425,7 @@ async fn a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered(b: Back
     rig.set_faults("status503=1").await;
     rig.wait_asks_after(&key, closes).await;
     rig.set_faults("").await;
-    let row = rig.wait_state(&key, "stamped", 30).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    rig.wait_stamped_once(&key, 30, "one stamp").await;
     pool.shutdown().await;
 }
 
@@ -446,10 +448,7 @@ async fn an_unknown_outcome_is_asked_for_past_max_attempts(b: Backend) {
         "asked again with the usual backoff: {row:?}"
     );
     rig.set_faults("").await;
-    let done = rig.wait_state(&key, "stamped", 30).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let done = rig.wait_stamped_once(&key, 30, "one stamp").await;
     let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
     assert_eq!(
         log.iter().filter(|a| a.operation == "stamp").count(),
@@ -831,10 +830,7 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
     assert_eq!(row.state, "unknown", "{row:?}");
     rig.set_faults("").await;
     let (pool, _s) = rig.pool().await;
-    let done = rig.wait_state(&key, "stamped", 20).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    rig.wait_stamped_once(&key, 20, "one stamp").await;
     pool.shutdown().await;
 }
 
@@ -951,10 +947,9 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
     );
     rig.set_faults("").await;
     let _restarted = spawn_worker_process(&rig.app.config_file);
-    let done = rig.wait_state(&key, "stamped", 60).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "one UUID after the restart: {stamps:?}");
-    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let done = rig
+        .wait_stamped_once(&key, 60, "one UUID after the restart")
+        .await;
     let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
     assert_eq!(
         log.iter()

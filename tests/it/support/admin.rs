@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use autofactura::cfdi::InvoiceRequest;
 use autofactura::domain::StampKey;
 use autofactura::pac::StampOutcome;
-use autofactura::store::{Db, DocFull, ListFilter, ListView};
+use autofactura::store::{CancellationRow, Db, DocFull, ListFilter, ListView};
 use chrono::Utc;
 
 use super::{TestApp, spawn_app_with};
@@ -285,6 +285,15 @@ pub async fn rejected(app: &TestApp, suffix: &str, code: &str, message: &str) ->
     seal(app, id).await;
     mark_failed(app, id, code, message).await;
     id
+}
+
+/// The cancellation recorded for `uuid`; there must be one.
+pub async fn cancellation(app: &TestApp, uuid: &str) -> CancellationRow {
+    app.db
+        .cancellation_by_uuid(uuid)
+        .await
+        .expect("read the cancellation")
+        .unwrap_or_else(|| panic!("no cancellation recorded for {uuid}"))
 }
 
 pub async fn mark_state(app: &TestApp, id: i64, state: &str) {
