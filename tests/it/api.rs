@@ -144,11 +144,11 @@ impl Rig {
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        support::sim::stamps(self.sim.url()).await
+        support::sim::stamps(&self.http, self.sim.url()).await
     }
 
     async fn set_faults(&self, spec: &str) {
-        support::sim::set_faults(self.sim.url(), spec).await;
+        support::sim::set_faults(&self.http, self.sim.url(), spec).await;
     }
 
     async fn invoice_count(&self) -> usize {

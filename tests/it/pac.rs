@@ -91,11 +91,11 @@ impl Sim {
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        crate::support::sim::stamps(self.url()).await
+        crate::support::sim::stamps(&reqwest::Client::new(), self.url()).await
     }
 
     async fn set_faults(&self, spec: &str) {
-        crate::support::sim::set_faults(self.url(), spec).await;
+        crate::support::sim::set_faults(&reqwest::Client::new(), self.url(), spec).await;
     }
 
     async fn post(&self, path: &str) -> reqwest::StatusCode {
@@ -523,7 +523,7 @@ async fn the_pac_sim_command_survives_kill_9() {
     child.wait().unwrap();
 
     let (mut child, url) = spawn_pac_sim(&state);
-    let stamps = crate::support::sim::stamps(&url).await;
+    let stamps = crate::support::sim::stamps(&reqwest::Client::new(), &url).await;
     assert_eq!(stamps[0]["uuid"], first.uuid.as_str());
     let again = client_for(&url, 5).stamp(&xml, &k).await;
     child.kill().unwrap();

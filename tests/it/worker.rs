@@ -58,7 +58,7 @@ impl Rig {
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        support::sim::stamps(self.sim.url()).await
+        support::sim::stamps(&self.http, self.sim.url()).await
     }
 
     async fn stamps_for(&self, key: &str) -> Vec<Value> {
@@ -70,7 +70,7 @@ impl Rig {
     }
 
     async fn set_faults(&self, spec: &str) {
-        support::sim::set_faults(self.sim.url(), spec).await;
+        support::sim::set_faults(&self.http, self.sim.url(), spec).await;
     }
 
     /// Delivers a signed payment and returns its stamp key.
@@ -745,7 +745,10 @@ async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
     let (pool, s) = rig.pool().await;
     // The primary refuses before processing; the backup stamps and its answer is lost.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while support::sim::stamps(backup.url()).await.is_empty() {
+    while support::sim::stamps(&rig.http, backup.url())
+        .await
+        .is_empty()
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the backup never stamped"
@@ -772,7 +775,7 @@ async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
     backup.sim().set_faults(FaultSpec::default());
     let (pool, _s) = rig.pool().await;
     let done = rig.wait_state(&key, "stamped", 30).await;
-    let at_backup = support::sim::stamps(backup.url()).await;
+    let at_backup = support::sim::stamps(&rig.http, backup.url()).await;
     assert_eq!(at_backup.len(), 1, "{at_backup:?}");
     assert_eq!(done.uuid.as_deref(), at_backup[0]["uuid"].as_str());
     assert!(rig.stamps().await.is_empty(), "nothing at the primary");
@@ -800,7 +803,9 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
         ["primary"]
     );
     assert!(
-        support::sim::stamps(backup.url()).await.is_empty(),
+        support::sim::stamps(&rig.http, backup.url())
+            .await
+            .is_empty(),
         "the backup was sent a document the primary may hold"
     );
     rig.set_faults("").await;
@@ -809,7 +814,9 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
     assert_eq!(at_primary.len(), 1);
     assert_eq!(done.uuid.as_deref(), at_primary[0]["uuid"].as_str());
     assert!(
-        support::sim::stamps(backup.url()).await.is_empty(),
+        support::sim::stamps(&rig.http, backup.url())
+            .await
+            .is_empty(),
         "one CFDI"
     );
     assert_eq!(row.id, done.id);

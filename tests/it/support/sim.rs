@@ -3,9 +3,11 @@
 
 use serde_json::Value;
 
-/// Every stamp the sandbox at `url` ever issued (`GET /_sim/stamps`).
-pub async fn stamps(url: &str) -> Vec<Value> {
-    let v: Value = reqwest::get(format!("{url}/_sim/stamps"))
+/// Every stamp the sandbox at `url` ever issued (`GET /_sim/stamps`), asked through `http`.
+pub async fn stamps(http: &reqwest::Client, url: &str) -> Vec<Value> {
+    let v: Value = http
+        .get(format!("{url}/_sim/stamps"))
+        .send()
         .await
         .expect("sim")
         .json()
@@ -14,9 +16,9 @@ pub async fn stamps(url: &str) -> Vec<Value> {
     v.as_array().expect("stamps array").clone()
 }
 
-/// Replaces the faults the sandbox at `url` injects (`PUT /_sim/faults`).
-pub async fn set_faults(url: &str, spec: &str) {
-    let r = reqwest::Client::new()
+/// Replaces the faults the sandbox at `url` injects (`PUT /_sim/faults`), through `http`.
+pub async fn set_faults(http: &reqwest::Client, url: &str, spec: &str) {
+    let r = http
         .put(format!("{url}/_sim/faults"))
         .body(spec.to_owned())
         .send()
