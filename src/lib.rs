@@ -32,11 +32,17 @@
 
 #![forbid(unsafe_code)]
 
-/// The conversions of a string newtype `$t(String)` checked by `$t::parse`: from `String`
+/// What a string newtype `$t(String)` checked by `$t::parse` shares: `as_str`, from `String`
 /// through `parse` (so serde's `try_from = "String"` validates), back into `String`, and
 /// `Display`. Defined before the modules so every one of them can use it.
 macro_rules! string_newtype {
     ($t:ident, $err:ty) => {
+        impl $t {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl TryFrom<String> for $t {
             type Error = $err;
             fn try_from(s: String) -> Result<Self, Self::Error> {

@@ -44,10 +44,6 @@ impl Rfc {
         }
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     pub fn publico_en_general() -> Self {
         Self(RFC_PUBLICO_EN_GENERAL.to_owned())
     }

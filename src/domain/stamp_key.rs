@@ -34,10 +34,6 @@ impl StampKey {
             Err(StampKeyError(s.to_owned()))
         }
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 string_newtype!(StampKey, StampKeyError);
