@@ -40,6 +40,38 @@
 
 #![forbid(unsafe_code)]
 
+/// What a string newtype `$t(String)` checked by `$t::parse` shares: `as_str`, from `String`
+/// through `parse` (so serde's `try_from = "String"` validates), back into `String`, and
+/// `Display`. Defined before the modules so every one of them can use it.
+macro_rules! string_newtype {
+    ($t:ident, $err:ty) => {
+        impl $t {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $t {
+            type Error = $err;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                Self::parse(&s)
+            }
+        }
+
+        impl From<$t> for String {
+            fn from(v: $t) -> Self {
+                v.0
+            }
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
 pub mod admin;
 pub mod api;
 pub mod cancel;

@@ -224,6 +224,22 @@ fn sealing_limit() -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
+impl Run {
+    /// The report row of this run, stamping at `rate` per second.
+    fn row(&self, rate: f64) -> Row {
+        Row::new(
+            "drain",
+            format!(
+                "{}: stamps/s ({:.1} ms CPU each; machine {:.0} % busy)",
+                self.label,
+                self.cpu * 1000.0 / self.rows as f64,
+                self.busy * 100.0
+            ),
+            format!("{rate:.0}/s"),
+        )
+    }
+}
+
 /// `args` may name a backend (`sqlite`, `postgres`) and a scenario (`wl`, `l0`) to run only those.
 pub async fn run(args: &[String]) -> Vec<Row> {
     let named = |group: &[&str], what: &str| {
@@ -251,18 +267,9 @@ pub async fn run(args: &[String]) -> Vec<Row> {
                 if ratio >= 0.8 { "MET" } else { "NOT MET" }
             );
             rows.push(
-                Row::new(
-                    "drain",
-                    format!(
-                        "{}: stamps/s ({:.1} ms CPU each; machine {:.0} % busy)",
-                        r.label,
-                        r.cpu * 1000.0 / r.rows as f64,
-                        r.busy * 100.0
-                    ),
-                    format!("{rate:.0}/s"),
-                )
-                .limit(format!("W/L = {ideal:.0}/s"), ratio)
-                .target(">= 0.80", ratio >= 0.8),
+                r.row(rate)
+                    .limit(format!("W/L = {ideal:.0}/s"), ratio)
+                    .target(">= 0.80", ratio >= 0.8),
             );
         }
     }
@@ -281,17 +288,8 @@ pub async fn run(args: &[String]) -> Vec<Row> {
                 rate / limit
             );
             rows.push(
-                Row::new(
-                    "drain",
-                    format!(
-                        "{}: stamps/s ({:.1} ms CPU each; machine {:.0} % busy)",
-                        r.label,
-                        r.cpu * 1000.0 / r.rows as f64,
-                        r.busy * 100.0
-                    ),
-                    format!("{rate:.0}/s"),
-                )
-                .limit(format!("sealing, all cores: {limit:.0}/s"), rate / limit),
+                r.row(rate)
+                    .limit(format!("sealing, all cores: {limit:.0}/s"), rate / limit),
             );
         }
     }

@@ -227,6 +227,17 @@ impl ActionView {
     }
 }
 
+/// `s` percent-encoded for a query string or a form body: every byte but the unreserved
+/// `A-Z a-z 0-9 - _ .` as `%XX`.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,16 +179,7 @@ fn day_start(d: NaiveDate) -> DateTime<Utc> {
 }
 
 fn query_link(view: &str, q: &str, from: &str, to: &str, page: i64) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
+    let enc = percent_encode;
     format!(
         "/admin/invoices?view={}&q={}&from={}&to={}&page={page}",
         enc(view),

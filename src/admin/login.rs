@@ -90,13 +90,13 @@ pub async fn login(
     if cookie.is_empty() || !auth::same(&cookie, &form.csrf) {
         return Err(AdminError::Csrf);
     }
+    // The login page again, with why the attempt was refused.
+    let refused =
+        |error: &str, status| login_response(&req, &admin, Some(error.into()), None, status);
     let name = form.name.trim().to_owned();
     if name.is_empty() || name.chars().count() > 64 {
-        return login_response(
-            &req,
-            &admin,
-            Some("Give your name (up to 64 characters): every action is recorded with it.".into()),
-            None,
+        return refused(
+            "Give your name (up to 64 characters): every action is recorded with it.",
             StatusCode::BAD_REQUEST,
         );
     }
@@ -115,13 +115,7 @@ pub async fn login(
             .db
             .record_admin_action(&name, "login_failed", "session", &ip.to_string(), None)
             .await?;
-        return login_response(
-            &req,
-            &admin,
-            Some("Wrong password.".into()),
-            None,
-            StatusCode::UNAUTHORIZED,
-        );
+        return refused("Wrong password.", StatusCode::UNAUTHORIZED);
     }
     admin.limiter.succeeded(ip);
     let token = auth::random_token();

@@ -223,6 +223,11 @@ impl Element {
         self.elements().find(|e| e.is(ns, name))
     }
 
+    /// Attribute `attr` of the first child element named `{ns}name` (e.g. `cfdi:Emisor@Rfc`).
+    pub fn child_attr(&self, ns: &str, name: &str, attr: &str) -> Option<&str> {
+        self.child(ns, name).and_then(|e| e.attr(attr))
+    }
+
     /// Follows a path of child names in one namespace, collecting every match (like XPath
     /// `./a/b/c`).
     pub fn path<'a>(&'a self, ns: &'a str, names: &[&'a str]) -> Vec<&'a Element> {

@@ -1,7 +1,5 @@
 //! `Rfc`: a Mexican tax id, parsed once.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 /// A syntactically valid RFC: 3 letters (persona moral) or 4 (persona física), the date
@@ -46,10 +44,6 @@ impl Rfc {
         }
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     pub fn publico_en_general() -> Self {
         Self(RFC_PUBLICO_EN_GENERAL.to_owned())
     }
@@ -71,24 +65,7 @@ fn valid_yymmdd(d: &str) -> bool {
     (1..=12).contains(&month) && (1..=31).contains(&day)
 }
 
-impl TryFrom<String> for Rfc {
-    type Error = RfcError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::parse(&s)
-    }
-}
-
-impl From<Rfc> for String {
-    fn from(r: Rfc) -> Self {
-        r.0
-    }
-}
-
-impl fmt::Display for Rfc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+string_newtype!(Rfc, RfcError);
 
 #[cfg(test)]
 mod tests {

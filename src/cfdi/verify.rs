@@ -143,10 +143,7 @@ pub fn verify_parsed(root: &Element, opts: &VerifyOptions<'_>) -> Report {
     }
     r.fecha = root.attr("Fecha").map(str::to_owned);
     r.no_certificado = root.attr("NoCertificado").map(str::to_owned);
-    r.rfc_emisor = root
-        .child(NS_CFDI, "Emisor")
-        .and_then(|e| e.attr("Rfc"))
-        .map(str::to_owned);
+    r.rfc_emisor = root.child_attr(NS_CFDI, "Emisor", "Rfc").map(str::to_owned);
     structure(root, &mut r);
     r.problems.extend(check_amounts(root));
     check_sello(root, &mut r);

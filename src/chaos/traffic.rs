@@ -42,12 +42,7 @@ pub struct Plan {
 /// A Stripe `checkout.session.completed` for the PaymentIntent of `suffix`: the same sale seen
 /// through another event.
 fn checkout_session(suffix: &str, created: i64) -> String {
-    serde_json::json!({
-        "id": format!("evt_test_{suffix}_cs"),
-        "object": "event",
-        "api_version": "2026-06-24.dahlia",
-        "created": created,
-        "data": { "object": {
+    let object = serde_json::json!({
             "id": format!("cs_test_{suffix}"),
             "object": "checkout.session",
             "payment_intent": format!("pi_test_{suffix}"),
@@ -66,11 +61,14 @@ fn checkout_session(suffix: &str, created: i64) -> String {
                 "uso_cfdi": "G03"
             },
             "payment_method_types": ["card"]
-        }},
-        "livemode": false,
-        "type": "checkout.session.completed"
-    })
-    .to_string()
+    });
+    stripe::sample_event(
+        &format!("evt_test_{suffix}_cs"),
+        "checkout.session.completed",
+        created,
+        false,
+        object,
+    )
 }
 
 /// A Mercado Pago payment notification (`payment.created` or `payment.updated`).

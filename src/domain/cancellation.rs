@@ -82,8 +82,7 @@ impl CancelFacts {
         }
         let a = |k: &str| root.attr(k).unwrap_or_default().to_owned();
         let rfc = |el: &str| {
-            root.child(NS_CFDI, el)
-                .and_then(|e| e.attr("Rfc"))
+            root.child_attr(NS_CFDI, el, "Rfc")
                 .unwrap_or_default()
                 .to_owned()
         };

@@ -1,7 +1,5 @@
 //! The stamp key: the deterministic identity a comprobante is stamped under.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -36,30 +34,9 @@ impl StampKey {
             Err(StampKeyError(s.to_owned()))
         }
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl TryFrom<String> for StampKey {
-    type Error = StampKeyError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::parse(&s)
-    }
-}
-
-impl From<StampKey> for String {
-    fn from(k: StampKey) -> Self {
-        k.0
-    }
-}
-
-impl fmt::Display for StampKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+string_newtype!(StampKey, StampKeyError);
 
 #[cfg(test)]
 mod tests {

@@ -33,8 +33,7 @@ impl StatusQuery {
         let root = Element::parse(xml).map_err(|e| e.to_string())?;
         let tfd = crate::cfdi::Tfd::from_comprobante(&root).ok_or("the CFDI is not stamped")?;
         let rfc = |el: &str| {
-            root.child(NS_CFDI, el)
-                .and_then(|e| e.attr("Rfc"))
+            root.child_attr(NS_CFDI, el, "Rfc")
                 .map(str::to_owned)
                 .ok_or_else(|| format!("cfdi:{el}@Rfc is missing"))
         };

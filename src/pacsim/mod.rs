@@ -342,8 +342,7 @@ impl Sim {
         }
         let fecha = fecha?;
         let rfc_emisor = root
-            .child(NS_CFDI, "Emisor")
-            .and_then(|e| e.attr("Rfc"))
+            .child_attr(NS_CFDI, "Emisor", "Rfc")
             .unwrap_or_default();
         if root.attr("NoCertificado") != Some(cert.no_certificado())
             || cert.rfc().is_some_and(|r| r != rfc_emisor)
@@ -386,8 +385,7 @@ impl Sim {
             });
         }
         let rfc_receptor = root
-            .child(NS_CFDI, "Receptor")
-            .and_then(|e| e.attr("Rfc"))
+            .child_attr(NS_CFDI, "Receptor", "Rfc")
             .unwrap_or_default();
         if self
             .faults()
@@ -691,8 +689,7 @@ fn record_of(
 ) -> StampRecord {
     let a = |k: &str| root.attr(k).unwrap_or_default().to_owned();
     let rfc = |el: &str| {
-        root.child(NS_CFDI, el)
-            .and_then(|e| e.attr("Rfc"))
+        root.child_attr(NS_CFDI, el, "Rfc")
             .unwrap_or_default()
             .to_owned()
     };

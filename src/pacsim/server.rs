@@ -123,6 +123,11 @@ fn routes(cfg: &mut web::ServiceConfig) {
         );
 }
 
+/// An error answer with nothing but its message.
+fn error(status: StatusCode, message: &str) -> HttpResponse {
+    error_json(status, message, Value::Null, Value::Null)
+}
+
 fn error_json(status: StatusCode, message: &str, detail: Value, data: Value) -> HttpResponse {
     HttpResponse::build(status).json(json!({
         "status": "error",
@@ -133,11 +138,9 @@ fn error_json(status: StatusCode, message: &str, detail: Value, data: Value) -> 
 }
 
 pub(super) fn internal(e: impl std::fmt::Display) -> HttpResponse {
-    error_json(
+    error(
         StatusCode::INTERNAL_SERVER_ERROR,
         &format!("sandbox failure: {e}"),
-        Value::Null,
-        Value::Null,
     )
 }
 
@@ -194,11 +197,9 @@ where
 pub(super) async fn gate(st: &AppState, with_before: bool) -> Option<HttpResponse> {
     let faults = st.sim.faults();
     if faults.in_outage() {
-        return Some(error_json(
+        return Some(error(
             StatusCode::SERVICE_UNAVAILABLE,
             "Service Unavailable (sandbox outage)",
-            Value::Null,
-            Value::Null,
         ));
     }
     let latency = faults.latency();
@@ -218,12 +219,7 @@ pub(super) async fn gate(st: &AppState, with_before: bool) -> Option<HttpRespons
         Before::Reset => Some(dropped()),
         Before::Status(code, retry_after) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut r = error_json(
-                status,
-                &format!("sandbox fault: HTTP {code}"),
-                Value::Null,
-                Value::Null,
-            );
+            let mut r = error(status, &format!("sandbox fault: HTTP {code}"));
             if let Some(s) = retry_after
                 && let Ok(v) = actix_web::http::header::HeaderValue::from_str(&s.to_string())
             {
@@ -244,11 +240,9 @@ fn authorize(st: &AppState, req: &HttpRequest) -> Option<HttpResponse> {
         .unwrap_or_default();
     let token = header.strip_prefix("Bearer ").unwrap_or(header).trim();
     if token.is_empty() {
-        return Some(error_json(
+        return Some(error(
             StatusCode::UNAUTHORIZED,
             "AU4101 - El token proporcionado viene vacio.",
-            Value::Null,
-            Value::Null,
         ));
     }
     let now = st.sim.now();
@@ -260,11 +254,9 @@ fn authorize(st: &AppState, req: &HttpRequest) -> Option<HttpResponse> {
     match tokens.get(token) {
         Some(exp) if *exp > now => None,
         // Sandbox wording: SW's message for an expired token is not published.
-        _ => Some(error_json(
+        _ => Some(error(
             StatusCode::UNAUTHORIZED,
             "AU4103 - El token proporcionado expiró o no es válido.",
-            Value::Null,
-            Value::Null,
         )),
     }
 }
@@ -281,11 +273,9 @@ async fn authenticate(st: Data<AppState>, req: HttpRequest) -> HttpResponse {
             .to_owned()
     };
     if h("user") != st.sim.user || h("password") != st.sim.password {
-        return error_json(
+        return error(
             StatusCode::UNAUTHORIZED,
             "AU2000 - El usuario o la contraseña son incorrectos.",
-            Value::Null,
-            Value::Null,
         );
     }
     let ttl = chrono::Duration::from_std(st.sim.faults().spec().token_ttl)
@@ -422,11 +412,9 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
         StampAnswer::Duplicate(_) | StampAnswer::CustomIdReused(_)
             if st.sim.faults().recover_unavailable() =>
         {
-            error_json(
+            error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "sandbox fault: earlier stamps cannot be looked up",
-                Value::Null,
-                Value::Null,
             )
         }
         StampAnswer::Duplicate(s) => error_json(
@@ -464,11 +452,9 @@ async fn datawarehouse(
         return r;
     }
     if st.sim.faults().recover_unavailable() {
-        return error_json(
+        return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "sandbox fault: datawarehouse unavailable",
-            Value::Null,
-            Value::Null,
         );
     }
     match st.sim.stamp_by_uuid(&path) {
@@ -476,12 +462,7 @@ async fn datawarehouse(
             "status": "success",
             "data": {"uuid": s.uuid, "cfdi": s.xml, "records": [{"uuid": s.uuid, "cfdi": s.xml}]},
         })),
-        None => error_json(
-            StatusCode::NOT_FOUND,
-            "No se encontró el UUID.",
-            Value::Null,
-            Value::Null,
-        ),
+        None => error(StatusCode::NOT_FOUND, "No se encontró el UUID."),
     }
 }
 
@@ -516,9 +497,7 @@ async fn cancel(
             HttpResponse::Ok()
                 .json(json!({"status": "success", "data": {"acuse": acuse, "uuid": {uuid: code}}}))
         }
-        CancelAnswer::Invalid { message } => {
-            error_json(StatusCode::BAD_REQUEST, &message, Value::Null, Value::Null)
-        }
+        CancelAnswer::Invalid { message } => error(StatusCode::BAD_REQUEST, &message),
     }
 }
 

@@ -64,6 +64,50 @@ pub fn stripe_header(secrets: &[&str], timestamp: i64, body: &[u8]) -> String {
     h
 }
 
+/// The timestamp (key `ts_key`; as sent, and as a number) and the `v1` signatures of the
+/// signature header `name` (`k=v,k=v,…`). `strict` (Stripe): a part without `=` makes the header
+/// malformed and keys are case-sensitive; otherwise (Mercado Pago) such parts are skipped and
+/// keys are matched in any case. Other schemes are ignored (Stripe's `v0` is a fake test-mode
+/// signature): no downgrade.
+fn timestamp_and_v1<'a>(
+    header: &'a str,
+    name: &'static str,
+    ts_key: &str,
+    strict: bool,
+) -> Result<(&'a str, i64, Vec<&'a str>), SignatureError> {
+    let mut ts: Option<&str> = None;
+    let mut v1 = Vec::new();
+    for part in header.split(',') {
+        let Some((k, v)) = part.split_once('=') else {
+            if strict {
+                return Err(SignatureError::MalformedHeader(name));
+            }
+            continue;
+        };
+        let k = k.trim();
+        let is = |want: &str| {
+            if strict {
+                k == want
+            } else {
+                k.eq_ignore_ascii_case(want)
+            }
+        };
+        if is(ts_key) {
+            ts = Some(v.trim());
+        } else if is("v1") {
+            v1.push(v.trim());
+        }
+    }
+    let ts = ts.ok_or(SignatureError::MalformedHeader(name))?;
+    let n: i64 = ts
+        .parse()
+        .map_err(|_| SignatureError::MalformedHeader(name))?;
+    if v1.is_empty() {
+        return Err(SignatureError::NoV1);
+    }
+    Ok((ts, n, v1))
+}
+
 /// Verifies a `Stripe-Signature` header: every `v1` against every secret (rotation), then the
 /// timestamp within `tolerance` seconds of `now` either way. Returns the index of the secret
 /// that matched.
@@ -79,24 +123,7 @@ pub fn verify_stripe(
         return Err(SignatureError::NoSecret("Stripe"));
     }
     let header = header.ok_or(SignatureError::MissingHeader(H))?;
-    let mut t: Option<&str> = None;
-    let mut v1 = Vec::new();
-    for part in header.split(',') {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or(SignatureError::MalformedHeader(H))?;
-        match k.trim() {
-            "t" => t = Some(v.trim()),
-            "v1" => v1.push(v.trim()),
-            // v0 is a fake test-mode signature; unknown schemes are ignored (no downgrade).
-            _ => {}
-        }
-    }
-    let t = t.ok_or(SignatureError::MalformedHeader(H))?;
-    let ts: i64 = t.parse().map_err(|_| SignatureError::MalformedHeader(H))?;
-    if v1.is_empty() {
-        return Err(SignatureError::NoV1);
-    }
+    let (t, ts, v1) = timestamp_and_v1(header, H, "t", true)?;
     let matched = secrets
         .iter()
         .position(|s| {
@@ -149,23 +176,7 @@ pub fn verify_mercadopago(
     const H: &str = "x-signature";
     let secret = secret.ok_or(SignatureError::NoSecret("Mercado Pago"))?;
     let header = header.ok_or(SignatureError::MissingHeader(H))?;
-    let mut ts: Option<&str> = None;
-    let mut v1 = Vec::new();
-    for part in header.split(',') {
-        let Some((k, v)) = part.split_once('=') else {
-            continue;
-        };
-        match k.trim().to_ascii_lowercase().as_str() {
-            "ts" => ts = Some(v.trim()),
-            "v1" => v1.push(v.trim()),
-            _ => {}
-        }
-    }
-    let ts = ts.ok_or(SignatureError::MalformedHeader(H))?;
-    let ts_num: i64 = ts.parse().map_err(|_| SignatureError::MalformedHeader(H))?;
-    if v1.is_empty() {
-        return Err(SignatureError::NoV1);
-    }
+    let (ts, ts_num, v1) = timestamp_and_v1(header, H, "ts", false)?;
     let lowered = data_id.map(str::to_ascii_lowercase);
     let mut ids = vec![data_id];
     if lowered.as_deref() != data_id {
@@ -386,39 +397,22 @@ mod tests {
         let ms = "1704908010123";
         let v1 = mp_sign(MP_SECRET, Some("1"), Some(MP_REQ), ms);
         let h = format!("ts={ms},v1={v1}");
-        assert_eq!(
+        let at = |tolerance, now| {
             verify_mercadopago(
                 Some(&h),
                 Some(MP_REQ),
                 Some("1"),
                 Some(MP_SECRET),
-                60,
-                1704908030
-            ),
-            Ok(1704908010)
-        );
+                tolerance,
+                now,
+            )
+        };
+        assert_eq!(at(60, 1704908030), Ok(1704908010));
         assert!(matches!(
-            verify_mercadopago(
-                Some(&h),
-                Some(MP_REQ),
-                Some("1"),
-                Some(MP_SECRET),
-                60,
-                1704908200
-            ),
+            at(60, 1704908200),
             Err(SignatureError::Stale { .. })
         ));
-        assert_eq!(
-            verify_mercadopago(
-                Some(&h),
-                Some(MP_REQ),
-                Some("1"),
-                Some(MP_SECRET),
-                0,
-                1804908200
-            ),
-            Ok(1704908010)
-        );
+        assert_eq!(at(0, 1804908200), Ok(1704908010));
         assert_eq!(
             verify_mercadopago(None, Some(MP_REQ), Some("1"), Some(MP_SECRET), 0, 0),
             Err(SignatureError::MissingHeader("x-signature"))

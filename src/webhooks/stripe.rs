@@ -164,24 +164,12 @@ fn method_from_details(d: &Value) -> Method {
 
 fn payment_intent(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>, String)> {
     let id = s(o, "id").ok_or((None, "payment intent without id".into()))?;
-    let (amount, currency) = amount(o, &["amount_received", "amount"], &id)?;
-    let mut customer = CustomerData {
+    let amount = amount(o, &["amount_received", "amount"], &id)?;
+    let customer = CustomerData {
         email: s(o, "receipt_email"),
         ..CustomerData::default()
     };
-    customer.fill_from_metadata(o.get("metadata"));
-    Ok(PaymentFacts {
-        provider: PROVIDER,
-        payment_id: id,
-        event_id: ev.id.clone(),
-        amount,
-        currency,
-        method: method(o),
-        paid_at: paid_at(ev)?,
-        livemode: ev.livemode,
-        customer,
-        description: s(o, "description"),
-    })
+    facts(ev, o, id, amount, customer, s(o, "description"))
 }
 
 fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>, String)> {
@@ -189,7 +177,7 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
     // The PaymentIntent id, when there is one, so the same sale seen through
     // payment_intent.succeeded is recognised as the same payment.
     let id = id_of(o, "payment_intent").unwrap_or(session);
-    let (amount, currency) = amount(o, &["amount_total"], &id)?;
+    let amount = amount(o, &["amount_total"], &id)?;
     let mut customer = CustomerData::default();
     if let Some(cd) = o.get("customer_details") {
         customer.rfc = cd
@@ -207,10 +195,23 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
         customer.codigo_postal = cd.get("address").and_then(|a| s(a, "postal_code"));
         customer.email = s(cd, "email");
     }
+    facts(ev, o, id, amount, customer, None)
+}
+
+/// The facts of a paid sale read from `o` (a payment intent or a checkout session) of `ev`;
+/// the customer's metadata fills what the object itself did not say.
+fn facts(
+    ev: &Event,
+    o: &Value,
+    payment_id: String,
+    (amount, currency): (rust_decimal::Decimal, String),
+    mut customer: CustomerData,
+    description: Option<String>,
+) -> Result<PaymentFacts, (Option<String>, String)> {
     customer.fill_from_metadata(o.get("metadata"));
     Ok(PaymentFacts {
         provider: PROVIDER,
-        payment_id: id,
+        payment_id,
         event_id: ev.id.clone(),
         amount,
         currency,
@@ -218,19 +219,14 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
         paid_at: paid_at(ev)?,
         livemode: ev.livemode,
         customer,
-        description: None,
+        description,
     })
 }
 
 /// A realistic signed-ready `payment_intent.succeeded` body for `send-test-webhook` and tests.
 /// `suffix` makes the event and payment ids unique.
 pub fn sample_payment_intent(suffix: &str, created: i64, livemode: bool) -> String {
-    serde_json::json!({
-        "id": format!("evt_test_{suffix}"),
-        "object": "event",
-        "api_version": "2026-06-24.dahlia",
-        "created": created,
-        "data": { "object": {
+    let object = serde_json::json!({
             "id": format!("pi_test_{suffix}"),
             "object": "payment_intent",
             "amount": 11600,
@@ -251,11 +247,28 @@ pub fn sample_payment_intent(suffix: &str, created: i64, livemode: bool) -> Stri
             "payment_method_types": ["card"],
             "receipt_email": "cliente@example.mx",
             "status": "succeeded"
-        }},
+    });
+    sample_event(
+        &format!("evt_test_{suffix}"),
+        "payment_intent.succeeded",
+        created,
+        livemode,
+        object,
+    )
+}
+
+/// A Stripe event envelope of type `kind` around `object`, as Stripe sends it (sample traffic).
+pub fn sample_event(id: &str, kind: &str, created: i64, livemode: bool, object: Value) -> String {
+    serde_json::json!({
+        "id": id,
+        "object": "event",
+        "api_version": "2026-06-24.dahlia",
+        "created": created,
+        "data": { "object": object },
         "livemode": livemode,
         "pending_webhooks": 1,
         "request": { "id": null, "idempotency_key": null },
-        "type": "payment_intent.succeeded"
+        "type": kind
     })
     .to_string()
 }

@@ -143,7 +143,7 @@ impl Worker {
                 retry_after,
             } => {
                 if attempts >= self.cfg.retry.max_attempts {
-                    let msg = format!("{} attempts, last: {reason}", attempts);
+                    let msg = format!("{attempts} attempts, last: {reason}");
                     return self
                         .fail_logged(id, "failed", "EXHAUSTED", &msg, a, answered)
                         .await;

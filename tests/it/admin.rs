@@ -9,8 +9,9 @@ use autofactura::cfdi::{InvoiceRequest, RelacionadosData};
 use autofactura::pac::StampOutcome;
 use chrono::Utc;
 use support::admin::{
-    Browser, PASSWORD, admin_app, count, doc, finish_cancellation, hidden, mark_failed, mark_state,
-    mark_unknown, outbox_of, pay, pay_at, seal, send_to_pac, set_request, stamped,
+    Browser, PASSWORD, admin_app, cancellation, count, doc, finish_cancellation, hidden,
+    mark_failed, mark_state, mark_unknown, outbox_of, pay, pay_at, rejected, seal, send_to_pac,
+    set_request, stamped,
 };
 use support::{Backend, spawn_app};
 
@@ -162,9 +163,7 @@ async fn every_form_checks_the_csrf_token(b: Backend) {
     let Some(app) = admin_app(b).await else {
         return;
     };
-    let failed = pay(&app, "csrf1").await;
-    seal(&app, failed).await;
-    mark_failed(&app, failed, "CFDI40108", "El TipoDeComprobante …").await;
+    let failed = rejected(&app, "csrf1", "CFDI40108", "El TipoDeComprobante …").await;
     let stamped_id = pay(&app, "csrf2").await;
     stamped(&app, stamped_id).await;
     let br = Browser::new(&app);
@@ -203,11 +202,9 @@ async fn the_pages_show_states_codes_and_documents(b: Backend) {
         return;
     };
     let pending = pay(&app, "pages1").await;
-    let failed = pay(&app, "pages2").await;
-    seal(&app, failed).await;
     let msg =
         "CFDI40108 - El TipoDeComprobante no contiene un valor del catálogo <c_TipoDeComprobante>.";
-    mark_failed(&app, failed, "CFDI40108", msg).await;
+    let failed = rejected(&app, "pages2", "CFDI40108", msg).await;
     let st = pay(&app, "pages3").await;
     let uuid = stamped(&app, st).await;
     let br = Browser::new(&app);
@@ -265,8 +262,7 @@ async fn the_pages_show_states_codes_and_documents(b: Backend) {
     let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
     let around = br
         .get(&format!(
-            "/admin/invoices?view=all&from=2020-01-01&to={}",
-            today
+            "/admin/invoices?view=all&from=2020-01-01&to={today}"
         ))
         .await;
     assert!(around.body.contains("pi_test_pages3"));
@@ -543,12 +539,7 @@ async fn cancel_freezes_a_request_and_enforces_the_motivo_rules(b: Backend) {
 
     let r = br.post(&path, &[("csrf", &csrf), ("motivo", "02")]).await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let c = app
-        .db
-        .cancellation_by_uuid(&uuid)
-        .await
-        .unwrap()
-        .expect("frozen");
+    let c = cancellation(&app, &uuid).await;
     assert_eq!(
         (
             c.state.as_str(),
@@ -643,7 +634,7 @@ async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_as
     assert!(!in_process.body.contains(&uuid));
     let all = br.get("/admin/cancellations?all=1").await;
     assert!(all.body.contains(&uuid) && all.body.contains("/acuse"));
-    let c = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    let c = cancellation(&app, &uuid).await;
     let acuse = br
         .get(&format!("/admin/cancellations/{}/acuse", c.id))
         .await;
@@ -662,7 +653,7 @@ async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_as
             .status,
         303
     );
-    let again = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    let again = cancellation(&app, &uuid).await;
     assert_eq!(
         (again.id, again.state.as_str(), again.motivo.as_str()),
         (c.id, "requested", "03")
@@ -730,7 +721,7 @@ async fn motivo_01_accepts_a_stamped_replacement_related_by_04(b: Backend) {
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let c = app.db.cancellation_by_uuid(&uuid).await.unwrap().unwrap();
+    let c = cancellation(&app, &uuid).await;
     assert_eq!(
         (c.motivo.as_str(), c.folio_sustitucion.as_deref()),
         ("01", Some(rep_uuid.as_str()))
@@ -1010,12 +1001,7 @@ async fn reconciliation_adopts_unrecorded_stamps_and_lists_duplicates(b: Backend
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let c = app
-        .db
-        .cancellation_by_uuid(&first.uuid)
-        .await
-        .unwrap()
-        .unwrap();
+    let c = cancellation(&app, &first.uuid).await;
     assert_eq!(
         (c.motivo.as_str(), c.state.as_str(), c.outbox_id),
         ("02", "requested", Some(dup))

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use autofactura::pac::StampOutcome;
 use support::admin::{
-    PASSWORD, admin_app, doc, mark_failed, mark_state, pay, pay_at, seal, send_to_pac, stamped,
+    PASSWORD, admin_app, cancellation, doc, mark_state, pay, pay_at, rejected, seal, send_to_pac,
+    stamped,
 };
 use support::webdriver::{Driver, browser_paths};
 use support::{Backend, TestApp};
@@ -44,11 +45,9 @@ async fn an_admin_retries_a_rejected_invoice_and_sees_it_stamped() {
         return;
     };
     // Valid frozen bytes the PAC once refused (as after a transient validation outage).
-    let id = pay(&app, "e2e_retry").await;
-    seal(&app, id).await;
-    mark_failed(
+    let id = rejected(
         &app,
-        id,
+        "e2e_retry",
         "CFDI40102",
         "CFDI40102 - El resultado de la digestión debe ser igual al resultado de la desencripción del sello.",
     )
@@ -127,12 +126,7 @@ async fn an_admin_cancels_a_stamped_invoice() {
     assert!(detail.contains("Cancellation request frozen"), "{detail}");
     assert!(detail.contains("Cancel requested"), "{detail}");
     d.screenshot("cancel-requested").await;
-    let c = app
-        .db
-        .cancellation_by_uuid(&uuid)
-        .await
-        .unwrap()
-        .expect("the request is frozen");
+    let c = cancellation(&app, &uuid).await;
     assert_eq!(
         (
             c.motivo.as_str(),
@@ -154,11 +148,9 @@ async fn screenshots_of_the_main_pages() {
     for n in 0..3 {
         pay(&app, &format!("shot_pending{n}")).await;
     }
-    let rejected = pay(&app, "shot_rejected").await;
-    seal(&app, rejected).await;
-    mark_failed(
+    let rejected = rejected(
         &app,
-        rejected,
+        "shot_rejected",
         "CFDI40221",
         "CFDI40221 - El valor del campo Total no coincide con la suma de los importes.",
     )

@@ -92,15 +92,7 @@ fn with_price(price: &str) -> Value {
 
 impl Rig {
     async fn pool(&self) -> (Pool, Services) {
-        let services =
-            autofactura::startup::worker_services(&self.app.settings, self.app.db.clone())
-                .await
-                .expect("worker services");
-        let pool = services
-            .worker
-            .clone()
-            .start(tokio_util::sync::CancellationToken::new(), None);
-        (pool, services)
+        self.app.start_pool().await
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Resp {
@@ -152,24 +144,11 @@ impl Rig {
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        let r = self
-            .http
-            .get(format!("{}/_sim/stamps", self.sim.url()))
-            .send()
-            .await
-            .expect("sim");
-        r.json().await.expect("stamps json")
+        support::sim::stamps(&self.http, self.sim.url()).await
     }
 
     async fn set_faults(&self, spec: &str) {
-        let r = self
-            .http
-            .put(format!("{}/_sim/faults", self.sim.url()))
-            .body(spec.to_owned())
-            .send()
-            .await
-            .expect("sim");
-        assert!(r.status().is_success(), "faults {spec}: {}", r.status());
+        support::sim::set_faults(&self.http, self.sim.url(), spec).await;
     }
 
     async fn invoice_count(&self) -> usize {

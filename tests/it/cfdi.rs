@@ -246,11 +246,26 @@ fn verify_accepts_samples_and_reports_the_stamp() {
     );
 }
 
+/// The text of the first sample comprobante, written under `dir`.
+fn first_sample(dir: &Path) -> String {
+    let path = &samples(dir)[0];
+    String::from_utf8(std::fs::read(path).expect("read")).expect("utf-8")
+}
+
+/// `cfdi verify` of `xml` (written to `dir/bad.xml`): it must fail with exit code 1. Its output.
+fn verify_fails(dir: &Path, xml: &str) -> String {
+    let bad = dir.join("bad.xml");
+    std::fs::write(&bad, xml).expect("write");
+    let out = autofactura(&["cfdi", "verify", bad.to_str().expect("utf-8")]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    stdout
+}
+
 #[test]
 fn a_tampered_amount_fails_verify_with_the_sat_codes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = &samples(dir.path())[0];
-    let xml = String::from_utf8(std::fs::read(path).expect("read")).expect("utf-8");
+    let xml = first_sample(dir.path());
     let total = Element::parse(xml.as_bytes())
         .expect("parse")
         .attr("Total")
@@ -258,11 +273,7 @@ fn a_tampered_amount_fails_verify_with_the_sat_codes() {
         .to_owned();
     let tampered = xml.replacen(&format!("Total=\"{total}\""), "Total=\"1.00\"", 1);
     assert_ne!(tampered, xml);
-    let bad = dir.path().join("tampered.xml");
-    std::fs::write(&bad, tampered).expect("write");
-    let out = autofactura(&["cfdi", "verify", bad.to_str().expect("utf-8")]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let stdout = verify_fails(dir.path(), &tampered);
     assert!(
         stdout.lines().any(|l| l.starts_with("CFDI40119:")),
         "{stdout}"
@@ -275,10 +286,7 @@ fn a_tampered_amount_fails_verify_with_the_sat_codes() {
     // A line amount changed: the subtotal no longer adds up.
     let line_tampered = xml.replacen("Importe=\"499.00\"", "Importe=\"498.00\"", 1);
     assert_ne!(line_tampered, xml);
-    std::fs::write(&bad, line_tampered).expect("write");
-    let out = autofactura(&["cfdi", "verify", bad.to_str().expect("utf-8")]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let stdout = verify_fails(dir.path(), &line_tampered);
     assert!(
         stdout.lines().any(|l| l.starts_with("CFDI40108:")),
         "{stdout}"
@@ -288,8 +296,7 @@ fn a_tampered_amount_fails_verify_with_the_sat_codes() {
 #[test]
 fn a_swapped_certificate_fails_verify() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = &samples(dir.path())[0];
-    let xml = String::from_utf8(std::fs::read(path).expect("read")).expect("utf-8");
+    let xml = first_sample(dir.path());
     let root = Element::parse(xml.as_bytes()).expect("parse");
     let other = std::fs::read(sat().join("certs/legacy-2019/XIQB891116QE4/XIQB891116QE4_csd.cer"))
         .expect("cert");
@@ -299,11 +306,7 @@ fn a_swapped_certificate_fails_verify() {
         other.base64(),
         1,
     );
-    let bad = dir.path().join("swapped.xml");
-    std::fs::write(&bad, swapped).expect("write");
-    let out = autofactura(&["cfdi", "verify", bad.to_str().expect("utf-8")]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let stdout = verify_fails(dir.path(), &swapped);
     assert!(
         stdout.contains("CFDI40102: the Sello does not verify"),
         "{stdout}"

@@ -59,6 +59,22 @@ fn run(dir: &Path, args: &[&str]) -> Output {
     out
 }
 
+/// `autofactura send-test-webhook` of `provider` to the server at `url`.
+fn send_test_webhook(dir: &Path, config: &str, provider: &str, url: &str) -> Output {
+    run(
+        dir,
+        &[
+            "send-test-webhook",
+            "--config",
+            config,
+            "--provider",
+            provider,
+            "--url",
+            url,
+        ],
+    )
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -142,18 +158,7 @@ fn operator_path(database_url: &str, dir: &Path) {
     assert_eq!(get_status(port, "/readyz"), Some(200), "{}", server.log());
 
     for provider in ["stripe", "mercadopago"] {
-        let out = run(
-            dir,
-            &[
-                "send-test-webhook",
-                "--config",
-                config,
-                "--provider",
-                provider,
-                "--url",
-                &url,
-            ],
-        );
+        let out = send_test_webhook(dir, config, provider, &url);
         let text = stdout(&out);
         assert!(out.status.success(), "{provider}: {text}\n{}", server.log());
         assert!(
@@ -261,18 +266,7 @@ fn operator_path(database_url: &str, dir: &Path) {
 
     // Once the server is gone, the test command says so and fails.
     drop(server);
-    let out = run(
-        dir,
-        &[
-            "send-test-webhook",
-            "--config",
-            config,
-            "--provider",
-            "stripe",
-            "--url",
-            &url,
-        ],
-    );
+    let out = send_test_webhook(dir, config, "stripe", &url);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is `autofactura serve` running?"),
@@ -302,7 +296,10 @@ fn operator_path_on_postgres() {
         name: name.clone(),
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    operator_path(&with_database(&admin, &name), dir.path());
+    operator_path(
+        &autofactura::store::postgres_url_with_database(&admin, &name),
+        dir.path(),
+    );
 }
 
 /// One statement on the admin connection (CREATE/DROP DATABASE cannot run in a transaction).
@@ -333,15 +330,4 @@ impl Drop for DropDatabase {
             &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
         );
     }
-}
-
-/// `url` with its database replaced by `name` (query parameters kept).
-fn with_database(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, format!("?{q}")),
-        None => (rest, String::new()),
-    };
-    let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
-    format!("{scheme}://{authority}/{name}{query}")
 }

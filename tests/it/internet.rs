@@ -108,12 +108,7 @@ async fn password_checks_are_bounded_across_clients(b: Backend) {
         return;
     };
     let browsers: Vec<Browser> = (0..12)
-        .map(|i| {
-            let mut br = Browser::new(&app);
-            br.headers
-                .push(("Fly-Client-IP".into(), format!("198.51.100.{}", i + 1)));
-            br
-        })
+        .map(|i| forwarded(&app, &format!("198.51.100.{}", i + 1)))
         .collect();
     let statuses = parallel_wrong_logins(browsers).await;
     assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
@@ -126,29 +121,36 @@ async fn password_checks_are_bounded_across_clients(b: Backend) {
     );
 }
 
+/// A browser whose requests say, as Fly's proxy does, that they come from `client_ip`.
+fn forwarded(app: &TestApp, client_ip: &str) -> Browser {
+    let mut b = Browser::new(app);
+    b.headers.push(("Fly-Client-IP".into(), client_ip.into()));
+    b
+}
+
+/// As many wrong passwords from `b` as the limiter allows, each refused with 401.
+async fn fail_logins(b: &Browser) {
+    for i in 0..LOGIN_MAX_FAILURES {
+        let r = b.login_as("Mallory", &format!("guess {i}")).await;
+        assert_eq!(r.status, 401, "attempt {i}");
+    }
+}
+
 /// Behind a trusted proxy each forwarded client has its own allowance, the audit log names it,
 /// and its TLS makes the cookie Secure; without trust the same headers change nothing.
 async fn forwarded_clients_are_limited_apart_only_behind_a_trusted_proxy(b: Backend) {
     let Some(app) = admin_app_env(b, "", &[TRUST_LOCAL_PROXY]).await else {
         return;
     };
-    let mut mallory = Browser::new(&app);
-    mallory
-        .headers
-        .push(("Fly-Client-IP".into(), "198.51.100.66".into()));
-    for i in 0..LOGIN_MAX_FAILURES {
-        let r = mallory.login_as("Mallory", &format!("guess {i}")).await;
-        assert_eq!(r.status, 401, "attempt {i}");
-    }
+    let mallory = forwarded(&app, "198.51.100.66");
+    fail_logins(&mallory).await;
     assert_eq!(mallory.login_as("Mallory", "guess").await.status, 429);
     assert_eq!(
         failed_logins_from(&app, "198.51.100.66").await,
         LOGIN_MAX_FAILURES
     );
     // Another client behind the same proxy is not locked out, over Fly-Client-IP or XFF.
-    let mut ana = Browser::new(&app);
-    ana.headers
-        .push(("Fly-Client-IP".into(), "203.0.113.7".into()));
+    let mut ana = forwarded(&app, "203.0.113.7");
     ana.forwarded_proto = Some("https".into());
     let ok = ana.login_as("Ana", PASSWORD).await;
     assert_eq!(ok.status, 303, "{}", ok.body);
@@ -179,26 +181,13 @@ async fn forwarded_clients_are_limited_apart_only_behind_a_trusted_proxy(b: Back
     let Some(plain) = admin_app_env(b, "", &[]).await else {
         return;
     };
-    let mut mallory = Browser::new(&plain);
-    mallory
-        .headers
-        .push(("Fly-Client-IP".into(), "198.51.100.66".into()));
-    for i in 0..LOGIN_MAX_FAILURES {
-        assert_eq!(
-            mallory
-                .login_as("Mallory", &format!("guess {i}"))
-                .await
-                .status,
-            401
-        );
-    }
+    let mallory = forwarded(&plain, "198.51.100.66");
+    fail_logins(&mallory).await;
     assert_eq!(
         failed_logins_from(&plain, "127.0.0.1").await,
         LOGIN_MAX_FAILURES
     );
-    let mut ana = Browser::new(&plain);
-    ana.headers
-        .push(("Fly-Client-IP".into(), "203.0.113.7".into()));
+    let ana = forwarded(&plain, "203.0.113.7");
     assert_eq!(ana.login_as("Ana", PASSWORD).await.status, 429);
 }
 

@@ -58,21 +58,9 @@ fn key() -> StampKey {
 
 /// Replaces an attribute of the root and re-seals with the test CSD, so only the edit is wrong.
 fn edit_and_reseal(xml: &[u8], attr: &str, value: &str) -> Vec<u8> {
-    let text = String::from_utf8(xml.to_vec()).unwrap();
     let root = Element::parse(xml).unwrap();
     let old = format!(" {attr}=\"{}\"", root.attr(attr).unwrap());
-    let text = text.replacen(&old, &format!(" {attr}=\"{value}\""), 1);
-    let root = Element::parse(text.as_bytes()).unwrap();
-    let sello = sandbox_csd()
-        .unwrap()
-        .sign(&cadena_comprobante(&root).unwrap())
-        .unwrap();
-    text.replacen(
-        &format!(" Sello=\"{}\"", root.attr("Sello").unwrap()),
-        &format!(" Sello=\"{sello}\""),
-        1,
-    )
-    .into_bytes()
+    replace_and_reseal(xml, &old, &format!(" {attr}=\"{value}\""))
 }
 
 struct Sim {
@@ -104,23 +92,11 @@ impl Sim {
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        let v: Value = reqwest::get(format!("{}/_sim/stamps", self.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v.as_array().unwrap().clone()
+        crate::support::sim::stamps(&reqwest::Client::new(), self.url()).await
     }
 
     async fn set_faults(&self, spec: &str) {
-        let r = reqwest::Client::new()
-            .put(format!("{}/_sim/faults", self.url()))
-            .body(spec.to_owned())
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+        crate::support::sim::set_faults(&reqwest::Client::new(), self.url(), spec).await;
     }
 
     async fn post(&self, path: &str) -> reqwest::StatusCode {
@@ -156,6 +132,20 @@ fn expect_stamped(o: StampOutcome) -> autofactura::pac::Stamp {
     match o {
         StampOutcome::Stamped(s) => s,
         other => panic!("expected Stamped, got {other:?}"),
+    }
+}
+
+/// The PAC answered with the stamp it had already issued (`first`), for the same content.
+fn expect_same_stamp(o: StampOutcome, first: &autofactura::pac::Stamp) {
+    match o {
+        StampOutcome::AlreadyStamped {
+            stamp,
+            same_content,
+        } => {
+            assert!(same_content);
+            assert_eq!(&stamp, first);
+        }
+        other => panic!("expected AlreadyStamped, got {other:?}"),
     }
 }
 
@@ -534,12 +524,7 @@ async fn the_pac_sim_command_survives_kill_9() {
     child.wait().unwrap();
 
     let (mut child, url) = spawn_pac_sim(&state);
-    let stamps: Value = reqwest::get(format!("{url}/_sim/stamps"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stamps = crate::support::sim::stamps(&reqwest::Client::new(), &url).await;
     assert_eq!(stamps[0]["uuid"], first.uuid.as_str());
     let again = client_for(&url, 5).stamp(&xml, &k).await;
     child.kill().unwrap();
@@ -1017,13 +1002,7 @@ mod finkok {
             request_timeout: 5,
             ..PacConfig::default()
         };
-        let c = autofactura::pac::finkok::FinkokClient::new(&cfg)
-            .unwrap()
-            .with_cancel_csd(autofactura::pac::finkok::CancelCsd {
-                cer_pem_b64: "Y2Vy".into(),
-                key_pem_b64: "a2V5".into(),
-            });
-        PacClient::Finkok(c)
+        super::finkok_with_csd(&cfg)
     }
 
     /// A real stamped CFDI (from the sandbox logic) to put inside fixtures.
@@ -1183,7 +1162,13 @@ fn finkok_at(sim: &Sim, stamped_wait: u64, timeout: u64) -> PacClient {
         connect_timeout: 2,
         ..PacConfig::default()
     };
-    let c = autofactura::pac::finkok::FinkokClient::new(&cfg)
+    finkok_with_csd(&cfg)
+}
+
+/// The Finkok adapter for `cfg`, with a placeholder CSD for `cancel` (what the PAC checks is
+/// its own business: these PACs are stand-ins).
+fn finkok_with_csd(cfg: &PacConfig) -> PacClient {
+    let c = autofactura::pac::finkok::FinkokClient::new(cfg)
         .unwrap()
         .with_cancel_csd(autofactura::pac::finkok::CancelCsd {
             cer_pem_b64: "Y2Vy".into(),
@@ -1207,16 +1192,7 @@ async fn finkok_sandbox_stamps_and_answers_a_repeat_with_307_and_the_original() 
     assert!(report.is_valid(), "{:?}", report.problems);
 
     // 307 with the previous xml: recovered without a lookup.
-    match finkok.stamp(&xml, &key()).await {
-        StampOutcome::AlreadyStamped {
-            stamp,
-            same_content,
-        } => {
-            assert!(same_content);
-            assert_eq!(stamp, first);
-        }
-        other => panic!("expected AlreadyStamped, got {other:?}"),
-    }
+    expect_same_stamp(finkok.stamp(&xml, &key()).await, &first);
     // One journal for both shapes: the SW shape sees the Finkok stamp as its 307.
     match sim.client().stamp(&xml, &key()).await {
         StampOutcome::AlreadyStamped { stamp, .. } => assert_eq!(stamp.uuid, first.uuid),
@@ -1254,16 +1230,7 @@ async fn finkok_sandbox_307_with_an_empty_body_is_recovered_through_the_stamped_
         other => panic!("expected Unknown while `stamped` lags, got {other:?}"),
     }
     // Polling `stamped` with backoff through the lag finds the original.
-    match finkok_at(&sim, 10, 5).stamp(&xml, &key()).await {
-        StampOutcome::AlreadyStamped {
-            stamp,
-            same_content,
-        } => {
-            assert!(same_content);
-            assert_eq!(stamp, first);
-        }
-        other => panic!("expected AlreadyStamped, got {other:?}"),
-    }
+    expect_same_stamp(finkok_at(&sim, 10, 5).stamp(&xml, &key()).await, &first);
     assert_eq!(sim.stamps().await.len(), 1);
 }
 
@@ -1668,16 +1635,7 @@ async fn sw_recover_by_key_resends_the_same_bytes_and_key() {
     // Stamped before: the resend answers 307 with the original, and nothing new is stamped.
     let (xml, k) = (sealed(), key());
     let first = expect_stamped(client.stamp(&xml, &k).await);
-    match client.stamp(&xml, &k).await {
-        StampOutcome::AlreadyStamped {
-            stamp,
-            same_content,
-        } => {
-            assert!(same_content);
-            assert_eq!(stamp, first);
-        }
-        other => panic!("expected AlreadyStamped, got {other:?}"),
-    }
+    expect_same_stamp(client.stamp(&xml, &k).await, &first);
     assert_eq!(
         client.recover_by_key(&xml, &k).await,
         Recovery::Found(first.clone())

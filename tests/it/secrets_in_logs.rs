@@ -129,37 +129,52 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 /// A stand-in for Mercado Pago's `GET /v1/payments/{id}`: the sandbox's approved payment for
 /// any id; records the `Authorization` headers it receives.
 fn fake_mercadopago() -> (String, Arc<Mutex<Vec<String>>>) {
+    fake_server(|_, (first, headers, _), seen| {
+        if let Some(auth) = header(&headers, "authorization") {
+            seen.push(auth.to_owned());
+        }
+        let id = first
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.rsplit('/').next())
+            .unwrap_or_default()
+            .to_owned();
+        let (status, body) = match autofactura::sandbox::mp_payment(&id) {
+            Some(b) => ("200 OK", b),
+            None => (
+                "404 Not Found",
+                "{\"message\":\"Payment not found\"}".to_owned(),
+            ),
+        };
+        Some(format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+    })
+}
+
+/// A stand-in HTTP server on 127.0.0.1:0, one request per connection: `answer` gets the
+/// request's number, the request and what the server records, and gives the response to write
+/// (`None`: the connection is dropped unanswered). Its base URL and the record.
+fn fake_server(
+    answer: impl Fn(usize, (String, Headers, Vec<u8>), &mut Vec<String>) -> Option<String>
+    + Send
+    + 'static,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen2 = seen.clone();
     std::thread::spawn(move || {
-        for stream in listener.incoming() {
+        for (n, stream) in listener.incoming().enumerate() {
             let Ok(mut s) = stream else { continue };
-            let Some((first, headers, _)) = read_request(&s) else {
+            let Some(request) = read_request(&s) else {
                 continue;
             };
-            if let Some(auth) = header(&headers, "authorization") {
-                seen2.lock().unwrap().push(auth.to_owned());
+            let response = answer(n, request, &mut seen2.lock().unwrap());
+            if let Some(response) = response {
+                let _ = s.write_all(response.as_bytes());
             }
-            let id = first
-                .split_whitespace()
-                .nth(1)
-                .and_then(|p| p.rsplit('/').next())
-                .unwrap_or_default()
-                .to_owned();
-            let (status, body) = match autofactura::sandbox::mp_payment(&id) {
-                Some(b) => ("200 OK", b),
-                None => (
-                    "404 Not Found",
-                    "{\"message\":\"Payment not found\"}".to_owned(),
-                ),
-            };
-            let _ = write!(
-                s,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
         }
     });
     (base, seen)
@@ -261,30 +276,13 @@ webhook_retry_seconds = [1, 1, 1, 1, 1]
 /// A stand-in for the merchant's webhook endpoint: drops the first request unanswered (a
 /// failed delivery, retried), answers 200 to the others; the events it received.
 fn fake_merchant() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen2 = seen.clone();
-    std::thread::spawn(move || {
-        for (n, stream) in listener.incoming().enumerate() {
-            let Ok(mut s) = stream else { continue };
-            let Some((_, _, body)) = read_request(&s) else {
-                continue;
-            };
-            if n == 0 {
-                continue;
-            }
-            seen2
-                .lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&body).into_owned());
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
+    fake_server(|n, (_, _, body), seen| {
+        if n == 0 {
+            return None;
         }
-    });
-    (base, seen)
+        seen.push(String::from_utf8_lossy(&body).into_owned());
+        Some("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned())
+    })
 }
 
 /// Starts `autofactura pac-sim` accepting the test's PAC credentials; its URL.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use autofactura::admin::auth;
 use autofactura::webhooks::{signature, stripe};
 use chrono::Utc;
-use support::admin::{Browser, admin_app, count, mark_failed, pay, seal, stamped};
+use support::admin::{Browser, admin_app, count, pay, rejected, stamped};
 use support::{Backend, MP_SECRET, STRIPE_SECRET, TestApp, exec_sql};
 
 /// Who may use an admin route.
@@ -115,9 +115,7 @@ struct Fixture {
 }
 
 async fn fixture(app: &TestApp) -> Fixture {
-    let failed = pay(app, "sec-failed").await;
-    seal(app, failed).await;
-    mark_failed(app, failed, "CFDI40108", "El TipoDeComprobante …").await;
+    let failed = rejected(app, "sec-failed", "CFDI40108", "El TipoDeComprobante …").await;
     let stamped_id = pay(app, "sec-stamped").await;
     let uuid = stamped(app, stamped_id).await;
     let payment = app
@@ -260,6 +258,26 @@ async fn send(
     }
 }
 
+/// The fixture, and a browser signed in as Ana with its CSRF token and session cookie.
+async fn fixture_and_ana(app: &TestApp) -> (Fixture, Browser, String, String) {
+    let fx = fixture(app).await;
+    let ana = Browser::new(app);
+    let csrf = ana.login().await;
+    let cookie = session_cookie(&ana);
+    (fx, ana, csrf, cookie)
+}
+
+/// Runs `exchanges` (raw, blocking HTTP) off the runtime; each one `(what, status, answer)`
+/// must have been refused with 413.
+async fn all_refused_413(exchanges: impl FnOnce() -> Vec<(String, u16, String)> + Send + 'static) {
+    let results = tokio::task::spawn_blocking(exchanges)
+        .await
+        .expect("raw exchanges");
+    for (what, status, text) in &results {
+        assert_eq!(*status, 413, "{what}: {text}");
+    }
+}
+
 /// The session cookie a browser received at login.
 fn session_cookie(b: &Browser) -> String {
     let set = b.set_cookies.lock().unwrap();
@@ -349,10 +367,7 @@ async fn every_admin_form_refuses_a_missing_or_foreign_csrf_token(b: Backend) {
     let Some(app) = admin_app(b).await else {
         return;
     };
-    let fx = fixture(&app).await;
-    let ana = Browser::new(&app);
-    let ana_csrf = ana.login().await;
-    let ana_cookie = session_cookie(&ana);
+    let (fx, _ana, ana_csrf, ana_cookie) = fixture_and_ana(&app).await;
     let bo = Browser::new(&app);
     let bo_csrf = bo.login().await;
     assert_ne!(ana_csrf, bo_csrf);
@@ -402,24 +417,11 @@ async fn every_admin_form_refuses_a_missing_or_foreign_csrf_token(b: Backend) {
     assert_eq!(snapshot(&app).await, before, "no session was created");
 
     // The same requests with the right token do act: the refusals above were the token's.
-    let a = send(
-        &app,
-        "POST",
-        &fx.path("/documents/{id}/retry"),
-        Some(&ana_cookie),
-        &fx.form("/documents/{id}/retry", Some(&ana_csrf)),
-    )
-    .await;
-    assert_eq!(a.status, 303, "{}", a.body);
-    let a = send(
-        &app,
-        "POST",
-        &fx.path("/documents/{id}/cancel"),
-        Some(&ana_cookie),
-        &fx.form("/documents/{id}/cancel", Some(&ana_csrf)),
-    )
-    .await;
-    assert_eq!(a.status, 303, "{}", a.body);
+    for pattern in ["/documents/{id}/retry", "/documents/{id}/cancel"] {
+        let form = fx.form(pattern, Some(&ana_csrf));
+        let a = send(&app, "POST", &fx.path(pattern), Some(&ana_cookie), &form).await;
+        assert_eq!(a.status, 303, "{pattern}: {}", a.body);
+    }
     let after = snapshot(&app).await;
     let get = |s: &[(&str, i64)], k: &str| s.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     assert_eq!(get(&after, "failed rows"), Some(0), "retried");
@@ -515,7 +517,7 @@ async fn oversized_webhook_bodies_are_refused_before_they_are_read_whole(b: Back
             ),
         ),
     ];
-    let results = tokio::task::spawn_blocking(move || {
+    all_refused_413(move || {
         let mut out = Vec::new();
         for (path, headers) in &targets {
             // Announced far over the limit, then only a little sent.
@@ -542,11 +544,7 @@ async fn oversized_webhook_bodies_are_refused_before_they_are_read_whole(b: Back
         }
         out
     })
-    .await
-    .expect("raw exchanges");
-    for (what, status, text) in &results {
-        assert_eq!(*status, 413, "{what}: {text}");
-    }
+    .await;
     assert!(app.events().await.is_empty(), "nothing was stored");
     assert!(app.invoices().await.is_empty());
 
@@ -562,10 +560,7 @@ async fn oversized_admin_forms_are_refused_before_they_are_read_whole(b: Backend
     let Some(app) = admin_app(b).await else {
         return;
     };
-    let fx = fixture(&app).await;
-    let ana = Browser::new(&app);
-    let csrf = ana.login().await;
-    let cookie = session_cookie(&ana);
+    let (fx, _ana, csrf, cookie) = fixture_and_ana(&app).await;
     let before = snapshot(&app).await;
     // The admin's forms are small; 64 KiB is the most any of them takes.
     let limit = autofactura::admin::FORM_LIMIT_BYTES;
@@ -579,7 +574,7 @@ async fn oversized_admin_forms_are_refused_before_they_are_read_whole(b: Backend
         (fx.path("/documents/{id}/retry"), with_session),
     ];
     let prefix = format!("csrf={csrf}&ids={}&motivo=02&pad=", fx.failed).into_bytes();
-    let results = tokio::task::spawn_blocking(move || {
+    all_refused_413(move || {
         let mut out = Vec::new();
         for (path, headers) in &targets {
             let (status, text) = raw_exchange(
@@ -601,11 +596,7 @@ async fn oversized_admin_forms_are_refused_before_they_are_read_whole(b: Backend
         }
         out
     })
-    .await
-    .expect("raw exchanges");
-    for (what, status, text) in &results {
-        assert_eq!(*status, 413, "{what}: {text}");
-    }
+    .await;
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 }
 

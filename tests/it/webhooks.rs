@@ -26,6 +26,21 @@ async fn json_of(r: reqwest::Response) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// Asserts an answer's status and what it says: its `outcome` when accepted, its `error` code
+/// when refused.
+fn assert_said(status: u16, body: &Value, want_status: u16, want: &str) {
+    let key = if want_status < 300 {
+        "outcome"
+    } else {
+        "error"
+    };
+    assert_eq!(
+        (status, body[key].as_str()),
+        (want_status, Some(want)),
+        "{body}"
+    );
+}
+
 async fn a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row(b: Backend) {
     let Some(app) = spawn_app(b).await else {
         return;
@@ -180,11 +195,7 @@ async fn a_stale_or_future_timestamp_is_refused(b: Backend) {
     for t in [now - 301, now + 301] {
         let h = signature::stripe_header(&[STRIPE_SECRET], t, body.as_bytes());
         let (s, e) = json_of(app.post_stripe(&body, Some(h)).await).await;
-        assert_eq!(
-            (s, e["error"].as_str()),
-            (400, Some("stale_timestamp")),
-            "{e}"
-        );
+        assert_said(s, &e, 400, "stale_timestamp");
     }
     assert!(app.events().await.is_empty());
 }
@@ -195,11 +206,7 @@ async fn a_signed_but_malformed_body_is_refused_and_kept_for_audit(b: Backend) {
     };
     let body = "{\"id\": \"evt_1\", \"type\": ";
     let (s, e) = json_of(app.post_stripe_signed(body).await).await;
-    assert_eq!(
-        (s, e["error"].as_str()),
-        (400, Some("malformed_payload")),
-        "{e}"
-    );
+    assert_said(s, &e, 400, "malformed_payload");
     let events = app.events().await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].status, "malformed");
@@ -222,19 +229,12 @@ async fn a_payment_without_rfc_is_recorded_as_awaiting_the_factura_global(b: Bac
         v["data"]["object"]["metadata"] = json!({ "order_id": "ORD-1" })
     });
     let (s, ack) = json_of(app.post_stripe_signed(&body).await).await;
-    assert_eq!(
-        (s, ack["outcome"].as_str()),
-        (200, Some("payment_recorded"))
-    );
+    assert_said(s, &ack, 200, "payment_recorded");
     let rows = app.invoices().await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].status, "awaiting_global");
     assert_eq!(rows[0].folio, None, "no folio spent");
-    let listed = app
-        .db
-        .list_invoices(Some("awaiting_global"))
-        .await
-        .expect("filter");
+    let listed = app.invoices_in("awaiting_global").await;
     assert_eq!(listed.len(), 1);
 }
 
@@ -256,11 +256,7 @@ async fn an_unsupported_currency_or_incomplete_receptor_needs_attention_with_the
         o.remove("amount_received");
     });
     assert_eq!(app.post_stripe_signed(&no_amount).await.status(), 200);
-    let rows = app
-        .db
-        .list_invoices(Some("needs_attention"))
-        .await
-        .expect("list");
+    let rows = app.invoices_in("needs_attention").await;
     assert_eq!(rows.len(), 2);
     assert!(
         rows[0]
@@ -381,35 +377,16 @@ async fn an_unavailable_database_answers_503_so_the_provider_retries(b: Backend)
     };
     app.db.close().await;
     let (s, e) = json_of(app.post_stripe_signed(&pi_body("down")).await).await;
-    assert_eq!((s, e["error"].as_str()), (503, Some("unavailable")), "{e}");
-    let r = app
-        .http
-        .get(format!("{}/readyz", app.address))
-        .send()
-        .await
-        .expect("readyz");
-    assert_eq!(r.status(), 503);
+    assert_said(s, &e, 503, "unavailable");
+    assert_eq!(app.get("/readyz").await.status(), 503);
 }
 
 async fn health_and_readiness_report_the_database_and_workers(b: Backend) {
     let Some(app) = spawn_app(b).await else {
         return;
     };
-    let r = app
-        .http
-        .get(format!("{}/healthz", app.address))
-        .send()
-        .await
-        .expect("healthz");
-    assert_eq!(r.status(), 200);
-    let (s, body) = json_of(
-        app.http
-            .get(format!("{}/readyz", app.address))
-            .send()
-            .await
-            .expect("readyz"),
-    )
-    .await;
+    assert_eq!(app.get("/healthz").await.status(), 200);
+    let (s, body) = json_of(app.get("/readyz").await).await;
     assert_eq!(s, 200, "{body}");
     assert_eq!(body["database"], "ok");
     assert_eq!(body["workers"][0]["name"], "mp_fetch_retry");
@@ -473,6 +450,15 @@ fn mp_notification(id: &str, data_id: &str) -> String {
     .to_string()
 }
 
+/// Mercado Pago's notification `id` of payment `data_id`, signed with the test secret.
+async fn notify(app: &TestApp, id: &str, data_id: &str) -> (u16, Value) {
+    json_of(
+        app.post_mp_signed(data_id, &mp_notification(id, data_id))
+            .await,
+    )
+    .await
+}
+
 async fn spawn_with_mp(b: Backend, mp: &FakeMp) -> Option<TestApp> {
     spawn_app_with(
         b,
@@ -489,27 +475,11 @@ async fn mercadopago_approved_payment_is_fetched_and_invoiced(b: Backend) {
     let Some(app) = spawn_with_mp(b, &mp).await else {
         return;
     };
-    let (s, ack) = json_of(
-        app.post_mp_signed("5466310457", &mp_notification("n-1", "5466310457"))
-            .await,
-    )
-    .await;
-    assert_eq!(
-        (s, ack["outcome"].as_str()),
-        (200, Some("invoice_queued")),
-        "{ack}"
-    );
-    let (_, ack) = json_of(
-        app.post_mp_signed("5466310457", &mp_notification("n-1", "5466310457"))
-            .await,
-    )
-    .await;
+    let (s, ack) = notify(&app, "n-1", "5466310457").await;
+    assert_said(s, &ack, 200, "invoice_queued");
+    let (_, ack) = notify(&app, "n-1", "5466310457").await;
     assert_eq!(ack["outcome"], "duplicate");
-    let (_, ack) = json_of(
-        app.post_mp_signed("5466310457", &mp_notification("n-2", "5466310457"))
-            .await,
-    )
-    .await;
+    let (_, ack) = notify(&app, "n-2", "5466310457").await;
     assert_eq!(ack["outcome"], "duplicate_payment");
     let rows = app.invoices().await;
     assert_eq!(rows.len(), 1);
@@ -533,16 +503,8 @@ async fn mercadopago_notification_is_kept_when_the_api_is_down_and_resolved_by_t
     let Some(app) = spawn_with_mp(b, &mp).await else {
         return;
     };
-    let (s, ack) = json_of(
-        app.post_mp_signed("777", &mp_notification("n-down", "777"))
-            .await,
-    )
-    .await;
-    assert_eq!(
-        (s, ack["outcome"].as_str()),
-        (200, Some("stored_pending_fetch")),
-        "{ack}"
-    );
+    let (s, ack) = notify(&app, "n-down", "777").await;
+    assert_said(s, &ack, 200, "stored_pending_fetch");
     assert!(app.invoices().await.is_empty());
     let ev = app.events().await;
     assert_eq!(ev[0].status, "pending_fetch");
@@ -571,35 +533,22 @@ async fn mercadopago_bad_signature_is_refused(b: Backend) {
     let Some(app) = spawn_with_mp(b, &mp).await else {
         return;
     };
-    let r = app
-        .http
-        .post(format!(
-            "{}/webhooks/mercadopago?data.id=1&type=payment",
-            app.address
-        ))
-        .header("x-signature", "ts=1704908010,v1=00")
-        .header("x-request-id", "r")
-        .body(mp_notification("n", "1"))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status(), 400);
+    let query = "?data.id=1&type=payment";
+    let (s, _) = post_mp(
+        &app,
+        query,
+        "1704908010",
+        "r",
+        "00",
+        &mp_notification("n", "1"),
+    )
+    .await;
+    assert_eq!(s, 400);
     // Signed for another data.id: refused too.
     let ts = chrono::Utc::now().timestamp().to_string();
     let v1 = signature::mp_sign(support::MP_SECRET, Some("2"), Some("r"), &ts);
-    let r = app
-        .http
-        .post(format!(
-            "{}/webhooks/mercadopago?data.id=1&type=payment",
-            app.address
-        ))
-        .header("x-signature", format!("ts={ts},v1={v1}"))
-        .header("x-request-id", "r")
-        .body(mp_notification("n", "1"))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status(), 400);
+    let (s, _) = post_mp(&app, query, &ts, "r", &v1, &mp_notification("n", "1")).await;
+    assert_eq!(s, 400);
     assert!(app.events().await.is_empty());
 }
 
@@ -637,44 +586,33 @@ async fn mercadopago_stale_replayed_or_unsigned_notifications_are_refused(b: Bac
     assert!(tolerance > 0, "a tolerance by default");
     let now = chrono::Utc::now().timestamp();
     let secret = support::MP_SECRET;
-    // Older than the tolerance.
     let old = (now - tolerance - 60).to_string();
-    let v1 = signature::mp_sign(secret, Some("5466310457"), Some("r-old"), &old);
-    let (s, body) = post_mp(
-        &app,
-        "?data.id=5466310457&type=payment",
-        &old,
-        "r-old",
-        &v1,
-        &mp_notification("n-old", "5466310457"),
-    )
-    .await;
-    assert_eq!(
-        (s, body["error"].as_str()),
-        (400, Some("stale_timestamp")),
-        "{body}"
-    );
-    // Signed without data.id (the body's is not signed): refused.
     let ts = now.to_string();
-    let v1 = signature::mp_sign(secret, None, Some("r-noid"), &ts);
-    let (s, body) = post_mp(
-        &app,
-        "?type=payment",
-        &ts,
-        "r-noid",
-        &v1,
-        &mp_notification("n-noid", "5466310457"),
-    )
-    .await;
-    assert_eq!(
-        (s, body["error"].as_str()),
-        (400, Some("missing_data_id")),
-        "{body}"
-    );
-    assert!(
-        body["reason"].as_str().unwrap_or("").contains("data.id"),
-        "{body}"
-    );
+    // (ts, the data.id signed and sent, x-request-id, notification id, error, its reason says)
+    let refused = [
+        // Older than the tolerance.
+        (
+            &old,
+            Some("5466310457"),
+            "r-old",
+            "n-old",
+            "stale_timestamp",
+            "tolerance",
+        ),
+        // Signed without data.id (the body's is not signed).
+        (&ts, None, "r-noid", "n-noid", "missing_data_id", "data.id"),
+    ];
+    for (ts, data_id, rid, id, error, reason) in refused {
+        let v1 = signature::mp_sign(secret, data_id, Some(rid), ts);
+        let query = data_id.map_or(String::new(), |d| format!("data.id={d}&"));
+        let body = mp_notification(id, "5466310457");
+        let (s, body) = post_mp(&app, &format!("?{query}type=payment"), ts, rid, &v1, &body).await;
+        assert_said(s, &body, 400, error);
+        assert!(
+            body["reason"].as_str().unwrap_or("").contains(reason),
+            "{body}"
+        );
+    }
     assert!(app.events().await.is_empty(), "nothing stored");
     assert!(app.invoices().await.is_empty());
     // A good one.
@@ -682,30 +620,18 @@ async fn mercadopago_stale_replayed_or_unsigned_notifications_are_refused(b: Bac
     let good = mp_notification("n-1", "5466310457");
     let query = "?data.id=5466310457&type=payment";
     let (s, ack) = post_mp(&app, query, &ts, "r-1", &v1, &good).await;
-    assert_eq!(
-        (s, ack["outcome"].as_str()),
-        (200, Some("invoice_queued")),
-        "{ack}"
-    );
+    assert_said(s, &ack, 200, "invoice_queued");
     // The same delivery again, and again with the body's notification id edited.
     for body in [good.clone(), mp_notification("n-forged", "5466310457")] {
         let (s, refused) = post_mp(&app, query, &ts, "r-1", &v1, &body).await;
-        assert_eq!(
-            (s, refused["error"].as_str()),
-            (409, Some("replayed")),
-            "{refused}"
-        );
+        assert_said(s, &refused, 409, "replayed");
     }
     assert_eq!(app.events().await.len(), 1, "the replays stored nothing");
     assert_eq!(app.invoices().await.len(), 1);
     // A new delivery (new x-request-id) of the same notification is a redelivery, as before.
     let v1 = signature::mp_sign(secret, Some("5466310457"), Some("r-2"), &ts);
     let (s, ack) = post_mp(&app, query, &ts, "r-2", &v1, &good).await;
-    assert_eq!(
-        (s, ack["outcome"].as_str()),
-        (200, Some("duplicate")),
-        "{ack}"
-    );
+    assert_said(s, &ack, 200, "duplicate");
 }
 
 on_both_backends!(

@@ -54,25 +54,11 @@ async fn sandbox(dir: &tempfile::TempDir, name: &str, faults: &str) -> (String, 
 
 impl Rig {
     async fn pool(&self) -> (Pool, Services) {
-        let services =
-            autofactura::startup::worker_services(&self.app.settings, self.app.db.clone())
-                .await
-                .expect("worker services");
-        let pool = services
-            .worker
-            .clone()
-            .start(tokio_util::sync::CancellationToken::new(), None);
-        (pool, services)
+        self.app.start_pool().await
     }
 
     async fn stamps(&self) -> Vec<Value> {
-        let r = self
-            .http
-            .get(format!("{}/_sim/stamps", self.sim.url()))
-            .send()
-            .await
-            .expect("sim");
-        r.json().await.expect("stamps json")
+        support::sim::stamps(&self.http, self.sim.url()).await
     }
 
     async fn stamps_for(&self, key: &str) -> Vec<Value> {
@@ -84,14 +70,7 @@ impl Rig {
     }
 
     async fn set_faults(&self, spec: &str) {
-        let r = self
-            .http
-            .put(format!("{}/_sim/faults", self.sim.url()))
-            .body(spec.to_owned())
-            .send()
-            .await
-            .expect("sim");
-        assert!(r.status().is_success(), "faults {spec}: {}", r.status());
+        support::sim::set_faults(&self.http, self.sim.url(), spec).await;
     }
 
     /// Delivers a signed payment and returns its stamp key.
@@ -171,6 +150,16 @@ impl Rig {
         }
     }
 
+    /// Waits until the row is stamped (or fails the test after `secs`), then checks that the PAC
+    /// stamped it exactly once (`why`), with the UUID the row records.
+    async fn wait_stamped_once(&self, key: &str, secs: u64, why: &str) -> OutboxStatus {
+        let row = self.wait_state(key, "stamped", secs).await;
+        let stamps = self.stamps_for(key).await;
+        assert_eq!(stamps.len(), 1, "{why}: {stamps:?}");
+        assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+        row
+    }
+
     /// Waits until the row reaches `state` (or fails the test after `secs`).
     async fn wait_state(&self, key: &str, state: &str, secs: u64) -> OutboxStatus {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
@@ -207,10 +196,7 @@ async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
     };
     let (pool, _s) = rig.pool().await;
     let key = rig.pay("happy", now()).await;
-    let row = rig.wait_state(&key, "stamped", 20).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let row = rig.wait_stamped_once(&key, 20, "one stamp").await;
     let stamped = row.stamped_xml.expect("stamped xml");
     let report = autofactura::cfdi::verify::verify(
         &stamped,
@@ -250,10 +236,8 @@ async fn a_lost_response_is_recovered_without_a_second_stamp(b: Backend) {
     let row = rig.wait_state(&key, "unknown", 20).await;
     assert_eq!(rig.stamps_for(&key).await.len(), 1, "the PAC did stamp");
     rig.set_faults("").await;
-    let row2 = rig.wait_state(&key, "stamped", 20).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "recovered, not stamped twice: {stamps:?}");
-    assert_eq!(row2.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    rig.wait_stamped_once(&key, 20, "recovered, not stamped twice")
+        .await;
     let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
     let ops: Vec<(&str, &str)> = log
         .iter()
@@ -441,10 +425,7 @@ async fn a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered(b: Back
     rig.set_faults("status503=1").await;
     rig.wait_asks_after(&key, closes).await;
     rig.set_faults("").await;
-    let row = rig.wait_state(&key, "stamped", 30).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(row.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    rig.wait_stamped_once(&key, 30, "one stamp").await;
     pool.shutdown().await;
 }
 
@@ -467,10 +448,7 @@ async fn an_unknown_outcome_is_asked_for_past_max_attempts(b: Backend) {
         "asked again with the usual backoff: {row:?}"
     );
     rig.set_faults("").await;
-    let done = rig.wait_state(&key, "stamped", 30).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let done = rig.wait_stamped_once(&key, 30, "one stamp").await;
     let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
     assert_eq!(
         log.iter().filter(|a| a.operation == "stamp").count(),
@@ -756,16 +734,6 @@ async fn failover_rig(b: Backend, primary: &str, backup: &str) -> Option<(Rig, S
     Some((rig, backup_sim))
 }
 
-async fn stamps_at(http: &reqwest::Client, sim: &SandboxHandle) -> Vec<Value> {
-    http.get(format!("{}/_sim/stamps", sim.url()))
-        .send()
-        .await
-        .expect("sim")
-        .json()
-        .await
-        .expect("stamps json")
-}
-
 /// Failover through the worker: the backup gets a document only once the primary definitely
 /// did not stamp it; the route is recorded in the database before each send, and a worker
 /// started later (nothing in its memory) asks only the PACs recorded there.
@@ -777,7 +745,10 @@ async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
     let (pool, s) = rig.pool().await;
     // The primary refuses before processing; the backup stamps and its answer is lost.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while stamps_at(&rig.http, &backup).await.is_empty() {
+    while support::sim::stamps(&rig.http, backup.url())
+        .await
+        .is_empty()
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the backup never stamped"
@@ -804,7 +775,7 @@ async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
     backup.sim().set_faults(FaultSpec::default());
     let (pool, _s) = rig.pool().await;
     let done = rig.wait_state(&key, "stamped", 30).await;
-    let at_backup = stamps_at(&rig.http, &backup).await;
+    let at_backup = support::sim::stamps(&rig.http, backup.url()).await;
     assert_eq!(at_backup.len(), 1, "{at_backup:?}");
     assert_eq!(done.uuid.as_deref(), at_backup[0]["uuid"].as_str());
     assert!(rig.stamps().await.is_empty(), "nothing at the primary");
@@ -832,7 +803,9 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
         ["primary"]
     );
     assert!(
-        stamps_at(&rig.http, &backup).await.is_empty(),
+        support::sim::stamps(&rig.http, backup.url())
+            .await
+            .is_empty(),
         "the backup was sent a document the primary may hold"
     );
     rig.set_faults("").await;
@@ -840,7 +813,12 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
     let at_primary = rig.stamps_for(&key).await;
     assert_eq!(at_primary.len(), 1);
     assert_eq!(done.uuid.as_deref(), at_primary[0]["uuid"].as_str());
-    assert!(stamps_at(&rig.http, &backup).await.is_empty(), "one CFDI");
+    assert!(
+        support::sim::stamps(&rig.http, backup.url())
+            .await
+            .is_empty(),
+        "one CFDI"
+    );
     assert_eq!(row.id, done.id);
     pool.shutdown().await;
 }
@@ -859,10 +837,7 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
     assert_eq!(row.state, "unknown", "{row:?}");
     rig.set_faults("").await;
     let (pool, _s) = rig.pool().await;
-    let done = rig.wait_state(&key, "stamped", 20).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "{stamps:?}");
-    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    rig.wait_stamped_once(&key, 20, "one stamp").await;
     pool.shutdown().await;
 }
 
@@ -1011,10 +986,9 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
     );
     rig.set_faults("").await;
     let _restarted = spawn_worker_process(&rig.app.config_file);
-    let done = rig.wait_state(&key, "stamped", 60).await;
-    let stamps = rig.stamps_for(&key).await;
-    assert_eq!(stamps.len(), 1, "one UUID after the restart: {stamps:?}");
-    assert_eq!(done.uuid.as_deref(), stamps[0]["uuid"].as_str());
+    let done = rig
+        .wait_stamped_once(&key, 60, "one UUID after the restart")
+        .await;
     let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
     assert_eq!(
         log.iter()

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use autofactura::cfdi::InvoiceRequest;
 use autofactura::domain::StampKey;
 use autofactura::pac::StampOutcome;
-use autofactura::store::{Db, DocFull, ListFilter, ListView};
+use autofactura::store::{CancellationRow, Db, DocFull, ListFilter, ListView};
 use chrono::Utc;
 
 use super::{TestApp, spawn_app_with};
@@ -176,16 +176,7 @@ impl Browser {
 
 /// `application/x-www-form-urlencoded` text of `pairs`, as a browser sends a form.
 pub fn form_body<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
+    let enc = autofactura::admin::common::percent_encode;
     pairs
         .iter()
         .map(|(k, v)| format!("{}={}", enc(k.as_ref()), enc(v.as_ref())))
@@ -286,6 +277,23 @@ pub async fn mark_failed(app: &TestApp, id: i64, code: &str, message: &str) {
         message.to_owned(),
         id
     );
+}
+
+/// A paid document with valid sealed bytes that the PAC refused with `code`: what retry is for.
+pub async fn rejected(app: &TestApp, suffix: &str, code: &str, message: &str) -> i64 {
+    let id = pay(app, suffix).await;
+    seal(app, id).await;
+    mark_failed(app, id, code, message).await;
+    id
+}
+
+/// The cancellation recorded for `uuid`; there must be one.
+pub async fn cancellation(app: &TestApp, uuid: &str) -> CancellationRow {
+    app.db
+        .cancellation_by_uuid(uuid)
+        .await
+        .expect("read the cancellation")
+        .unwrap_or_else(|| panic!("no cancellation recorded for {uuid}"))
 }
 
 pub async fn mark_state(app: &TestApp, id: i64, state: &str) {

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod pg;
+pub mod sim;
 pub mod webdriver;
 
 use std::str::FromStr;
@@ -13,6 +14,7 @@ use autofactura::startup::Application;
 use autofactura::state::AppState;
 use autofactura::store::{self, Db};
 use autofactura::webhooks::signature;
+use autofactura::worker::{Pool, Services};
 use sqlx::Connection;
 
 pub const STRIPE_SECRET: &str = "whsec_test_secret";
@@ -136,6 +138,18 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
 }
 
 impl TestApp {
+    /// Starts the worker pool on this app's settings and database, as `serve` does.
+    pub async fn start_pool(&self) -> (Pool, Services) {
+        let services = autofactura::startup::worker_services(&self.settings, self.db.clone())
+            .await
+            .expect("worker services");
+        let pool = services
+            .worker
+            .clone()
+            .start(tokio_util::sync::CancellationToken::new(), None);
+        (pool, services)
+    }
+
     pub async fn post_stripe(&self, body: &str, header: Option<String>) -> reqwest::Response {
         let mut req = self
             .http
@@ -178,8 +192,25 @@ impl TestApp {
             .expect("request")
     }
 
+    /// `GET` of `path` on the webhook listener.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
     pub async fn invoices(&self) -> Vec<store::InvoiceRow> {
         self.db.list_invoices(None).await.expect("list invoices")
+    }
+
+    /// The invoices in `status` (as `invoices list --status`).
+    pub async fn invoices_in(&self, status: &str) -> Vec<store::InvoiceRow> {
+        self.db
+            .list_invoices(Some(status))
+            .await
+            .expect("list invoices")
     }
 
     pub async fn events(&self) -> Vec<store::EventRecord> {
