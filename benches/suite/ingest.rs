@@ -122,7 +122,7 @@ impl Databases {
                     .execute(&mut conn)
                     .await?;
                 self.created.push(name.clone());
-                Ok(with_database(admin, &name))
+                Ok(autofactura::store::postgres_url_with_database(admin, &name))
             }
             _ => Ok(format!(
                 "sqlite://{}",
@@ -145,17 +145,6 @@ impl Databases {
             }
         }
     }
-}
-
-/// `url` with its database path replaced by `name` (query parameters kept).
-fn with_database(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, format!("?{q}")),
-        None => (rest, String::new()),
-    };
-    let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
-    format!("{scheme}://{authority}/{name}{query}")
 }
 
 fn settings_for(url: &str) -> anyhow::Result<Settings> {

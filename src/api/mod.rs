@@ -37,13 +37,11 @@ use crate::cancel::{self, Refusal};
 use crate::cfdi::{
     self, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante, money,
 };
-use crate::domain::StampKey;
 use crate::domain::cancellation::{CancelFacts, Refused};
+use crate::domain::{DocumentKind, DocumentState, StampKey};
 use crate::error::ApiError;
 use crate::startup::AppState;
-use crate::store::api::{
-    ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, released,
-};
+use crate::store::api::{ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem};
 use crate::store::{NewPayment, OutboxDraft};
 use keys::RequestKey;
 
@@ -173,7 +171,7 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
     // A stamped view (the stored 201, invoice.stamped) is the invoice at its stamp: no
     // cancellation yet, whatever happened since.
     let show_cancellation = status.is_none_or(|s| s == "canceled");
-    let status = status.unwrap_or_else(|| api_status(&inv.state));
+    let status = status.unwrap_or_else(|| api_status(inv.state));
     let rfc_receptor = req.as_ref().and_then(|r| match &r.receptor {
         ReceptorData::Nominativo { rfc, .. } => Some(rfc.as_str().to_owned()),
         ReceptorData::PublicoEnGeneral => None,
@@ -201,17 +199,17 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
         "created_at": inv.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "stamped_at": if stamped { inv.stamped_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) } else { None },
         "error": error,
-        "cancellation": if show_cancellation && stamped { inv.cancellation.clone() } else { None },
+        "cancellation": if show_cancellation && stamped { inv.cancellation } else { None },
     })
 }
 
 /// Outbox state → API status (`failed` only for a definite non-stamp).
-pub fn api_status(state: &str) -> &'static str {
+pub fn api_status(state: DocumentState) -> &'static str {
     match state {
-        "stamped" => "stamped",
-        "canceled" => "canceled",
-        "unknown" => "unknown",
-        s if released(s) || s == "needs_attention" => "failed",
+        DocumentState::Stamped => "stamped",
+        DocumentState::Canceled => "canceled",
+        DocumentState::Unknown => "unknown",
+        s if s.released() || s == DocumentState::NeedsAttention => "failed",
         _ => "pending",
     }
 }
@@ -249,7 +247,7 @@ async fn key_state(
         return Ok(KeyState::Free);
     };
     // A completed key (its invoice was stamped) is never free again, however old.
-    if rec.state == "in_progress" && released(&rec.outbox_state) {
+    if rec.state == "in_progress" && rec.outbox_state.released() {
         return Ok(KeyState::Released(rec.invoice_id));
     }
     if rec.request_hash != hash {
@@ -266,13 +264,13 @@ async fn key_state(
         .api_invoice_by_id(rec.invoice_id)
         .await?
         .ok_or_else(|| ApiError::NotFound("the key's invoice is gone".into()))?;
-    if matches!(inv.state.as_str(), "stamped" | "canceled") {
+    if matches!(inv.state, DocumentState::Stamped | DocumentState::Canceled) {
         // Settled after its request answered (PAC timeout, or still queued at the deadline):
         // the 201 is fixed now, once, and replayed from here on.
         let (status, body) = stored_201(db, rfc, key, &inv).await?;
         return Ok(KeyState::Replay(status, body));
     }
-    if inv.state == "unknown" {
+    if inv.state == DocumentState::Unknown {
         return Ok(KeyState::OutcomeUnknown(inv.public_id));
     }
     Ok(KeyState::InProgress(inv.public_id))
@@ -449,10 +447,10 @@ pub async fn create(
             reason: None,
         },
         draft: OutboxDraft {
-            kind: "ingreso".into(),
-            stamp_key: StampKey::derive("api", &public_id, "ingreso"),
+            kind: DocumentKind::Ingreso,
+            stamp_key: StampKey::derive("api", &public_id, DocumentKind::Ingreso.as_str()),
             request,
-            state: "pending".into(),
+            state: DocumentState::Pending,
             error_code: None,
             error_message: None,
             test_mode: false,
@@ -495,8 +493,8 @@ async fn wait_and_answer(
             .api_invoice_by_id(invoice_id)
             .await?
             .ok_or_else(|| ApiError::NotFound("the invoice is gone".into()))?;
-        match inv.state.as_str() {
-            "stamped" | "canceled" => {
+        match inv.state {
+            DocumentState::Stamped | DocumentState::Canceled => {
                 let (status, body) = match key {
                     Some(k) => stored_201(&state.db, &caller.rfc_emisor, k.as_str(), &inv).await?,
                     None => (
@@ -506,7 +504,7 @@ async fn wait_and_answer(
                 };
                 return Ok(json_response(status, body, false).customize_location(&inv.public_id));
             }
-            s if released(s) => {
+            s if s.released() => {
                 return Err(ApiError::PacRejected {
                     invoice: inv.public_id,
                     code: inv.last_error_code.unwrap_or_else(|| "FAILED".into()),
@@ -514,7 +512,7 @@ async fn wait_and_answer(
                 });
             }
             // The PAC may hold a stamp.
-            "unknown" => {
+            DocumentState::Unknown => {
                 return Err(ApiError::OutcomeUnknown {
                     invoice: inv.public_id,
                 });
@@ -522,7 +520,7 @@ async fn wait_and_answer(
             _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
-            if inv.state == "stamping" {
+            if inv.state == DocumentState::Stamping {
                 // A PAC call is in flight and has not answered within our wait.
                 return Err(ApiError::OutcomeUnknown {
                     invoice: inv.public_id,
@@ -790,11 +788,11 @@ pub async fn cancel(
         .api_invoice(&id, &caller.rfc_emisor)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))?;
-    if inv.state != "stamped" {
+    if inv.state != DocumentState::Stamped {
         return Err(ApiError::Conflict(format!(
             "invoice {} is {}: only a stamped invoice can be cancelled",
             inv.public_id,
-            api_status(&inv.state)
+            api_status(inv.state)
         )));
     }
     let facts = inv

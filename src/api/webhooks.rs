@@ -2,7 +2,7 @@
 //! per Standard Webhooks, delivered at least once from their own outbox with backoff; and the
 //! purge of expired idempotency keys.
 //!
-//! The rows are written in the transaction of the state change (see `store::worker`), so a
+//! The rows are written in the transaction of the state change (see `store::outbox` and `store::cancellations`), so a
 //! stamp that is only confirmed later — after a PAC timeout — still reaches the merchant.
 
 use std::time::Duration;

@@ -302,7 +302,10 @@ fn operator_path_on_postgres() {
         name: name.clone(),
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    operator_path(&with_database(&admin, &name), dir.path());
+    operator_path(
+        &autofactura::store::postgres_url_with_database(&admin, &name),
+        dir.path(),
+    );
 }
 
 /// One statement on the admin connection (CREATE/DROP DATABASE cannot run in a transaction).
@@ -333,15 +336,4 @@ impl Drop for DropDatabase {
             &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
         );
     }
-}
-
-/// `url` with its database replaced by `name` (query parameters kept).
-fn with_database(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, format!("?{q}")),
-        None => (rest, String::new()),
-    };
-    let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
-    format!("{scheme}://{authority}/{name}{query}")
 }

@@ -5,10 +5,10 @@ use crate::support;
 
 use std::time::Duration;
 
+use crate::support::rows::{OutboxStatus, attempts_per_worker, outbox_status};
 use autofactura::domain::StampKey;
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
-use autofactura::store::worker::OutboxStatus;
 use autofactura::webhooks::stripe;
 use autofactura::worker::{self, Pool, Services};
 use serde_json::Value;
@@ -104,12 +104,7 @@ impl Rig {
     }
 
     async fn row(&self, key: &str) -> OutboxStatus {
-        self.app
-            .db
-            .outbox_status(key)
-            .await
-            .expect("db")
-            .expect("outbox row")
+        outbox_status(&self.app.db, key).await.expect("outbox row")
     }
 
     /// Waits until the sandbox has stamped `key` (its answer may still be on its way).
@@ -620,12 +615,8 @@ async fn a_key_already_used_for_other_content_fails_with_cfdi3307(b: Backend) {
     pool.shutdown().await;
 }
 
-fn attempt<'a>(
-    id: i64,
-    operation: &'a str,
-    outcome: &'a str,
-) -> autofactura::store::worker::Attempt<'a> {
-    autofactura::store::worker::Attempt {
+fn attempt<'a>(id: i64, operation: &'a str, outcome: &'a str) -> autofactura::store::Attempt<'a> {
+    autofactura::store::Attempt {
         outbox_id: Some(id),
         cancellation_id: None,
         operation,
@@ -715,14 +706,17 @@ async fn migration_7_reopens_rows_given_up_while_their_outcome_was_unknown(b: Ba
             "#{id}"
         );
     }
-    assert_eq!(fx::doc(app, expired_confirmed).await.state, "expired");
-    assert_eq!(fx::doc(app, rejected).await.state, "failed");
+    assert_eq!(
+        fx::doc(app, expired_confirmed).await.state.as_str(),
+        "expired"
+    );
+    assert_eq!(fx::doc(app, rejected).await.state.as_str(), "failed");
 
     // The worker asks the PAC about the reopened ones before anything else.
     let (pool, _s) = rig.pool().await;
     for id in [gave_up, expired_open] {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while fx::doc(app, id).await.state != "stamped" {
+        while fx::doc(app, id).await.state.as_str() != "stamped" {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "{:?}",
@@ -1016,7 +1010,7 @@ async fn wait_cancel(rig: &Rig, id: i64, state: &str) -> autofactura::store::Can
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let c = rig.app.db.cancellation(id).await.expect("db").expect("row");
-        if c.state == state {
+        if c.state.as_str() == state {
             return c;
         }
         assert!(
@@ -1221,7 +1215,7 @@ async fn two_pools_on_one_postgresql_stamp_a_thousand_rows_exactly_once() {
     }
     // Both pools took part (neither was starved).
     let ids = [sa.worker.id.clone(), sb.worker.id.clone()];
-    let per_worker = rig.app.db.attempts_per_worker().await.expect("per worker");
+    let per_worker = attempts_per_worker(&rig.app.db).await;
     for id in &ids {
         let c = per_worker.iter().find(|(w, _)| w == id).map_or(0, |x| x.1);
         assert!(c > 0, "pool {id} stamped nothing: {per_worker:?}");

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod pg;
+pub mod rows;
 pub mod webdriver;
 
 use std::str::FromStr;
@@ -181,8 +182,8 @@ impl TestApp {
         self.db.list_invoices(None).await.expect("list invoices")
     }
 
-    pub async fn events(&self) -> Vec<store::EventRecord> {
-        self.db.list_events().await.expect("list events")
+    pub async fn events(&self) -> Vec<rows::EventRecord> {
+        rows::events(&self.db).await
     }
 }
 
