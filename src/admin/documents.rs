@@ -178,7 +178,8 @@ pub async fn payment(
     q: web::Query<NoticeQuery>,
 ) -> Result<HttpResponse, AdminError> {
     let id = id.into_inner();
-    let p = found(state.db.payment(id).await?, "payment", id)?;
+    let row = found(state.db.payment(id).await?, "payment", id)?;
+    let p = row.payment;
     let mut docs = Vec::new();
     for d in state.db.documents_of_payment(id).await? {
         docs.push(doc_view(&state, d).await?);
@@ -190,7 +191,7 @@ pub async fn payment(
             "invoices",
             q.notice.as_deref(),
         ),
-        id: p.id,
+        id: row.id,
         provider: p.provider,
         payment_id: p.payment_id,
         event_id: p.event_id,

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::exec::{Arg, Stmt, stmt};
+use super::exec::{Arg, Stmt, Tx, stmt};
 pub use super::rows::{ActionRow, AdminSession, FindingRow};
 use super::{Db, StoreError};
 
@@ -27,6 +27,23 @@ pub(super) fn admin_action<'a>(
         .bind(target_id)
         .bind(detail)
         .bind(now)
+}
+
+/// In `tx`, with the change it records: who did `action` to the row `target` (table, id), and
+/// why.
+pub(super) async fn audit_in(
+    tx: &mut Tx<'_>,
+    actor: &str,
+    action: &str,
+    target: (&str, i64),
+    detail: &str,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let (kind, id) = target;
+    admin_action(actor, action, kind, id.to_string(), Some(detail), now)
+        .execute_in(tx, "record an admin action")
+        .await?;
+    Ok(())
 }
 
 const ACTION_COLUMNS: &str = "id, actor, action, target_kind, target_id, detail, at";
@@ -222,15 +239,14 @@ impl Db {
                 .execute_in(&mut tx, "resolve a finding")
                 .await?;
             if done == 1 {
-                admin_action(
+                audit_in(
+                    &mut tx,
                     actor,
                     "resolve_finding",
-                    "finding",
-                    id.to_string(),
-                    Some(detail),
+                    ("finding", id),
+                    detail,
                     now,
                 )
-                .execute_in(&mut tx, "record an admin action")
                 .await?;
             }
             Ok::<bool, StoreError>(done == 1)

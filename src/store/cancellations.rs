@@ -3,11 +3,14 @@
 
 use chrono::{DateTime, Utc};
 
-use super::admin::admin_action;
+use super::admin::audit_in;
 use super::api::queue_api_event_in;
-use super::exec::{Dialect, Dialected, stmt};
+use super::exec::{Dialect, Dialected, Stmt, stmt};
 use super::outbox::mark_canceled_in;
-pub use super::rows::{CancellationRow, ClaimedCancel};
+pub use super::rows::CancellationRow;
+
+/// A cancellation a worker holds the lease of (the claim returns the whole row).
+pub type ClaimedCancel = CancellationRow;
 use super::{Db, StoreError};
 use crate::domain::CancellationState;
 
@@ -35,6 +38,13 @@ const CANCEL_COLUMNS: &str = "id, outbox_id, uuid, rfc_emisor, rfc_receptor, tot
     folio_sustitucion, state, requires_acceptance, attempts, run_at, estatus_cancelacion, sat_estado, \
     acuse_xml, last_error_code, last_error_message, requested_by, created_at, updated_at";
 
+/// `SELECT` of whole cancellation rows where `cond` (constant text, never user input).
+fn cancellations_where<'a>(cond: &str) -> Stmt<'a> {
+    stmt(format!(
+        "SELECT {CANCEL_COLUMNS} FROM cancellations WHERE {cond}"
+    ))
+}
+
 /// Claims the next due cancellation (to send, or to poll).
 static CLAIM_CANCELLATION: Dialected = Dialected::new(
     "UPDATE cancellations SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, \
@@ -43,9 +53,11 @@ static CLAIM_CANCELLATION: Dialected = Dialected::new(
                  WHERE state IN ('requested', 'retry_scheduled', 'unknown', 'pending_receiver') \
                    AND run_at <= $3 AND (lease_expires_at IS NULL OR lease_expires_at <= $3) \
                  ORDER BY run_at, id LIMIT 1{LOCK}) \
-     RETURNING id, outbox_id, uuid, rfc_emisor, rfc_receptor, total, motivo, folio_sustitucion, \
-     state, attempts",
-    &[Dialect::SKIP_LOCKED],
+     RETURNING {CANCEL_COLUMNS}",
+    &[
+        Dialect::SKIP_LOCKED,
+        ("{CANCEL_COLUMNS}", CANCEL_COLUMNS, CANCEL_COLUMNS),
+    ],
 );
 
 impl Db {
@@ -123,13 +135,22 @@ impl Db {
         const EXISTING: &str = "SELECT id, state FROM cancellations WHERE UPPER(uuid) = $1";
         const INSERT: &str = "INSERT INTO cancellations (outbox_id, uuid, rfc_emisor, rfc_receptor, total, \
             motivo, folio_sustitucion, state, requires_acceptance, attempts, run_at, requested_by, created_at, updated_at) \
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', $8, 0, $9, $10, $11, $12) RETURNING id";
+            VALUES ($6, $7, $8, $9, $10, $1, $2, 'requested', $3, 0, $4, $5, $11, $11) RETURNING id";
         const AGAIN: &str = "UPDATE cancellations SET motivo = $1, folio_sustitucion = $2, state = 'requested', \
             requires_acceptance = $3, attempts = 0, run_at = $4, lease_owner = NULL, lease_expires_at = NULL, \
             last_error_code = NULL, last_error_message = NULL, requested_by = $5, updated_at = $6 \
             WHERE id = $7 AND state IN ('rejected', 'failed')";
+        // Both statements take the request as $1–$5 (motivo, folio, acceptance, due, by).
         let now = Utc::now();
         let uuid = c.uuid.to_uppercase();
+        let request = |sql: &'static str| {
+            stmt(sql)
+                .bind(&c.motivo)
+                .bind(&c.folio_sustitucion)
+                .bind(c.requires_acceptance)
+                .bind(now)
+                .bind(actor)
+        };
         let mut tx = self.begin().await?;
         let out = {
             let existing: Option<(i64, CancellationState)> = stmt(EXISTING)
@@ -138,12 +159,7 @@ impl Db {
                 .await?;
             let id = match existing {
                 Some((id, state)) if state.may_ask_again() => {
-                    stmt(AGAIN)
-                        .bind(&c.motivo)
-                        .bind(&c.folio_sustitucion)
-                        .bind(c.requires_acceptance)
-                        .bind(now)
-                        .bind(actor)
+                    request(AGAIN)
                         .bind(now)
                         .bind(id)
                         .execute_in(&mut tx, "request a cancellation again")
@@ -154,18 +170,12 @@ impl Db {
                     return Ok(Err(CancelConflict::AlreadyRequested { state }));
                 }
                 None => {
-                    let (id,): (i64,) = stmt(INSERT)
+                    let (id,): (i64,) = request(INSERT)
                         .bind(c.outbox_id)
                         .bind(&uuid)
                         .bind(&c.rfc_emisor)
                         .bind(&c.rfc_receptor)
                         .bind(&c.total)
-                        .bind(&c.motivo)
-                        .bind(&c.folio_sustitucion)
-                        .bind(c.requires_acceptance)
-                        .bind(now)
-                        .bind(actor)
-                        .bind(now)
                         .bind(now)
                         .fetch_one_in(&mut tx, "freeze a cancellation")
                         .await?;
@@ -185,15 +195,14 @@ impl Db {
                     "no acceptance needed"
                 }
             );
-            admin_action(
+            audit_in(
+                &mut tx,
                 actor,
                 "cancel",
-                "outbox",
-                c.outbox_id.to_string(),
-                Some(detail),
+                ("outbox", c.outbox_id),
+                &detail,
                 now,
             )
-            .execute_in(&mut tx, "record an admin action")
             .await?;
             Ok::<_, StoreError>(Ok(id))
         };
@@ -205,9 +214,7 @@ impl Db {
         &self,
         outbox_id: i64,
     ) -> Result<Vec<CancellationRow>, StoreError> {
-        let sql =
-            format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE outbox_id = $1 ORDER BY id");
-        stmt(sql)
+        cancellations_where("outbox_id = $1 ORDER BY id")
             .bind(outbox_id)
             .fetch_all::<CancellationRow>(self, "read cancellations")
             .await
@@ -217,16 +224,14 @@ impl Db {
         &self,
         uuid: &str,
     ) -> Result<Option<CancellationRow>, StoreError> {
-        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE UPPER(uuid) = $1");
-        stmt(sql)
+        cancellations_where("UPPER(uuid) = $1")
             .bind(uuid.to_uppercase())
             .fetch_optional::<CancellationRow>(self, "read a cancellation")
             .await
     }
 
     pub async fn cancellation(&self, id: i64) -> Result<Option<CancellationRow>, StoreError> {
-        let sql = format!("SELECT {CANCEL_COLUMNS} FROM cancellations WHERE id = $1");
-        stmt(sql)
+        cancellations_where("id = $1")
             .bind(id)
             .fetch_optional::<CancellationRow>(self, "read a cancellation")
             .await
@@ -244,14 +249,13 @@ impl Db {
         } else {
             "1 = 1"
         };
-        let sql = format!(
-            "SELECT {CANCEL_COLUMNS} FROM cancellations WHERE {cond} ORDER BY updated_at DESC, id DESC LIMIT $1 OFFSET $2"
-        );
-        stmt(sql)
-            .bind(limit)
-            .bind(offset)
-            .fetch_all::<CancellationRow>(self, "list cancellations")
-            .await
+        cancellations_where(&format!(
+            "{cond} ORDER BY updated_at DESC, id DESC LIMIT $1 OFFSET $2"
+        ))
+        .bind(limit)
+        .bind(offset)
+        .fetch_all::<CancellationRow>(self, "list cancellations")
+        .await
     }
 
     /// `(state, count)` of cancellations.

@@ -12,8 +12,8 @@ use super::payments::{NewPayment, insert_payment_in};
 pub use super::rows::PendingFetch;
 use super::{Db, StoreError};
 
-/// A new webhook delivery to record.
-#[derive(Debug, Clone)]
+/// A webhook delivery to record (tests read it back as recorded).
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct NewEvent {
     pub provider: String,
     pub event_id: String,

@@ -12,7 +12,7 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::StoreError;
-use super::admin::admin_action;
+use super::admin::audit_in;
 use super::api::queue_api_event_in;
 use super::exec::{Dialect, Dialected, Tx, column, shift_params, stmt};
 use super::payments::next_folio_in;
@@ -479,16 +479,7 @@ impl Db {
                 break;
             }
             if let Some(detail) = done {
-                admin_action(
-                    actor,
-                    "retry",
-                    "outbox",
-                    outbox_id.to_string(),
-                    Some(detail),
-                    now,
-                )
-                .execute_in(&mut tx, "record an admin action")
-                .await?;
+                audit_in(&mut tx, actor, "retry", ("outbox", outbox_id), detail, now).await?;
             }
             Ok::<_, StoreError>(done)
         };
@@ -542,12 +533,20 @@ impl Db {
                 .bind(expected_generation)
                 .execute_in(&mut tx, "refreeze a document")
                 .await?;
-            admin_action(actor, "refreeze", "outbox", outbox_id.to_string(), Some(format!(
-                    "generation {expected_generation} archived, generation {} frozen with Fecha {new_fecha} and key {new_key}: {reason}",
-                    expected_generation + 1
-                )), now)
-.execute_in(&mut tx, "record an admin action")
-.await?;
+            let detail = format!(
+                "generation {expected_generation} archived, generation {} frozen with Fecha \
+                 {new_fecha} and key {new_key}: {reason}",
+                expected_generation + 1
+            );
+            audit_in(
+                &mut tx,
+                actor,
+                "refreeze",
+                ("outbox", outbox_id),
+                &detail,
+                now,
+            )
+            .await?;
             Ok::<bool, StoreError>(true)
         };
         tx.commit("commit a refreeze").await?;
@@ -582,15 +581,15 @@ impl Db {
                 .execute_in(&mut tx, "adopt a stamp")
                 .await?;
             if done == 1 {
-                admin_action(
+                let detail = format!("UUID {uuid}: {flag}");
+                audit_in(
+                    &mut tx,
                     actor,
                     "adopt_stamp",
-                    "outbox",
-                    outbox_id.to_string(),
-                    Some(format!("UUID {uuid}: {flag}")),
+                    ("outbox", outbox_id),
+                    &detail,
                     now,
                 )
-                .execute_in(&mut tx, "record an admin action")
                 .await?;
                 // An API invoice's merchant hears of the adopted stamp like of any other.
                 queue_api_event_in(&mut tx, "invoice.stamped", outbox_id, now).await?;

@@ -6,8 +6,8 @@ use super::exec::{Dialected, Tx, stmt};
 pub use super::rows::{InvoiceRow, PaymentRow};
 use super::{Db, StoreError};
 
-/// A payment to record.
-#[derive(Debug, Clone)]
+/// A payment to record (and, in [`PaymentRow`], as it was recorded).
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct NewPayment {
     pub provider: String,
     pub payment_id: String,

@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
+use super::payments::NewPayment;
 use crate::domain::{CancellationState, DocumentKind, DocumentState};
 
 /// A live admin session.
@@ -69,22 +70,12 @@ pub struct DocRow {
     pub request_json: Option<String>,
 }
 
-/// The payment of a detail page.
+/// The payment of a detail page: the payment as it was recorded, with its row id and when.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PaymentRow {
     pub id: i64,
-    pub provider: String,
-    pub payment_id: String,
-    pub event_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub method: String,
-    pub forma_pago: Option<String>,
-    pub customer_json: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub status: String,
-    pub reason: Option<String>,
+    #[sqlx(flatten)]
+    pub payment: NewPayment,
     pub created_at: DateTime<Utc>,
 }
 
@@ -265,21 +256,6 @@ pub struct ClaimedWebhook {
     pub payload: Option<String>,
     pub created_at: DateTime<Utc>,
     /// Including this claim.
-    pub attempts: i32,
-}
-
-/// A cancellation a worker holds the lease of.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ClaimedCancel {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub uuid: String,
-    pub rfc_emisor: String,
-    pub rfc_receptor: String,
-    pub total: String,
-    pub motivo: String,
-    pub folio_sustitucion: Option<String>,
-    pub state: CancellationState,
     pub attempts: i32,
 }
 

@@ -62,9 +62,9 @@ impl<'a> Settle<'a> {
         }
     }
 
-    /// Binds this outcome's own arguments (`$1`–`$6` of its [`Settle::update_sql`]) to `q`.
-    fn bind(&self, q: Stmt<'a>, now: DateTime<Utc>) -> Stmt<'a> {
-        let none = None::<String>;
+    /// A stamped outcome's fields: uuid, TFD, stamped XML, FechaTimbrado and flag.
+    #[allow(clippy::type_complexity)]
+    fn stamped(&self) -> Option<(&'a str, &'a str, &'a [u8], &'a str, Option<&'a str>)> {
         match *self {
             Settle::Stamped {
                 uuid,
@@ -72,13 +72,26 @@ impl<'a> Settle<'a> {
                 stamped_xml,
                 fecha_timbrado,
                 flag,
-            } => q
+            } => Some((uuid, tfd_xml, stamped_xml, fecha_timbrado, flag)),
+            _ => None,
+        }
+    }
+
+    /// Binds this outcome's own arguments (`$1`–`$6` of its [`Settle::update_sql`]) to `q`.
+    fn bind(&self, q: Stmt<'a>, now: DateTime<Utc>) -> Stmt<'a> {
+        let none = None::<String>;
+        if let Some((uuid, tfd_xml, stamped_xml, fecha_timbrado, flag)) = self.stamped() {
+            return q
                 .bind(uuid)
                 .bind(tfd_xml)
                 .bind(stamped_xml)
                 .bind(fecha_timbrado)
                 .bind(now)
-                .bind(flag),
+                .bind(flag);
+        }
+        match *self {
+            // Bound above.
+            Settle::Stamped { .. } => q,
             Settle::Later {
                 state,
                 run_at,
@@ -219,25 +232,13 @@ impl StampedOutcome {
     /// The owned form of a stamped settle of row `id` with the stamp call that brought it;
     /// `None` for any other outcome, or one without its call.
     pub fn of(id: i64, s: &Settle<'_>, attempt: Option<&Attempt<'_>>) -> Option<Self> {
-        let (
-            Settle::Stamped {
-                uuid,
-                tfd_xml,
-                stamped_xml,
-                fecha_timbrado,
-                flag,
-            },
-            Some(a),
-        ) = (s, attempt)
-        else {
-            return None;
-        };
+        let ((uuid, tfd_xml, stamped_xml, fecha_timbrado, flag), a) = (s.stamped()?, attempt?);
         (a.operation == "stamp" && a.message.is_none()).then(|| StampedOutcome {
             id,
-            uuid: (*uuid).to_owned(),
-            tfd_xml: (*tfd_xml).to_owned(),
+            uuid: uuid.to_owned(),
+            tfd_xml: tfd_xml.to_owned(),
             stamped_xml: stamped_xml.to_vec(),
-            fecha_timbrado: (*fecha_timbrado).to_owned(),
+            fecha_timbrado: fecha_timbrado.to_owned(),
             flag: flag.map(str::to_owned),
             pac: a.pac.to_owned(),
             outcome: a.outcome.to_owned(),

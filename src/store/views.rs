@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::exec::stmt;
+use super::exec::{Stmt, stmt};
 pub use super::rows::{DocFull, DocRow, HistoryRow, SealedGeneration};
 use super::{Db, StoreError};
 
@@ -91,6 +91,11 @@ const FULL_DOC: &str = "SELECT o.id, o.payment_id, o.kind, o.stamp_key, o.reques
     p.provider, p.payment_id AS provider_payment_id \
     FROM outbox o JOIN payments p ON p.id = o.payment_id";
 
+/// Whole documents where `cond` (constant text, never user input).
+fn documents_where<'a>(cond: &str) -> Stmt<'a> {
+    stmt(format!("{FULL_DOC} WHERE {cond}"))
+}
+
 impl Db {
     /// `(state, count)` over documents, plus payments that have no document yet.
     pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
@@ -167,16 +172,14 @@ impl Db {
     }
 
     pub async fn documents_of_payment(&self, payment_row: i64) -> Result<Vec<DocFull>, StoreError> {
-        let sql = format!("{FULL_DOC} WHERE o.payment_id = $1 ORDER BY o.id");
-        stmt(sql)
+        documents_where("o.payment_id = $1 ORDER BY o.id")
             .bind(payment_row)
             .fetch_all::<DocFull>(self, "read the documents of a payment")
             .await
     }
 
     pub async fn document(&self, outbox_id: i64) -> Result<Option<DocFull>, StoreError> {
-        let sql = format!("{FULL_DOC} WHERE o.id = $1");
-        stmt(sql)
+        documents_where("o.id = $1")
             .bind(outbox_id)
             .fetch_optional::<DocFull>(self, "read a document")
             .await
@@ -184,8 +187,7 @@ impl Db {
 
     /// The stamped document carrying `uuid`, if we recorded one.
     pub async fn document_by_uuid(&self, uuid: &str) -> Result<Option<DocFull>, StoreError> {
-        let sql = format!("{FULL_DOC} WHERE UPPER(o.uuid) = $1");
-        stmt(sql)
+        documents_where("UPPER(o.uuid) = $1")
             .bind(uuid.to_uppercase())
             .fetch_optional::<DocFull>(self, "find a document by UUID")
             .await

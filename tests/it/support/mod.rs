@@ -182,7 +182,7 @@ impl TestApp {
         self.db.list_invoices(None).await.expect("list invoices")
     }
 
-    pub async fn events(&self) -> Vec<rows::EventRecord> {
+    pub async fn events(&self) -> Vec<store::NewEvent> {
         rows::events(&self.db).await
     }
 }

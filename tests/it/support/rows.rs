@@ -1,7 +1,7 @@
 //! Reads only the tests make (the appliance never needs them): rows read straight from the
 //! tables, on either backend.
 
-use autofactura::store::Db;
+use autofactura::store::{Db, NewEvent};
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
@@ -62,26 +62,13 @@ pub async fn outbox_status(db: &Db, stamp_key: &str) -> Option<OutboxStatus> {
     .next()
 }
 
-/// One stored webhook delivery.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct EventRecord {
-    pub provider: String,
-    pub event_id: String,
-    pub event_type: String,
-    pub status: String,
-    pub reason: Option<String>,
-    pub payment_ref: Option<String>,
-    pub livemode: Option<bool>,
-    pub raw_body: Vec<u8>,
-    pub attempts: i32,
-}
-
-/// Every stored delivery, oldest first.
-pub async fn events(db: &Db) -> Vec<EventRecord> {
+/// Every stored delivery, oldest first, as it was recorded.
+pub async fn events(db: &Db) -> Vec<NewEvent> {
     fetch_rows(
         db,
         "SELECT provider, event_id, event_type, status, reason, payment_ref, livemode, \
-         raw_body, attempts FROM webhook_events ORDER BY id",
+         api_version, account, headers_json, raw_body, next_attempt_at FROM webhook_events \
+         ORDER BY id",
         &[],
     )
     .await
