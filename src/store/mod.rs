@@ -7,7 +7,8 @@
 //!   statements whose text differs between the backends only at a marked clause. A backend
 //!   branch appears only where the SQL really differs, each with its reason: SKIP LOCKED in
 //!   claims, JSON extraction, and the worker's batched sealing and settles (arrays on
-//!   PostgreSQL, one script on SQLite).
+//!   PostgreSQL, one script on SQLite). It also maps the domain's states
+//!   ([`crate::domain::DocumentState`], …) to and from their one stored spelling.
 //! - `rows.rs`: the `#[derive(sqlx::FromRow)]` structs statements read into.
 //! - `events.rs`: webhook deliveries and the ingest transaction.
 //! - `payments.rs`: payments and the folio sequences.
@@ -23,9 +24,8 @@
 //!   they belong to no one aggregate and change nothing.
 //!
 //! Who may import it: anything outside `store/` uses [`Db`] and the types re-exported here
-//! (and `store::api`'s, for the invoicing API);
-//! files in this folder name each other freely, and import outside it only plain data types
-//! (`config`, `cfdi`, `domain`). Transactions never span a network call: callers fetch
+//! (and `store::api`'s, for the invoicing API). Files in this folder name each other freely,
+//! and import outside it only plain data types (`config`, `cfdi`, `domain`). Transactions never span a network call: callers fetch
 //! first, then hand complete values to one short transaction here.
 
 mod admin;
