@@ -414,6 +414,15 @@ impl Db {
         stmt(sql).fetch_all(self, "count outbox rows").await
     }
 
+    /// How many outbox rows are in `state` (how far a drain or a chaos run has come).
+    pub async fn outbox_count(&self, state: DocumentState) -> Result<i64, StoreError> {
+        let (n,): (i64,) = stmt("SELECT COUNT(*) FROM outbox WHERE state = $1")
+            .bind(state)
+            .fetch_one(self, "count outbox rows")
+            .await?;
+        Ok(n)
+    }
+
     /// When the most recent stamp was recorded (benchmarks time a drain by it).
     pub async fn last_stamped_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         let sql = "SELECT MAX(stamped_at) AS t FROM outbox";

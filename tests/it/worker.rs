@@ -6,7 +6,7 @@ use crate::support;
 use std::time::Duration;
 
 use crate::support::rows::{OutboxStatus, attempts_per_worker, outbox_status};
-use autofactura::domain::StampKey;
+use autofactura::domain::{DocumentState, StampKey};
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
 use autofactura::webhooks::stripe;
@@ -225,6 +225,9 @@ async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
         ("stamp", "stamped")
     );
     assert_eq!(attempts[0].pac, "sandbox");
+    let db = &rig.app.db;
+    assert_eq!(db.outbox_count(DocumentState::Stamped).await.ok(), Some(1));
+    assert_eq!(db.outbox_count(DocumentState::Pending).await.ok(), Some(0));
     let list = rig.app.invoices().await;
     assert!(
         list.iter()
