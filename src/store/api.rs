@@ -50,7 +50,7 @@ pub enum CreateOutcome {
 }
 
 /// Queues a merchant webhook (`$1` event type) for the API invoice of outbox row `$3`, if any.
-const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
+pub(super) const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
      SELECT id, $1, 'pending', 0, $2, $2 FROM api_invoices WHERE outbox_id = $3";
 
 /// In `tx`, with the outbox change that causes it: the merchant webhook `event` for the API

@@ -8,6 +8,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::api::API_EVENT;
 use super::attempts::{Attempt, INSERT_ATTEMPT, bind_attempt};
 use super::exec::{Dialect, Stmt, column, shift_params, stmt};
 use super::{Db, StoreError, ctx};
@@ -142,6 +143,8 @@ impl<'a> Settle<'a> {
 /// - SQLite: several settles in one script for [`Stmt::sqlite_script_ids`] — `BEGIN
 ///   IMMEDIATE`, then for each the attempt, the outcome (returning the row's id when the lease
 ///   still held) and the merchant's event, then `COMMIT`.
+///
+/// (On PostgreSQL it takes one settle: a batch goes through [`SETTLE_STAMPED_MANY_PG`].)
 fn settle_sql(d: Dialect, settles: &[(i64, Settle<'_>, Option<Attempt<'_>>)]) -> String {
     let mut sql = String::from(match d {
         Dialect::Sqlite => "BEGIN IMMEDIATE;\n",
@@ -164,21 +167,13 @@ fn settle_sql(d: Dialect, settles: &[(i64, Settle<'_>, Option<Attempt<'_>>)]) ->
         }
         used += 8;
         if s.api_event().is_some() {
-            let (e, t) = (used + 1, used + 2);
+            // Only when the outcome was written: SQLite asks `changes()` (the UPDATE's count),
+            // PostgreSQL whether `settled` returned the row.
+            let event = shift_params(API_EVENT, used);
             match d {
-                // Only when the outcome was written (`changes()`: the UPDATE's count).
-                Dialect::Sqlite => sql.push_str(&format!(
-                    "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, \
-                     run_at, created_at) SELECT id, ${e}, 'pending', 0, ${t}, ${t} \
-                     FROM api_invoices WHERE outbox_id = ${} AND changes() = 1;\n",
-                    used + 3
-                )),
+                Dialect::Sqlite => sql.push_str(&format!("{event} AND changes() = 1;\n")),
                 Dialect::Postgres => sql.push_str(&format!(
-                    ", queued AS (INSERT INTO api_webhook_outbox (invoice_id, event_type, state, \
-                     attempts, run_at, created_at) SELECT i.id, ${e}, 'pending', 0, ${t}, ${t} \
-                     FROM api_invoices i JOIN settled ON i.outbox_id = settled.id \
-                     WHERE i.outbox_id = ${})",
-                    used + 3
+                    ", queued AS ({event} AND EXISTS (SELECT 1 FROM settled))"
                 )),
             }
             used += 3;
