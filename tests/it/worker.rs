@@ -5,10 +5,11 @@ use crate::support;
 
 use std::time::Duration;
 
-use crate::support::rows::{OutboxStatus, attempts_per_worker, outbox_status};
+use crate::support::rows::{attempts_per_worker, outbox_status};
 use autofactura::domain::{DocumentState, StampKey};
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
+use autofactura::store::DocFull;
 use autofactura::webhooks::stripe;
 use autofactura::worker::{self, Pool, Services};
 use serde_json::Value;
@@ -103,7 +104,7 @@ impl Rig {
         StampKey::derive("stripe", pi, "ingreso").to_string()
     }
 
-    async fn row(&self, key: &str) -> OutboxStatus {
+    async fn row(&self, key: &str) -> DocFull {
         outbox_status(&self.app.db, key).await.expect("outbox row")
     }
 
@@ -121,7 +122,7 @@ impl Rig {
 
     /// Waits until the worker has asked the PAC about the row `n` times without an answer,
     /// checking at each look that the row stayed `unknown` (or in a call).
-    async fn wait_unresolved_asks(&self, key: &str, n: usize) -> OutboxStatus {
+    async fn wait_unresolved_asks(&self, key: &str, n: usize) -> DocFull {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let row = self.row(key).await;
@@ -132,7 +133,7 @@ impl Rig {
             );
             let log = self.app.db.attempts_of(row.id).await.expect("attempts");
             let asks = log.iter().filter(|a| a.outcome == "unresolved").count();
-            if asks >= n && row.state == "unknown" {
+            if asks >= n && row.state.as_str() == "unknown" {
                 return row;
             }
             assert!(
@@ -166,11 +167,11 @@ impl Rig {
     }
 
     /// Waits until the row reaches `state` (or fails the test after `secs`).
-    async fn wait_state(&self, key: &str, state: &str, secs: u64) -> OutboxStatus {
+    async fn wait_state(&self, key: &str, state: &str, secs: u64) -> DocFull {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         loop {
             let row = self.row(key).await;
-            if row.state == state {
+            if row.state.as_str() == state {
                 return row;
             }
             assert!(
@@ -184,7 +185,7 @@ impl Rig {
 }
 
 /// A row without its XML, for failure messages.
-fn brief(r: &OutboxStatus) -> String {
+fn brief(r: &DocFull) -> String {
     format!(
         "#{} {} attempts={} uuid={:?} code={:?} message={:?} run_at={}",
         r.id, r.state, r.attempts, r.uuid, r.last_error_code, r.last_error_message, r.run_at
@@ -288,7 +289,7 @@ async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
         let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
         if let Some(a) = log.iter().find(|a| a.http_status == Some(429)) {
             let r = rig.row(&key).await;
-            assert_eq!(r.state, "retry_scheduled");
+            assert_eq!(r.state.as_str(), "retry_scheduled");
             assert!(
                 r.run_at >= a.at + chrono::Duration::milliseconds(2900),
                 "Retry-After 3 s honoured: {r:?} after {a:?}"
@@ -511,7 +512,7 @@ async fn an_outcome_unresolved_past_its_asking_period_is_asked_daily_and_listed(
         assert!(tokio::time::Instant::now() < deadline, "{row:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(row.state, "unknown");
+    assert_eq!(row.state.as_str(), "unknown");
     assert_eq!(
         row.last_error_code.as_deref(),
         Some(worker::UNRESOLVED),
@@ -852,7 +853,7 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
     pool.shutdown().await;
     drop(s);
     let row = rig.row(&key).await;
-    assert_eq!(row.state, "unknown", "{row:?}");
+    assert_eq!(row.state.as_str(), "unknown", "{row:?}");
     rig.set_faults("").await;
     let (pool, _s) = rig.pool().await;
     let done = rig.wait_state(&key, "stamped", 20).await;
@@ -877,7 +878,7 @@ async fn shutdown_gives_back_a_row_prepared_but_never_sent(b: Backend) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let row = rig.row(&second).await;
-        if row.state == "stamping" && row.sealed_xml.is_some() {
+        if row.state.as_str() == "stamping" && row.sealed_xml.is_some() {
             break;
         }
         assert!(
@@ -889,7 +890,7 @@ async fn shutdown_gives_back_a_row_prepared_but_never_sent(b: Backend) {
     pool.shutdown().await;
     drop(s);
     let (a, b_row) = (rig.row(&first).await, rig.row(&second).await);
-    assert_eq!(a.state, "unknown", "{a:?}");
+    assert_eq!(a.state.as_str(), "unknown", "{a:?}");
     assert_eq!(
         (b_row.state.as_str(), b_row.attempts),
         ("pending", 0),
@@ -1038,7 +1039,7 @@ async fn a_cancellation_without_acceptance_is_sent_and_ends_cancelled(b: Backend
         "the acuse is kept: {c:?}"
     );
     assert!(c.estatus_cancelacion.is_some(), "{c:?}");
-    assert_eq!(rig.row(&key).await.state, "canceled");
+    assert_eq!(rig.row(&key).await.state.as_str(), "canceled");
     let log = rig
         .app
         .db
@@ -1086,7 +1087,7 @@ async fn a_cancellation_needing_acceptance_waits_for_the_receptor(b: Backend) {
     let c = wait_cancel(&rig, id, "pending_receiver").await;
     assert!(c.acuse_xml.is_some(), "{c:?}");
     assert_eq!(
-        rig.row(&key).await.state,
+        rig.row(&key).await.state.as_str(),
         "stamped",
         "still vigente while the receptor decides"
     );
@@ -1103,7 +1104,7 @@ async fn a_cancellation_needing_acceptance_waits_for_the_receptor(b: Backend) {
     assert!(r.status().is_success(), "{}", r.status());
     let c = wait_cancel(&rig, id, "canceled").await;
     assert_eq!(c.sat_estado.as_deref(), Some("Cancelado"), "{c:?}");
-    assert_eq!(rig.row(&key).await.state, "canceled");
+    assert_eq!(rig.row(&key).await.state.as_str(), "canceled");
     pool.shutdown().await;
 }
 

@@ -1,8 +1,7 @@
 //! Reads only the tests make (the appliance never needs them): rows read straight from the
 //! tables, on either backend.
 
-use autofactura::store::{Db, NewEvent};
-use chrono::{DateTime, Utc};
+use autofactura::store::{Db, DocFull, NewEvent};
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 
@@ -35,31 +34,16 @@ where
     }
 }
 
-/// The worker-facing view of one outbox row.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxStatus {
-    pub id: i64,
-    pub state: String,
-    pub run_at: DateTime<Utc>,
-    pub attempts: i32,
-    pub uuid: Option<String>,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub sealed_xml: Option<Vec<u8>>,
-    pub stamped_xml: Option<Vec<u8>>,
-}
-
-/// One outbox row by its stamp key.
-pub async fn outbox_status(db: &Db, stamp_key: &str) -> Option<OutboxStatus> {
-    fetch_rows(
+/// One outbox row by its stamp key (the store reads documents by id).
+pub async fn outbox_status(db: &Db, stamp_key: &str) -> Option<DocFull> {
+    let ids: Vec<(i64,)> = fetch_rows(
         db,
-        "SELECT id, state, run_at, attempts, uuid, last_error_code, last_error_message, \
-         sealed_xml, stamped_xml FROM outbox WHERE stamp_key = $1",
+        "SELECT id FROM outbox WHERE stamp_key = $1",
         &[Bind::Str(stamp_key)],
     )
-    .await
-    .into_iter()
-    .next()
+    .await;
+    let (id,) = ids.into_iter().next()?;
+    db.document(id).await.expect("read the document")
 }
 
 /// Every stored delivery, oldest first, as it was recorded.
