@@ -6,6 +6,7 @@
 use chrono::Utc;
 
 use crate::domain::cancellation::{self, CancelFacts, CancelOrder, Refused};
+use crate::domain::{CancellationState, DocumentState};
 use crate::store::{CancelConflict, Db, NewCancellation, StoreError};
 
 /// Why a cancellation was not recorded; each caller words it for its own reader.
@@ -16,7 +17,7 @@ pub enum Refusal {
     /// SAT answers `No cancelable` while these live documents relate to it.
     Related(Vec<String>),
     /// A request for this UUID exists and is not rejected or failed (its state).
-    AlreadyRequested(String),
+    AlreadyRequested(CancellationState),
 }
 
 /// Checks the request (motivo and FolioSustitucion as sent) against the stamped document
@@ -33,7 +34,7 @@ pub async fn request(
         Ok::<_, StoreError>(
             db.document_by_uuid(&uuid)
                 .await?
-                .filter(|r| r.state == "stamped")
+                .filter(|r| r.state == DocumentState::Stamped)
                 .and_then(|r| r.stamped_xml),
         )
     };

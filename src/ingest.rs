@@ -13,7 +13,7 @@ use crate::cfdi::{
     self, EmisorData, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante,
 };
 use crate::config::{FormaPagoSettings, InvoiceSettings, Settings};
-use crate::domain::StampKey;
+use crate::domain::{DocumentKind, DocumentState, StampKey};
 use crate::store::{NewPayment, OutboxDraft};
 
 /// Metadata keys (Stripe `metadata`, Mercado Pago `metadata`) read for the receptor. The first
@@ -261,18 +261,22 @@ impl Ingestor {
         }
         let (state, code, message) = if !facts.livemode && !self.sandbox_pac {
             (
-                "needs_attention",
+                DocumentState::NeedsAttention,
                 Some("test_mode".to_owned()),
                 Some("test-mode payment: never sent to a production PAC".to_owned()),
             )
         } else {
-            ("pending", None, None)
+            (DocumentState::Pending, None, None)
         };
         let draft = OutboxDraft {
-            kind: "ingreso".into(),
-            stamp_key: StampKey::derive(facts.provider, &facts.payment_id, "ingreso"),
+            kind: DocumentKind::Ingreso,
+            stamp_key: StampKey::derive(
+                facts.provider,
+                &facts.payment_id,
+                DocumentKind::Ingreso.as_str(),
+            ),
             request,
-            state: state.into(),
+            state,
             error_code: code,
             error_message: message,
             test_mode: !facts.livemode,
@@ -411,7 +415,7 @@ mod tests {
         assert_eq!(d.request.forma_pago, "28");
         assert_eq!(d.request.lines[0].descripcion, "Plan   Pro");
         assert_eq!(d.stamp_key, StampKey::derive("stripe", "pi_1", "ingreso"));
-        assert_eq!(d.state, "pending");
+        assert_eq!(d.state, DocumentState::Pending);
         match &d.request.receptor {
             ReceptorData::Nominativo {
                 uso_cfdi, nombre, ..

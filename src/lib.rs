@@ -4,8 +4,9 @@
 //!
 //! - [`cfdi`]: the document engine (model, amounts, XML, cadena original, Sello, verification).
 //!   No I/O; everything else stands on it.
-//! - [`domain`]: what the appliance means, without I/O: the stamp key, Mexico City time and SAT's
-//!   business days, the cancellation rules (motivos, regla 2.7.1.35).
+//! - [`domain`]: what the appliance means, without I/O: the stamp key, the states of documents
+//!   and cancellations, Mexico City time and SAT's business days, the cancellation rules
+//!   (motivos, regla 2.7.1.35).
 //! - [`pac`]: PAC clients (SW, Finkok, failover) turning every answer into one unambiguous
 //!   outcome; the SAT status query.
 //! - [`pacsim`]: the sandbox PAC (SW's and Finkok's wire shapes, XSD and SAT checks, dedup,
@@ -16,7 +17,8 @@
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
 //! - [`config`]: settings, typed to the last `[pac]` key (`config/default.toml` → TOML file →
 //!   `AUTOFACTURA__…` env), validation at load, redaction. Imports none of its consumers.
-//! - [`store`]: the database (SQLite or PostgreSQL); every SQL statement and migration.
+//! - [`store`]: the database (SQLite or PostgreSQL), a file per aggregate; every SQL statement
+//!   and migration.
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.

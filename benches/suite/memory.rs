@@ -142,12 +142,9 @@ async fn fill(db: &Path, pac_url: &str) -> anyhow::Result<()> {
 }
 
 async fn stamped(db: &autofactura::store::Db) -> i64 {
-    db.outbox_counts()
+    db.outbox_count(autofactura::domain::DocumentState::Stamped)
         .await
-        .unwrap_or_default()
-        .iter()
-        .find(|(s, _)| s == "stamped")
-        .map_or(0, |c| c.1)
+        .unwrap_or(0)
 }
 
 pub async fn run() -> anyhow::Result<Vec<Row>> {

@@ -11,6 +11,7 @@ use super::auth::Session;
 use super::common::*;
 use super::state_label;
 use crate::cancel::Refusal;
+use crate::domain::DocumentState;
 use crate::domain::cancellation::{self, CancelFacts, Refused};
 use crate::error::AdminError;
 use crate::state::AppState;
@@ -44,7 +45,7 @@ pub struct CancelPage {
 pub async fn stamped_doc(state: &AppState, id: i64) -> Result<(DocFull, CancelFacts), AdminError> {
     let d = document(state, id).await?;
     let facts = match (&d.uuid, &d.stamped_xml) {
-        (Some(_), Some(xml)) if d.state == "stamped" => CancelFacts::from_stamped(xml),
+        (Some(_), Some(xml)) if d.state == DocumentState::Stamped => CancelFacts::from_stamped(xml),
         _ => None,
     }
     .ok_or_else(|| {
@@ -76,7 +77,7 @@ pub async fn cancel_page(
         .db
         .cancellation_by_uuid(&f.uuid)
         .await?
-        .map(|c| state_label(&c.state).0);
+        .map(|c| state_label(c.state.as_str()).0);
     let sat_status = state
         .db
         .actions_on("outbox", &d.id.to_string())

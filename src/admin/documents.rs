@@ -13,6 +13,7 @@ use super::common::*;
 use super::dashboard::AttemptView;
 use super::lists::{CancelView, serie_folio};
 use super::{Admin, age, local, state_label};
+use crate::domain::DocumentState;
 use crate::error::AdminError;
 use crate::pac::{StatusOutcome, StatusQuery};
 use crate::state::AppState;
@@ -119,13 +120,13 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
         .rev()
         .find(|a| a.action == "sat_status")
         .map(ActionView::of);
-    let (label, class) = state_label(&d.state);
+    let (label, class) = state_label(d.state.as_str());
     Ok(DocView {
-        can_retry: d.state == "failed" || d.state == "unknown",
-        can_cancel: d.state == "stamped" && d.uuid.is_some() && !live_cancel,
+        can_retry: matches!(d.state, DocumentState::Failed | DocumentState::Unknown),
+        can_cancel: d.state == DocumentState::Stamped && d.uuid.is_some() && !live_cancel,
         can_refreeze: matches!(d.state.as_str(), "failed" | "expired") && d.uuid.is_none(),
         id: d.id,
-        kind: d.kind,
+        kind: d.kind.to_string(),
         label,
         class,
         stamp_key: d.stamp_key,
@@ -158,7 +159,7 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
             .stamped_xml
             .as_deref()
             .map(|x| String::from_utf8_lossy(x).into_owned()),
-        state: d.state,
+        state: d.state.to_string(),
         attempts_log,
         history,
         cancellations: cancels
@@ -177,7 +178,8 @@ pub async fn payment(
     q: web::Query<NoticeQuery>,
 ) -> Result<HttpResponse, AdminError> {
     let id = id.into_inner();
-    let p = found(state.db.payment(id).await?, "payment", id)?;
+    let row = found(state.db.payment(id).await?, "payment", id)?;
+    let p = row.payment;
     let mut docs = Vec::new();
     for d in state.db.documents_of_payment(id).await? {
         docs.push(doc_view(&state, d).await?);
@@ -189,7 +191,7 @@ pub async fn payment(
             "invoices",
             q.notice.as_deref(),
         ),
-        id: p.id,
+        id: row.id,
         provider: p.provider,
         payment_id: p.payment_id,
         event_id: p.event_id,

@@ -73,7 +73,7 @@ pub async fn reconcile(
             .db
             .cancellation_by_uuid(&f.uuid)
             .await?
-            .map(|c| state_label(&c.state).0)
+            .map(|c| state_label(c.state.as_str()).0)
             .unwrap_or_default();
         let facts: Option<CancelFacts> =
             serde_json::from_str::<reconcile::FindingDetail>(&f.detail)

@@ -292,7 +292,7 @@ pub struct CancelView {
 
 impl CancelView {
     pub(super) fn of(c: CancellationRow, payment_row: Option<i64>) -> Self {
-        let (label, class) = state_label(&c.state);
+        let (label, class) = state_label(c.state.as_str());
         CancelView {
             id: c.id,
             outbox_id: c.outbox_id,
@@ -300,7 +300,7 @@ impl CancelView {
             uuid: c.uuid,
             motivo: c.motivo,
             folio_sustitucion: c.folio_sustitucion.unwrap_or_default(),
-            state: c.state,
+            state: c.state.to_string(),
             label,
             class,
             requires_acceptance: c.requires_acceptance,

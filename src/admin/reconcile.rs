@@ -20,8 +20,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::StampKey;
 use crate::domain::cancellation::CancelFacts;
+use crate::domain::{CancellationState, StampKey};
 use crate::pac::{PacClient, Recovery, Stamp};
 use crate::pacsim::Sim;
 use crate::store::{AdminPacCall, Db, StoreError};
@@ -85,7 +85,7 @@ async fn cancelled(db: &Db, uuid: &str) -> Result<bool, StoreError> {
     Ok(db
         .cancellation_by_uuid(uuid)
         .await?
-        .is_some_and(|c| c.state == "canceled"))
+        .is_some_and(|c| c.state == CancellationState::Canceled))
 }
 
 /// Asks the PAC by key whether `sealed` (of outbox row `outbox_id`) was stamped, and records

@@ -93,12 +93,12 @@ pub async fn refreeze_page(
         ReceptorData::PublicoEnGeneral => None,
     };
     let shown = form.cloned().or(current.clone()).unwrap_or_default();
-    let (label, _) = state_label(&d.state);
+    let (label, _) = state_label(d.state.as_str());
     Ok(RefreezePage {
         l: Layout::new(session, "Refreeze", "invoices", None),
         doc_id: d.id,
         payment_row: d.payment_id,
-        state: d.state,
+        state: d.state.to_string(),
         label,
         code: d.last_error_code.unwrap_or_default(),
         message: d.last_error_message.unwrap_or_default(),
@@ -266,7 +266,7 @@ pub async fn refreeze(
     let reason = match (&d.last_error_code, &d.last_error_message) {
         (Some(c), Some(m)) => format!("{} ({c} {m})", d.state),
         (None, Some(m)) => format!("{} ({m})", d.state),
-        _ => d.state.clone(),
+        _ => d.state.to_string(),
     };
     if !state
         .db

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use super::keys;
 use super::view::{api_status, invoice_json};
 use crate::cancel::{self, Refusal};
+use crate::domain::DocumentState;
 use crate::domain::cancellation::{CancelFacts, Refused};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -35,11 +36,11 @@ pub async fn cancel(
         .api_invoice(&id, &caller.rfc_emisor)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))?;
-    if inv.state != "stamped" {
+    if inv.state != DocumentState::Stamped {
         return Err(ApiError::Conflict(format!(
             "invoice {} is {}: only a stamped invoice can be cancelled",
             inv.public_id,
-            api_status(&inv.state)
+            api_status(inv.state)
         )));
     }
     let facts = inv

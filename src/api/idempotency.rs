@@ -11,9 +11,10 @@ use tracing::{info, warn};
 
 use super::keys::RequestKey;
 use super::view::{invoice_json, json_response};
+use crate::domain::DocumentState;
 use crate::error::ApiError;
 use crate::store::Db;
-use crate::store::api::{ApiInvoiceRow, released};
+use crate::store::api::ApiInvoiceRow;
 
 /// What an idempotency key says about a new request with it.
 pub(super) enum KeyState {
@@ -39,7 +40,7 @@ pub(super) async fn key_state(
         return Ok(KeyState::Free);
     };
     // A completed key (its invoice was stamped) is never free again, however old.
-    if rec.state == "in_progress" && released(&rec.outbox_state) {
+    if rec.state == "in_progress" && rec.outbox_state.released() {
         return Ok(KeyState::Released(rec.invoice_id));
     }
     if rec.request_hash != hash {
@@ -56,13 +57,13 @@ pub(super) async fn key_state(
         .api_invoice_by_id(rec.invoice_id)
         .await?
         .ok_or_else(|| ApiError::NotFound("the key's invoice is gone".into()))?;
-    if matches!(inv.state.as_str(), "stamped" | "canceled") {
+    if matches!(inv.state, DocumentState::Stamped | DocumentState::Canceled) {
         // Settled after its request answered (PAC timeout, or still queued at the deadline):
         // the 201 is fixed now, once, and replayed from here on.
         let (status, body) = stored_201(db, rfc, key, &inv).await?;
         return Ok(KeyState::Replay(status, body));
     }
-    if inv.state == "unknown" {
+    if inv.state == DocumentState::Unknown {
         return Ok(KeyState::OutcomeUnknown(inv.public_id));
     }
     Ok(KeyState::InProgress(inv.public_id))

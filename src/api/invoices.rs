@@ -14,9 +14,10 @@ use super::request::{CreateBody, freeze, read_create_body};
 use super::view::{invoice_json, json_response};
 use crate::cfdi::TipoComprobante;
 use crate::domain::StampKey;
+use crate::domain::{DocumentKind, DocumentState};
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::api::{ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem, released};
+use crate::store::api::{ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem};
 use crate::store::{NewPayment, OutboxDraft};
 
 /// `POST /v1/invoices`.
@@ -99,10 +100,10 @@ pub async fn create(
             reason: None,
         },
         draft: OutboxDraft {
-            kind: "ingreso".into(),
-            stamp_key: StampKey::derive("api", &public_id, "ingreso"),
+            kind: DocumentKind::Ingreso,
+            stamp_key: StampKey::derive("api", &public_id, DocumentKind::Ingreso.as_str()),
             request,
-            state: "pending".into(),
+            state: DocumentState::Pending,
             error_code: None,
             error_message: None,
             test_mode: false,
@@ -145,8 +146,8 @@ async fn wait_and_answer(
             .api_invoice_by_id(invoice_id)
             .await?
             .ok_or_else(|| ApiError::NotFound("the invoice is gone".into()))?;
-        match inv.state.as_str() {
-            "stamped" | "canceled" => {
+        match inv.state {
+            DocumentState::Stamped | DocumentState::Canceled => {
                 let (status, body) = match key {
                     Some(k) => stored_201(&state.db, &caller.rfc_emisor, k.as_str(), &inv).await?,
                     None => (
@@ -156,7 +157,7 @@ async fn wait_and_answer(
                 };
                 return Ok(json_response(status, body, false).customize_location(&inv.public_id));
             }
-            s if released(s) => {
+            s if s.released() => {
                 return Err(ApiError::PacRejected {
                     invoice: inv.public_id,
                     code: inv.last_error_code.unwrap_or_else(|| "FAILED".into()),
@@ -164,7 +165,7 @@ async fn wait_and_answer(
                 });
             }
             // The PAC may hold a stamp.
-            "unknown" => {
+            DocumentState::Unknown => {
                 return Err(ApiError::OutcomeUnknown {
                     invoice: inv.public_id,
                 });
@@ -172,7 +173,7 @@ async fn wait_and_answer(
             _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
-            if inv.state == "stamping" {
+            if inv.state == DocumentState::Stamping {
                 // A PAC call is in flight and has not answered within our wait.
                 return Err(ApiError::OutcomeUnknown {
                     invoice: inv.public_id,

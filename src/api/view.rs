@@ -5,7 +5,8 @@ use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 
 use crate::cfdi::{self, InvoiceRequest, ReceptorData};
-use crate::store::api::{ApiInvoiceRow, released};
+use crate::domain::DocumentState;
+use crate::store::api::ApiInvoiceRow;
 
 /// The invoice as the API shows it. `status` overrides the row's (a replayed 201 and a webhook
 /// show the invoice as the event saw it).
@@ -14,7 +15,7 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
     // A stamped view (the stored 201, invoice.stamped) is the invoice at its stamp: no
     // cancellation yet, whatever happened since.
     let show_cancellation = status.is_none_or(|s| s == "canceled");
-    let status = status.unwrap_or_else(|| api_status(&inv.state));
+    let status = status.unwrap_or_else(|| api_status(inv.state));
     let rfc_receptor = req.as_ref().and_then(|r| match &r.receptor {
         ReceptorData::Nominativo { rfc, .. } => Some(rfc.as_str().to_owned()),
         ReceptorData::PublicoEnGeneral => None,
@@ -42,17 +43,17 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
         "created_at": inv.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "stamped_at": if stamped { inv.stamped_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) } else { None },
         "error": error,
-        "cancellation": if show_cancellation && stamped { inv.cancellation.clone() } else { None },
+        "cancellation": if show_cancellation && stamped { inv.cancellation } else { None },
     })
 }
 
 /// Outbox state → API status (`failed` only for a definite non-stamp).
-pub fn api_status(state: &str) -> &'static str {
+pub fn api_status(state: DocumentState) -> &'static str {
     match state {
-        "stamped" => "stamped",
-        "canceled" => "canceled",
-        "unknown" => "unknown",
-        s if released(s) || s == "needs_attention" => "failed",
+        DocumentState::Stamped => "stamped",
+        DocumentState::Canceled => "canceled",
+        DocumentState::Unknown => "unknown",
+        s if s.released() || s == DocumentState::NeedsAttention => "failed",
         _ => "pending",
     }
 }

@@ -46,6 +46,7 @@ use rand::{RngExt, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{DatabaseSettings, SecretString};
+use crate::domain::DocumentState;
 use crate::store::{self, Db};
 use check::{Line, OurRecord, PacStamp, TERMINAL_OUTBOX_STATES};
 use procs::{Proc, free_port};
@@ -506,12 +507,7 @@ async fn report_loop(
 ) {
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let stamped = db
-            .outbox_counts()
-            .await
-            .ok()
-            .and_then(|c| c.into_iter().find(|(s, _)| s == "stamped"))
-            .map_or(0, |(_, n)| n);
+        let stamped = db.outbox_count(DocumentState::Stamped).await.unwrap_or(0);
         eprintln!(
             "chaos: {:>4.0?}  deliveries {}/{deliveries} acknowledged ({} retried)  stamped {stamped}/{payments}  kills {}",
             started.elapsed(),

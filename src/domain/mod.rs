@@ -6,11 +6,15 @@
 //! comprobante) and nothing else of the crate; every other module may import it.
 //!
 //! - [`stamp_key`]: [`StampKey`], the deterministic key a comprobante is stamped under.
+//! - [`states`]: [`DocumentState`], [`CancellationState`], [`DocumentKind`], each with its one
+//!   spelling (what the database stores and the admin and the API show).
 //! - [`time`]: Mexico City local time and SAT's business days.
 //! - [`cancellation`]: motivos, who must accept, and the checked cancel request.
 
 pub mod cancellation;
 pub mod stamp_key;
+pub mod states;
 pub mod time;
 
 pub use stamp_key::{StampKey, StampKeyError};
+pub use states::{CancellationState, DocumentKind, DocumentState};

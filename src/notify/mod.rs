@@ -2,7 +2,7 @@
 //! signed per Standard Webhooks ([`mod@sign`]), delivered at least once from their own outbox with
 //! backoff by the [`Sender`]. Inbound webhooks (Stripe, Mercado Pago) are [`crate::webhooks`].
 //!
-//! The rows are written in the transaction of the state change (see `store::worker`), so a
+//! The rows are written in the transaction of the state change (see `store::outbox` and `store::cancellations`), so a
 //! stamp that is only confirmed later — after a PAC timeout — still reaches the merchant.
 //!
 //! Who may import it: `startup` (to run the [`Sender`]), the settings' validation

@@ -7,25 +7,11 @@
 
 use chrono::{DateTime, Utc};
 
-use super::exec::{Dialect, stmt};
-use super::outbox::enqueue_in_tx;
+use super::exec::{Dialect, Dialected, Tx, stmt};
+use super::outbox::{enqueue_in_tx, supersede_folio_in, supersede_invoice_in};
 use super::payments::insert_payment_in;
-pub use super::rows::{
-    ApiInvoiceRow, ApiKeyListing, ApiKeyRow, ClaimedWebhook, IdemRecord, WebhookRow,
-};
+pub use super::rows::{ApiInvoiceRow, ApiKeyListing, ApiKeyRow, ClaimedWebhook, IdemRecord};
 use super::{Db, NewPayment, OutboxDraft, StoreError, ctx};
-
-/// States of an outbox row that ended without a stamp, for sure: the PAC rejected it or
-/// confirmed it holds no stamp of it (the worker keeps any outcome it could not confirm
-/// `unknown`, whatever the window or the attempts). Only these release the idempotency key of
-/// their invoice, and an explicitly requested folio with it; a key whose invoice was stamped, or
-/// may have been, is never released.
-pub const RELEASED_STATES: &[&str] = &["failed", "expired", "superseded"];
-
-/// Whether an outbox row in `state` ended without a stamp for sure.
-pub fn released(state: &str) -> bool {
-    RELEASED_STATES.contains(&state)
-}
 
 /// An idempotency key to take with a new invoice.
 #[derive(Debug, Clone)]
@@ -62,6 +48,36 @@ pub enum CreateOutcome {
     /// The explicit folio belongs to another live invoice: nothing written.
     FolioTaken,
 }
+
+/// Queues a merchant webhook (`$1` event type) for the API invoice of outbox row `$3`, if any.
+pub(super) const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
+     SELECT id, $1, 'pending', 0, $2, $2 FROM api_invoices WHERE outbox_id = $3";
+
+/// In `tx`, with the outbox change that causes it: the merchant webhook `event` for the API
+/// invoice of outbox row `outbox_id`, if the row is one's.
+pub(super) async fn queue_api_event_in(
+    tx: &mut Tx<'_>,
+    event: &str,
+    outbox_id: i64,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    stmt(API_EVENT)
+        .bind(event)
+        .bind(now)
+        .bind(outbox_id)
+        .execute_in(tx, "queue the merchant webhook")
+        .await?;
+    Ok(())
+}
+
+/// Claims the next due merchant webhook.
+static CLAIM_WEBHOOK: Dialected = Dialected::new(
+    "UPDATE api_webhook_outbox SET run_at = $1, attempts = attempts + 1 \
+     WHERE id = (SELECT id FROM api_webhook_outbox WHERE state = 'pending' AND run_at <= $2 \
+     ORDER BY run_at, id LIMIT 1{LOCK}) \
+     RETURNING id, invoice_id, event_type, payload, created_at, attempts",
+    &[Dialect::SKIP_LOCKED],
+);
 
 const INVOICE_COLUMNS: &str = "a.id, a.public_id, a.rfc_emisor, a.outbox_id, a.idempotency_key, a.created_at, \
     o.state, o.uuid, o.serie, o.folio, o.request_json, o.last_error_code, o.last_error_message, o.stamped_at, \
@@ -177,16 +193,11 @@ impl Db {
         &self,
         inv: &NewApiInvoice,
     ) -> Result<CreateOutcome, StoreError> {
-        const SUPERSEDE: &str = "UPDATE outbox SET state = 'superseded', updated_at = $1, \
-            last_error_message = COALESCE(last_error_message, '') || ' (superseded: its idempotency key was used again)' \
-            WHERE id = (SELECT outbox_id FROM api_invoices WHERE id = $2) AND state IN ('failed', 'expired', 'superseded')";
         const FREE_OLD: &str = "UPDATE api_invoices SET folio_claim = NULL WHERE id = $1";
         const DROP_KEY: &str = "DELETE FROM api_idempotency WHERE rfc_emisor = $1 AND idem_key = $2 AND invoice_id = $3";
         const FOLIO_LIVE: &str = "SELECT COUNT(*) FROM outbox o WHERE o.serie = $1 AND o.folio = $2 \
             AND (o.state NOT IN ('failed', 'expired', 'superseded') \
                  OR NOT EXISTS (SELECT 1 FROM api_invoices a WHERE a.outbox_id = o.id))";
-        const FOLIO_RELEASE: &str = "UPDATE outbox SET state = 'superseded', updated_at = $1 WHERE serie = $2 \
-            AND folio = $3 AND state IN ('failed', 'expired') AND id IN (SELECT outbox_id FROM api_invoices)";
         const FOLIO_UNCLAIM: &str =
             "UPDATE api_invoices SET folio_claim = NULL WHERE rfc_emisor = $1 AND folio_claim = $2";
         const INSERT_INVOICE: &str = "INSERT INTO api_invoices (public_id, rfc_emisor, api_key_id, outbox_id, \
@@ -202,12 +213,7 @@ impl Db {
         let out = {
             if let Some(idem) = &inv.idem {
                 if let Some(old) = idem.releases {
-                    let n = stmt(SUPERSEDE)
-                        .bind(now)
-                        .bind(old)
-                        .execute_in(&mut tx, "supersede a failed invoice")
-                        .await?;
-                    if n != 1 {
+                    if !supersede_invoice_in(&mut tx, old, now).await? {
                         return Ok(CreateOutcome::KeyTaken);
                     }
                     stmt(FREE_OLD)
@@ -233,12 +239,7 @@ impl Db {
                         return Ok(CreateOutcome::FolioTaken);
                     }
                     let claim = format!("{serie}/{folio}");
-                    stmt(FOLIO_RELEASE)
-                        .bind(now)
-                        .bind(&serie)
-                        .bind(folio)
-                        .execute_in(&mut tx, "release a folio")
-                        .await?;
+                    supersede_folio_in(&mut tx, &serie, folio, now).await?;
                     stmt(FOLIO_UNCLAIM)
                         .bind(&inv.rfc_emisor)
                         .bind(&claim)
@@ -341,20 +342,7 @@ impl Db {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Option<ClaimedWebhook>, StoreError> {
-        const SQL: &str = "UPDATE api_webhook_outbox SET run_at = $1, attempts = attempts + 1 \
-            WHERE id = (SELECT id FROM api_webhook_outbox WHERE state = 'pending' AND run_at <= $2 \
-            ORDER BY run_at, id LIMIT 1{LOCK}) \
-            RETURNING id, invoice_id, event_type, payload, created_at, attempts";
-        // PostgreSQL: SKIP LOCKED lets several senders claim different webhooks; SQLite has
-        // one writer at a time and no such clause.
-        let text = SQL.replace(
-            "{LOCK}",
-            match self.dialect() {
-                Dialect::Sqlite => "",
-                Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
-            },
-        );
-        stmt(text)
+        stmt(CLAIM_WEBHOOK.text(self.dialect()))
             .bind(lease_until)
             .bind(now)
             .write_fetch_optional(self, "claim a merchant webhook")
@@ -399,13 +387,5 @@ impl Db {
         .execute(self, "record a webhook delivery")
         .await?;
         Ok(())
-    }
-
-    /// The merchant webhooks of an invoice, oldest first.
-    pub async fn api_webhooks_of(&self, invoice_id: i64) -> Result<Vec<WebhookRow>, StoreError> {
-        stmt("SELECT id, event_type, state, attempts, payload FROM api_webhook_outbox WHERE invoice_id = $1 ORDER BY id")
-            .bind(invoice_id)
-            .fetch_all(self, "list merchant webhooks")
-            .await
     }
 }

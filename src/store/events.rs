@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::exec::{Dialect, Stmt, Tx, stmt};
+use super::exec::{Dialect, Dialected, Stmt, Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
 use super::payments::{NewPayment, insert_payment_in};
-pub use super::rows::{EventRecord, PendingFetch};
+pub use super::rows::PendingFetch;
 use super::{Db, StoreError};
 
-/// A new webhook delivery to record.
-#[derive(Debug, Clone)]
+/// A webhook delivery to record (tests read it back as recorded).
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct NewEvent {
     pub provider: String,
     pub event_id: String,
@@ -69,34 +69,18 @@ const FINISH_PENDING_EVENT: &str = "UPDATE webhook_events \
     WHERE id = $6 AND status = 'pending_fetch'";
 
 /// Claims due notifications for a fetch by pushing their next attempt past the lease.
-/// PostgreSQL adds `FOR UPDATE SKIP LOCKED` so several instances claim different ones; SQLite
-/// has one writer at a time and no such clause.
-fn claim_pending_fetch_sql(d: Dialect) -> &'static str {
-    match d {
-        Dialect::Sqlite => {
-            "UPDATE webhook_events \
-             SET next_attempt_at = $1, attempts = attempts + 1, updated_at = $2 \
-             WHERE id IN (SELECT id FROM webhook_events \
-                          WHERE status = 'pending_fetch' AND (next_attempt_at IS NULL OR next_attempt_at <= $3) \
-                          ORDER BY id LIMIT $4) \
-             RETURNING id, provider, event_id, payment_ref, livemode, attempts"
-        }
-        Dialect::Postgres => {
-            "UPDATE webhook_events \
-             SET next_attempt_at = $1, attempts = attempts + 1, updated_at = $2 \
-             WHERE id IN (SELECT id FROM webhook_events \
-                          WHERE status = 'pending_fetch' AND (next_attempt_at IS NULL OR next_attempt_at <= $3) \
-                          ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) \
-             RETURNING id, provider, event_id, payment_ref, livemode, attempts"
-        }
-    }
-}
+static CLAIM_PENDING_FETCH: Dialected = Dialected::new(
+    "UPDATE webhook_events \
+     SET next_attempt_at = $1, attempts = attempts + 1, updated_at = $2 \
+     WHERE id IN (SELECT id FROM webhook_events \
+                  WHERE status = 'pending_fetch' AND (next_attempt_at IS NULL OR next_attempt_at <= $3) \
+                  ORDER BY id LIMIT $4{LOCK}) \
+     RETURNING id, provider, event_id, payment_ref, livemode, attempts",
+    &[Dialect::SKIP_LOCKED],
+);
 
 const RESCHEDULE_FETCH: &str = "UPDATE webhook_events SET next_attempt_at = $1, reason = $2, updated_at = $3 \
     WHERE id = $4 AND status = 'pending_fetch'";
-
-const LIST_EVENTS: &str = "SELECT provider, event_id, event_type, status, reason, payment_ref, livemode, \
-    raw_body, attempts FROM webhook_events ORDER BY id";
 
 /// [`INSERT_EVENT`] with the event's fourteen arguments.
 fn insert_event(ev: &NewEvent, now: DateTime<Utc>) -> Stmt<'_> {
@@ -246,7 +230,7 @@ impl Db {
         let now = Utc::now();
         let until =
             now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(60));
-        stmt(claim_pending_fetch_sql(self.dialect()))
+        stmt(CLAIM_PENDING_FETCH.text(self.dialect()))
             .bind(until)
             .bind(now)
             .bind(now)
@@ -272,8 +256,10 @@ impl Db {
         Ok(())
     }
 
-    /// Every stored delivery, oldest first (audit view).
-    pub async fn list_events(&self) -> Result<Vec<EventRecord>, StoreError> {
-        stmt(LIST_EVENTS).fetch_all(self, "list events").await
+    /// Stored webhook deliveries per status (`pending_fetch` ones still wait for their payment).
+    pub async fn webhook_event_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        stmt("SELECT status AS state, COUNT(*) AS n FROM webhook_events GROUP BY status ORDER BY status")
+            .fetch_all(self, "count webhook events")
+            .await
     }
 }

@@ -16,7 +16,7 @@ use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
 use tokio::sync::MutexGuard;
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -25,12 +25,93 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
 use crate::config::DatabaseSettings;
+use crate::domain::{CancellationState, DocumentKind, DocumentState};
 
 /// Which SQL a statement needs where the backends really differ (the callers' only branch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Dialect {
     Sqlite,
     Postgres,
+}
+
+impl Dialect {
+    /// ` FOR UPDATE SKIP LOCKED` on PostgreSQL, so that several instances claim different
+    /// rows; SQLite has one writer at a time and no such clause.
+    pub(super) const SKIP_LOCKED: Marker = ("{LOCK}", "", " FOR UPDATE SKIP LOCKED");
+}
+
+/// A marker in a statement's text and what it becomes on SQLite and on PostgreSQL.
+pub(super) type Marker = (&'static str, &'static str, &'static str);
+
+/// A statement written once whose text differs between the backends only at its markers
+/// (a clause or an expression each backend spells its own way; a marker may also splice in a
+/// shared column list, the same on both). Its text per backend is built on first use and kept
+/// for the life of the process, so a claim costs no more than a constant statement.
+pub(super) struct Dialected {
+    template: &'static str,
+    markers: &'static [Marker],
+    sqlite: OnceLock<String>,
+    postgres: OnceLock<String>,
+}
+
+impl Dialected {
+    pub(super) const fn new(template: &'static str, markers: &'static [Marker]) -> Self {
+        Dialected {
+            template,
+            markers,
+            sqlite: OnceLock::new(),
+            postgres: OnceLock::new(),
+        }
+    }
+
+    /// The text for `d`.
+    pub(super) fn text(&'static self, d: Dialect) -> &'static str {
+        let cell = match d {
+            Dialect::Sqlite => &self.sqlite,
+            Dialect::Postgres => &self.postgres,
+        };
+        cell.get_or_init(|| {
+            self.markers
+                .iter()
+                .fold(self.template.to_owned(), |text, (marker, sqlite, pg)| {
+                    text.replace(
+                        marker,
+                        match d {
+                            Dialect::Sqlite => sqlite,
+                            Dialect::Postgres => pg,
+                        },
+                    )
+                })
+        })
+    }
+}
+
+/// `sql` with every `$n` placeholder renumbered `$n+by`, so several statements can share one
+/// argument list.
+pub(super) fn shift_params(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '$' {
+            let mut n = String::new();
+            while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                n.push(*d);
+                chars.next();
+            }
+            match n.parse::<usize>() {
+                Ok(n) => out.push_str(&(n + by).to_string()),
+                Err(_) => out.push_str(&n),
+            }
+        }
+    }
+    out
+}
+
+/// One field of every row, in order: a PostgreSQL array argument for `unnest` (a batch of rows
+/// as one statement whose text is the same for any number of them).
+pub(super) fn column<'a, R, T>(rows: &'a [R], f: impl Fn(&'a R) -> T) -> Vec<T> {
+    rows.iter().map(f).collect()
 }
 
 /// One bound value, typed as it was given.
@@ -72,6 +153,45 @@ arg_from!(Bytes:
     &'a Vec<u8> => |v: &'a Vec<u8>| Some(Cow::Borrowed(v.as_slice())),
     Option<&'a [u8]> => |v: Option<&'a [u8]>| v.map(Cow::Borrowed),
 );
+
+/// The domain's states are stored as their one spelling: bound as it, and read back through
+/// it (a text no value spells is a decode error naming the text).
+macro_rules! stored_as_text {
+    ($($t:ty),*) => {$(
+        impl<'a> From<$t> for Arg<'a> {
+            fn from(v: $t) -> Self {
+                Arg::Str(Some(Cow::Borrowed(v.as_str())))
+            }
+        }
+        impl sqlx::Type<Sqlite> for $t {
+            fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+                <&str as sqlx::Type<Sqlite>>::type_info()
+            }
+            fn compatible(ty: &sqlx::sqlite::SqliteTypeInfo) -> bool {
+                <&str as sqlx::Type<Sqlite>>::compatible(ty)
+            }
+        }
+        impl sqlx::Type<Postgres> for $t {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<Postgres>>::compatible(ty)
+            }
+        }
+        impl<'r> sqlx::Decode<'r, Sqlite> for $t {
+            fn decode(v: sqlx::sqlite::SqliteValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<&str as sqlx::Decode<'r, Sqlite>>::decode(v)?.parse()?)
+            }
+        }
+        impl<'r> sqlx::Decode<'r, Postgres> for $t {
+            fn decode(v: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<&str as sqlx::Decode<'r, Postgres>>::decode(v)?.parse()?)
+            }
+        }
+    )*};
+}
+stored_as_text!(DocumentState, CancellationState, DocumentKind);
 
 /// A row type readable from both backends: a `#[derive(sqlx::FromRow)]` struct or a tuple.
 pub(super) trait Record:
@@ -300,6 +420,41 @@ impl<'a> Stmt<'a> {
     }
 }
 
+impl Stmt<'_> {
+    /// SQLite: runs a script — statements from `BEGIN IMMEDIATE` to `COMMIT`, whose rows each
+    /// return an id — in one call to a connection, holding the process's write lock, and
+    /// returns those ids. Every statement sent through sqlx is a trip to the connection's
+    /// thread made while holding the one write lock: one trip instead of several per row is
+    /// what lets a single SQLite writer keep up with the worker pool. On failure it rolls
+    /// back, so no transaction stays open on a pooled connection.
+    pub(super) async fn sqlite_script_ids(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Vec<i64>, StoreError> {
+        let Db::Sqlite { pool, write_lock } = db else {
+            return Err(StoreError::Other(format!(
+                "cannot {what}: a multi-statement script runs on SQLite only"
+            )));
+        };
+        let _w = write_lock.lock().await;
+        let mut conn = pool.acquire().await.map_err(ctx(what))?;
+        let (text, args) = (self.text, &self.args);
+        match run_on!(&mut *conn, text, args, Mode::All, Sqlite) {
+            Ok(Out::Sqlite(rows)) => rows
+                .iter()
+                .map(|r| <(i64,)>::from_row(r).map(|(id,)| id))
+                .collect::<Result<_, _>>()
+                .map_err(ctx(what)),
+            Ok(_) => Ok(Vec::new()),
+            Err(e) => {
+                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                Err(ctx(what)(e))
+            }
+        }
+    }
+}
+
 fn one<T>(rows: Vec<T>, what: &'static str) -> Result<T, StoreError> {
     rows.into_iter()
         .next()
@@ -507,10 +662,105 @@ impl Db {
         Ok(())
     }
 
+    /// SQLite: copies the write-ahead log into the database without waiting for or blocking
+    /// the writers (`PASSIVE`); the worker pool calls it every second, as its own connections
+    /// never checkpoint on commit. PostgreSQL has no such log to tend: nothing to do.
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        if let Db::Sqlite { pool, .. } = self {
+            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(pool)
+                .await
+                .map_err(ctx("checkpoint the SQLite write-ahead log"))?;
+        }
+        Ok(())
+    }
+
     pub async fn close(&self) {
         match self {
             Db::Sqlite { pool, .. } => pool.close().await,
             Db::Postgres(pool) => pool.close().await,
         }
+    }
+}
+
+/// Whether `name` can be spliced into `CREATE DATABASE` as is (lower-case letters, digits, `_`).
+fn plain_identifier(name: &str) -> Result<&str, StoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(name)
+    } else {
+        Err(StoreError::Other(format!(
+            "`{name}` is not a plain database name (a-z, 0-9, _)"
+        )))
+    }
+}
+
+/// One statement on a fresh connection to the PostgreSQL server at `admin_url` (CREATE and
+/// DROP DATABASE cannot run inside a transaction or a pool's session state).
+async fn postgres_admin_statement(
+    admin_url: &str,
+    sql: String,
+    what: &'static str,
+) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(admin_url)
+        .await
+        .map_err(ctx("connect to PostgreSQL"))?;
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(&mut c)
+        .await
+        .map_err(ctx(what))?;
+    c.close().await.map_err(ctx("close the admin connection"))
+}
+
+/// Creates the empty database `name` on the server at `admin_url` (for a run of its own).
+pub async fn create_postgres_database(admin_url: &str, name: &str) -> Result<(), StoreError> {
+    let name = plain_identifier(name)?;
+    postgres_admin_statement(
+        admin_url,
+        format!("CREATE DATABASE {name}"),
+        "create a database",
+    )
+    .await
+}
+
+/// Drops the database `name`, closing whatever sessions still use it.
+pub async fn drop_postgres_database(admin_url: &str, name: &str) -> Result<(), StoreError> {
+    let name = plain_identifier(name)?;
+    postgres_admin_statement(
+        admin_url,
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        "drop a database",
+    )
+    .await
+}
+
+/// `url` with its database replaced by `name` (credentials, host and query parameters kept).
+pub fn postgres_url_with_database(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, format!("?{q}")),
+        None => (rest, String::new()),
+    };
+    let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
+    format!("{scheme}://{authority}/{name}{query}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shift_params;
+
+    #[test]
+    fn placeholders_are_renumbered_and_nothing_else_changes() {
+        assert_eq!(
+            shift_params("UPDATE t SET a = $1, b = $12 WHERE c = '$' AND d = $2", 12),
+            "UPDATE t SET a = $13, b = $24 WHERE c = '$' AND d = $14"
+        );
+        assert_eq!(shift_params("SELECT 1", 5), "SELECT 1");
     }
 }

@@ -1,40 +1,56 @@
 //! Storage: every SQL statement, and every SQLite/PostgreSQL difference, lives in this folder.
+//! It is split by aggregate (the tables one kind of thing owns), not by caller:
 //!
 //! - `exec.rs`: the only file that knows the backend: connecting, migrations, running a
-//!   statement (written once with `$n` placeholders) on either pool or in a transaction, and
-//!   SQLite's write lock / `BEGIN IMMEDIATE`. Elsewhere a backend branch ([`exec::Dialect`])
-//!   appears only where the SQL really differs (SKIP LOCKED claims, JSON extraction), and the
-//!   worker's batched settles keep a path per backend for throughput.
+//!   statement (written once with `$n` placeholders) on either pool or in a transaction,
+//!   SQLite's write lock / `BEGIN IMMEDIATE` and its one-call scripts, and [`exec::Dialected`]
+//!   statements whose text differs between the backends only at a marked clause. A backend
+//!   branch appears only where the SQL really differs, each with its reason: SKIP LOCKED in
+//!   claims, JSON extraction, and the worker's batched sealing and settles (arrays on
+//!   PostgreSQL, one script on SQLite). It also maps the domain's states
+//!   ([`crate::domain::DocumentState`], …) to and from their one stored spelling.
 //! - `rows.rs`: the `#[derive(sqlx::FromRow)]` structs statements read into.
-//! - `events.rs` (webhook deliveries, the ingest transaction), `payments.rs` (with folio
-//!   sequences), `outbox.rs` (the frozen comprobante, `enqueue_in_tx` shared by ingest and the
-//!   API), `api.rs` (keys, idempotency, API invoices, merchant webhooks), `admin.rs` (sessions,
-//!   audit, the admin's lists and actions), `worker.rs` (claims, leases, settles, attempts,
-//!   heartbeats).
+//! - `events.rs`: webhook deliveries and the ingest transaction.
+//! - `payments.rs`: payments and the folio sequences.
+//! - `outbox.rs`: the frozen comprobante (`enqueue_in_tx`, shared by ingest and the API) and
+//!   every change of an outbox row's state; `settle.rs` is its second half, the outcome of a
+//!   stamping attempt (one, or a batch), apart only so that neither passes 800 lines.
+//! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
+//! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
+//! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
+//! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
+//! - `views.rs`: read-only views of the admin pages and reconciliation that join several
+//!   aggregates (documents = payment + outbox row, lists, dashboard figures); apart because
+//!   they belong to no one aggregate and change nothing.
 //!
-//! Who may import it: anything outside `store/` uses [`Db`] and the types re-exported here (or
-//! from `store::api` / `store::worker`); nothing in this folder imports outside it except plain
-//! data types (`config`, `cfdi`, `domain`). Transactions never span a network call: callers
-//! fetch first, then hand complete values to one short transaction here.
+//! Who may import it: anything outside `store/` uses [`Db`] and the types re-exported here
+//! (and `store::api`'s, for the invoicing API). Files in this folder name each other freely,
+//! and import outside it only plain data types (`config`, `cfdi`, `domain`). Transactions never span a network call: callers fetch
+//! first, then hand complete values to one short transaction here.
 
 mod admin;
 pub mod api;
+mod attempts;
+mod cancellations;
 mod events;
 mod exec;
 mod outbox;
 mod payments;
 mod rows;
-pub mod worker;
+mod settle;
+mod views;
 
-pub use admin::{
-    ActionRow, AdminPacCall, AdminSession, AttemptRow, CANCEL_IN_PROCESS, CancelConflict,
-    CancellationRow, DocFull, DocRow, FindingRow, HistoryRow, ListFilter, ListView,
-    NewCancellation, PaymentRow, SealedGeneration, WorkerRow,
+pub use admin::{ActionRow, AdminSession, FindingRow};
+pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
+pub use cancellations::{CancelConflict, CancellationRow, ClaimedCancel, NewCancellation};
+pub use events::{EventRow, IngestOutcome, NewEvent, PendingFetch};
+pub use exec::{
+    connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
 };
-pub use events::{EventRecord, EventRow, IngestOutcome, NewEvent, PendingFetch};
-pub use exec::connect;
-pub use outbox::OutboxDraft;
-pub use payments::{InvoiceRow, NewPayment};
+pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
+pub use payments::{InvoiceRow, NewPayment, PaymentRow};
+pub use settle::{Settle, StampedOutcome};
+pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListView, SealedGeneration};
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -147,74 +163,6 @@ pub enum Db {
         write_lock: Arc<tokio::sync::Mutex<()>>,
     },
     Postgres(PgPool),
-}
-
-/// Whether `name` can be spliced into `CREATE DATABASE` as is (lower-case letters, digits, `_`).
-fn plain_identifier(name: &str) -> Result<&str, StoreError> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        && !name.starts_with(|c: char| c.is_ascii_digit());
-    if ok {
-        Ok(name)
-    } else {
-        Err(StoreError::Other(format!(
-            "`{name}` is not a plain database name (a-z, 0-9, _)"
-        )))
-    }
-}
-
-/// One statement on a fresh connection to the PostgreSQL server at `admin_url` (CREATE and
-/// DROP DATABASE cannot run inside a transaction or a pool's session state).
-async fn postgres_admin_statement(
-    admin_url: &str,
-    sql: String,
-    what: &'static str,
-) -> Result<(), StoreError> {
-    use sqlx::Connection;
-    let mut c = sqlx::PgConnection::connect(admin_url)
-        .await
-        .map_err(ctx("connect to PostgreSQL"))?;
-    sqlx::query(sqlx::AssertSqlSafe(sql))
-        .execute(&mut c)
-        .await
-        .map_err(ctx(what))?;
-    c.close().await.map_err(ctx("close the admin connection"))
-}
-
-/// Creates the empty database `name` on the server at `admin_url` (for a run of its own).
-pub async fn create_postgres_database(admin_url: &str, name: &str) -> Result<(), StoreError> {
-    let name = plain_identifier(name)?;
-    postgres_admin_statement(
-        admin_url,
-        format!("CREATE DATABASE {name}"),
-        "create a database",
-    )
-    .await
-}
-
-/// Drops the database `name`, closing whatever sessions still use it.
-pub async fn drop_postgres_database(admin_url: &str, name: &str) -> Result<(), StoreError> {
-    let name = plain_identifier(name)?;
-    postgres_admin_statement(
-        admin_url,
-        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        "drop a database",
-    )
-    .await
-}
-
-/// `url` with its database replaced by `name` (credentials, host and query parameters kept).
-pub fn postgres_url_with_database(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, format!("?{q}")),
-        None => (rest, String::new()),
-    };
-    let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
-    format!("{scheme}://{authority}/{name}{query}")
 }
 
 /// The embedded migrations of one backend, as a sqlx source.

@@ -2,12 +2,12 @@
 
 use chrono::{DateTime, Utc};
 
-use super::exec::{Dialect, Tx, stmt};
-pub use super::rows::InvoiceRow;
+use super::exec::{Dialected, Tx, stmt};
+pub use super::rows::{InvoiceRow, PaymentRow};
 use super::{Db, StoreError};
 
-/// A payment to record.
-#[derive(Debug, Clone)]
+/// A payment to record (and, in [`PaymentRow`], as it was recorded).
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct NewPayment {
     pub provider: String,
     pub payment_id: String,
@@ -37,28 +37,20 @@ const NEXT_FOLIO: &str = "INSERT INTO folio_sequences (serie, next_folio) VALUES
     RETURNING next_folio - 1";
 
 /// Payments with their invoice state. The receptor's RFC is read out of the frozen JSON, which
-/// each backend does with its own function; PostgreSQL also needs the type of a parameter that
-/// is only compared with NULL.
-fn list_invoices_sql(d: Dialect) -> &'static str {
-    match d {
-        Dialect::Sqlite => {
-            "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
-             COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
-             COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
-             json_extract(o.request_json, '$.receptor.rfc') AS receptor_rfc \
-             FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
-             WHERE ($1 IS NULL OR COALESCE(o.state, p.status) = $1) ORDER BY p.id"
-        }
-        Dialect::Postgres => {
-            "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
-             COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
-             COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
-             o.request_json::jsonb #>> '{receptor,rfc}' AS receptor_rfc \
-             FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
-             WHERE ($1::TEXT IS NULL OR COALESCE(o.state, p.status) = $1) ORDER BY p.id"
-        }
-    }
-}
+/// each backend does with its own function.
+static LIST_INVOICES: Dialected = Dialected::new(
+    "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
+     COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
+     COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
+     {RECEPTOR_RFC} AS receptor_rfc \
+     FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
+     WHERE (CAST($1 AS TEXT) IS NULL OR COALESCE(o.state, p.status) = $1) ORDER BY p.id",
+    &[(
+        "{RECEPTOR_RFC}",
+        "json_extract(o.request_json, '$.receptor.rfc')",
+        "o.request_json::jsonb #>> '{receptor,rfc}'",
+    )],
+);
 
 /// In `tx`: records the payment; `None` when it was already recorded.
 pub(super) async fn insert_payment_in(
@@ -98,9 +90,18 @@ pub(super) async fn next_folio_in(tx: &mut Tx<'_>, serie: &str) -> Result<i64, S
 impl Db {
     /// Payments with their invoice state, oldest first; `status` filters on the shown state.
     pub async fn list_invoices(&self, status: Option<&str>) -> Result<Vec<InvoiceRow>, StoreError> {
-        stmt(list_invoices_sql(self.dialect()))
+        stmt(LIST_INVOICES.text(self.dialect()))
             .bind(status)
             .fetch_all(self, "list invoices")
+            .await
+    }
+
+    pub async fn payment(&self, id: i64) -> Result<Option<PaymentRow>, StoreError> {
+        const SQL: &str = "SELECT id, provider, payment_id, event_id, amount, currency, method, forma_pago, \
+            customer_json, paid_at, livemode, status, reason, created_at FROM payments WHERE id = $1";
+        stmt(SQL)
+            .bind(id)
+            .fetch_optional(self, "read a payment")
             .await
     }
 }

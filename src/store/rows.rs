@@ -3,6 +3,9 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
+use super::payments::NewPayment;
+use crate::domain::{CancellationState, DocumentKind, DocumentState};
+
 /// A live admin session.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AdminSession {
@@ -67,22 +70,12 @@ pub struct DocRow {
     pub request_json: Option<String>,
 }
 
-/// The payment of a detail page.
+/// The payment of a detail page: the payment as it was recorded, with its row id and when.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PaymentRow {
     pub id: i64,
-    pub provider: String,
-    pub payment_id: String,
-    pub event_id: String,
-    pub amount: String,
-    pub currency: String,
-    pub method: String,
-    pub forma_pago: Option<String>,
-    pub customer_json: String,
-    pub paid_at: DateTime<Utc>,
-    pub livemode: bool,
-    pub status: String,
-    pub reason: Option<String>,
+    #[sqlx(flatten)]
+    pub payment: NewPayment,
     pub created_at: DateTime<Utc>,
 }
 
@@ -91,11 +84,11 @@ pub struct PaymentRow {
 pub struct DocFull {
     pub id: i64,
     pub payment_id: i64,
-    pub kind: String,
+    pub kind: DocumentKind,
     pub stamp_key: String,
     pub request_json: String,
     pub sealed_xml: Option<Vec<u8>>,
-    pub state: String,
+    pub state: DocumentState,
     pub attempts: i32,
     pub run_at: DateTime<Utc>,
     pub lease_owner: Option<String>,
@@ -145,7 +138,7 @@ pub struct CancellationRow {
     pub total: String,
     pub motivo: String,
     pub folio_sustitucion: Option<String>,
-    pub state: String,
+    pub state: CancellationState,
     pub requires_acceptance: bool,
     pub attempts: i32,
     pub run_at: DateTime<Utc>,
@@ -196,7 +189,7 @@ pub struct SealedGeneration {
     pub current_generation: i32,
     /// The UUID recorded on the row (of its current generation), if any.
     pub recorded_uuid: Option<String>,
-    pub state: String,
+    pub state: DocumentState,
 }
 
 /// A live API key.
@@ -228,7 +221,7 @@ pub struct IdemRecord {
     pub response_status: Option<i32>,
     pub response_body: Option<String>,
     pub expires_at: DateTime<Utc>,
-    pub outbox_state: String,
+    pub outbox_state: DocumentState,
     pub outbox_code: Option<String>,
 }
 
@@ -241,7 +234,7 @@ pub struct ApiInvoiceRow {
     pub outbox_id: i64,
     pub idempotency_key: Option<String>,
     pub created_at: DateTime<Utc>,
-    pub state: String,
+    pub state: DocumentState,
     pub uuid: Option<String>,
     pub serie: Option<String>,
     pub folio: Option<String>,
@@ -251,7 +244,7 @@ pub struct ApiInvoiceRow {
     pub stamped_at: Option<DateTime<Utc>>,
     pub stamped_xml: Option<Vec<u8>>,
     /// The latest cancellation's state, if one was requested.
-    pub cancellation: Option<String>,
+    pub cancellation: Option<CancellationState>,
 }
 
 /// A merchant webhook claimed for delivery.
@@ -266,50 +259,11 @@ pub struct ClaimedWebhook {
     pub attempts: i32,
 }
 
-/// One merchant webhook (tests, admin).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct WebhookRow {
-    pub id: i64,
-    pub event_type: String,
-    pub state: String,
-    pub attempts: i32,
-    pub payload: Option<String>,
-}
-
-/// A cancellation a worker holds the lease of.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ClaimedCancel {
-    pub id: i64,
-    pub outbox_id: Option<i64>,
-    pub uuid: String,
-    pub rfc_emisor: String,
-    pub rfc_receptor: String,
-    pub total: String,
-    pub motivo: String,
-    pub folio_sustitucion: Option<String>,
-    pub state: String,
-    pub attempts: i32,
-}
-
-/// The worker-facing view of one outbox row.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
-pub struct OutboxStatus {
-    pub id: i64,
-    pub state: String,
-    pub run_at: DateTime<Utc>,
-    pub attempts: i32,
-    pub uuid: Option<String>,
-    pub last_error_code: Option<String>,
-    pub last_error_message: Option<String>,
-    pub sealed_xml: Option<Vec<u8>>,
-    pub stamped_xml: Option<Vec<u8>>,
-}
-
-/// A claimed outbox row as the claim returns it (`claimed_from` is a nullable column).
+/// A claimed outbox row as the claim returns it (`claimed_from` is set by the claim itself).
 #[derive(sqlx::FromRow)]
 pub(super) struct ClaimedStampRow {
     pub(super) id: i64,
-    pub(super) claimed_from: Option<String>,
+    pub(super) claimed_from: DocumentState,
     pub(super) stamp_key: String,
     pub(super) request_json: String,
     pub(super) sealed_xml: Option<Vec<u8>>,
@@ -326,20 +280,6 @@ pub struct PendingFetch {
     pub event_id: String,
     pub payment_ref: Option<String>,
     pub livemode: Option<bool>,
-    pub attempts: i32,
-}
-
-/// One stored webhook delivery (audit view).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct EventRecord {
-    pub provider: String,
-    pub event_id: String,
-    pub event_type: String,
-    pub status: String,
-    pub reason: Option<String>,
-    pub payment_ref: Option<String>,
-    pub livemode: Option<bool>,
-    pub raw_body: Vec<u8>,
     pub attempts: i32,
 }
 

@@ -17,9 +17,10 @@ use tracing::{info, warn};
 
 use super::Worker;
 use super::send::http_status;
+use crate::domain::CancellationState;
 use crate::pac::{CancelOutcome, CancelRequest, Motivo, StatusOutcome, StatusQuery};
 use crate::store::StoreError;
-use crate::store::worker::{Attempt, ClaimedCancel};
+use crate::store::{Attempt, ClaimedCancel};
 
 /// `EstatusCancelacion` values that end the flow with the CFDI cancelled.
 fn is_cancelled(estatus: &str, estado: Option<&str>) -> bool {
@@ -30,14 +31,14 @@ fn is_cancelled(estatus: &str, estado: Option<&str>) -> bool {
 
 impl Worker {
     pub(super) async fn process_cancel(&self, c: ClaimedCancel) -> Result<(), StoreError> {
-        if c.state == "pending_receiver" {
+        if c.state == CancellationState::PendingReceiver {
             return self.poll_cancel(&c).await;
         }
         let Some(motivo) = Motivo::parse(&c.motivo) else {
             return self
                 .settle_cancel(
                     &c,
-                    "failed",
+                    CancellationState::Failed,
                     None,
                     None,
                     None,
@@ -83,7 +84,7 @@ impl Worker {
                     info!(%code, %estatus, "CFDI cancelled");
                     self.settle_cancel(
                         &c,
-                        "canceled",
+                        CancellationState::Canceled,
                         None,
                         Some(&estatus),
                         Some("Cancelado"),
@@ -100,7 +101,7 @@ impl Worker {
                         .or(Some("En proceso"));
                     self.settle_cancel(
                         &c,
-                        "pending_receiver",
+                        CancellationState::PendingReceiver,
                         Some(run_at),
                         est,
                         None,
@@ -117,7 +118,7 @@ impl Worker {
                 let run_at = self.later(c.attempts, Some(Duration::from_secs(30)));
                 self.settle_cancel(
                     &c,
-                    "retry_scheduled",
+                    CancellationState::RetryScheduled,
                     Some(run_at),
                     None,
                     None,
@@ -130,7 +131,7 @@ impl Worker {
                 warn!(%code, %message, "cancellation refused");
                 self.settle_cancel(
                     &c,
-                    "failed",
+                    CancellationState::Failed,
                     None,
                     None,
                     None,
@@ -147,7 +148,7 @@ impl Worker {
                     return self
                         .settle_cancel(
                             &c,
-                            "failed",
+                            CancellationState::Failed,
                             None,
                             None,
                             None,
@@ -159,7 +160,7 @@ impl Worker {
                 let run_at = self.later(c.attempts, retry_after);
                 self.settle_cancel(
                     &c,
-                    "retry_scheduled",
+                    CancellationState::RetryScheduled,
                     Some(run_at),
                     None,
                     None,
@@ -172,7 +173,7 @@ impl Worker {
                 let run_at = self.later(1, None);
                 self.settle_cancel(
                     &c,
-                    "unknown",
+                    CancellationState::Unknown,
                     Some(run_at),
                     None,
                     None,
@@ -220,15 +221,18 @@ impl Worker {
                 .await?;
                 let (state, run_at) = if is_cancelled(&s.estatus_cancelacion, Some(&s.estado)) {
                     info!(estatus = %s.estatus_cancelacion, "CFDI cancelled");
-                    ("canceled", None)
+                    (CancellationState::Canceled, None)
                 } else if s
                     .estatus_cancelacion
                     .eq_ignore_ascii_case("Solicitud rechazada")
                 {
                     warn!("the receptor rejected the cancellation; the CFDI stays vigente");
-                    ("rejected", None)
+                    (CancellationState::Rejected, None)
                 } else {
-                    ("pending_receiver", Some(next_poll(c.attempts)))
+                    (
+                        CancellationState::PendingReceiver,
+                        Some(next_poll(c.attempts)),
+                    )
                 };
                 let (estatus, estado) = (
                     Some(s.estatus_cancelacion.as_str()),
@@ -249,7 +253,7 @@ impl Worker {
                 .await?;
                 self.settle_cancel(
                     c,
-                    "pending_receiver",
+                    CancellationState::PendingReceiver,
                     Some(next_poll(c.attempts)),
                     None,
                     None,
@@ -264,7 +268,7 @@ impl Worker {
                 let run_at = self.later(c.attempts.min(6), None);
                 self.settle_cancel(
                     c,
-                    "pending_receiver",
+                    CancellationState::PendingReceiver,
                     Some(run_at),
                     None,
                     None,
@@ -280,7 +284,7 @@ impl Worker {
     async fn settle_cancel(
         &self,
         c: &ClaimedCancel,
-        state: &str,
+        state: CancellationState,
         run_at: Option<chrono::DateTime<Utc>>,
         estatus: Option<&str>,
         sat_estado: Option<&str>,

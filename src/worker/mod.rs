@@ -70,7 +70,7 @@ use crate::pac::{self, PacClient};
 use crate::store::Db;
 use prepare::Prepared;
 
-pub use crate::store::worker::UNRESOLVED;
+pub use crate::store::UNRESOLVED;
 pub use retry::RetryPolicy;
 pub use send::DbRouteLog;
 
@@ -133,7 +133,7 @@ pub struct Worker {
     /// When the next claim also looks for rows whose lease expired.
     next_expired_look: prepare::ExpiredLook,
     /// Rows claimed and not sent yet (id → the state claimed from).
-    unsent: Mutex<HashMap<i64, String>>,
+    unsent: Mutex<HashMap<i64, crate::domain::DocumentState>>,
     /// Rows claimed together and sealed, waiting for a slot to send them.
     ready: Mutex<VecDeque<Prepared>>,
     /// Told when a batch has been prepared (or came to nothing).

@@ -13,6 +13,7 @@ use tracing::{error, info, warn};
 use super::Worker;
 use super::prepare::{Next, Prepared};
 use super::settle::Answered;
+use crate::domain::DocumentState;
 use crate::store::StoreError;
 
 /// Calls to the PAC (stamps and cancellations) running right now: the heartbeat reports it, and
@@ -174,7 +175,7 @@ impl Worker {
     }
 
     /// The rows this process claimed but has not sent yet (id → claimed from).
-    pub(super) fn unsent_rows(&self) -> std::sync::MutexGuard<'_, HashMap<i64, String>> {
+    pub(super) fn unsent_rows(&self) -> std::sync::MutexGuard<'_, HashMap<i64, DocumentState>> {
         self.unsent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -183,9 +184,9 @@ impl Worker {
     /// for them, so they need no recovery (a row claimed from an expired lease stays `unknown`).
     pub(super) async fn release_unsent(&self) {
         self.ready_rows().clear();
-        let rows: Vec<(i64, String)> = self.unsent_rows().drain().collect();
+        let rows: Vec<(i64, DocumentState)> = self.unsent_rows().drain().collect();
         for (id, from) in rows {
-            match self.db.release_unsent_stamp(id, &self.id, &from).await {
+            match self.db.release_unsent_stamp(id, &self.id, from).await {
                 Ok(true) => {
                     info!(outbox_id = id, state = %from, "row claimed but never sent: released")
                 }

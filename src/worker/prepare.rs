@@ -12,9 +12,9 @@ use super::Worker;
 use super::pool::Counted;
 use super::settle::Answered;
 use crate::cfdi::{self, InvoiceRequest};
-use crate::domain::StampKey;
+use crate::domain::{DocumentState, StampKey};
+use crate::store::ClaimedStamp;
 use crate::store::StoreError;
-use crate::store::worker::ClaimedStamp;
 
 /// What a claim found.
 pub(super) enum Next {
@@ -50,7 +50,7 @@ impl ExpiredLook {
 pub(super) struct Prepared {
     pub(super) id: i64,
     /// `pending`, `retry_scheduled`, `unknown` or `stamping` (see [`ClaimedStamp`]).
-    pub(super) claimed_from: String,
+    pub(super) claimed_from: DocumentState,
     /// Including this claim.
     pub(super) attempts: i32,
     pub(super) key: StampKey,
@@ -95,7 +95,10 @@ impl Worker {
             .claim_stamps(&self.id, lease_until, now, expired_first, batch)
             .await?;
         if !claimed.is_empty() {
-            if claimed.iter().any(|c| c.claimed_from == "stamping") {
+            if claimed
+                .iter()
+                .any(|c| c.claimed_from == DocumentState::Stamping)
+            {
                 // Where one died, more may have: look again at the next claim.
                 self.next_expired_look.soon();
             }
@@ -103,7 +106,7 @@ impl Worker {
             let mut prepared = self.prepare(claimed).instrument(span).await?;
             // Rows settled while preparing were never to be sent; the rest are, from now.
             self.unsent_rows()
-                .extend(prepared.iter().map(|p| (p.id, p.claimed_from.clone())));
+                .extend(prepared.iter().map(|p| (p.id, p.claimed_from)));
             if prepared.is_empty() {
                 return Ok(Next::Worked);
             }
@@ -223,8 +226,14 @@ impl Worker {
 
     /// Fails a row before its PAC call: no slot waits for its answer.
     async fn fail_unsent(&self, id: i64, code: &str, message: &str) -> Result<(), StoreError> {
-        self.fail(id, "failed", code, message, &mut Answered::nobody())
-            .await
+        self.fail(
+            id,
+            DocumentState::Failed,
+            code,
+            message,
+            &mut Answered::nobody(),
+        )
+        .await
     }
 
     /// Seals on the blocking pool: an RSA signature is CPU work, and the async threads keep

@@ -11,12 +11,12 @@ use super::Worker;
 use super::prepare::Prepared;
 use super::settle::Answered;
 use crate::cfdi::{self, InvoiceRequest};
-use crate::domain::StampKey;
+use crate::domain::{DocumentState, StampKey};
 use crate::pac::{self, AttemptLog, PacClient, Recovery, Route, StampOutcome};
-use crate::store::worker::{Attempt, Settle};
+use crate::store::{Attempt, Settle};
 use crate::store::{Db, StoreError};
 
-use crate::store::worker::UNRESOLVED;
+use crate::store::UNRESOLVED;
 
 /// How long an unresolved outcome is asked for after its window closed: the window's end is
 /// the last moment a send could have stamped it, so this is at least as long after its last
@@ -73,7 +73,10 @@ impl Worker {
         } = p;
         let id = *id;
         let expired = self.past_window(req);
-        let maybe_sent = claimed_from == "unknown" || claimed_from == "stamping";
+        let maybe_sent = matches!(
+            claimed_from,
+            DocumentState::Unknown | DocumentState::Stamping
+        );
         let mut attempts = p.attempts;
         if maybe_sent {
             let t = Instant::now();
@@ -86,7 +89,7 @@ impl Worker {
                 }
                 Recovery::NotFound if expired => {
                     return self
-                        .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC confirms it was never stamped; refreeze it from the admin", req.fecha), answered)
+                        .fail(id, DocumentState::Expired, "WINDOW", &format!("Fecha {} is past the 72-hour window and the PAC confirms it was never stamped; refreeze it from the admin", req.fecha), answered)
                         .await;
                 }
                 Recovery::NotFound => {
@@ -105,7 +108,7 @@ impl Worker {
             }
         } else if expired {
             return self
-                .fail(id, "expired", "WINDOW", &format!("Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin", req.fecha), answered)
+                .fail(id, DocumentState::Expired, "WINDOW", &format!("Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin", req.fecha), answered)
                 .await;
         }
 
@@ -126,16 +129,16 @@ impl Worker {
                     "the stamp key was already used for another document (UUID {}); reconcile before retrying",
                     stamp.uuid
                 );
-                self.fail_logged(id, "failed", "CFDI3307", &msg, a, answered)
+                self.fail_logged(id, DocumentState::Failed, "CFDI3307", &msg, a, answered)
                     .await
             }
             // The PAC's window check: the frozen Fecha is too old to stamp.
             StampOutcome::Rejected { code, message } if code == "401" => {
-                self.fail_logged(id, "expired", code, message, a, answered)
+                self.fail_logged(id, DocumentState::Expired, code, message, a, answered)
                     .await
             }
             StampOutcome::Rejected { code, message } => {
-                self.fail_logged(id, "failed", code, message, a, answered)
+                self.fail_logged(id, DocumentState::Failed, code, message, a, answered)
                     .await
             }
             StampOutcome::Retryable {
@@ -145,13 +148,13 @@ impl Worker {
                 if attempts >= self.cfg.retry.max_attempts {
                     let msg = format!("{attempts} attempts, last: {reason}");
                     return self
-                        .fail_logged(id, "failed", "EXHAUSTED", &msg, a, answered)
+                        .fail_logged(id, DocumentState::Failed, "EXHAUSTED", &msg, a, answered)
                         .await;
                 }
                 let run_at = self.later(attempts, *retry_after);
                 info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
                 let later = Settle::Later {
-                    state: "retry_scheduled",
+                    state: DocumentState::RetryScheduled,
                     run_at,
                     code: None,
                     message: reason,
@@ -164,7 +167,7 @@ impl Worker {
                 let run_at = self.later(1, None);
                 warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
                 let later = Settle::Later {
-                    state: "unknown",
+                    state: DocumentState::Unknown,
                     run_at,
                     code: None,
                     message: reason,
@@ -224,7 +227,7 @@ impl Worker {
         self.settle(
             id,
             Settle::Later {
-                state: "unknown",
+                state: DocumentState::Unknown,
                 run_at,
                 code,
                 message: &message,

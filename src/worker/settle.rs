@@ -8,8 +8,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::Worker;
+use crate::domain::DocumentState;
 use crate::store::StoreError;
-use crate::store::worker::{Attempt, Settle, StampedOutcome};
+use crate::store::{Attempt, Settle, StampedOutcome};
 
 /// Told when a send's PAC calls are over and its outcome is about to be stored (see
 /// [`Worker::slot_loop`]): the slot may start its next call. A send that ends without storing
@@ -118,7 +119,7 @@ impl Worker {
     pub(super) async fn fail(
         &self,
         id: i64,
-        state: &str,
+        state: DocumentState,
         code: &str,
         message: &str,
         answered: &mut Answered,
@@ -130,13 +131,13 @@ impl Worker {
     pub(super) async fn fail_logged(
         &self,
         id: i64,
-        state: &str,
+        state: DocumentState,
         code: &str,
         message: &str,
         attempt: Option<&Attempt<'_>>,
         answered: &mut Answered,
     ) -> Result<(), StoreError> {
-        warn!(state, code, message, "invoice needs a human");
+        warn!(state = %state, code, message, "invoice needs a human");
         let s = Settle::Final {
             state,
             code: Some(code),

@@ -185,7 +185,7 @@ async fn every_form_checks_the_csrf_token(b: Backend) {
         let r = br.post(&path, &[]).await;
         assert_eq!(r.status, 403, "{path} without a token");
     }
-    assert_eq!(doc(&app, failed).await.state, "failed");
+    assert_eq!(doc(&app, failed).await.state.as_str(), "failed");
     assert_eq!(count(&app, "SELECT COUNT(*) FROM cancellations").await, 0);
     assert_eq!(
         count(
@@ -332,7 +332,7 @@ async fn retry_sends_a_rejected_document_back_with_the_same_bytes(b: Backend) {
     assert_eq!(r.status, 303, "{}", r.body);
     assert!(r.location.unwrap().contains("notice=retried"));
     let after = doc(&app, id).await;
-    assert_eq!(after.state, "pending");
+    assert_eq!(after.state.as_str(), "pending");
     assert_eq!(after.sealed_xml.as_deref(), Some(sealed.as_slice()));
     assert_eq!(after.stamp_key, before.stamp_key);
     assert_eq!(after.request_json, before.request_json);
@@ -390,7 +390,11 @@ async fn retry_asks_the_pac_first_when_the_last_call_went_unanswered(b: Backend)
             .await;
         assert_eq!(r.status, 303, "{}", r.body);
         let d = doc(&app, row).await;
-        assert_eq!(d.state, "unknown", "asked for before anything is sent");
+        assert_eq!(
+            d.state.as_str(),
+            "unknown",
+            "asked for before anything is sent"
+        );
         assert!(d.run_at <= Utc::now(), "due now");
         assert!(r.location.unwrap_or_default().contains("notice=asked"));
     }
@@ -410,7 +414,9 @@ async fn retry_asks_the_pac_first_when_the_last_call_went_unanswered(b: Backend)
             .expect("worker")
             .start(tokio_util::sync::CancellationToken::new(), None);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while doc(&app, id).await.state != "stamped" || doc(&app, waiting).await.state != "stamped" {
+    while doc(&app, id).await.state.as_str() != "stamped"
+        || doc(&app, waiting).await.state.as_str() != "stamped"
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{:?}",
@@ -466,9 +472,9 @@ async fn bulk_retry_takes_every_selected_rejected_document(b: Backend) {
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    assert_eq!(doc(&app, a).await.state, "pending");
-    assert_eq!(doc(&app, c).await.state, "pending");
-    assert_eq!(doc(&app, untouched).await.state, "failed");
+    assert_eq!(doc(&app, a).await.state.as_str(), "pending");
+    assert_eq!(doc(&app, c).await.state.as_str(), "pending");
+    assert_eq!(doc(&app, untouched).await.state.as_str(), "failed");
     let none = br
         .post("/admin/invoices/retry", &[("csrf", &csrf), ("ids", &a_s)])
         .await;

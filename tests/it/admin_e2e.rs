@@ -84,7 +84,7 @@ async fn an_admin_retries_a_rejected_invoice_and_sees_it_stamped() {
         "no worker stamped document #{id} within {STAMP_WAIT_SECONDS} s (state {})",
         row.state
     );
-    assert_eq!(row.state, "stamped");
+    assert_eq!(row.state.as_str(), "stamped");
     let uuid = row.uuid.expect("uuid");
     assert!(d.page_text().await.contains(&uuid));
     pool.shutdown().await;
@@ -179,7 +179,7 @@ async fn screenshots_of_the_main_pages() {
     assert!(text.contains("Reconciliation finished"), "{text}");
     assert!(text.contains("adopted by reconciliation"), "{text}");
     d.screenshot("reconcile").await;
-    assert_eq!(doc(&app, lost).await.state, "stamped");
+    assert_eq!(doc(&app, lost).await.state.as_str(), "stamped");
 
     d.click(&d.link("Dashboard").await).await;
     d.wait_text("Last errors").await;

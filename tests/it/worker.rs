@@ -5,10 +5,11 @@ use crate::support;
 
 use std::time::Duration;
 
-use autofactura::domain::StampKey;
+use crate::support::rows::{attempts_per_worker, outbox_status};
+use autofactura::domain::{DocumentState, StampKey};
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
-use autofactura::store::worker::OutboxStatus;
+use autofactura::store::DocFull;
 use autofactura::webhooks::stripe;
 use autofactura::worker::{self, Pool, Services};
 use serde_json::Value;
@@ -83,13 +84,8 @@ impl Rig {
         StampKey::derive("stripe", pi, "ingreso").to_string()
     }
 
-    async fn row(&self, key: &str) -> OutboxStatus {
-        self.app
-            .db
-            .outbox_status(key)
-            .await
-            .expect("db")
-            .expect("outbox row")
+    async fn row(&self, key: &str) -> DocFull {
+        outbox_status(&self.app.db, key).await.expect("outbox row")
     }
 
     /// Waits until the sandbox has stamped `key` (its answer may still be on its way).
@@ -106,7 +102,7 @@ impl Rig {
 
     /// Waits until the worker has asked the PAC about the row `n` times without an answer,
     /// checking at each look that the row stayed `unknown` (or in a call).
-    async fn wait_unresolved_asks(&self, key: &str, n: usize) -> OutboxStatus {
+    async fn wait_unresolved_asks(&self, key: &str, n: usize) -> DocFull {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let row = self.row(key).await;
@@ -117,7 +113,7 @@ impl Rig {
             );
             let log = self.app.db.attempts_of(row.id).await.expect("attempts");
             let asks = log.iter().filter(|a| a.outcome == "unresolved").count();
-            if asks >= n && row.state == "unknown" {
+            if asks >= n && row.state.as_str() == "unknown" {
                 return row;
             }
             assert!(
@@ -152,7 +148,7 @@ impl Rig {
 
     /// Waits until the row is stamped (or fails the test after `secs`), then checks that the PAC
     /// stamped it exactly once (`why`), with the UUID the row records.
-    async fn wait_stamped_once(&self, key: &str, secs: u64, why: &str) -> OutboxStatus {
+    async fn wait_stamped_once(&self, key: &str, secs: u64, why: &str) -> DocFull {
         let row = self.wait_state(key, "stamped", secs).await;
         let stamps = self.stamps_for(key).await;
         assert_eq!(stamps.len(), 1, "{why}: {stamps:?}");
@@ -161,11 +157,11 @@ impl Rig {
     }
 
     /// Waits until the row reaches `state` (or fails the test after `secs`).
-    async fn wait_state(&self, key: &str, state: &str, secs: u64) -> OutboxStatus {
+    async fn wait_state(&self, key: &str, state: &str, secs: u64) -> DocFull {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         loop {
             let row = self.row(key).await;
-            if row.state == state {
+            if row.state.as_str() == state {
                 return row;
             }
             assert!(
@@ -179,7 +175,7 @@ impl Rig {
 }
 
 /// A row without its XML, for failure messages.
-fn brief(r: &OutboxStatus) -> String {
+fn brief(r: &DocFull) -> String {
     format!(
         "#{} {} attempts={} uuid={:?} code={:?} message={:?} run_at={}",
         r.id, r.state, r.attempts, r.uuid, r.last_error_code, r.last_error_message, r.run_at
@@ -217,6 +213,9 @@ async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
         ("stamp", "stamped")
     );
     assert_eq!(attempts[0].pac, "sandbox");
+    let db = &rig.app.db;
+    assert_eq!(db.outbox_count(DocumentState::Stamped).await.ok(), Some(1));
+    assert_eq!(db.outbox_count(DocumentState::Pending).await.ok(), Some(0));
     let list = rig.app.invoices().await;
     assert!(
         list.iter()
@@ -275,7 +274,7 @@ async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
         let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
         if let Some(a) = log.iter().find(|a| a.http_status == Some(429)) {
             let r = rig.row(&key).await;
-            assert_eq!(r.state, "retry_scheduled");
+            assert_eq!(r.state.as_str(), "retry_scheduled");
             assert!(
                 r.run_at >= a.at + chrono::Duration::milliseconds(2900),
                 "Retry-After 3 s honoured: {r:?} after {a:?}"
@@ -492,7 +491,7 @@ async fn an_outcome_unresolved_past_its_asking_period_is_asked_daily_and_listed(
         assert!(tokio::time::Instant::now() < deadline, "{row:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(row.state, "unknown");
+    assert_eq!(row.state.as_str(), "unknown");
     assert_eq!(
         row.last_error_code.as_deref(),
         Some(worker::UNRESOLVED),
@@ -599,12 +598,8 @@ async fn a_key_already_used_for_other_content_fails_with_cfdi3307(b: Backend) {
     pool.shutdown().await;
 }
 
-fn attempt<'a>(
-    id: i64,
-    operation: &'a str,
-    outcome: &'a str,
-) -> autofactura::store::worker::Attempt<'a> {
-    autofactura::store::worker::Attempt {
+fn attempt<'a>(id: i64, operation: &'a str, outcome: &'a str) -> autofactura::store::Attempt<'a> {
+    autofactura::store::Attempt {
         outbox_id: Some(id),
         cancellation_id: None,
         operation,
@@ -694,14 +689,17 @@ async fn migration_7_reopens_rows_given_up_while_their_outcome_was_unknown(b: Ba
             "#{id}"
         );
     }
-    assert_eq!(fx::doc(app, expired_confirmed).await.state, "expired");
-    assert_eq!(fx::doc(app, rejected).await.state, "failed");
+    assert_eq!(
+        fx::doc(app, expired_confirmed).await.state.as_str(),
+        "expired"
+    );
+    assert_eq!(fx::doc(app, rejected).await.state.as_str(), "failed");
 
     // The worker asks the PAC about the reopened ones before anything else.
     let (pool, _s) = rig.pool().await;
     for id in [gave_up, expired_open] {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while fx::doc(app, id).await.state != "stamped" {
+        while fx::doc(app, id).await.state.as_str() != "stamped" {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "{:?}",
@@ -834,7 +832,7 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
     pool.shutdown().await;
     drop(s);
     let row = rig.row(&key).await;
-    assert_eq!(row.state, "unknown", "{row:?}");
+    assert_eq!(row.state.as_str(), "unknown", "{row:?}");
     rig.set_faults("").await;
     let (pool, _s) = rig.pool().await;
     rig.wait_stamped_once(&key, 20, "one stamp").await;
@@ -866,7 +864,7 @@ async fn one_stop_ends_the_servers_and_the_pool(b: Backend) {
         .expect("stopped in time")
         .expect("no panic")
         .expect("stopped cleanly");
-    assert_eq!(rig.row(&key).await.state, "unknown");
+    assert_eq!(rig.row(&key).await.state.as_str(), "unknown");
     assert!(
         rig.http.get(&health).send().await.is_err(),
         "listener closed"
@@ -888,7 +886,7 @@ async fn shutdown_gives_back_a_row_prepared_but_never_sent(b: Backend) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let row = rig.row(&second).await;
-        if row.state == "stamping" && row.sealed_xml.is_some() {
+        if row.state.as_str() == "stamping" && row.sealed_xml.is_some() {
             break;
         }
         assert!(
@@ -900,7 +898,7 @@ async fn shutdown_gives_back_a_row_prepared_but_never_sent(b: Backend) {
     pool.shutdown().await;
     drop(s);
     let (a, b_row) = (rig.row(&first).await, rig.row(&second).await);
-    assert_eq!(a.state, "unknown", "{a:?}");
+    assert_eq!(a.state.as_str(), "unknown", "{a:?}");
     assert_eq!(
         (b_row.state.as_str(), b_row.attempts),
         ("pending", 0),
@@ -1023,7 +1021,7 @@ async fn wait_cancel(rig: &Rig, id: i64, state: &str) -> autofactura::store::Can
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let c = rig.app.db.cancellation(id).await.expect("db").expect("row");
-        if c.state == state {
+        if c.state.as_str() == state {
             return c;
         }
         assert!(
@@ -1048,7 +1046,7 @@ async fn a_cancellation_without_acceptance_is_sent_and_ends_cancelled(b: Backend
         "the acuse is kept: {c:?}"
     );
     assert!(c.estatus_cancelacion.is_some(), "{c:?}");
-    assert_eq!(rig.row(&key).await.state, "canceled");
+    assert_eq!(rig.row(&key).await.state.as_str(), "canceled");
     let log = rig
         .app
         .db
@@ -1096,7 +1094,7 @@ async fn a_cancellation_needing_acceptance_waits_for_the_receptor(b: Backend) {
     let c = wait_cancel(&rig, id, "pending_receiver").await;
     assert!(c.acuse_xml.is_some(), "{c:?}");
     assert_eq!(
-        rig.row(&key).await.state,
+        rig.row(&key).await.state.as_str(),
         "stamped",
         "still vigente while the receptor decides"
     );
@@ -1113,7 +1111,7 @@ async fn a_cancellation_needing_acceptance_waits_for_the_receptor(b: Backend) {
     assert!(r.status().is_success(), "{}", r.status());
     let c = wait_cancel(&rig, id, "canceled").await;
     assert_eq!(c.sat_estado.as_deref(), Some("Cancelado"), "{c:?}");
-    assert_eq!(rig.row(&key).await.state, "canceled");
+    assert_eq!(rig.row(&key).await.state.as_str(), "canceled");
     pool.shutdown().await;
 }
 
@@ -1229,7 +1227,7 @@ async fn two_pools_on_one_postgresql_stamp_a_thousand_rows_exactly_once() {
     }
     // Both pools took part (neither was starved).
     let ids = [sa.worker.id.clone(), sb.worker.id.clone()];
-    let per_worker = rig.app.db.attempts_per_worker().await.expect("per worker");
+    let per_worker = attempts_per_worker(&rig.app.db).await;
     for id in &ids {
         let c = per_worker.iter().find(|(w, _)| w == id).map_or(0, |x| x.1);
         assert!(c > 0, "pool {id} stamped nothing: {per_worker:?}");

@@ -309,7 +309,7 @@ pub async fn mark_state(app: &TestApp, id: i64, state: &str) {
 /// unanswered, the row `unknown`, due at `run_at`.
 pub async fn mark_unknown(app: &TestApp, id: i64, run_at: chrono::DateTime<Utc>) {
     app.db
-        .log_attempt(&autofactura::store::worker::Attempt {
+        .log_attempt(&autofactura::store::Attempt {
             outbox_id: Some(id),
             cancellation_id: None,
             operation: "stamp",

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod pg;
+pub mod rows;
 pub mod sim;
 pub mod webdriver;
 
@@ -213,8 +214,8 @@ impl TestApp {
             .expect("list invoices")
     }
 
-    pub async fn events(&self) -> Vec<store::EventRecord> {
-        self.db.list_events().await.expect("list events")
+    pub async fn events(&self) -> Vec<store::NewEvent> {
+        rows::events(&self.db).await
     }
 }
 

@@ -1,0 +1,162 @@
+//! The states a document and a cancellation go through, and the kinds of document, as types.
+//! Each has ONE spelling, [`as_str`](DocumentState::as_str), which is what the database stores
+//! and what the admin and the API show; the store reads and binds them through it (its
+//! `sqlx` impls are in `store/exec.rs`), and nothing else spells them.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A stored text that names no value of the type it was read as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a {what}")]
+pub struct UnknownText {
+    pub what: &'static str,
+    pub text: String,
+}
+
+/// An enum spelled as text: its values, each with its one spelling, plus `FromStr` and
+/// `Display` through that spelling.
+macro_rules! spelled {
+    ($(#[$m:meta])* $name:ident ($what:literal) { $($(#[$vm:meta])* $v:ident = $s:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $v,)* }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+
+            /// The one spelling: stored in the database, shown by the admin and the API.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$v => $s,)* }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownText;
+            fn from_str(s: &str) -> Result<Self, UnknownText> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| UnknownText {
+                    what: $what,
+                    text: s.to_owned(),
+                })
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    };
+}
+
+spelled! {
+    /// The state of an outbox row: README's table of invoice states.
+    DocumentState ("document state") {
+        /// Frozen, waiting for a worker.
+        Pending = "pending",
+        /// A worker holds its lease and is talking to the PAC.
+        Stamping = "stamping",
+        /// The PAC did not process it; tried again later.
+        RetryScheduled = "retry_scheduled",
+        /// The PAC may have stamped it: asked by key before anything is sent again. Never final.
+        Unknown = "unknown",
+        Stamped = "stamped",
+        /// The PAC definitely did not stamp it (rejected, or definite retries ran out).
+        Failed = "failed",
+        /// Past SAT's 72-hour window, and the PAC confirmed it holds no stamp.
+        Expired = "expired",
+        /// An API invoice that ended without a stamp and whose idempotency key or folio was
+        /// taken again.
+        Superseded = "superseded",
+        /// It could not become a request to stamp as it is.
+        NeedsAttention = "needs_attention",
+        /// Cancelled at SAT.
+        Canceled = "canceled",
+    }
+}
+
+impl DocumentState {
+    /// States that ended without a stamp, for sure: the PAC rejected it or confirmed it holds
+    /// no stamp of it (the worker keeps any outcome it could not confirm `unknown`). Only these
+    /// release the idempotency key of an API invoice, and an explicitly requested folio with
+    /// it; a key whose invoice was stamped, or may have been, is never released.
+    pub const RELEASED: &'static [DocumentState] = &[Self::Failed, Self::Expired, Self::Superseded];
+
+    /// Whether it ended without a stamp for sure (see [`DocumentState::RELEASED`]).
+    pub fn released(self) -> bool {
+        Self::RELEASED.contains(&self)
+    }
+
+    /// States a worker claims from (due ones).
+    pub fn claimable(self) -> bool {
+        matches!(self, Self::Pending | Self::RetryScheduled | Self::Unknown)
+    }
+}
+
+spelled! {
+    /// The state of a cancellation request.
+    CancellationState ("cancellation state") {
+        /// Frozen, due to be sent.
+        Requested = "requested",
+        Sending = "sending",
+        RetryScheduled = "retry_scheduled",
+        /// The PAC may have received it: asked again before anything else.
+        Unknown = "unknown",
+        /// The receptor must accept; SAT is polled.
+        PendingReceiver = "pending_receiver",
+        Canceled = "canceled",
+        /// SAT or the receptor refused it.
+        Rejected = "rejected",
+        Failed = "failed",
+    }
+}
+
+impl CancellationState {
+    /// States that are still moving.
+    pub const IN_PROCESS: &'static [CancellationState] = &[
+        Self::Requested,
+        Self::Sending,
+        Self::RetryScheduled,
+        Self::Unknown,
+        Self::PendingReceiver,
+    ];
+
+    /// Whether a new request for the same UUID may take the row over.
+    pub fn may_ask_again(self) -> bool {
+        matches!(self, Self::Rejected | Self::Failed)
+    }
+}
+
+spelled! {
+    /// What kind of comprobante an outbox row holds. Only ingresos are issued so far.
+    DocumentKind ("document kind") {
+        Ingreso = "ingreso",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_reads_back_as_its_value() {
+        for s in DocumentState::ALL {
+            assert_eq!(s.as_str().parse::<DocumentState>(), Ok(*s));
+        }
+        for s in CancellationState::ALL {
+            assert_eq!(s.as_str().parse::<CancellationState>(), Ok(*s));
+        }
+        assert_eq!("ingreso".parse::<DocumentKind>(), Ok(DocumentKind::Ingreso));
+        assert!("STAMPED".parse::<DocumentState>().is_err());
+        assert_eq!(
+            serde_json::to_string(&DocumentState::RetryScheduled).ok(),
+            Some("\"retry_scheduled\"".to_owned())
+        );
+    }
+}

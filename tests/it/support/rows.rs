@@ -1,0 +1,91 @@
+//! Reads only the tests make (the appliance never needs them): rows read straight from the
+//! tables, on either backend.
+
+use autofactura::store::{Db, DocFull, NewEvent};
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+
+/// A value bound to a test query.
+pub enum Bind<'a> {
+    Str(&'a str),
+    I64(i64),
+}
+
+/// Every row of `sql` (`$n` placeholders, bound from `binds` in order), on either backend.
+pub async fn fetch_rows<T>(db: &Db, sql: &str, binds: &[Bind<'_>]) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, SqliteRow> + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    macro_rules! run {
+        ($pool:expr) => {{
+            let mut q = sqlx::query_as::<_, T>(sqlx::AssertSqlSafe(sql.to_owned()));
+            for b in binds {
+                q = match b {
+                    Bind::Str(s) => q.bind(*s),
+                    Bind::I64(n) => q.bind(*n),
+                };
+            }
+            q.fetch_all($pool).await.expect(sql)
+        }};
+    }
+    match db {
+        Db::Sqlite { pool, .. } => run!(pool),
+        Db::Postgres(pool) => run!(pool),
+    }
+}
+
+/// One outbox row by its stamp key (the store reads documents by id).
+pub async fn outbox_status(db: &Db, stamp_key: &str) -> Option<DocFull> {
+    let ids: Vec<(i64,)> = fetch_rows(
+        db,
+        "SELECT id FROM outbox WHERE stamp_key = $1",
+        &[Bind::Str(stamp_key)],
+    )
+    .await;
+    let (id,) = ids.into_iter().next()?;
+    db.document(id).await.expect("read the document")
+}
+
+/// Every stored delivery, oldest first, as it was recorded.
+pub async fn events(db: &Db) -> Vec<NewEvent> {
+    fetch_rows(
+        db,
+        "SELECT provider, event_id, event_type, status, reason, payment_ref, livemode, \
+         api_version, account, headers_json, raw_body, next_attempt_at FROM webhook_events \
+         ORDER BY id",
+        &[],
+    )
+    .await
+}
+
+/// One merchant webhook.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct WebhookRow {
+    pub id: i64,
+    pub event_type: String,
+    pub state: String,
+    pub attempts: i32,
+    pub payload: Option<String>,
+}
+
+/// The merchant webhooks of an API invoice, oldest first.
+pub async fn api_webhooks_of(db: &Db, invoice_id: i64) -> Vec<WebhookRow> {
+    fetch_rows(
+        db,
+        "SELECT id, event_type, state, attempts, payload FROM api_webhook_outbox \
+         WHERE invoice_id = $1 ORDER BY id",
+        &[Bind::I64(invoice_id)],
+    )
+    .await
+}
+
+/// Stamp attempts per worker process: how the work was shared.
+pub async fn attempts_per_worker(db: &Db) -> Vec<(String, i64)> {
+    fetch_rows(
+        db,
+        "SELECT COALESCE(worker, '') AS worker, COUNT(*) AS n FROM pac_attempts \
+         WHERE operation = 'stamp' GROUP BY worker ORDER BY worker",
+        &[],
+    )
+    .await
+}
