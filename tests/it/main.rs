@@ -20,6 +20,7 @@ mod cfdi_props;
 mod cli_e2e;
 mod fuzz_regressions;
 mod internet;
+mod layout;
 mod pac;
 mod secrets_in_logs;
 mod security;
