@@ -375,7 +375,7 @@ pub async fn sat_status(
             "not_found",
             format!("SAT does not know it (yet): {codigo_estatus}"),
         ),
-        StatusOutcome::Unavailable { reason } => (
+        StatusOutcome::Unavailable { reason, .. } => (
             "unresolved",
             format!("indeterminado: the status service did not answer ({reason})"),
         ),

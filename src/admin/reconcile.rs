@@ -105,7 +105,7 @@ pub async fn recover(
     let (outcome, message, uuid) = match &recovery {
         Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
         Recovery::NotFound => ("not_found", None, None),
-        Recovery::Unresolved { reason } => ("unresolved", Some(reason.as_str()), None),
+        Recovery::Unresolved { reason, .. } => ("unresolved", Some(reason.as_str()), None),
     };
     db.log_admin_pac_call(&AdminPacCall {
         outbox_id: Some(outbox_id),
@@ -235,7 +235,7 @@ pub async fn run(
                 settle(db, &mut report, g.outbox_id, g.generation, &stamp, actor).await?;
             }
             Recovery::NotFound => {}
-            Recovery::Unresolved { reason } => report.unresolved.push((g.outbox_id, reason)),
+            Recovery::Unresolved { reason, .. } => report.unresolved.push((g.outbox_id, reason)),
         }
     }
 

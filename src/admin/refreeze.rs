@@ -240,7 +240,7 @@ pub async fn refreeze(
                     .await?;
                 return Ok(back_to_document(&d, "adopted"));
             }
-            Recovery::Unresolved { reason } => {
+            Recovery::Unresolved { reason, .. } => {
                 return again(
                     format!(
                         "Not refrozen: the PAC could not confirm that the current document was never stamped ({reason}). Try again later."

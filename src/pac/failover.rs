@@ -138,10 +138,7 @@ impl Failover {
             Err(e) => {
                 return (
                     Route::Primary,
-                    StampOutcome::Retryable {
-                        reason: format!("attempt log: {e}"),
-                        retry_after: None,
-                    },
+                    StampOutcome::retryable(format!("attempt log: {e}"), None),
                 );
             }
         };
@@ -156,57 +153,46 @@ impl Failover {
                 Recovery::NotFound => {
                     primary_said = "recover at the primary found nothing".to_owned()
                 }
-                Recovery::Unresolved { reason } => {
-                    return (
-                        Route::Primary,
-                        StampOutcome::Unknown {
-                            reason: format!(
-                                "an earlier send to the primary is unresolved: {reason}"
-                            ),
-                        },
-                    );
+                Recovery::Unresolved {
+                    reason,
+                    http_status,
+                } => {
+                    let reason = format!("an earlier send to the primary is unresolved: {reason}");
+                    return (Route::Primary, StampOutcome::unknown(reason, http_status));
                 }
             }
         } else {
             if let Err(e) = log.before_send(key, Route::Primary).await {
                 return (
                     Route::Primary,
-                    StampOutcome::Retryable {
-                        reason: format!("attempt log: {e}"),
-                        retry_after: None,
-                    },
+                    StampOutcome::retryable(format!("attempt log: {e}"), None),
                 );
             }
             match Box::pin(self.primary.stamp(xml, key)).await {
                 StampOutcome::Retryable { reason, .. } => primary_said = reason,
-                StampOutcome::Unknown { reason } => {
-                    match Box::pin(self.primary.recover_by_key(xml, key)).await {
-                        Recovery::Found(s) => return (Route::Primary, found(s, xml)),
-                        Recovery::NotFound => {
-                            primary_said = format!("{reason}; recover found nothing")
-                        }
-                        Recovery::Unresolved { reason: r } => {
-                            return (
-                                Route::Primary,
-                                StampOutcome::Unknown {
-                                    reason: format!("{reason}; recover: {r}"),
-                                },
-                            );
-                        }
+                StampOutcome::Unknown {
+                    reason,
+                    http_status,
+                } => match Box::pin(self.primary.recover_by_key(xml, key)).await {
+                    Recovery::Found(s) => return (Route::Primary, found(s, xml)),
+                    Recovery::NotFound => primary_said = format!("{reason}; recover found nothing"),
+                    Recovery::Unresolved {
+                        reason: r,
+                        http_status: recover_status,
+                    } => {
+                        // The first status in the combined text, as the log always read it.
+                        let reason = format!("{reason}; recover: {r}");
+                        let status = http_status.or(recover_status);
+                        return (Route::Primary, StampOutcome::unknown(reason, status));
                     }
-                }
+                },
                 other => return (Route::Primary, other),
             }
         }
         tracing::warn!(key = %key, primary = %primary_said, "the primary PAC did not stamp; failing over to the backup");
         if let Err(e) = log.before_send(key, Route::Backup).await {
-            return (
-                Route::Backup,
-                StampOutcome::Retryable {
-                    reason: format!("attempt log: {e}"),
-                    retry_after: None,
-                },
-            );
+            let out = StampOutcome::retryable(format!("attempt log: {e}"), None);
+            return (Route::Backup, out);
         }
         (Route::Backup, Box::pin(self.backup.stamp(xml, key)).await)
     }
@@ -226,15 +212,15 @@ impl Failover {
                 if let Err(e) = log.before_send(key, r).await {
                     return (
                         r,
-                        StampOutcome::Retryable {
-                            reason: format!("attempt log: {e}"),
-                            retry_after: None,
-                        },
+                        StampOutcome::retryable(format!("attempt log: {e}"), None),
                     );
                 }
                 (r, Box::pin(self.pac(r).stamp(xml, key)).await)
             }
-            Recovery::Unresolved { reason } => (r, StampOutcome::Unknown { reason }),
+            Recovery::Unresolved {
+                reason,
+                http_status,
+            } => (r, StampOutcome::unknown(reason, http_status)),
         }
     }
 
@@ -252,9 +238,7 @@ impl Failover {
                 self.recover_by_key(xml, key, &[Route::Primary]).await
             }
             Ok(routes) => self.recover_by_key(xml, key, &routes).await,
-            Err(e) => Recovery::Unresolved {
-                reason: format!("attempt log: {e}"),
-            },
+            Err(e) => Recovery::unresolved(format!("attempt log: {e}"), None),
         }
     }
 
@@ -272,13 +256,10 @@ impl Failover {
             match Box::pin(self.pac(r).recover_by_key(xml, key)).await {
                 Recovery::Found(s) => return Recovery::Found(s),
                 Recovery::NotFound => {}
-                Recovery::Unresolved { reason } => unresolved = Some(reason),
+                u @ Recovery::Unresolved { .. } => unresolved = Some(u),
             }
         }
-        match unresolved {
-            Some(reason) => Recovery::Unresolved { reason },
-            None => Recovery::NotFound,
-        }
+        unresolved.unwrap_or(Recovery::NotFound)
     }
 
     pub async fn recover_by_uuid(&self, uuid: &str, rfc_emisor: &str) -> Recovery {
@@ -290,9 +271,7 @@ impl Failover {
             ) {
                 (Recovery::Found(s), _) => Recovery::Found(s),
                 (Recovery::NotFound, Recovery::NotFound) => Recovery::NotFound,
-                (Recovery::Unresolved { reason }, _) | (_, Recovery::Unresolved { reason }) => {
-                    Recovery::Unresolved { reason }
-                }
+                (u @ Recovery::Unresolved { .. }, _) | (_, u @ Recovery::Unresolved { .. }) => u,
                 (Recovery::NotFound, Recovery::Found(s)) => Recovery::Found(s),
             },
         }

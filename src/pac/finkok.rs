@@ -14,7 +14,7 @@ use quick_xml::escape::escape;
 use super::sat::{StatusOutcome, StatusQuery, find, parse_status, text_of};
 use super::{
     CancelOutcome, CancelRequest, PacConfig, PacError, Recovery, Stamp, StampOutcome, Transport,
-    http_client, refused_status, retry_after, transport_error,
+    http_client, http_status, refused_status, retry_after, transport_error,
 };
 use crate::cfdi::dom::{Element, Node};
 
@@ -41,11 +41,42 @@ pub struct FinkokClient {
 enum Soap {
     /// The parsed SOAP body of a 200 answer.
     Body(Element),
+    /// `http_status` in both: the answer's, when one came, for the attempt log.
     Refused {
         reason: String,
         retry_after: Option<Duration>,
+        http_status: Option<u16>,
     },
-    Lost(String),
+    Lost {
+        reason: String,
+        http_status: Option<u16>,
+    },
+}
+
+impl Soap {
+    fn lost(reason: String, http_status: Option<u16>) -> Self {
+        Self::Lost {
+            reason,
+            http_status,
+        }
+    }
+
+    /// The body, or why there is none (for lookups, where refused and lost are both just
+    /// "no answer").
+    fn body(self) -> Result<Element, (String, Option<u16>)> {
+        match self {
+            Soap::Body(r) => Ok(r),
+            Soap::Refused {
+                reason,
+                http_status,
+                ..
+            }
+            | Soap::Lost {
+                reason,
+                http_status,
+            } => Err((reason, http_status)),
+        }
+    }
 }
 
 /// One incidencia: `CodigoError` and `MensajeIncidencia`.
@@ -126,11 +157,15 @@ impl FinkokClient {
             Ok(r) => r,
             Err(e) => {
                 return match transport_error(&e) {
-                    Transport::Refused(reason) => Soap::Refused {
+                    Transport::Refused {
+                        reason,
+                        http_status,
+                    } => Soap::Refused {
                         reason,
                         retry_after: None,
+                        http_status,
                     },
-                    Transport::Lost(reason) => Soap::Lost(reason),
+                    Transport::Lost(reason) => Soap::lost(reason, None),
                 };
             }
         };
@@ -138,23 +173,29 @@ impl FinkokClient {
         let headers = res.headers().clone();
         let body = match res.bytes().await {
             Ok(b) => b,
-            Err(e) => return Soap::Lost(format!("the answer was cut off: {e}")),
+            Err(e) => return Soap::lost(format!("the answer was cut off: {e}"), None),
         };
         if refused_status(status) {
             return Soap::Refused {
                 reason: format!("HTTP {status}"),
                 retry_after: retry_after(&headers),
+                http_status: http_status(status),
             };
         }
         let root = match Element::parse(&body) {
             Ok(r) => r,
-            Err(e) => return Soap::Lost(format!("HTTP {status} with an unreadable body: {e}")),
+            Err(e) => {
+                let reason = format!("HTTP {status} with an unreadable body: {e}");
+                return Soap::lost(reason, http_status(status));
+            }
         };
         if let Some(fault) = find(&root, "Fault") {
-            return Soap::Lost(format!("SOAP fault: {}", fault.text_content().trim()));
+            // The fault's text is Finkok's; the status is not in it (nor in the log).
+            let reason = format!("SOAP fault: {}", fault.text_content().trim());
+            return Soap::lost(reason, None);
         }
         if !status.is_success() {
-            return Soap::Lost(format!("HTTP {status}"));
+            return Soap::lost(format!("HTTP {status}"), http_status(status));
         }
         Soap::Body(root)
     }
@@ -173,18 +214,21 @@ impl FinkokClient {
             Soap::Refused {
                 reason,
                 retry_after,
+                http_status,
             } => {
                 return StampOutcome::Retryable {
                     reason,
                     retry_after,
+                    http_status,
                 };
             }
-            Soap::Lost(reason) => return StampOutcome::Unknown { reason },
+            Soap::Lost {
+                reason,
+                http_status,
+            } => return StampOutcome::unknown(reason, http_status),
         };
         let Some(result) = find(&root, "stampResult") else {
-            return StampOutcome::Unknown {
-                reason: "the answer has no stampResult".into(),
-            };
+            return StampOutcome::unknown("the answer has no stampResult", None);
         };
         let stamped_xml = text_of(result, "xml").unwrap_or_default();
         match incidencia(result) {
@@ -204,20 +248,23 @@ impl FinkokClient {
                         same_content: stamp.belongs_to(xml),
                         stamp,
                     },
-                    Recovery::NotFound => StampOutcome::Unknown {
-                        reason: format!("{code} {message}, and `stamped` still answers 603"),
-                    },
-                    Recovery::Unresolved { reason } => StampOutcome::Unknown {
-                        reason: format!("{code} {message}; stamped: {reason}"),
-                    },
+                    Recovery::NotFound => StampOutcome::unknown(
+                        format!("{code} {message}, and `stamped` still answers 603"),
+                        None,
+                    ),
+                    Recovery::Unresolved {
+                        reason,
+                        http_status,
+                    } => StampOutcome::unknown(
+                        format!("{code} {message}; stamped: {reason}"),
+                        http_status,
+                    ),
                 }
             }
-            Some((code, message)) if !code.is_empty() => StampOutcome::Rejected { code, message },
+            Some((code, message)) if !code.is_empty() => StampOutcome::rejected(code, message),
             _ => match Stamp::from_xml(stamped_xml.into_bytes()) {
                 Ok(s) => StampOutcome::Stamped(s),
-                Err(e) => StampOutcome::Unknown {
-                    reason: format!("no incidencia and no stamp: {e}"),
-                },
+                Err(e) => StampOutcome::unknown(format!("no incidencia and no stamp: {e}"), None),
             },
         }
     }
@@ -227,32 +274,25 @@ impl FinkokClient {
         let root = match self
             .call("stamp", NS_STAMP, "stamped", &Self::xml_param(xml))
             .await
+            .body()
         {
-            Soap::Body(r) => r,
-            Soap::Refused { reason, .. } | Soap::Lost(reason) => {
-                return Recovery::Unresolved { reason };
-            }
+            Ok(r) => r,
+            Err((reason, http_status)) => return Recovery::unresolved(reason, http_status),
         };
         let Some(result) = find(&root, "stampedResult") else {
-            return Recovery::Unresolved {
-                reason: "the answer has no stampedResult".into(),
-            };
+            return Recovery::unresolved("the answer has no stampedResult", None);
         };
         let stamped_xml = text_of(result, "xml").unwrap_or_default();
         if !stamped_xml.is_empty() {
             return match Stamp::from_xml(stamped_xml.into_bytes()) {
                 Ok(s) => Recovery::Found(s),
-                Err(reason) => Recovery::Unresolved { reason },
+                Err(reason) => Recovery::unresolved(reason, None),
             };
         }
         match incidencia(result) {
             Some((code, _)) if code == "603" => Recovery::NotFound,
-            Some((code, message)) => Recovery::Unresolved {
-                reason: format!("{code} {message}"),
-            },
-            None => Recovery::Unresolved {
-                reason: "neither a stamp nor an incidencia".into(),
-            },
+            Some((code, message)) => Recovery::unresolved(format!("{code} {message}"), None),
+            None => Recovery::unresolved("neither a stamp nor an incidencia", None),
         }
     }
 
@@ -286,16 +326,15 @@ impl FinkokClient {
         let root = match self
             .call("utilities", NS_UTILITIES, "get_xml", &params)
             .await
+            .body()
         {
-            Soap::Body(r) => r,
-            Soap::Refused { reason, .. } | Soap::Lost(reason) => {
-                return Recovery::Unresolved { reason };
-            }
+            Ok(r) => r,
+            Err((reason, http_status)) => return Recovery::unresolved(reason, http_status),
         };
         match text_of(&root, "xml").filter(|x| !x.is_empty()) {
             Some(x) => match Stamp::from_xml(x.into_bytes()) {
                 Ok(s) => Recovery::Found(s),
-                Err(reason) => Recovery::Unresolved { reason },
+                Err(reason) => Recovery::unresolved(reason, None),
             },
             None => Recovery::NotFound,
         }
@@ -304,11 +343,10 @@ impl FinkokClient {
     /// `cancel(UUIDS, taxpayer_id, cer, key, store_pending)`.
     pub async fn cancel(&self, req: &CancelRequest) -> CancelOutcome {
         let Some(csd) = &self.cancel_csd else {
-            return CancelOutcome::Rejected {
-                code: "config".into(),
-                message: "Finkok cancels with the emisor's CSD; none is configured for this client"
-                    .into(),
-            };
+            return CancelOutcome::rejected(
+                "config".into(),
+                "Finkok cancels with the emisor's CSD; none is configured for this client".into(),
+            );
         };
         let folio = req.folio_sustitucion.as_deref().unwrap_or_default();
         let params = format!(
@@ -328,13 +366,18 @@ impl FinkokClient {
             Soap::Refused {
                 reason,
                 retry_after,
+                http_status,
             } => {
                 return CancelOutcome::Retryable {
                     reason,
                     retry_after,
+                    http_status,
                 };
             }
-            Soap::Lost(reason) => return CancelOutcome::Unknown { reason },
+            Soap::Lost {
+                reason,
+                http_status,
+            } => return CancelOutcome::unknown(reason, http_status),
         };
         parse_cancel(&root, &req.uuid)
     }
@@ -351,16 +394,13 @@ impl FinkokClient {
         match self
             .call("cancel", NS_CANCEL, "get_sat_status", &params)
             .await
+            .body()
         {
-            Soap::Body(root) => match find(&root, "get_sat_statusResult") {
+            Ok(root) => match find(&root, "get_sat_statusResult") {
                 Some(_) => parse_status(serialize_for_status(&root).as_bytes()),
-                None => StatusOutcome::Unavailable {
-                    reason: "the answer has no get_sat_statusResult".into(),
-                },
+                None => StatusOutcome::unavailable("the answer has no get_sat_statusResult", None),
             },
-            Soap::Refused { reason, .. } | Soap::Lost(reason) => {
-                StatusOutcome::Unavailable { reason }
-            }
+            Err((reason, http_status)) => StatusOutcome::unavailable(reason, http_status),
         }
     }
 }
@@ -386,9 +426,7 @@ fn serialize_for_status(root: &Element) -> String {
 /// SAT unreachable) when there are no folios.
 pub fn parse_cancel(root: &Element, uuid: &str) -> CancelOutcome {
     let Some(result) = find(root, "cancelResult") else {
-        return CancelOutcome::Unknown {
-            reason: "the answer has no cancelResult".into(),
-        };
+        return CancelOutcome::unknown("the answer has no cancelResult", None);
     };
     let acuse = text_of(result, "Acuse").unwrap_or_default();
     let mut folios = Vec::new();
@@ -406,27 +444,19 @@ pub fn parse_cancel(root: &Element, uuid: &str) -> CancelOutcome {
                 acuse,
                 estatus_cancelacion: estatus,
             },
-            _ => CancelOutcome::Rejected {
-                message: super::sw::cancel_code_text(&code).to_owned(),
-                code,
-            },
+            _ => {
+                let message = super::sw::cancel_code_text(&code).to_owned();
+                CancelOutcome::rejected(code, message)
+            }
         };
     }
     let cod = text_of(result, "CodEstatus").unwrap_or_default();
     if cod.starts_with("708") {
         // SAT could not be reached: the request was not filed.
-        return CancelOutcome::Retryable {
-            reason: format!("Finkok: {cod}"),
-            retry_after: None,
-        };
+        return CancelOutcome::retryable(format!("Finkok: {cod}"), None);
     }
     if cod.is_empty() {
-        return CancelOutcome::Unknown {
-            reason: "neither folios nor CodEstatus".into(),
-        };
+        return CancelOutcome::unknown("neither folios nor CodEstatus", None);
     }
-    CancelOutcome::Rejected {
-        code: super::message_code(&cod),
-        message: cod,
-    }
+    CancelOutcome::rejected(super::message_code(&cod), cod)
 }

@@ -14,6 +14,9 @@
 //!   any other 5xx, an unreadable answer). The only next step is [`PacClient::recover_by_key`]
 //!   with the same bytes and key; never new bytes, never a new key, never another PAC.
 //!
+//! The failures carry the PAC's HTTP status where the adapter saw one (`http_status`), for the
+//! attempt log.
+//!
 //! Adapters: [`sw`] (SW Sapién REST; also what talks to the sandbox PAC, [`crate::pacsim`]),
 //! [`finkok`] (SOAP), and [`failover`] (primary + backup). [`sat`] is the SAT status service.
 
@@ -86,15 +89,55 @@ pub enum StampOutcome {
     Rejected {
         code: String,
         message: String,
+        /// Always `None` (see `rejected()`): the attempt log records rejections without one.
+        http_status: Option<u16>,
     },
     Retryable {
         reason: String,
         retry_after: Option<Duration>,
+        /// The PAC's HTTP status when it answered one, for the attempt log.
+        http_status: Option<u16>,
     },
     Unknown {
         reason: String,
+        http_status: Option<u16>,
     },
 }
+
+/// The adapters' constructors of the variants a stamp and a cancellation share.
+macro_rules! failure_constructors {
+    ($outcome:ident) => {
+        impl $outcome {
+            /// A refusal with the PAC's code and message. It carries no HTTP status although
+            /// SW answers them with 400: the message is the PAC's own text, and the attempt log
+            /// has always recorded rejections without a status.
+            pub(crate) fn rejected(code: String, message: String) -> Self {
+                Self::Rejected {
+                    code,
+                    message,
+                    http_status: None,
+                }
+            }
+
+            pub(crate) fn retryable(reason: impl Into<String>, http_status: Option<u16>) -> Self {
+                Self::Retryable {
+                    reason: reason.into(),
+                    retry_after: None,
+                    http_status,
+                }
+            }
+
+            pub(crate) fn unknown(reason: impl Into<String>, http_status: Option<u16>) -> Self {
+                Self::Unknown {
+                    reason: reason.into(),
+                    http_status,
+                }
+            }
+        }
+    };
+}
+failure_constructors!(StampOutcome);
+failure_constructors!(CancelOutcome);
 
 impl StampOutcome {
     /// The stamp, when there is one.
@@ -115,7 +158,18 @@ pub enum Recovery {
     /// The PAC could not answer; the question stays open.
     Unresolved {
         reason: String,
+        /// The PAC's HTTP status when it answered one, for the attempt log.
+        http_status: Option<u16>,
     },
+}
+
+impl Recovery {
+    pub(crate) fn unresolved(reason: impl Into<String>, http_status: Option<u16>) -> Self {
+        Self::Unresolved {
+            reason: reason.into(),
+            http_status,
+        }
+    }
 }
 
 /// A cancellation request for one UUID.
@@ -145,13 +199,18 @@ pub enum CancelOutcome {
     Rejected {
         code: String,
         message: String,
+        /// Always `None` (see `rejected()`): the attempt log records rejections without one.
+        http_status: Option<u16>,
     },
     Retryable {
         reason: String,
         retry_after: Option<Duration>,
+        /// The PAC's HTTP status when it answered one, for the attempt log.
+        http_status: Option<u16>,
     },
     Unknown {
         reason: String,
+        http_status: Option<u16>,
     },
 }
 
@@ -293,14 +352,21 @@ pub fn message_code(message: &str) -> String {
 /// How a transport failure reads: refused before sending (nothing happened) or lost after
 /// (anything may have happened).
 pub(crate) enum Transport {
-    Refused(String),
+    /// `http_status`: the answer that refused it, when one came (SW's failed login).
+    Refused {
+        reason: String,
+        http_status: Option<u16>,
+    },
     Lost(String),
 }
 
 pub(crate) fn transport_error(e: &reqwest::Error) -> Transport {
     // A connect error (refused, DNS, connect timeout) means the request never left.
     if e.is_connect() {
-        Transport::Refused(format!("connection failed: {e}"))
+        Transport::Refused {
+            reason: format!("connection failed: {e}"),
+            http_status: None,
+        }
     } else if e.is_timeout() {
         Transport::Lost(format!("timed out waiting for the answer: {e}"))
     } else {
@@ -318,6 +384,13 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
         .parse::<u64>()
         .ok()
         .map(Duration::from_secs)
+}
+
+/// An answer's status as outcomes carry it, set wherever their text says `HTTP {status}`. Only
+/// 100 to 599: the attempt log, which used to read the status back out of that text, never
+/// recorded other numbers.
+pub(crate) fn http_status(status: reqwest::StatusCode) -> Option<u16> {
+    Some(status.as_u16()).filter(|s| (100..600).contains(s))
 }
 
 /// The HTTP statuses that say the server refused the work before doing any: 429 and 503.

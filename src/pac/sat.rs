@@ -7,6 +7,7 @@ use quick_xml::escape::escape;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+use super::http_status;
 use crate::cfdi::dom::{Element, NS_CFDI, Node};
 use crate::cfdi::money::parse_amount;
 
@@ -98,8 +99,21 @@ pub enum StatusOutcome {
     /// `N - 601` (bad expression) or `N - 602` (not found); the other fields are noise. A CFDI
     /// stamped minutes ago can read `N - 602` until SAT ingests it.
     NotFound { codigo_estatus: String },
-    /// The service did not answer; say "indeterminado", cache nothing.
-    Unavailable { reason: String },
+    /// The service did not answer; say "indeterminado", cache nothing. `http_status`: the
+    /// answer's, when one came, for the attempt log.
+    Unavailable {
+        reason: String,
+        http_status: Option<u16>,
+    },
+}
+
+impl StatusOutcome {
+    pub(crate) fn unavailable(reason: impl Into<String>, http_status: Option<u16>) -> Self {
+        Self::Unavailable {
+            reason: reason.into(),
+            http_status,
+        }
+    }
 }
 
 /// The SOAP request body for `q`.
@@ -136,20 +150,15 @@ pub fn parse_status(xml: &[u8]) -> StatusOutcome {
     let root = match Element::parse(xml) {
         Ok(r) => r,
         Err(e) => {
-            return StatusOutcome::Unavailable {
-                reason: format!("unreadable answer: {e}"),
-            };
+            return StatusOutcome::unavailable(format!("unreadable answer: {e}"), None);
         }
     };
     if let Some(fault) = find(&root, "Fault") {
-        return StatusOutcome::Unavailable {
-            reason: format!("SOAP fault: {}", fault.text_content().trim()),
-        };
+        let reason = format!("SOAP fault: {}", fault.text_content().trim());
+        return StatusOutcome::unavailable(reason, None);
     }
     let Some(codigo) = text_of(&root, "CodigoEstatus") else {
-        return StatusOutcome::Unavailable {
-            reason: "the answer has no CodigoEstatus".into(),
-        };
+        return StatusOutcome::unavailable("the answer has no CodigoEstatus", None);
     };
     if !codigo.starts_with("S - ") {
         return StatusOutcome::NotFound {
@@ -189,21 +198,13 @@ impl SatStatusClient {
             .await;
         let res = match res {
             Ok(r) => r,
-            Err(e) => {
-                return StatusOutcome::Unavailable {
-                    reason: e.to_string(),
-                };
-            }
+            Err(e) => return StatusOutcome::unavailable(e.to_string(), None),
         };
         let status = res.status();
         match res.bytes().await {
             Ok(body) if status.is_success() => parse_status(&body),
-            Ok(_) => StatusOutcome::Unavailable {
-                reason: format!("HTTP {status}"),
-            },
-            Err(e) => StatusOutcome::Unavailable {
-                reason: e.to_string(),
-            },
+            Ok(_) => StatusOutcome::unavailable(format!("HTTP {status}"), http_status(status)),
+            Err(e) => StatusOutcome::unavailable(e.to_string(), None),
         }
     }
 }

@@ -16,7 +16,8 @@ use tokio::sync::Mutex;
 use super::sat::{SAT_STATUS_PRODUCTION, SatStatusClient, StatusOutcome, StatusQuery};
 use super::{
     CancelOutcome, CancelRequest, PacConfig, PacError, PacKind, Recovery, Stamp, StampOutcome,
-    Transport, http_client, message_code, refused_status, retry_after, transport_error,
+    Transport, http_client, http_status, message_code, refused_status, retry_after,
+    transport_error,
 };
 use crate::domain::StampKey;
 
@@ -167,10 +168,13 @@ impl SwClient {
         loop {
             let token = match self.token(renewed).await {
                 Ok(t) => t,
-                Err(Call::Answer(a)) => return Call::Failed(Transport::Refused(auth_failure(&a))),
+                Err(Call::Answer(a)) => return Call::Failed(auth_failure(&a)),
                 // A lost login stamped nothing.
-                Err(Call::Failed(Transport::Refused(r) | Transport::Lost(r))) => {
-                    return Call::Failed(Transport::Refused(format!("authentication: {r}")));
+                Err(Call::Failed(Transport::Refused { reason: r, .. } | Transport::Lost(r))) => {
+                    return Call::Failed(Transport::Refused {
+                        reason: format!("authentication: {r}"),
+                        http_status: None,
+                    });
                 }
             };
             let answer = read(build(&token).send().await).await;
@@ -183,7 +187,7 @@ impl SwClient {
                     renewed = true;
                 }
                 Call::Answer(a) if a.status == StatusCode::UNAUTHORIZED => {
-                    return Call::Failed(Transport::Refused(auth_failure(&a)));
+                    return Call::Failed(auth_failure(&a));
                 }
                 other => return other,
             }
@@ -210,18 +214,17 @@ impl SwClient {
     pub async fn stamp(&self, xml: &[u8], key: &StampKey) -> StampOutcome {
         let answer = match self.send_stamp(xml, key).await {
             Call::Answer(a) => a,
-            Call::Failed(Transport::Refused(reason)) => {
-                return StampOutcome::Retryable {
-                    reason,
-                    retry_after: None,
-                };
-            }
-            Call::Failed(Transport::Lost(reason)) => return StampOutcome::Unknown { reason },
+            Call::Failed(Transport::Refused {
+                reason,
+                http_status,
+            }) => return StampOutcome::retryable(reason, http_status),
+            Call::Failed(Transport::Lost(reason)) => return StampOutcome::unknown(reason, None),
         };
         self.classify_stamp(xml, answer).await
     }
 
     async fn classify_stamp(&self, xml: &[u8], a: Answer) -> StampOutcome {
+        let status = http_status(a.status);
         if refused_status(a.status) {
             return StampOutcome::Retryable {
                 reason: format!(
@@ -230,21 +233,21 @@ impl SwClient {
                     String::from_utf8_lossy(&a.body).trim()
                 ),
                 retry_after: retry_after(&a.headers),
+                http_status: status,
             };
         }
         let Ok(json) = serde_json::from_slice::<Value>(&a.body) else {
-            return StampOutcome::Unknown {
-                reason: format!("HTTP {} with an unreadable body", a.status),
-            };
+            let reason = format!("HTTP {} with an unreadable body", a.status);
+            return StampOutcome::unknown(reason, status);
         };
         let message = json["message"].as_str().unwrap_or_default().to_owned();
         let data = &json["data"];
         if json["status"] == "success" {
             return match self.stamp_from_data(data).await {
                 Ok(stamp) => StampOutcome::Stamped(stamp),
-                Err(reason) => StampOutcome::Unknown {
-                    reason: format!("stamped, but {reason}"),
-                },
+                Err((reason, status)) => {
+                    StampOutcome::unknown(format!("stamped, but {reason}"), status)
+                }
             };
         }
         // The code before the status: SW answers duplicates with HTTP 400 like rejections.
@@ -258,46 +261,48 @@ impl SwClient {
                         same_content,
                     }
                 }
-                Err(reason) => StampOutcome::Unknown {
-                    reason: format!("{message}; but {reason}"),
-                },
+                Err((reason, status)) => {
+                    StampOutcome::unknown(format!("{message}; but {reason}"), status)
+                }
             };
         }
         if a.status.is_server_error() || a.status.is_success() {
-            return StampOutcome::Unknown {
-                reason: format!("HTTP {}: {message}", a.status),
-            };
+            return StampOutcome::unknown(format!("HTTP {}: {message}", a.status), status);
         }
         if a.status == StatusCode::NOT_FOUND || a.status == StatusCode::UNAUTHORIZED {
             // A wrong path or credentials: nothing was stamped; the configuration must change.
-            return StampOutcome::Retryable {
-                reason: format!("HTTP {}: {message}", a.status),
-                retry_after: None,
-            };
+            return StampOutcome::retryable(format!("HTTP {}: {message}", a.status), status);
         }
         if message.is_empty() {
-            return StampOutcome::Unknown {
-                reason: format!("HTTP {} without a message", a.status),
-            };
+            let reason = format!("HTTP {} without a message", a.status);
+            return StampOutcome::unknown(reason, status);
         }
-        StampOutcome::Rejected { code, message }
+        // Answered with HTTP 400, but logged without a status, as always (see `rejected`).
+        StampOutcome::rejected(code, message)
     }
 
-    /// The stamp in a `data` object: `cfdi` when present, else fetched by `uuid`.
-    async fn stamp_from_data(&self, data: &Value) -> Result<Stamp, String> {
+    /// The stamp in a `data` object: `cfdi` when present, else fetched by `uuid`. An error
+    /// carries the HTTP status of the fetch, when one came.
+    async fn stamp_from_data(&self, data: &Value) -> Result<Stamp, (String, Option<u16>)> {
         if let Some(cfdi) = data["cfdi"].as_str().filter(|c| !c.is_empty()) {
-            return Stamp::from_xml(cfdi.as_bytes().to_vec());
+            return Stamp::from_xml(cfdi.as_bytes().to_vec()).map_err(|e| (e, None));
         }
         let uuid = data["uuid"]
             .as_str()
             .filter(|u| !u.is_empty())
-            .ok_or("the answer has neither cfdi nor uuid")?;
+            .ok_or(("the answer has neither cfdi nor uuid".to_owned(), None))?;
         match self.recover_by_uuid(uuid).await {
             Recovery::Found(s) => Ok(s),
-            Recovery::NotFound => Err(format!("UUID {uuid} is not in the datawarehouse yet")),
-            Recovery::Unresolved { reason } => {
-                Err(format!("fetching UUID {uuid} failed: {reason}"))
+            Recovery::NotFound => {
+                Err((format!("UUID {uuid} is not in the datawarehouse yet"), None))
             }
+            Recovery::Unresolved {
+                reason,
+                http_status,
+            } => Err((
+                format!("fetching UUID {uuid} failed: {reason}"),
+                http_status,
+            )),
         }
     }
 
@@ -313,9 +318,18 @@ impl SwClient {
             // validating, so a refusal of these very bytes under this key means it holds no
             // stamp of them: a definite answer, not an open question.
             StampOutcome::Rejected { .. } => Recovery::NotFound,
-            StampOutcome::Retryable { reason, .. } | StampOutcome::Unknown { reason } => {
-                Recovery::Unresolved { reason }
+            StampOutcome::Retryable {
+                reason,
+                http_status,
+                ..
             }
+            | StampOutcome::Unknown {
+                reason,
+                http_status,
+            } => Recovery::Unresolved {
+                reason,
+                http_status,
+            },
         }
     }
 
@@ -327,22 +341,20 @@ impl SwClient {
             .await
         {
             Call::Answer(a) => a,
-            Call::Failed(Transport::Refused(r) | Transport::Lost(r)) => {
-                return Recovery::Unresolved { reason: r };
-            }
+            Call::Failed(Transport::Refused {
+                reason,
+                http_status,
+            }) => return Recovery::unresolved(reason, http_status),
+            Call::Failed(Transport::Lost(reason)) => return Recovery::unresolved(reason, None),
         };
         if a.status == StatusCode::NOT_FOUND {
             return Recovery::NotFound;
         }
         let json: Value = serde_json::from_slice(&a.body).unwrap_or(Value::Null);
         if !a.status.is_success() || json["status"] != "success" {
-            return Recovery::Unresolved {
-                reason: format!(
-                    "HTTP {}: {}",
-                    a.status,
-                    json["message"].as_str().unwrap_or_default()
-                ),
-            };
+            let message = json["message"].as_str().unwrap_or_default();
+            let reason = format!("HTTP {}: {message}", a.status);
+            return Recovery::unresolved(reason, http_status(a.status));
         }
         // The datawarehouse answer's exact shape is not published; take the XML from `data.cfdi`
         // or from the first record's `cfdi`.
@@ -353,7 +365,7 @@ impl SwClient {
         match cfdi.filter(|c| !c.is_empty()) {
             Some(c) => match Stamp::from_xml(c.as_bytes().to_vec()) {
                 Ok(s) => Recovery::Found(s),
-                Err(e) => Recovery::Unresolved { reason: e },
+                Err(e) => Recovery::unresolved(e, None),
             },
             None => Recovery::NotFound,
         }
@@ -377,36 +389,30 @@ impl SwClient {
             .await
         {
             Call::Answer(a) => a,
-            Call::Failed(Transport::Refused(reason)) => {
-                return CancelOutcome::Retryable {
-                    reason,
-                    retry_after: None,
-                };
-            }
-            Call::Failed(Transport::Lost(reason)) => return CancelOutcome::Unknown { reason },
+            Call::Failed(Transport::Refused {
+                reason,
+                http_status,
+            }) => return CancelOutcome::retryable(reason, http_status),
+            Call::Failed(Transport::Lost(reason)) => return CancelOutcome::unknown(reason, None),
         };
+        let status = http_status(a.status);
         if refused_status(a.status) {
             return CancelOutcome::Retryable {
                 reason: format!("HTTP {}", a.status),
                 retry_after: retry_after(&a.headers),
+                http_status: status,
             };
         }
         let Ok(json) = serde_json::from_slice::<Value>(&a.body) else {
-            return CancelOutcome::Unknown {
-                reason: format!("HTTP {} with an unreadable body", a.status),
-            };
+            let reason = format!("HTTP {} with an unreadable body", a.status);
+            return CancelOutcome::unknown(reason, status);
         };
         let message = json["message"].as_str().unwrap_or_default().to_owned();
         if json["status"] != "success" {
             if a.status.is_server_error() || message.is_empty() {
-                return CancelOutcome::Unknown {
-                    reason: format!("HTTP {}: {message}", a.status),
-                };
+                return CancelOutcome::unknown(format!("HTTP {}: {message}", a.status), status);
             }
-            return CancelOutcome::Rejected {
-                code: message_code(&message),
-                message,
-            };
+            return CancelOutcome::rejected(message_code(&message), message);
         }
         let data = &json["data"];
         let acuse = data["acuse"].as_str().unwrap_or_default().to_owned();
@@ -430,13 +436,11 @@ impl SwClient {
                 acuse,
                 estatus_cancelacion: None,
             },
-            "" => CancelOutcome::Unknown {
-                reason: "the answer names no EstatusUUID".into(),
-            },
-            _ => CancelOutcome::Rejected {
-                message: cancel_code_text(&code).to_owned(),
-                code,
-            },
+            "" => CancelOutcome::unknown("the answer names no EstatusUUID", None),
+            _ => {
+                let message = cancel_code_text(&code).to_owned();
+                CancelOutcome::rejected(code, message)
+            }
         }
     }
 
@@ -457,15 +461,20 @@ pub fn cancel_code_text(code: &str) -> &'static str {
     }
 }
 
-fn auth_failure(a: &Answer) -> String {
+/// A refused login or a 401 after renewing: nothing was done, the credentials must change.
+fn auth_failure(a: &Answer) -> Transport {
     let json: Value = serde_json::from_slice(&a.body).unwrap_or(Value::Null);
-    format!(
+    let reason = format!(
         "authentication failed (HTTP {}): {}",
         a.status,
         json["message"]
             .as_str()
             .unwrap_or(&String::from_utf8_lossy(&a.body))
-    )
+    );
+    Transport::Refused {
+        reason,
+        http_status: http_status(a.status),
+    }
 }
 
 async fn read(res: Result<reqwest::Response, reqwest::Error>) -> Call {

@@ -16,11 +16,31 @@ use chrono::Utc;
 use tracing::{info, warn};
 
 use super::Worker;
-use super::send::http_status;
 use crate::domain::CancellationState;
 use crate::pac::{CancelOutcome, CancelRequest, Motivo, StatusOutcome, StatusQuery};
 use crate::store::StoreError;
 use crate::store::{Attempt, ClaimedCancel};
+
+/// What one cancellation call or status query puts in the attempt log.
+struct Logged<'a> {
+    outcome: &'static str,
+    code: Option<&'a str>,
+    message: Option<&'a str>,
+    /// The PAC's HTTP status as the outcome carries it.
+    http_status: Option<u16>,
+}
+
+impl<'a> Logged<'a> {
+    /// A call that ended without the PAC's answer: the reason is the message.
+    fn failed(outcome: &'static str, reason: &'a str, http_status: Option<u16>) -> Self {
+        Self {
+            outcome,
+            code: None,
+            message: Some(reason),
+            http_status,
+        }
+    }
+}
 
 /// `EstatusCancelacion` values that end the flow with the CFDI cancelled.
 fn is_cancelled(estatus: &str, estado: Option<&str>) -> bool {
@@ -55,24 +75,38 @@ impl Worker {
         };
         let t = Instant::now();
         let out = self.pac.cancel(&req).await;
-        let (outcome, code, message) = match &out {
+        let logged = match &out {
             CancelOutcome::Requested {
                 code,
                 estatus_cancelacion,
                 ..
-            } => (
-                "requested",
-                Some(code.as_str()),
-                estatus_cancelacion.as_deref(),
-            ),
-            CancelOutcome::Rejected { code, message } => {
-                ("rejected", Some(code.as_str()), Some(message.as_str()))
-            }
-            CancelOutcome::Retryable { reason, .. } => ("retryable", None, Some(reason.as_str())),
-            CancelOutcome::Unknown { reason } => ("unknown", None, Some(reason.as_str())),
+            } => Logged {
+                outcome: "requested",
+                code: Some(code),
+                message: estatus_cancelacion.as_deref(),
+                http_status: None,
+            },
+            CancelOutcome::Rejected {
+                code,
+                message,
+                http_status,
+            } => Logged {
+                outcome: "rejected",
+                code: Some(code),
+                message: Some(message),
+                http_status: *http_status,
+            },
+            CancelOutcome::Retryable {
+                reason,
+                http_status,
+                ..
+            } => Logged::failed("retryable", reason, *http_status),
+            CancelOutcome::Unknown {
+                reason,
+                http_status,
+            } => Logged::failed("unknown", reason, *http_status),
         };
-        self.log_cancel_attempt(&c, "cancel", outcome, code, message, t)
-            .await?;
+        self.log_cancel_attempt(&c, "cancel", logged, t).await?;
         match out {
             CancelOutcome::Requested {
                 code,
@@ -112,7 +146,7 @@ impl Worker {
                 }
             }
             // SAT does not know a fresh UUID for a while after stamping: wait and ask again.
-            CancelOutcome::Rejected { code, message }
+            CancelOutcome::Rejected { code, message, .. }
                 if code == "205" && c.attempts < self.cfg.retry.max_attempts =>
             {
                 let run_at = self.later(c.attempts, Some(Duration::from_secs(30)));
@@ -127,7 +161,7 @@ impl Worker {
                 )
                 .await
             }
-            CancelOutcome::Rejected { code, message } => {
+            CancelOutcome::Rejected { code, message, .. } => {
                 warn!(%code, %message, "cancellation refused");
                 self.settle_cancel(
                     &c,
@@ -143,6 +177,7 @@ impl Worker {
             CancelOutcome::Retryable {
                 reason,
                 retry_after,
+                ..
             } => {
                 if c.attempts >= self.cfg.retry.max_attempts {
                     return self
@@ -169,7 +204,7 @@ impl Worker {
                 )
                 .await
             }
-            CancelOutcome::Unknown { reason } => {
+            CancelOutcome::Unknown { reason, .. } => {
                 let run_at = self.later(1, None);
                 self.settle_cancel(
                     &c,
@@ -210,15 +245,14 @@ impl Worker {
         };
         match out {
             StatusOutcome::Found(s) => {
-                self.log_cancel_attempt(
-                    c,
-                    "cancel_status",
-                    "found",
-                    Some(&s.codigo_estatus),
-                    Some(&s.estatus_cancelacion),
-                    t,
-                )
-                .await?;
+                let logged = Logged {
+                    outcome: "found",
+                    code: Some(&s.codigo_estatus),
+                    message: Some(&s.estatus_cancelacion),
+                    http_status: None,
+                };
+                self.log_cancel_attempt(c, "cancel_status", logged, t)
+                    .await?;
                 let (state, run_at) = if is_cancelled(&s.estatus_cancelacion, Some(&s.estado)) {
                     info!(estatus = %s.estatus_cancelacion, "CFDI cancelled");
                     (CancellationState::Canceled, None)
@@ -242,15 +276,14 @@ impl Worker {
                     .await
             }
             StatusOutcome::NotFound { codigo_estatus } => {
-                self.log_cancel_attempt(
-                    c,
-                    "cancel_status",
-                    "not_found",
-                    Some(&codigo_estatus),
-                    None,
-                    t,
-                )
-                .await?;
+                let logged = Logged {
+                    outcome: "not_found",
+                    code: Some(&codigo_estatus),
+                    message: None,
+                    http_status: None,
+                };
+                self.log_cancel_attempt(c, "cancel_status", logged, t)
+                    .await?;
                 self.settle_cancel(
                     c,
                     CancellationState::PendingReceiver,
@@ -262,8 +295,12 @@ impl Worker {
                 )
                 .await
             }
-            StatusOutcome::Unavailable { reason } => {
-                self.log_cancel_attempt(c, "cancel_status", "unavailable", None, Some(&reason), t)
+            StatusOutcome::Unavailable {
+                reason,
+                http_status,
+            } => {
+                let logged = Logged::failed("unavailable", &reason, http_status);
+                self.log_cancel_attempt(c, "cancel_status", logged, t)
                     .await?;
                 let run_at = self.later(c.attempts.min(6), None);
                 self.settle_cancel(
@@ -317,11 +354,15 @@ impl Worker {
         &self,
         c: &ClaimedCancel,
         operation: &str,
-        outcome: &str,
-        code: Option<&str>,
-        message: Option<&str>,
+        logged: Logged<'_>,
         t: Instant,
     ) -> Result<(), StoreError> {
+        let Logged {
+            outcome,
+            code,
+            message,
+            http_status,
+        } = logged;
         self.db
             .log_attempt(&Attempt {
                 outbox_id: c.outbox_id,
@@ -329,7 +370,7 @@ impl Worker {
                 operation,
                 pac: &self.pac_label,
                 outcome,
-                http_status: message.and_then(http_status),
+                http_status: http_status.map(i32::from),
                 code,
                 message,
                 latency_ms: i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX),

@@ -102,7 +102,7 @@ impl Worker {
                     attempts = 1;
                     info!(%folio, "PAC confirms no stamp yet; sending the same bytes again")
                 }
-                Recovery::Unresolved { reason } => {
+                Recovery::Unresolved { reason, .. } => {
                     return self.still_unknown(p, attempts, &reason, answered).await;
                 }
             }
@@ -133,17 +133,18 @@ impl Worker {
                     .await
             }
             // The PAC's window check: the frozen Fecha is too old to stamp.
-            StampOutcome::Rejected { code, message } if code == "401" => {
+            StampOutcome::Rejected { code, message, .. } if code == "401" => {
                 self.fail_logged(id, DocumentState::Expired, code, message, a, answered)
                     .await
             }
-            StampOutcome::Rejected { code, message } => {
+            StampOutcome::Rejected { code, message, .. } => {
                 self.fail_logged(id, DocumentState::Failed, code, message, a, answered)
                     .await
             }
             StampOutcome::Retryable {
                 reason,
                 retry_after,
+                ..
             } => {
                 if attempts >= self.cfg.retry.max_attempts {
                     let msg = format!("{attempts} attempts, last: {reason}");
@@ -161,7 +162,7 @@ impl Worker {
                 };
                 self.settle_logged(id, later, a, answered).await
             }
-            StampOutcome::Unknown { reason } => {
+            StampOutcome::Unknown { reason, .. } => {
                 // Ask again soon, recovering first. (A send happens within the window, so the
                 // asking period of [`Worker::still_unknown`] has not begun.)
                 let run_at = self.later(1, None);
@@ -330,26 +331,37 @@ impl Worker {
                 Some(stamp.uuid.as_str()),
                 None,
             ),
-            StampOutcome::Rejected { code, message } => (
+            StampOutcome::Rejected {
+                code,
+                message,
+                http_status,
+            } => (
                 "rejected",
                 Some(code.as_str()),
                 Some(message.as_str()),
                 None,
-                http_status(message),
+                http_status.map(i32::from),
             ),
-            StampOutcome::Retryable { reason, .. } => (
+            StampOutcome::Retryable {
+                reason,
+                http_status,
+                ..
+            } => (
                 "retryable",
                 None,
                 Some(reason.as_str()),
                 None,
-                http_status(reason),
+                http_status.map(i32::from),
             ),
-            StampOutcome::Unknown { reason } => (
+            StampOutcome::Unknown {
+                reason,
+                http_status,
+            } => (
                 "unknown",
                 None,
                 Some(reason.as_str()),
                 None,
-                http_status(reason),
+                http_status.map(i32::from),
             ),
         };
         Attempt {
@@ -368,10 +380,13 @@ impl Worker {
     }
 
     async fn log_recovery(&self, id: i64, r: &Recovery, t: Instant) -> Result<(), StoreError> {
-        let (outcome, message, uuid) = match r {
-            Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),
-            Recovery::NotFound => ("not_found", None, None),
-            Recovery::Unresolved { reason } => ("unresolved", Some(reason.as_str()), None),
+        let (outcome, message, uuid, status) = match r {
+            Recovery::Found(s) => ("found", None, Some(s.uuid.as_str()), None),
+            Recovery::NotFound => ("not_found", None, None, None),
+            Recovery::Unresolved {
+                reason,
+                http_status,
+            } => ("unresolved", Some(reason.as_str()), None, *http_status),
         };
         self.db
             .log_attempt(&Attempt {
@@ -380,7 +395,7 @@ impl Worker {
                 operation: "recover",
                 pac: &self.pac_label,
                 outcome,
-                http_status: message.and_then(http_status),
+                http_status: status.map(i32::from),
                 code: None,
                 message,
                 latency_ms: i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX),
@@ -389,16 +404,6 @@ impl Worker {
             })
             .await
     }
-}
-
-/// The HTTP status an adapter wrote into its reason (`HTTP 503: …`), when it did.
-pub(super) fn http_status(text: &str) -> Option<i32> {
-    let i = text.find("HTTP ")?;
-    let digits: String = text[i + 5..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok().filter(|s| (100..600).contains(s))
 }
 
 fn route_label(r: Route) -> &'static str {
@@ -448,20 +453,5 @@ impl AttemptLog for DbRouteLog<'_> {
                 .await
                 .map_err(|e| e.to_string())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_http_status_from_adapter_reasons() {
-        assert_eq!(http_status("HTTP 503: busy"), Some(503));
-        assert_eq!(
-            http_status("stamped, but HTTP 500 without a message"),
-            Some(500)
-        );
-        assert_eq!(http_status("connection refused"), None);
     }
 }

@@ -743,7 +743,7 @@ async fn refreeze_starts_a_new_generation_once_the_pac_confirms_no_stamp(b: Back
     let id = pay_at(&app, "refreeze1", old).await;
     seal(&app, id).await;
     let code = match send_to_pac(&app, id).await {
-        StampOutcome::Rejected { code, message } => {
+        StampOutcome::Rejected { code, message, .. } => {
             mark_failed(&app, id, &code, &message).await;
             code
         }

@@ -252,7 +252,7 @@ async fn a_key_reused_for_other_content_gets_cfdi3307_and_the_original_fetched_b
 
 async fn rejected(sim: &Sim, xml: &[u8]) -> (String, String) {
     match sim.client().stamp(xml, &key()).await {
-        StampOutcome::Rejected { code, message } => (code, message),
+        StampOutcome::Rejected { code, message, .. } => (code, message),
         other => panic!("expected Rejected, got {other:?}"),
     }
 }
@@ -336,19 +336,30 @@ async fn refusals_before_processing_are_retryable() {
     let sim = Sim::start("status503=1").await;
     assert!(matches!(
         sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable { .. }
+        StampOutcome::Retryable {
+            http_status: Some(503),
+            ..
+        }
     ));
     sim.set_faults("status429=1:retry_after=7").await;
     match sim.client().stamp(&sealed(), &key()).await {
-        StampOutcome::Retryable { retry_after, .. } => {
-            assert_eq!(retry_after, Some(Duration::from_secs(7)))
+        StampOutcome::Retryable {
+            retry_after,
+            http_status,
+            ..
+        } => {
+            assert_eq!(retry_after, Some(Duration::from_secs(7)));
+            assert_eq!(http_status, Some(429));
         }
         other => panic!("expected Retryable, got {other:?}"),
     }
     sim.set_faults("outage=0s..1h").await;
     assert!(matches!(
         sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable { .. }
+        StampOutcome::Retryable {
+            http_status: Some(503),
+            ..
+        }
     ));
     assert!(sim.stamps().await.is_empty());
 
@@ -361,7 +372,10 @@ async fn refusals_before_processing_are_retryable() {
     let refused = client_for(&format!("http://127.0.0.1:{port}"), 5);
     assert!(matches!(
         refused.stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable { .. }
+        StampOutcome::Retryable {
+            http_status: None,
+            ..
+        }
     ));
 }
 
@@ -370,12 +384,18 @@ async fn a_500_or_a_reset_may_hide_a_stamp_so_it_is_unknown() {
     let sim = Sim::start("status500=1").await;
     assert!(matches!(
         sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Unknown { .. }
+        StampOutcome::Unknown {
+            http_status: Some(500),
+            ..
+        }
     ));
     sim.set_faults("reset=1").await;
     assert!(matches!(
         sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Unknown { .. }
+        StampOutcome::Unknown {
+            http_status: None,
+            ..
+        }
     ));
 }
 
@@ -1084,7 +1104,8 @@ async fn finkok_stamp_outcomes_from_its_soap_answers() {
         c.stamp(&xml, &key()).await,
         StampOutcome::Rejected {
             code: "302".into(),
-            message: "Sello mal formado o inválido".into()
+            message: "Sello mal formado o inválido".into(),
+            http_status: None
         }
     );
     assert_eq!(c.recover_by_key(&xml, &key()).await, Recovery::NotFound);
@@ -1226,7 +1247,7 @@ async fn finkok_sandbox_307_with_an_empty_body_is_recovered_through_the_stamped_
     // Right after the stamp `stamped` still answers 603: a client that gives up at once knows
     // the document is stamped but not its XML, so the outcome stays open.
     match finkok_at(&sim, 0, 5).stamp(&xml, &key()).await {
-        StampOutcome::Unknown { reason } => assert!(reason.contains("603"), "{reason}"),
+        StampOutcome::Unknown { reason, .. } => assert!(reason.contains("603"), "{reason}"),
         other => panic!("expected Unknown while `stamped` lags, got {other:?}"),
     }
     // Polling `stamped` with backoff through the lag finds the original.
@@ -1247,7 +1268,7 @@ async fn finkok_sandbox_rejections_carry_the_codes_as_incidencias() {
         .to_owned();
     let tampered = text.replacen(&format!("Total=\"{total}\""), "Total=\"1.00\"", 1);
     let code = |o: StampOutcome| match o {
-        StampOutcome::Rejected { code, message } => {
+        StampOutcome::Rejected { code, message, .. } => {
             assert!(!message.is_empty());
             code
         }
@@ -1327,12 +1348,18 @@ async fn finkok_sandbox_refusals_before_processing_are_retryable() {
     let finkok = finkok_at(&sim, 1, 5);
     assert!(matches!(
         finkok.stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable { .. }
+        StampOutcome::Retryable {
+            http_status: Some(503),
+            ..
+        }
     ));
     sim.set_faults("status500=1").await;
     assert!(matches!(
         finkok.stamp(&sealed(), &key()).await,
-        StampOutcome::Unknown { .. }
+        StampOutcome::Unknown {
+            http_status: Some(500),
+            ..
+        }
     ));
     assert!(sim.stamps().await.is_empty());
 }

@@ -351,7 +351,52 @@ async fn a_rejection_fails_with_the_pacs_code_and_message(b: Backend) {
         "verbatim: {failed:?}"
     );
     assert!(rig.stamps_for(&key).await.is_empty());
+    // SW answers rejections with HTTP 400, but the log has never recorded a status for them:
+    // the message is the PAC's own text.
+    let log = rig.app.db.attempts_of(failed.id).await.expect("attempts");
+    let statuses: Vec<_> = log
+        .iter()
+        .map(|a| (a.outcome.as_str(), a.http_status))
+        .collect();
+    assert_eq!(statuses, [("rejected", None)], "{log:?}");
     pool.shutdown().await;
+}
+
+async fn a_500_is_logged_with_its_status_as_unknown_then_unresolved(b: Backend) {
+    let Some(rig) = rig(b, "status500=1", FAST_WORKER).await else {
+        return;
+    };
+    let key = rig.pay("status500", now()).await;
+    let (pool, _s) = rig.pool().await;
+    let row = rig.wait_state(&key, "unknown", 20).await;
+    // The next attempt asks first, and the PAC still answers 500.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let log = loop {
+        let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
+        if log.iter().any(|a| a.operation == "recover") {
+            break log;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no recovery: {log:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    pool.shutdown().await;
+    let logged: Vec<_> = log
+        .iter()
+        .take(2)
+        .map(|a| (a.operation.as_str(), a.outcome.as_str(), a.http_status))
+        .collect();
+    assert_eq!(
+        logged,
+        [
+            ("stamp", "unknown", Some(500)),
+            ("recover", "unresolved", Some(500))
+        ],
+        "{log:?}"
+    );
+    assert!(rig.stamps_for(&key).await.is_empty());
 }
 
 async fn a_sale_past_the_72_hour_window_expires_unsent(b: Backend) {
@@ -1124,6 +1169,7 @@ on_both_backends!(
     server_errors_and_429_are_retried_with_backoff,
     retries_stop_after_max_attempts_as_a_dead_letter,
     a_rejection_fails_with_the_pacs_code_and_message,
+    a_500_is_logged_with_its_status_as_unknown_then_unresolved,
     a_sale_past_the_72_hour_window_expires_unsent,
     an_unknown_outcome_past_the_window_expires_only_once_the_pac_confirms_no_stamp,
     a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered,
