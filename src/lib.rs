@@ -39,6 +39,9 @@
 //!   cancellation token of the process, passed to every server and loop. [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging;
 //!   [`proxy`]: the real client behind `[server] trusted_proxies`.
+//!
+//! Every folder's `mod.rs` says what lives there and who may import it. Imports go one way
+//! between folders (no circle), and no file passes 800 lines: `tests/it/layout.rs` checks both.
 
 #![forbid(unsafe_code)]
 
