@@ -191,6 +191,17 @@ pub enum Recovery {
     },
 }
 
+/// A lookup that got no answer, refused or lost alike, leaves the question open.
+impl Failure for Recovery {
+    fn refused(reason: String, _: Option<Duration>, http_status: Option<u16>) -> Self {
+        Self::unresolved(reason, http_status)
+    }
+
+    fn lost(reason: String, http_status: Option<u16>) -> Self {
+        Self::unresolved(reason, http_status)
+    }
+}
+
 impl Recovery {
     pub(crate) fn unresolved(reason: impl Into<String>, http_status: Option<u16>) -> Self {
         Self::Unresolved {
