@@ -13,8 +13,8 @@ use quick_xml::escape::escape;
 
 use super::sat::{StatusOutcome, StatusQuery, find, parse_status, text_of};
 use super::{
-    CancelOutcome, CancelRequest, PacConfig, PacError, Recovery, Stamp, StampOutcome, Transport,
-    http_client, http_status, refused_status, retry_after, transport_error,
+    CancelOutcome, CancelRequest, Failure, PacConfig, PacError, Recovery, Stamp, StampOutcome,
+    Transport, http_client, http_status, refused_status, retry_after, transport_error,
 };
 use crate::cfdi::dom::{Element, Node};
 
@@ -58,6 +58,23 @@ impl Soap {
         Self::Lost {
             reason,
             http_status,
+        }
+    }
+
+    /// The body, or the outcome of an operation that got none: refused is retryable, lost is
+    /// unknown.
+    fn body_or<T: Failure>(self) -> Result<Element, T> {
+        match self {
+            Soap::Body(r) => Ok(r),
+            Soap::Refused {
+                reason,
+                retry_after,
+                http_status,
+            } => Err(T::refused(reason, retry_after, http_status)),
+            Soap::Lost {
+                reason,
+                http_status,
+            } => Err(T::lost(reason, http_status)),
         }
     }
 
@@ -209,23 +226,10 @@ impl FinkokClient {
         let root = match self
             .call("stamp", NS_STAMP, "stamp", &Self::xml_param(xml))
             .await
+            .body_or()
         {
-            Soap::Body(r) => r,
-            Soap::Refused {
-                reason,
-                retry_after,
-                http_status,
-            } => {
-                return StampOutcome::Retryable {
-                    reason,
-                    retry_after,
-                    http_status,
-                };
-            }
-            Soap::Lost {
-                reason,
-                http_status,
-            } => return StampOutcome::unknown(reason, http_status),
+            Ok(r) => r,
+            Err(out) => return out,
         };
         let Some(result) = find(&root, "stampResult") else {
             return StampOutcome::unknown("the answer has no stampResult", None);
@@ -361,23 +365,13 @@ impl FinkokClient {
             csd.cer_pem_b64,
             csd.key_pem_b64
         );
-        let root = match self.call("cancel", NS_CANCEL, "cancel", &params).await {
-            Soap::Body(r) => r,
-            Soap::Refused {
-                reason,
-                retry_after,
-                http_status,
-            } => {
-                return CancelOutcome::Retryable {
-                    reason,
-                    retry_after,
-                    http_status,
-                };
-            }
-            Soap::Lost {
-                reason,
-                http_status,
-            } => return CancelOutcome::unknown(reason, http_status),
+        let root = match self
+            .call("cancel", NS_CANCEL, "cancel", &params)
+            .await
+            .body_or()
+        {
+            Ok(r) => r,
+            Err(out) => return out,
         };
         parse_cancel(&root, &req.uuid)
     }

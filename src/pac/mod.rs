@@ -75,39 +75,55 @@ impl Stamp {
     }
 }
 
-/// The result of one stamp call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StampOutcome {
-    Stamped(Stamp),
-    /// The PAC had stamped before. `same_content` is false when the key had been used for other
-    /// content (SW `CFDI3307`): the stamp is real, but it is not of these bytes.
-    AlreadyStamped {
-        stamp: Stamp,
-        same_content: bool,
-    },
-    /// The PAC's code and message, verbatim.
-    Rejected {
-        code: String,
-        message: String,
-        /// Always `None` (see `rejected()`): the attempt log records rejections without one.
-        http_status: Option<u16>,
-    },
-    Retryable {
-        reason: String,
-        retry_after: Option<Duration>,
-        /// The PAC's HTTP status when it answered one, for the attempt log.
-        http_status: Option<u16>,
-    },
-    Unknown {
-        reason: String,
-        http_status: Option<u16>,
-    },
+/// The outcome a call that got no usable answer ends with, whichever operation it was.
+pub(crate) trait Failure {
+    /// The PAC refused for now: try again later.
+    fn refused(reason: String, retry_after: Option<Duration>, http_status: Option<u16>) -> Self;
+    /// The answer was lost: whether the PAC acted is unknown.
+    fn lost(reason: String, http_status: Option<u16>) -> Self;
 }
 
-/// The adapters' constructors of the variants a stamp and a cancellation share.
-macro_rules! failure_constructors {
-    ($outcome:ident) => {
-        impl $outcome {
+/// Declares a PAC outcome enum: its own variants, then the failures a stamp and a
+/// cancellation share, with the adapters' constructors of those failures.
+macro_rules! outcome_with_failures {
+    ($(#[$meta:meta])* pub enum $name:ident { $($own:tt)* }) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($own)*
+            /// The PAC's code and message, verbatim.
+            Rejected {
+                code: String,
+                message: String,
+                /// Always `None` (see `rejected()`): the attempt log records rejections without one.
+                http_status: Option<u16>,
+            },
+            Retryable {
+                reason: String,
+                retry_after: Option<Duration>,
+                /// The PAC's HTTP status when it answered one, for the attempt log.
+                http_status: Option<u16>,
+            },
+            Unknown {
+                reason: String,
+                http_status: Option<u16>,
+            },
+        }
+
+        impl Failure for $name {
+            fn refused(reason: String, retry_after: Option<Duration>, http_status: Option<u16>) -> Self {
+                Self::Retryable {
+                    reason,
+                    retry_after,
+                    http_status,
+                }
+            }
+
+            fn lost(reason: String, http_status: Option<u16>) -> Self {
+                Self::unknown(reason, http_status)
+            }
+        }
+
+        impl $name {
             /// A refusal with the PAC's code and message. It carries no HTTP status although
             /// SW answers them with 400: the message is the PAC's own text, and the attempt log
             /// has always recorded rejections without a status.
@@ -136,8 +152,20 @@ macro_rules! failure_constructors {
         }
     };
 }
-failure_constructors!(StampOutcome);
-failure_constructors!(CancelOutcome);
+
+outcome_with_failures! {
+    /// The result of one stamp call.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum StampOutcome {
+        Stamped(Stamp),
+        /// The PAC had stamped before. `same_content` is false when the key had been used for other
+        /// content (SW `CFDI3307`): the stamp is real, but it is not of these bytes.
+        AlreadyStamped {
+            stamp: Stamp,
+            same_content: bool,
+        },
+    }
+}
 
 impl StampOutcome {
     /// The stamp, when there is one.
@@ -163,6 +191,17 @@ pub enum Recovery {
     },
 }
 
+/// A lookup that got no answer, refused or lost alike, leaves the question open.
+impl Failure for Recovery {
+    fn refused(reason: String, _: Option<Duration>, http_status: Option<u16>) -> Self {
+        Self::unresolved(reason, http_status)
+    }
+
+    fn lost(reason: String, http_status: Option<u16>) -> Self {
+        Self::unresolved(reason, http_status)
+    }
+}
+
 impl Recovery {
     pub(crate) fn unresolved(reason: impl Into<String>, http_status: Option<u16>) -> Self {
         Self::Unresolved {
@@ -182,36 +221,22 @@ pub struct CancelRequest {
     pub folio_sustitucion: Option<String>,
 }
 
-/// The result of a cancellation request. `Requested` means SAT *received* the request (`201`)
-/// or already had it (`202`), never that the CFDI is cancelled: poll the SAT status for that.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CancelOutcome {
-    Requested {
-        /// `201` or `202`.
-        code: String,
-        /// The SAT acuse XML, to keep: the PAC does not keep it for us.
-        acuse: String,
-        /// `EstatusCancelacion` when the PAC reports it with the request.
-        estatus_cancelacion: Option<String>,
-    },
-    /// The request was refused: `203` RFC mismatch, `205` UUID unknown (also right after
-    /// stamping, until SAT ingests it), `no_cancelable`, a bad motivo. Code and message verbatim.
-    Rejected {
-        code: String,
-        message: String,
-        /// Always `None` (see `rejected()`): the attempt log records rejections without one.
-        http_status: Option<u16>,
-    },
-    Retryable {
-        reason: String,
-        retry_after: Option<Duration>,
-        /// The PAC's HTTP status when it answered one, for the attempt log.
-        http_status: Option<u16>,
-    },
-    Unknown {
-        reason: String,
-        http_status: Option<u16>,
-    },
+outcome_with_failures! {
+    /// The result of a cancellation request. `Requested` means SAT *received* the request (`201`)
+    /// or already had it (`202`), never that the CFDI is cancelled: poll the SAT status for that.
+    /// `Rejected` is a refusal: `203` RFC mismatch, `205` UUID unknown (also right after
+    /// stamping, until SAT ingests it), `no_cancelable`, a bad motivo.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum CancelOutcome {
+        Requested {
+            /// `201` or `202`.
+            code: String,
+            /// The SAT acuse XML, to keep: the PAC does not keep it for us.
+            acuse: String,
+            /// `EstatusCancelacion` when the PAC reports it with the request.
+            estatus_cancelacion: Option<String>,
+        },
+    }
 }
 
 /// The `[pac]` table, typed and checked with the rest of the settings.

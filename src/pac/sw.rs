@@ -15,8 +15,8 @@ use tokio::sync::Mutex;
 
 use super::sat::{SAT_STATUS_PRODUCTION, SatStatusClient, StatusOutcome, StatusQuery};
 use super::{
-    CancelOutcome, CancelRequest, PacConfig, PacError, PacKind, Recovery, Stamp, StampOutcome,
-    Transport, http_client, http_status, message_code, refused_status, retry_after,
+    CancelOutcome, CancelRequest, Failure, PacConfig, PacError, PacKind, Recovery, Stamp,
+    StampOutcome, Transport, http_client, http_status, message_code, refused_status, retry_after,
     transport_error,
 };
 use crate::domain::StampKey;
@@ -57,6 +57,21 @@ struct Answer {
 enum Call {
     Answer(Answer),
     Failed(Transport),
+}
+
+impl Call {
+    /// The answer, or the outcome of an operation that got none: refused is retryable, lost is
+    /// unknown.
+    fn answer_or<T: Failure>(self) -> Result<Answer, T> {
+        match self {
+            Call::Answer(a) => Ok(a),
+            Call::Failed(Transport::Refused {
+                reason,
+                http_status,
+            }) => Err(T::refused(reason, None, http_status)),
+            Call::Failed(Transport::Lost(reason)) => Err(T::lost(reason, None)),
+        }
+    }
 }
 
 fn trim_slash(s: &str) -> String {
@@ -212,13 +227,9 @@ impl SwClient {
 
     /// Stamps the sealed bytes under `key` (the `customid`).
     pub async fn stamp(&self, xml: &[u8], key: &StampKey) -> StampOutcome {
-        let answer = match self.send_stamp(xml, key).await {
-            Call::Answer(a) => a,
-            Call::Failed(Transport::Refused {
-                reason,
-                http_status,
-            }) => return StampOutcome::retryable(reason, http_status),
-            Call::Failed(Transport::Lost(reason)) => return StampOutcome::unknown(reason, None),
+        let answer = match self.send_stamp(xml, key).await.answer_or() {
+            Ok(a) => a,
+            Err(out) => return out,
         };
         self.classify_stamp(xml, answer).await
     }
@@ -226,15 +237,12 @@ impl SwClient {
     async fn classify_stamp(&self, xml: &[u8], a: Answer) -> StampOutcome {
         let status = http_status(a.status);
         if refused_status(a.status) {
-            return StampOutcome::Retryable {
-                reason: format!(
-                    "HTTP {}: {}",
-                    a.status,
-                    String::from_utf8_lossy(&a.body).trim()
-                ),
-                retry_after: retry_after(&a.headers),
-                http_status: status,
-            };
+            let reason = format!(
+                "HTTP {}: {}",
+                a.status,
+                String::from_utf8_lossy(&a.body).trim()
+            );
+            return StampOutcome::refused(reason, retry_after(&a.headers), status);
         }
         let Ok(json) = serde_json::from_slice::<Value>(&a.body) else {
             let reason = format!("HTTP {} with an unreadable body", a.status);
@@ -339,13 +347,10 @@ impl SwClient {
         let a = match self
             .call(|token| self.http.get(&url).bearer_auth(token))
             .await
+            .answer_or()
         {
-            Call::Answer(a) => a,
-            Call::Failed(Transport::Refused {
-                reason,
-                http_status,
-            }) => return Recovery::unresolved(reason, http_status),
-            Call::Failed(Transport::Lost(reason)) => return Recovery::unresolved(reason, None),
+            Ok(a) => a,
+            Err(out) => return out,
         };
         if a.status == StatusCode::NOT_FOUND {
             return Recovery::NotFound;
@@ -387,21 +392,15 @@ impl SwClient {
         let a = match self
             .call(|token| self.http.post(&url).bearer_auth(token))
             .await
+            .answer_or()
         {
-            Call::Answer(a) => a,
-            Call::Failed(Transport::Refused {
-                reason,
-                http_status,
-            }) => return CancelOutcome::retryable(reason, http_status),
-            Call::Failed(Transport::Lost(reason)) => return CancelOutcome::unknown(reason, None),
+            Ok(a) => a,
+            Err(out) => return out,
         };
         let status = http_status(a.status);
         if refused_status(a.status) {
-            return CancelOutcome::Retryable {
-                reason: format!("HTTP {}", a.status),
-                retry_after: retry_after(&a.headers),
-                http_status: status,
-            };
+            let reason = format!("HTTP {}", a.status);
+            return CancelOutcome::refused(reason, retry_after(&a.headers), status);
         }
         let Ok(json) = serde_json::from_slice::<Value>(&a.body) else {
             let reason = format!("HTTP {} with an unreadable body", a.status);

@@ -56,14 +56,12 @@ impl Worker {
         }
         let Some(motivo) = Motivo::parse(&c.motivo) else {
             return self
-                .settle_cancel(
+                .settle_cancel_error(
                     &c,
                     CancellationState::Failed,
                     None,
-                    None,
-                    None,
-                    None,
-                    Some(("MOTIVO", "motivo must be 01 to 04")),
+                    "MOTIVO",
+                    "motivo must be 01 to 04",
                 )
                 .await;
         };
@@ -150,29 +148,19 @@ impl Worker {
                 if code == "205" && c.attempts < self.cfg.retry.max_attempts =>
             {
                 let run_at = self.later(c.attempts, Some(Duration::from_secs(30)));
-                self.settle_cancel(
+                self.settle_cancel_error(
                     &c,
                     CancellationState::RetryScheduled,
                     Some(run_at),
-                    None,
-                    None,
-                    None,
-                    Some((&code, &message)),
+                    &code,
+                    &message,
                 )
                 .await
             }
             CancelOutcome::Rejected { code, message, .. } => {
                 warn!(%code, %message, "cancellation refused");
-                self.settle_cancel(
-                    &c,
-                    CancellationState::Failed,
-                    None,
-                    None,
-                    None,
-                    None,
-                    Some((&code, &message)),
-                )
-                .await
+                self.settle_cancel_error(&c, CancellationState::Failed, None, &code, &message)
+                    .await
             }
             CancelOutcome::Retryable {
                 reason,
@@ -181,41 +169,29 @@ impl Worker {
             } => {
                 if c.attempts >= self.cfg.retry.max_attempts {
                     return self
-                        .settle_cancel(
+                        .settle_cancel_error(
                             &c,
                             CancellationState::Failed,
                             None,
-                            None,
-                            None,
-                            None,
-                            Some(("EXHAUSTED", &reason)),
+                            "EXHAUSTED",
+                            &reason,
                         )
                         .await;
                 }
                 let run_at = self.later(c.attempts, retry_after);
-                self.settle_cancel(
+                self.settle_cancel_error(
                     &c,
                     CancellationState::RetryScheduled,
                     Some(run_at),
-                    None,
-                    None,
-                    None,
-                    Some(("", &reason)),
+                    "",
+                    &reason,
                 )
                 .await
             }
             CancelOutcome::Unknown { reason, .. } => {
                 let run_at = self.later(1, None);
-                self.settle_cancel(
-                    &c,
-                    CancellationState::Unknown,
-                    Some(run_at),
-                    None,
-                    None,
-                    None,
-                    Some(("", &reason)),
-                )
-                .await
+                self.settle_cancel_error(&c, CancellationState::Unknown, Some(run_at), "", &reason)
+                    .await
             }
         }
     }
@@ -284,14 +260,12 @@ impl Worker {
                 };
                 self.log_cancel_attempt(c, "cancel_status", logged, t)
                     .await?;
-                self.settle_cancel(
+                self.settle_cancel_error(
                     c,
                     CancellationState::PendingReceiver,
                     Some(next_poll(c.attempts)),
-                    None,
-                    None,
-                    None,
-                    Some(("", &codigo_estatus)),
+                    "",
+                    &codigo_estatus,
                 )
                 .await
             }
@@ -303,18 +277,29 @@ impl Worker {
                 self.log_cancel_attempt(c, "cancel_status", logged, t)
                     .await?;
                 let run_at = self.later(c.attempts.min(6), None);
-                self.settle_cancel(
+                self.settle_cancel_error(
                     c,
                     CancellationState::PendingReceiver,
                     Some(run_at),
-                    None,
-                    None,
-                    None,
-                    Some(("", &reason)),
+                    "",
+                    &reason,
                 )
                 .await
             }
         }
+    }
+
+    /// Settles a cancellation that ends this round with an error code and message only.
+    async fn settle_cancel_error(
+        &self,
+        c: &ClaimedCancel,
+        state: CancellationState,
+        run_at: Option<chrono::DateTime<Utc>>,
+        code: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        self.settle_cancel(c, state, run_at, None, None, None, Some((code, message)))
+            .await
     }
 
     #[allow(clippy::too_many_arguments)]
