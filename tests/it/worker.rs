@@ -46,6 +46,21 @@ async fn rig(b: Backend, faults: &str, worker_toml: &str) -> Option<Rig> {
     })
 }
 
+/// A rig with `faults` and [`FAST_WORKER`], a sale paid now (`suffix`) and a running pool,
+/// once the sale's row has reached `state` (within 20 s).
+async fn paid_rig(
+    b: Backend,
+    faults: &str,
+    suffix: &str,
+    state: &str,
+) -> Option<(Rig, String, DocFull, Pool, Services)> {
+    let rig = rig(b, faults, FAST_WORKER).await?;
+    let key = rig.pay(suffix, now()).await;
+    let (pool, s) = rig.pool().await;
+    let row = rig.wait_state(&key, state, 20).await;
+    Some((rig, key, row, pool, s))
+}
+
 async fn sandbox(dir: &tempfile::TempDir, name: &str, faults: &str) -> (String, SandboxHandle) {
     let spec = FaultSpec::parse(faults).expect("fault spec");
     Sandbox::start_in_process(&dir.path().join(format!("{name}.jsonl")), spec)
@@ -98,6 +113,13 @@ impl Rig {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits until the sandbox has stamped `key`, then makes it answer every call with a 503,
+    /// so the worker's questions about the stamp go unanswered.
+    async fn stamped_then_unreachable(&self, key: &str) {
+        self.wait_stamped_at_pac(key).await;
+        self.set_faults("status503=1").await;
     }
 
     /// Waits until the worker has asked the PAC about the row `n` times without an answer,
@@ -159,18 +181,17 @@ impl Rig {
     /// Waits until the row reaches `state` (or fails the test after `secs`).
     async fn wait_state(&self, key: &str, state: &str, secs: u64) -> DocFull {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-        loop {
-            let row = self.row(key).await;
-            if row.state.as_str() == state {
-                return row;
-            }
+        let mut row = self.row(key).await;
+        while row.state.as_str() != state {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "row never reached {state}: {}",
                 brief(&row)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
+            row = self.row(key).await;
         }
+        row
     }
 }
 
@@ -226,13 +247,12 @@ async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
 }
 
 async fn a_lost_response_is_recovered_without_a_second_stamp(b: Backend) {
-    let Some(rig) = rig(b, "lose_response=1:mode=drop", FAST_WORKER).await else {
+    // The sandbox stamps, then drops the connection: the outcome is unknown to us.
+    let Some((rig, key, row, pool, _s)) =
+        paid_rig(b, "lose_response=1:mode=drop", "lost", "unknown").await
+    else {
         return;
     };
-    let key = rig.pay("lost", now()).await;
-    let (pool, _s) = rig.pool().await;
-    // The sandbox stamps, then drops the connection: the outcome is unknown to us.
-    let row = rig.wait_state(&key, "unknown", 20).await;
     assert_eq!(rig.stamps_for(&key).await.len(), 1, "the PAC did stamp");
     rig.set_faults("").await;
     rig.wait_stamped_once(&key, 20, "recovered, not stamped twice")
@@ -256,12 +276,11 @@ async fn a_lost_response_is_recovered_without_a_second_stamp(b: Backend) {
 }
 
 async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
-    let Some(rig) = rig(b, "status503=1", FAST_WORKER).await else {
+    let Some((rig, key, row, pool, _s)) =
+        paid_rig(b, "status503=1", "busy", "retry_scheduled").await
+    else {
         return;
     };
-    let key = rig.pay("busy", now()).await;
-    let (pool, _s) = rig.pool().await;
-    let row = rig.wait_state(&key, "retry_scheduled", 20).await;
     assert!(
         row.run_at > chrono::Utc::now() - chrono::Duration::milliseconds(200),
         "scheduled ahead: {row:?}"
@@ -363,12 +382,10 @@ async fn a_rejection_fails_with_the_pacs_code_and_message(b: Backend) {
 }
 
 async fn a_500_is_logged_with_its_status_as_unknown_then_unresolved(b: Backend) {
-    let Some(rig) = rig(b, "status500=1", FAST_WORKER).await else {
+    let Some((rig, key, row, pool, _s)) = paid_rig(b, "status500=1", "status500", "unknown").await
+    else {
         return;
     };
-    let key = rig.pay("status500", now()).await;
-    let (pool, _s) = rig.pool().await;
-    let row = rig.wait_state(&key, "unknown", 20).await;
     // The next attempt asks first, and the PAC still answers 500.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let log = loop {
@@ -465,8 +482,7 @@ async fn a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered(b: Back
     let key = rig.pay("edge_lost", now() - 72 * 3600 + 65).await;
     let closes = chrono::Utc::now() + chrono::Duration::seconds(5);
     let (pool, _s) = rig.pool().await;
-    rig.wait_stamped_at_pac(&key).await;
-    rig.set_faults("status503=1").await;
+    rig.stamped_then_unreachable(&key).await;
     rig.wait_asks_after(&key, closes).await;
     rig.set_faults("").await;
     rig.wait_stamped_once(&key, 30, "one stamp").await;
@@ -483,8 +499,7 @@ async fn an_unknown_outcome_is_asked_for_past_max_attempts(b: Backend) {
     };
     let key = rig.pay("outlasting", now()).await;
     let (pool, _s) = rig.pool().await;
-    rig.wait_stamped_at_pac(&key).await;
-    rig.set_faults("status503=1").await;
+    rig.stamped_then_unreachable(&key).await;
     let row = rig.wait_unresolved_asks(&key, 4).await;
     assert!(row.attempts > 2, "past max_attempts: {row:?}");
     assert!(
@@ -838,8 +853,7 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
     };
     let key = rig.pay("failover_unknown", now()).await;
     let (pool, _s) = rig.pool().await;
-    rig.wait_stamped_at_pac(&key).await;
-    rig.set_faults("status503=1").await;
+    rig.stamped_then_unreachable(&key).await;
     let row = rig.wait_unresolved_asks(&key, 3).await;
     assert_eq!(
         rig.app.db.pac_routes(&key).await.expect("routes"),
