@@ -39,6 +39,24 @@ impl Resp {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
+    /// Asserts a 201, `replayed` or not, showing the body otherwise.
+    fn assert_created(&self, replayed: bool) {
+        assert_eq!(
+            (self.status, self.replayed),
+            (201, replayed),
+            "{}",
+            self.text()
+        );
+    }
+    /// Asserts the status and error code, showing `why` and the body when they differ.
+    fn assert_error(&self, status: u16, code: &str, why: &str) {
+        assert_eq!(
+            (self.status, self.code().as_str()),
+            (status, code),
+            "{why}: {}",
+            self.text()
+        );
+    }
     fn code(&self) -> String {
         self.json()["error"]["code"]
             .as_str()
@@ -74,6 +92,19 @@ async fn rig_with(b: Backend, faults: &str, pac_lines: &str, extra: &str) -> Opt
         key: key.expose().to_owned(),
         _dir: dir,
     })
+}
+
+/// A rig whose PAC holds its answers for 30 s while our client gives up after 2 s, the API
+/// waiting `wait_ms` for a stamp.
+async fn hanging_rig(b: Backend, wait_ms: u64) -> Option<Rig> {
+    let api = format!("[api]\nwait_for_stamp_ms = {wait_ms}\n");
+    rig_with(
+        b,
+        "lose_response=1:mode=hang:hang=30s",
+        "request_timeout = 2\n",
+        &api,
+    )
+    .await
 }
 
 fn invoice() -> Value {
@@ -152,6 +183,12 @@ impl Rig {
         support::sim::set_faults(&self.http, self.sim.url(), spec).await;
     }
 
+    /// Purges the idempotency keys as if `later` had passed: how many went.
+    async fn purge_after(&self, later: chrono::Duration) -> u64 {
+        let when = chrono::Utc::now() + later;
+        self.app.db.purge_idempotency(when).await.expect("purge")
+    }
+
     async fn invoice_count(&self) -> usize {
         let r = self.get("/v1/invoices").await;
         assert_eq!(r.status, 200, "{}", r.text());
@@ -166,12 +203,7 @@ impl Rig {
         assert_eq!(stamps.len(), 1, "{stamps:?}");
         assert_eq!(stamped["uuid"], stamps[0]["uuid"]);
         let replay = self.post(&invoice(), Some(key)).await;
-        assert_eq!(
-            (replay.status, replay.replayed),
-            (201, true),
-            "{}",
-            replay.text()
-        );
+        replay.assert_created(true);
         assert_eq!(replay.json()["uuid"], stamps[0]["uuid"]);
     }
 
@@ -351,10 +383,7 @@ async fn caller_verdicts_are_not_replayed(b: Backend) {
     let mut other_emisor = invoice();
     other_emisor["rfc_emisor"] = json!("XIQB891116QE4");
     let forbidden = rig.post(&other_emisor, Some("k-403")).await;
-    assert_eq!(
-        (forbidden.status, forbidden.code().as_str()),
-        (403, "FORBIDDEN")
-    );
+    forbidden.assert_error(403, "FORBIDDEN", "");
     let mut own = invoice();
     own["rfc_emisor"] = json!("EKU9003173C9");
     let ok = rig.post(&own, Some("k-403")).await;
@@ -375,12 +404,7 @@ async fn a_server_error_is_not_replayed(b: Backend) {
     )
     .await;
     let down = rig.post(&invoice(), Some("k-5xx")).await;
-    assert_eq!(
-        (down.status, down.code().as_str()),
-        (503, "UNAVAILABLE"),
-        "{}",
-        down.text()
-    );
+    down.assert_error(503, "UNAVAILABLE", "");
     exec_sql(
         &rig.app.db,
         "ALTER TABLE api_idempotency_away RENAME TO api_idempotency",
@@ -411,10 +435,7 @@ async fn header_and_body_keys_are_one_key(b: Backend) {
     let mut other = invoice();
     other["idempotency_key"] = json!("k-two");
     let clash = rig.post(&other, Some("k-one")).await;
-    assert_eq!(
-        (clash.status, clash.code().as_str()),
-        (400, "VALIDATION_ERROR")
-    );
+    clash.assert_error(400, "VALIDATION_ERROR", "");
     for bad in ["a b".to_owned(), "k".repeat(101), "clave-ñ".to_owned()] {
         let mut v = invoice();
         v["idempotency_key"] = json!(bad);
@@ -439,10 +460,7 @@ async fn a_key_reused_with_another_body_is_refused(b: Backend) {
     let (_pool, _s) = rig.pool().await;
     assert_eq!(rig.post(&invoice(), Some("k-reuse")).await.status, 201);
     let other = rig.post(&with_price("100.00"), Some("k-reuse")).await;
-    assert_eq!(
-        (other.status, other.code().as_str()),
-        (422, "IDEMPOTENCY_KEY_REUSED")
-    );
+    other.assert_error(422, "IDEMPOTENCY_KEY_REUSED", "");
     assert_eq!(rig.invoice_count().await, 1);
     assert_eq!(rig.stamps().await.len(), 1);
 }
@@ -458,19 +476,12 @@ async fn a_queued_invoice_answers_202_then_409_then_the_201(b: Backend) {
     assert_eq!(first.json()["status"], "pending");
     let id = first.json()["id"].as_str().expect("id").to_owned();
     let dup = rig.post(&invoice(), Some("k-queued")).await;
-    assert_eq!(
-        (dup.status, dup.code().as_str()),
-        (409, "DUPLICATE_IN_PROGRESS")
-    );
+    dup.assert_error(409, "DUPLICATE_IN_PROGRESS", "");
     assert!(dup.retry_after.is_some(), "Retry-After");
     let other = rig.post(&with_price("1.00"), Some("k-queued")).await;
     assert_eq!(other.code(), "IDEMPOTENCY_KEY_REUSED");
     assert_eq!(
-        rig.app
-            .db
-            .purge_idempotency(chrono::Utc::now() + chrono::Duration::hours(500))
-            .await
-            .expect("purge"),
+        rig.purge_after(chrono::Duration::hours(500)).await,
         0,
         "a key whose outcome is open is never purged"
     );
@@ -613,12 +624,7 @@ async fn an_invoice_that_ends_without_a_stamp_releases_its_key(b: Backend) {
     let mut unregistered = invoice();
     unregistered["receptor"]["rfc"] = json!("CACX7605101P8");
     let rejected = rig.post(&unregistered, Some("k-fix")).await;
-    assert_eq!(
-        (rejected.status, rejected.code().as_str()),
-        (422, "PAC_REJECTED"),
-        "{}",
-        rejected.text()
-    );
+    rejected.assert_error(422, "PAC_REJECTED", "");
     assert_eq!(rejected.json()["error"]["pac_code"], "CFDI40143");
     let failed_id = rejected.json()["error"]["invoice_id"]
         .as_str()
@@ -646,10 +652,7 @@ async fn an_invoice_that_ends_without_a_stamp_releases_its_key(b: Backend) {
     let mut invalid = invoice();
     invalid["receptor"]["regimen_fiscal"] = json!("999");
     let ours = rig.post(&invalid, Some("k-ours")).await;
-    assert_eq!(
-        (ours.status, ours.code().as_str()),
-        (422, "VALIDATION_ERROR")
-    );
+    ours.assert_error(422, "VALIDATION_ERROR", "");
     let corrected = rig.post(&invoice(), Some("k-ours")).await;
     assert_eq!(corrected.status, 201, "{}", corrected.text());
     assert_eq!(rig.stamps().await.len(), 2);
@@ -716,12 +719,7 @@ async fn amounts_beyond_the_cfdi_limits_are_refused_naming_the_field(b: Backend)
     ];
     for (field, body) in &cases {
         let r = rig.post(body, Some("k-huge")).await;
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (422, "VALIDATION_ERROR"),
-            "{field}: {}",
-            r.text()
-        );
+        r.assert_error(422, "VALIDATION_ERROR", field);
         let err = &r.json()["error"];
         assert_eq!(err["field"], *field, "{}", r.text());
         let message = err["message"].as_str().unwrap_or_default();
@@ -744,12 +742,7 @@ async fn amounts_beyond_the_cfdi_limits_are_refused_naming_the_field(b: Backend)
         (Value::Null, sum, "SubTotal"),
     ] {
         let r = rig.post(&body, Some("k-huge")).await;
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (422, "VALIDATION_ERROR"),
-            "{field}: {}",
-            r.text()
-        );
+        r.assert_error(422, "VALIDATION_ERROR", &field.to_string());
         assert_eq!(r.json()["error"]["field"], field, "{}", r.text());
         assert!(r.text().contains(says), "{}", r.text());
     }
@@ -793,23 +786,17 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
     };
     let (_pool, _s) = rig.pool().await;
     let first = rig.post(&invoice(), Some("k-lost")).await;
-    assert_eq!(
-        (first.status, first.code().as_str()),
-        (503, "STAMPING_OUTCOME_UNKNOWN"),
-        "{}",
-        first.text()
-    );
+    first.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "");
     let id = first.json()["error"]["invoice_id"]
         .as_str()
         .expect("invoice id")
         .to_owned();
     assert_eq!(rig.stamps().await.len(), 1, "the PAC did stamp it");
     let retry = rig.post(&invoice(), Some("k-lost")).await;
-    assert_eq!(
-        (retry.status, retry.code().as_str()),
-        (503, "STAMPING_OUTCOME_UNKNOWN"),
-        "the outcome is what is unknown: {}",
-        retry.text()
+    retry.assert_error(
+        503,
+        "STAMPING_OUTCOME_UNKNOWN",
+        "the outcome is what is unknown",
     );
     assert_eq!(retry.json()["error"]["invoice_id"], id.as_str());
     assert!(retry.retry_after.is_some());
@@ -864,24 +851,12 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
 // 5: the PAC holds its answer past our wait: 503 while the call is in flight, 409 after, and
 // the 201 once the worker's timeout made it ask the PAC by key.
 async fn a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome(b: Backend) {
-    let Some(rig) = rig_with(
-        b,
-        "lose_response=1:mode=hang:hang=30s",
-        "request_timeout = 2\n",
-        "[api]\nwait_for_stamp_ms = 500\n",
-    )
-    .await
-    else {
+    let Some(rig) = hanging_rig(b, 500).await else {
         return;
     };
     let (_pool, _s) = rig.pool().await;
     let first = rig.post(&invoice(), Some("k-hang")).await;
-    assert_eq!(
-        (first.status, first.code().as_str()),
-        (503, "STAMPING_OUTCOME_UNKNOWN"),
-        "{}",
-        first.text()
-    );
+    first.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "");
     assert!(first.retry_after.is_some());
     let id = first.json()["error"]["invoice_id"]
         .as_str()
@@ -941,26 +916,13 @@ async fn a_stamped_key_is_kept_and_only_released_keys_are_purged(b: Backend) {
     );
 
     let replay = rig.post(&invoice(), Some("k-old")).await;
-    assert_eq!(
-        (replay.status, replay.replayed),
-        (201, true),
-        "{}",
-        replay.text()
-    );
+    replay.assert_created(true);
     assert_eq!(replay.body, first.body, "byte for byte, years later");
     let other = rig.post(&with_price("1.00"), Some("k-old")).await;
-    assert_eq!(
-        (other.status, other.code().as_str()),
-        (422, "IDEMPOTENCY_KEY_REUSED")
-    );
+    other.assert_error(422, "IDEMPOTENCY_KEY_REUSED", "");
     // The purged key is free: the corrected request creates its invoice.
     let fixed = rig.post(&invoice(), Some("k-rejected")).await;
-    assert_eq!(
-        (fixed.status, fixed.replayed),
-        (201, false),
-        "{}",
-        fixed.text()
-    );
+    fixed.assert_created(false);
     assert_eq!(rig.stamps().await.len(), 2);
     assert_eq!(rig.invoice_count().await, 3);
 }
@@ -987,14 +949,7 @@ async fn date_invoice(rig: &Rig, public_id: &str, fecha: chrono::NaiveDateTime) 
 // leaves it) instead of being released for a second CFDI; once the PAC answers, the original
 // 201 is replayed.
 async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backend) {
-    let Some(rig) = rig_with(
-        b,
-        "lose_response=1:mode=hang:hang=30s",
-        "request_timeout = 2\n",
-        "[api]\nwait_for_stamp_ms = 200\n",
-    )
-    .await
-    else {
+    let Some(rig) = hanging_rig(b, 200).await else {
         return;
     };
     let first = rig.post(&invoice(), Some("k-window")).await;
@@ -1040,22 +995,10 @@ async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backe
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let retry = rig.post(&invoice(), Some("k-window")).await;
-    assert_eq!(
-        (retry.status, retry.code().as_str()),
-        (503, "STAMPING_OUTCOME_UNKNOWN"),
-        "{}",
-        retry.text()
-    );
+    retry.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "");
     assert_eq!(retry.json()["error"]["invoice_id"], id.as_str());
     assert_eq!(rig.invoice_count().await, 1, "no second invoice");
-    assert_eq!(
-        rig.app
-            .db
-            .purge_idempotency(chrono::Utc::now() + chrono::Duration::days(3650))
-            .await
-            .expect("purge"),
-        0
-    );
+    assert_eq!(rig.purge_after(chrono::Duration::days(3650)).await, 0);
     assert_eq!(
         rig.get(&format!("/v1/invoices/{id}")).await.json()["status"],
         "unknown"
@@ -1075,23 +1018,18 @@ async fn a_cancelled_invoice_notifies_the_merchant(b: Backend) {
     let created = rig.post(&invoice(), Some("k-cancel")).await;
     assert_eq!(created.status, 201, "{}", created.text());
     let id = created.json()["id"].as_str().expect("id").to_owned();
-    let bad = rig
-        .send(
+    // Asks to cancel the invoice for the SAT `motivo`.
+    let cancel = |motivo: &str| {
+        rig.send(
             rig.http
                 .post(format!("{}/v1/invoices/{id}/cancel", rig.app.address))
                 .bearer_auth(&rig.key)
-                .body(r#"{"motivo":"07"}"#),
+                .body(format!(r#"{{"motivo":"{motivo}"}}"#)),
         )
-        .await;
+    };
+    let bad = cancel("07").await;
     assert_eq!((bad.status, bad.code().as_str()), (422, "VALIDATION_ERROR"));
-    let asked = rig
-        .send(
-            rig.http
-                .post(format!("{}/v1/invoices/{id}/cancel", rig.app.address))
-                .bearer_auth(&rig.key)
-                .body(r#"{"motivo":"02"}"#),
-        )
-        .await;
+    let asked = cancel("02").await;
     assert_eq!(asked.status, 202, "{}", asked.text());
     assert_eq!(asked.json()["cancellation"], "requested");
     rig.wait_status(&id, "canceled", 30).await;

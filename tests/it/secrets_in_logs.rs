@@ -449,24 +449,18 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
     }
     let http = reqwest::Client::new();
     let body = autofactura::webhooks::stripe::sample_payment_intent("forged", 1, false);
-    let r = http
+    let forged_stripe = http
         .post(format!("{base}/webhooks/stripe"))
         .header("Stripe-Signature", "t=1,v1=00")
-        .body(body)
-        .send()
-        .await
-        .expect("forged stripe");
-    assert_eq!(r.status(), 400);
-    let r = http
+        .body(body);
+    assert_eq!(send(forged_stripe, "forged stripe").await.status(), 400);
+    let forged_mp = http
         .post(format!(
             "{base}/webhooks/mercadopago?data.id=1&type=payment"
         ))
         .header("x-signature", "ts=1,v1=00")
-        .body("{}")
-        .send()
-        .await
-        .expect("forged mp");
-    assert_eq!(r.status(), 400);
+        .body("{}");
+    assert_eq!(send(forged_mp, "forged mp").await.status(), 400);
 
     // The workers stamp both with the PAC, authenticating with the PAC password.
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -568,21 +562,16 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
         .bearer_auth(&api_key)
         .header("Content-Type", "application/json")
         .header("Idempotency-Key", "leakcheck-1")
-        .body(invoice.clone())
-        .send()
-        .await
-        .expect("api invoice");
+        .body(invoice.clone());
+    let r = send(r, "api invoice").await;
     let (status, text) = (r.status().as_u16(), r.text().await.unwrap_or_default());
     assert!(status == 201 || status == 202, "{status} {text}");
-    let r = http
+    let wrong_key = http
         .post(format!("{base}/v1/invoices"))
         .bearer_auth(format!("{api_key}x"))
         .header("Content-Type", "application/json")
-        .body(invoice)
-        .send()
-        .await
-        .expect("wrong key");
-    assert_eq!(r.status(), 401);
+        .body(invoice);
+    assert_eq!(send(wrong_key, "wrong key").await.status(), 401);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !merchant_seen
         .lock()
@@ -722,4 +711,9 @@ async fn no_secret_in_the_logs_of_a_full_flow_on_postgres() {
     ] {
         let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await;
     }
+}
+
+/// Sends `req`, panicking with `what` if it cannot be sent at all.
+async fn send(req: reqwest::RequestBuilder, what: &str) -> reqwest::Response {
+    req.send().await.unwrap_or_else(|e| panic!("{what}: {e}"))
 }

@@ -46,6 +46,33 @@ async fn rig(b: Backend, faults: &str, worker_toml: &str) -> Option<Rig> {
     })
 }
 
+/// A rig with `faults` and `worker_toml`, and a sale paid at `created` (`suffix`): its key.
+async fn rig_paid(
+    b: Backend,
+    faults: &str,
+    worker_toml: &str,
+    suffix: &str,
+    created: i64,
+) -> Option<(Rig, String)> {
+    let rig = rig(b, faults, worker_toml).await?;
+    let key = rig.pay(suffix, created).await;
+    Some((rig, key))
+}
+
+/// A rig with `faults` and [`FAST_WORKER`], a sale paid now (`suffix`) and a running pool,
+/// once the sale's row has reached `state` (within 20 s).
+async fn paid_rig(
+    b: Backend,
+    faults: &str,
+    suffix: &str,
+    state: &str,
+) -> Option<(Rig, String, DocFull, Pool, Services)> {
+    let (rig, key) = rig_paid(b, faults, FAST_WORKER, suffix, now()).await?;
+    let (pool, s) = rig.pool().await;
+    let row = rig.wait_state(&key, state, 20).await;
+    Some((rig, key, row, pool, s))
+}
+
 async fn sandbox(dir: &tempfile::TempDir, name: &str, faults: &str) -> (String, SandboxHandle) {
     let spec = FaultSpec::parse(faults).expect("fault spec");
     Sandbox::start_in_process(&dir.path().join(format!("{name}.jsonl")), spec)
@@ -98,6 +125,13 @@ impl Rig {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits until the sandbox has stamped `key`, then makes it answer every call with a 503,
+    /// so the worker's questions about the stamp go unanswered.
+    async fn stamped_then_unreachable(&self, key: &str) {
+        self.wait_stamped_at_pac(key).await;
+        self.set_faults("status503=1").await;
     }
 
     /// Waits until the worker has asked the PAC about the row `n` times without an answer,
@@ -159,18 +193,17 @@ impl Rig {
     /// Waits until the row reaches `state` (or fails the test after `secs`).
     async fn wait_state(&self, key: &str, state: &str, secs: u64) -> DocFull {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-        loop {
-            let row = self.row(key).await;
-            if row.state.as_str() == state {
-                return row;
-            }
+        let mut row = self.row(key).await;
+        while row.state.as_str() != state {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "row never reached {state}: {}",
                 brief(&row)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
+            row = self.row(key).await;
         }
+        row
     }
 }
 
@@ -226,13 +259,12 @@ async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
 }
 
 async fn a_lost_response_is_recovered_without_a_second_stamp(b: Backend) {
-    let Some(rig) = rig(b, "lose_response=1:mode=drop", FAST_WORKER).await else {
+    // The sandbox stamps, then drops the connection: the outcome is unknown to us.
+    let Some((rig, key, row, pool, _s)) =
+        paid_rig(b, "lose_response=1:mode=drop", "lost", "unknown").await
+    else {
         return;
     };
-    let key = rig.pay("lost", now()).await;
-    let (pool, _s) = rig.pool().await;
-    // The sandbox stamps, then drops the connection: the outcome is unknown to us.
-    let row = rig.wait_state(&key, "unknown", 20).await;
     assert_eq!(rig.stamps_for(&key).await.len(), 1, "the PAC did stamp");
     rig.set_faults("").await;
     rig.wait_stamped_once(&key, 20, "recovered, not stamped twice")
@@ -256,12 +288,11 @@ async fn a_lost_response_is_recovered_without_a_second_stamp(b: Backend) {
 }
 
 async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
-    let Some(rig) = rig(b, "status503=1", FAST_WORKER).await else {
+    let Some((rig, key, row, pool, _s)) =
+        paid_rig(b, "status503=1", "busy", "retry_scheduled").await
+    else {
         return;
     };
-    let key = rig.pay("busy", now()).await;
-    let (pool, _s) = rig.pool().await;
-    let row = rig.wait_state(&key, "retry_scheduled", 20).await;
     assert!(
         row.run_at > chrono::Utc::now() - chrono::Duration::milliseconds(200),
         "scheduled ahead: {row:?}"
@@ -302,10 +333,9 @@ async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
 
 async fn retries_stop_after_max_attempts_as_a_dead_letter(b: Backend) {
     let worker = format!("{FAST_WORKER}max_attempts = 2\n");
-    let Some(rig) = rig(b, "status503=1", &worker).await else {
+    let Some((rig, key)) = rig_paid(b, "status503=1", &worker, "dead", now()).await else {
         return;
     };
-    let key = rig.pay("dead", now()).await;
     let (pool, _s) = rig.pool().await;
     let row = rig.wait_state(&key, "failed", 30).await;
     assert_eq!(row.last_error_code.as_deref(), Some("EXHAUSTED"), "{row:?}");
@@ -314,10 +344,9 @@ async fn retries_stop_after_max_attempts_as_a_dead_letter(b: Backend) {
 }
 
 async fn a_rejection_fails_with_the_pacs_code_and_message(b: Backend) {
-    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+    let Some((rig, key)) = rig_paid(b, "", FAST_WORKER, "tampered", now()).await else {
         return;
     };
-    let key = rig.pay("tampered", now()).await;
     // Store bytes that are not what the Sello signed (as if altered after sealing), before
     // any worker seals: the worker must send them as they are, and the PAC must refuse them.
     let row = rig.row(&key).await;
@@ -363,12 +392,10 @@ async fn a_rejection_fails_with_the_pacs_code_and_message(b: Backend) {
 }
 
 async fn a_500_is_logged_with_its_status_as_unknown_then_unresolved(b: Backend) {
-    let Some(rig) = rig(b, "status500=1", FAST_WORKER).await else {
+    let Some((rig, key, row, pool, _s)) = paid_rig(b, "status500=1", "status500", "unknown").await
+    else {
         return;
     };
-    let key = rig.pay("status500", now()).await;
-    let (pool, _s) = rig.pool().await;
-    let row = rig.wait_state(&key, "unknown", 20).await;
     // The next attempt asks first, and the PAC still answers 500.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let log = loop {
@@ -400,10 +427,9 @@ async fn a_500_is_logged_with_its_status_as_unknown_then_unresolved(b: Backend) 
 }
 
 async fn a_sale_past_the_72_hour_window_expires_unsent(b: Backend) {
-    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+    let Some((rig, key)) = rig_paid(b, "", FAST_WORKER, "late", now() - 73 * 3600).await else {
         return;
     };
-    let key = rig.pay("late", now() - 73 * 3600).await;
     let (pool, _s) = rig.pool().await;
     let row = rig.wait_state(&key, "expired", 20).await;
     assert_eq!(row.last_error_code.as_deref(), Some("WINDOW"));
@@ -425,10 +451,10 @@ async fn an_unknown_outcome_past_the_window_expires_only_once_the_pac_confirms_n
     // is unknown. The window closes while the PAC cannot be asked: still unknown, however long,
     // since the PAC may hold a stamp. Once the PAC answers that it holds none, it is expired.
     let worker = format!("{FAST_WORKER}window_margin_seconds = 0\n");
-    let Some(rig) = rig(b, "reset=1", &worker).await else {
+    let Some((rig, key)) = rig_paid(b, "reset=1", &worker, "edge", now() - 72 * 3600 + 3).await
+    else {
         return;
     };
-    let key = rig.pay("edge", now() - 72 * 3600 + 3).await;
     let closes = chrono::Utc::now() + chrono::Duration::seconds(3);
     let (pool, _s) = rig.pool().await;
     rig.wait_state(&key, "unknown", 20).await;
@@ -465,8 +491,7 @@ async fn a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered(b: Back
     let key = rig.pay("edge_lost", now() - 72 * 3600 + 65).await;
     let closes = chrono::Utc::now() + chrono::Duration::seconds(5);
     let (pool, _s) = rig.pool().await;
-    rig.wait_stamped_at_pac(&key).await;
-    rig.set_faults("status503=1").await;
+    rig.stamped_then_unreachable(&key).await;
     rig.wait_asks_after(&key, closes).await;
     rig.set_faults("").await;
     rig.wait_stamped_once(&key, 30, "one stamp").await;
@@ -483,8 +508,7 @@ async fn an_unknown_outcome_is_asked_for_past_max_attempts(b: Backend) {
     };
     let key = rig.pay("outlasting", now()).await;
     let (pool, _s) = rig.pool().await;
-    rig.wait_stamped_at_pac(&key).await;
-    rig.set_faults("status503=1").await;
+    rig.stamped_then_unreachable(&key).await;
     let row = rig.wait_unresolved_asks(&key, 4).await;
     assert!(row.attempts > 2, "past max_attempts: {row:?}");
     assert!(
@@ -515,10 +539,11 @@ async fn an_outcome_unresolved_past_its_asking_period_is_asked_daily_and_listed(
         "{FAST_WORKER}[admin]\npassword = \"{}\"\n",
         support::admin::PASSWORD
     );
-    let Some(rig) = rig(b, "status503=1", &worker).await else {
+    let Some((rig, key)) =
+        rig_paid(b, "status503=1", &worker, "asked_daily", now() - 150 * 3600).await
+    else {
         return;
     };
-    let key = rig.pay("asked_daily", now() - 150 * 3600).await;
     let id = rig.row(&key).await.id;
     fx::seal(&rig.app, id).await;
     fx::mark_unknown(&rig.app, id, chrono::Utc::now()).await;
@@ -596,10 +621,9 @@ async fn an_outcome_unresolved_past_its_asking_period_is_asked_daily_and_listed(
 /// SW's `CFDI3307`: the key already holds a stamp of other content. The row fails with the
 /// code and the other UUID, nothing is recorded as its stamp and nothing more is stamped.
 async fn a_key_already_used_for_other_content_fails_with_cfdi3307(b: Backend) {
-    let Some(rig) = rig(b, "", FAST_WORKER).await else {
+    let Some((rig, key)) = rig_paid(b, "", FAST_WORKER, "key_reused", now()).await else {
         return;
     };
-    let key = rig.pay("key_reused", now()).await;
     // Another document stamped under this row's key before the worker sends it.
     let (_, json) = autofactura::sandbox::SAMPLE_REQUESTS[0];
     let mut other: autofactura::cfdi::InvoiceRequest = serde_json::from_str(json).expect("sample");
@@ -838,8 +862,7 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
     };
     let key = rig.pay("failover_unknown", now()).await;
     let (pool, _s) = rig.pool().await;
-    rig.wait_stamped_at_pac(&key).await;
-    rig.set_faults("status503=1").await;
+    rig.stamped_then_unreachable(&key).await;
     let row = rig.wait_unresolved_asks(&key, 3).await;
     assert_eq!(
         rig.app.db.pac_routes(&key).await.expect("routes"),
@@ -867,10 +890,9 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
 }
 
 async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b: Backend) {
-    let Some(rig) = rig(b, "latency=3s", FAST_WORKER).await else {
+    let Some((rig, key)) = rig_paid(b, "latency=3s", FAST_WORKER, "shutdown", now()).await else {
         return;
     };
-    let key = rig.pay("shutdown", now()).await;
     let (pool, s) = rig.pool().await;
     rig.wait_state(&key, "stamping", 10).await;
     // The grace period (1 s) is shorter than the PAC's latency (3 s): the row is released.
@@ -1006,10 +1028,17 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
 ) {
     // The sandbox commits the stamp and then holds its answer: the worker process is waiting for
     // it when it is killed with SIGKILL, so the stamp exists at the PAC and not in our database.
-    let Some(rig) = rig(b, "lose_response=1:mode=hang:hang=120s", FAST_WORKER).await else {
+    let Some((rig, key)) = rig_paid(
+        b,
+        "lose_response=1:mode=hang:hang=120s",
+        FAST_WORKER,
+        "killed",
+        now(),
+    )
+    .await
+    else {
         return;
     };
-    let key = rig.pay("killed", now()).await;
     let mut worker = spawn_worker_process(&rig.app.config_file);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while rig.stamps_for(&key).await.is_empty() {

@@ -196,11 +196,16 @@ impl Driver {
     }
 
     pub async fn find(&self, css: &str) -> Element {
+        self.find_one("css selector", css).await
+    }
+
+    /// The first element found by the WebDriver locator strategy `using`.
+    async fn find_one(&self, using: &str, value: &str) -> Element {
         let v = self
             .call(
                 reqwest::Method::POST,
                 "/element",
-                Some(json!({ "using": "css selector", "value": css })),
+                Some(json!({ "using": using, "value": value })),
             )
             .await;
         Element(v[ELEMENT].as_str().expect("element id").to_owned())
@@ -225,14 +230,7 @@ impl Driver {
 
     /// The first link whose text contains `text`.
     pub async fn link(&self, text: &str) -> Element {
-        let v = self
-            .call(
-                reqwest::Method::POST,
-                "/element",
-                Some(json!({ "using": "partial link text", "value": text })),
-            )
-            .await;
-        Element(v[ELEMENT].as_str().expect("element id").to_owned())
+        self.find_one("partial link text", text).await
     }
 
     pub async fn click(&self, e: &Element) {
