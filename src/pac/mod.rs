@@ -90,12 +90,11 @@ macro_rules! outcome_with_failures {
         $(#[$meta])*
         pub enum $name {
             $($own)*
-            /// The PAC's code and message, verbatim.
+            /// The PAC's code and message, verbatim. No HTTP status: the message is the PAC's own
+            /// text (SW answers these with 400), and the attempt log records rejections without one.
             Rejected {
                 code: String,
                 message: String,
-                /// Always `None` (see `rejected()`): the attempt log records rejections without one.
-                http_status: Option<u16>,
             },
             Retryable {
                 reason: String,
@@ -124,15 +123,9 @@ macro_rules! outcome_with_failures {
         }
 
         impl $name {
-            /// A refusal with the PAC's code and message. It carries no HTTP status although
-            /// SW answers them with 400: the message is the PAC's own text, and the attempt log
-            /// has always recorded rejections without a status.
+            /// A refusal with the PAC's code and message.
             pub(crate) fn rejected(code: String, message: String) -> Self {
-                Self::Rejected {
-                    code,
-                    message,
-                    http_status: None,
-                }
+                Self::Rejected { code, message }
             }
 
             pub(crate) fn retryable(reason: impl Into<String>, http_status: Option<u16>) -> Self {

@@ -84,15 +84,11 @@ impl Worker {
                 message: estatus_cancelacion.as_deref(),
                 http_status: None,
             },
-            CancelOutcome::Rejected {
-                code,
-                message,
-                http_status,
-            } => Logged {
+            CancelOutcome::Rejected { code, message } => Logged {
                 outcome: "rejected",
                 code: Some(code),
                 message: Some(message),
-                http_status: *http_status,
+                http_status: None,
             },
             CancelOutcome::Retryable {
                 reason,

@@ -331,16 +331,12 @@ impl Worker {
                 Some(stamp.uuid.as_str()),
                 None,
             ),
-            StampOutcome::Rejected {
-                code,
-                message,
-                http_status,
-            } => (
+            StampOutcome::Rejected { code, message } => (
                 "rejected",
                 Some(code.as_str()),
                 Some(message.as_str()),
                 None,
-                http_status.map(i32::from),
+                None,
             ),
             StampOutcome::Retryable {
                 reason,

@@ -1105,7 +1105,6 @@ async fn finkok_stamp_outcomes_from_its_soap_answers() {
         StampOutcome::Rejected {
             code: "302".into(),
             message: "Sello mal formado o inválido".into(),
-            http_status: None
         }
     );
     assert_eq!(c.recover_by_key(&xml, &key()).await, Recovery::NotFound);
