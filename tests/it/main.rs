@@ -19,6 +19,7 @@ mod cfdi;
 mod cfdi_props;
 mod cli_e2e;
 mod fuzz_regressions;
+mod global;
 mod internet;
 mod layout;
 mod pac;
