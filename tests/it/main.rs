@@ -20,6 +20,7 @@ mod cfdi_props;
 mod cli_e2e;
 mod fuzz_regressions;
 mod global;
+mod global_admin;
 mod global_cli;
 mod internet;
 mod layout;
