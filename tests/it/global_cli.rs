@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use autofactura::cfdi::dom::{Element, NS_CFDI};
-use autofactura::global::{Planner, Scope, issue};
 use autofactura::store::DocFull;
 use autofactura::webhooks::stripe;
 use serde_json::Value;
@@ -58,13 +57,29 @@ async fn a_stamped_global_is_valid_for_the_sat_and_the_command_line_shows_it(b: 
     let nominative = stripe::sample_payment_intent("nom", chrono::Utc::now().timestamp(), false);
     assert_eq!(app.post_stripe_signed(&nominative).await.status(), 200);
     let (_pool, _services) = app.start_pool().await;
-    let planner = Planner::new(&app.settings).expect("planner");
-    let report = issue(&app.db, &planner, Scope::now_through(None), "test")
-        .await
-        .expect("issue");
-    assert_eq!(report.issued.len(), 1, "{:?}", report.problems);
-    let g = wait_stamped(&app, report.issued[0].outbox_id).await;
+    // `global issue --wait`: the worker (this test's pool) stamps it before the line is printed.
+    let out = cli(&app, &["global", "issue", "--wait", "60"]);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("global "))
+        .unwrap_or_else(|| panic!("no global line in {printed:?}"));
+    let want = format!(
+        "global period={} periodicidad=04 payments=3 total=1174.00 status=stamped uuid=",
+        oct.format("%Y-%m")
+    );
+    assert!(line.starts_with(&want), "{line}\nwant {want}");
+    let field = |k: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in {line}"))
+            .to_owned()
+    };
+    let id: i64 = field("id=").parse().expect("id");
+    let g = wait_stamped(&app, id).await;
     let uuid = g.uuid.clone().expect("uuid");
+    assert_eq!(field("uuid="), uuid, "{line}");
+    assert_eq!(field("folio="), "G-1", "{line}");
     let stamped = g.stamped_xml.clone().expect("stamped xml");
 
     // What the SAT asks of a factura global, read from the stamped document.
