@@ -290,10 +290,8 @@ pub async fn global_issue(
     let scope = crate::global::Scope::now_through(through);
     let mut report = crate::global::issue(&db, &planner, scope, "global issue (command)").await?;
     crate::global::request_substitution_cancels(&db).await?;
-    if wait > 0 {
-        let wait = std::time::Duration::from_secs(wait);
-        crate::global::issue::wait_for_stamps(&db, &mut report.issued, wait).await?;
-    }
+    let wait = std::time::Duration::from_secs(wait);
+    crate::global::issue::wait_for_stamps(&db, &mut report.issued, wait).await?;
     for g in &report.issued {
         println!("{g}");
     }

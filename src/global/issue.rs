@@ -36,7 +36,8 @@ pub struct Issued {
     pub payments: usize,
     pub total: String,
     pub serie: String,
-    pub folio: String,
+    /// As the document holds it when last read ([`refresh`]); `None` until allocated.
+    pub folio: Option<String>,
     pub status: DocumentState,
     pub uuid: Option<String>,
 }
@@ -47,7 +48,7 @@ impl fmt::Display for Issued {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "global period={} periodicidad={} payments={} total={} status={} uuid={} moneda={} id={} folio={}-{}",
+            "global period={} periodicidad={} payments={} total={} status={} uuid={} moneda={} id={} folio={}",
             self.period.label(),
             self.period.periodicidad.code(),
             self.payments,
@@ -56,8 +57,9 @@ impl fmt::Display for Issued {
             self.uuid.as_deref().unwrap_or("-"),
             self.moneda,
             self.outbox_id,
-            self.serie,
             self.folio
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |f| format!("{}-{f}", self.serie))
         )
     }
 }
@@ -163,7 +165,7 @@ pub async fn issue(
                     }
                 };
                 match db.freeze_global(&g).await? {
-                    Frozen::Global { outbox_id, folio } => {
+                    Frozen::Global { outbox_id } => {
                         let issued = Issued {
                             outbox_id,
                             period,
@@ -171,7 +173,7 @@ pub async fn issue(
                             payments: chunk.len(),
                             total: g.total.clone(),
                             serie: planner.settings.serie.clone(),
-                            folio,
+                            folio: None,
                             status: g.draft.state,
                             uuid: None,
                         };
@@ -265,15 +267,13 @@ async fn leave_out(
     Ok(kept)
 }
 
-/// After the wait for the worker: each issued global with its state and UUID as stored now.
+/// Each issued global with its state, UUID and folio as stored now.
 pub async fn refresh(db: &Db, issued: &mut [Issued]) -> Result<(), StoreError> {
     for i in issued {
         if let Some(d) = db.document(i.outbox_id).await? {
             i.status = d.state;
             i.uuid = d.uuid;
-            if let Some(f) = d.folio {
-                i.folio = f;
-            }
+            i.folio = d.folio;
         }
     }
     Ok(())

@@ -74,7 +74,7 @@ pub async fn replace(
         Err(e) => return Ok(Err(format!("the replacement cannot be built: {e}"))),
     };
     Ok(match db.freeze_global(&new).await? {
-        Frozen::Global { outbox_id: id, .. } => {
+        Frozen::Global { outbox_id: id } => {
             tracing::info!(%actor, replaced = outbox_id, replacement = id, "factura global replacement frozen (motivo 01)");
             Ok(id)
         }

@@ -73,10 +73,9 @@ pub struct NewGlobal {
 /// What freezing a global did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frozen {
-    Global {
-        outbox_id: i64,
-        folio: String,
-    },
+    /// Frozen as document `outbox_id` (its folio is the outbox's to allocate: read it from the
+    /// document).
+    Global { outbox_id: i64 },
     /// Someone else got there first (another instance froze it, the portal took a sale, a seq
     /// was taken): nothing was written; read again and plan anew.
     Changed(String),
@@ -332,7 +331,7 @@ impl Db {
             )));
         };
         let mut draft = g.draft.clone();
-        let (outbox_id, folio) = enqueue_in_tx(&mut tx, payment_row, &mut draft, None, now).await?;
+        let (outbox_id, _) = enqueue_in_tx(&mut tx, payment_row, &mut draft, None, now).await?;
         let Some(outbox_id) = outbox_id else {
             tx.rollback().await?;
             return Ok(Frozen::Changed(format!(
@@ -378,7 +377,7 @@ impl Db {
             .await?;
         }
         tx.commit("commit the factura global").await?;
-        Ok(Frozen::Global { outbox_id, folio })
+        Ok(Frozen::Global { outbox_id })
     }
 
     /// Every factura global, newest period first.
