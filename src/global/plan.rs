@@ -353,6 +353,26 @@ mod tests {
     }
 
     #[test]
+    fn a_global_of_max_conceptos_sales_stays_far_below_what_a_pac_accepts() {
+        // docs/global.md: 1,000 conceptos make about 0.45 MB.
+        let p = Planner::new(&Settings::defaults().expect("settings")).expect("planner");
+        let sales: Vec<Sale> = (0..1000)
+            .map(|i| Sale {
+                payment_id: format!("pi_3Q{i:020}"),
+                ..sale(i, "1160.99", "04")
+            })
+            .collect();
+        let period = p.period_of(sales[0].paid_at);
+        let g = p
+            .global(slot(period, 1), &sales, fecha(), None, "test")
+            .expect("global");
+        let csd = crate::sandbox::csd().expect("test CSD");
+        let sealed = cfdi::seal(&g.draft.request, &csd).expect("sealed");
+        let kb = sealed.xml.len() / 1024;
+        assert!((350..=600).contains(&kb), "{kb} KB for 1,000 conceptos");
+    }
+
+    #[test]
     fn meses_must_fit_the_periodicidad() {
         let p = Planner::new(&Settings::defaults().expect("settings")).expect("planner");
         let period = p.period_of(sale(1, "1", "04").paid_at);
