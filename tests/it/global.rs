@@ -295,6 +295,10 @@ async fn a_sale_taken_meanwhile_rolls_the_whole_global_back(b: Backend) {
         payment_status(&app, "pi_test_taken").await.0,
         "invoice_pending"
     );
+    // The sales list (the chaos run's count) has the two sales, not the global's own row.
+    let sales = app.invoices().await;
+    assert_eq!(sales.len(), 2, "{sales:?}");
+    assert!(sales.iter().all(|r| r.provider == "stripe"), "{sales:?}");
 }
 
 async fn serve_issues_a_closed_period_by_itself(b: Backend) {
