@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod pg;
 pub mod rows;
+pub mod sales;
 pub mod sim;
 pub mod webdriver;
 
