@@ -112,7 +112,7 @@ async fn open_loop(
     let sampler = async {
         let mut backlog = Vec::new();
         let mut next = t0;
-        while next.elapsed() < run {
+        while t0.elapsed() + Duration::from_millis(500) < run {
             next += Duration::from_secs(1);
             tokio::time::sleep_until(next.into()).await;
             let sent = i64::try_from(ids.load(Ordering::Relaxed) - ids0)?;
