@@ -22,6 +22,7 @@
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
+//! - `limit.rs`: the rows of one delivery written bare, the ingest benchmark's ceiling.
 //! - `views.rs`: read-only views of the admin pages and reconciliation that join several
 //!   aggregates (documents = payment + outbox row, lists, dashboard figures); apart because
 //!   they belong to no one aggregate and change nothing.
@@ -38,6 +39,7 @@ mod cancellations;
 mod events;
 mod exec;
 mod globals;
+mod limit;
 mod outbox;
 mod payments;
 mod rows;
