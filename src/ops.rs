@@ -194,10 +194,12 @@ pub fn table(rows: &[InvoiceRow]) -> String {
         "PAYMENT", "PROVIDER", "STATUS", "FOLIO", "RECEPTOR", "UUID", "ATTEMPTS", "LAST ERROR"
     );
     for r in rows {
+        // `—`: numbered when a worker seals it; `-`: no comprobante (yet) for this payment.
         let folio = match (&r.serie, &r.folio) {
             (Some(s), Some(f)) => format!("{s}-{f}"),
             (None, Some(f)) => f.clone(),
-            _ => "-".into(),
+            (Some(s), None) => format!("{s}-—"),
+            (None, None) => "-".into(),
         };
         let test = if r.livemode { "" } else { " (test)" };
         out.push_str(&format!(

@@ -226,7 +226,14 @@ async fn a_paid_sale_is_sealed_stamped_and_logged(b: Backend) {
     let (pool, _s) = rig.pool().await;
     let key = rig.pay("happy", now()).await;
     let row = rig.wait_stamped_once(&key, 20, "one stamp").await;
+    // Numbered when sealed: the serie's first folio, in the row and in the stamped document.
+    assert_eq!(row.folio.as_deref(), Some("1"));
     let stamped = row.stamped_xml.expect("stamped xml");
+    assert!(
+        String::from_utf8_lossy(&stamped).contains(r#" Serie="A" Folio="1""#),
+        "{}",
+        String::from_utf8_lossy(&stamped)
+    );
     let report = autofactura::cfdi::verify::verify(
         &stamped,
         &autofactura::cfdi::verify::VerifyOptions {
