@@ -199,7 +199,7 @@ async fn a_worker_killed_mid_batch_leaves_no_folio_used_twice(b: Backend) {
         return;
     };
     let n = 600;
-    deliver(&[app.address.clone()], deliveries(n, 9), 8).await;
+    deliver(std::slice::from_ref(&app.address), deliveries(n, 9), 8).await;
     let log = dir.path().join("worker.log");
     let mut rng = StdRng::seed_from_u64(9);
     let mut kills = 0;
