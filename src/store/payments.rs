@@ -1,4 +1,4 @@
-//! Payments and the folio sequences their comprobantes take numbers from.
+//! Payments (their comprobantes' folios are in `folios.rs`).
 
 use chrono::{DateTime, Utc};
 
@@ -30,11 +30,6 @@ const INSERT_PAYMENT: &str = "INSERT INTO payments \
      livemode, status, reason, created_at, updated_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
     ON CONFLICT (provider, payment_id) DO NOTHING RETURNING id";
-
-/// Returns the folio allocated (the value before the increment).
-const NEXT_FOLIO: &str = "INSERT INTO folio_sequences (serie, next_folio) VALUES ($1, 2) \
-    ON CONFLICT (serie) DO UPDATE SET next_folio = folio_sequences.next_folio + 1 \
-    RETURNING next_folio - 1";
 
 /// Payments with their invoice state (the sales: a factura global's own payment row is left
 /// out). The receptor's RFC is read out of the frozen JSON, which each backend does with its own
@@ -78,15 +73,6 @@ pub(super) async fn insert_payment_in(
         .fetch_optional_in(tx, "insert the payment")
         .await?;
     Ok(row.map(|r| r.0))
-}
-
-/// In `tx`: the next folio of `serie`.
-pub(super) async fn next_folio_in(tx: &mut Tx<'_>, serie: &str) -> Result<i64, StoreError> {
-    let (folio,): (i64,) = stmt(NEXT_FOLIO)
-        .bind(serie)
-        .fetch_one_in(tx, "allocate a folio")
-        .await?;
-    Ok(folio)
 }
 
 impl Db {
