@@ -72,7 +72,8 @@ impl Db {
             .bind(owner)
             .bind(lease_until)
             .bind(now)
-            .write_fetch_optional(self, "claim a cancellation")
+            .writes()
+            .fetch_optional(self, "claim a cancellation")
             .await
     }
 

@@ -229,7 +229,8 @@ impl Db {
                 .bind(lease_until)
                 .bind(now)
                 .bind(limit)
-                .write_fetch_all(self, "claim outbox rows")
+                .writes()
+                .fetch_all(self, "claim outbox rows")
                 .await?;
             let mut claimed: Vec<ClaimedStamp> = rows.into_iter().map(ClaimedStamp::from).collect();
             if !claimed.is_empty() {
