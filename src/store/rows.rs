@@ -284,7 +284,7 @@ pub struct PendingFetch {
 }
 
 /// One line of `invoices list`.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, serde::Serialize, sqlx::FromRow)]
 pub struct InvoiceRow {
     pub provider: String,
     pub payment_id: String,
