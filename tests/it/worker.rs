@@ -1153,17 +1153,7 @@ async fn a_cancellation_needing_acceptance_waits_for_the_receptor(b: Backend) {
     )
     .to_string();
     let row = rig.wait_state(&key, "stamped", 20).await;
-    let r = rig
-        .http
-        .post(format!(
-            "{}/_sim/clock/advance?seconds={}",
-            rig.sim.url(),
-            5 * 86_400
-        ))
-        .send()
-        .await
-        .expect("sim");
-    assert!(r.status().is_success());
+    crate::support::sim::advance_clock(&rig.http, rig.sim.url(), 5 * 86_400).await;
     let id = request_cancel(&rig, &key, "2500.00", true).await;
     let c = wait_cancel(&rig, id, "pending_receiver").await;
     assert!(c.acuse_xml.is_some(), "{c:?}");
