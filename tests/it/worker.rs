@@ -1073,19 +1073,18 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
 
 async fn request_cancel(rig: &Rig, key: &str, total: &str, requires_acceptance: bool) -> i64 {
     let row = rig.row(key).await;
-    let c = autofactura::store::NewCancellation {
-        outbox_id: row.id,
+    let c = autofactura::domain::cancellation::CancelOrder {
         uuid: row.uuid.clone().expect("stamped"),
         rfc_emisor: "EKU9003173C9".into(),
         rfc_receptor: "XIQB891116QE4".into(),
         total: total.into(),
-        motivo: "02".into(),
+        motivo: autofactura::pac::Motivo::SinRelacion,
         folio_sustitucion: None,
         requires_acceptance,
     };
     rig.app
         .db
-        .request_cancellation(&c, "test")
+        .request_cancellation(row.id, &c, "test")
         .await
         .expect("db")
         .expect("no conflict")
