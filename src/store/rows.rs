@@ -259,17 +259,21 @@ pub struct ClaimedWebhook {
     pub attempts: i32,
 }
 
-/// A claimed outbox row as the claim returns it (`claimed_from` is set by the claim itself).
-#[derive(sqlx::FromRow)]
-pub(super) struct ClaimedStampRow {
-    pub(super) id: i64,
-    pub(super) claimed_from: DocumentState,
-    pub(super) stamp_key: String,
-    pub(super) request_json: String,
-    pub(super) sealed_xml: Option<Vec<u8>>,
-    pub(super) attempts: i32,
-    pub(super) test_mode: bool,
-    pub(super) pac_route: Option<String>,
+/// An outbox row a worker holds the lease of, as the claim returns it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedStamp {
+    pub id: i64,
+    /// The state it was claimed from (set by the claim itself): `pending`, `retry_scheduled`,
+    /// `unknown`, or `stamping` (a lease that expired: its PAC call may have been sent).
+    pub claimed_from: DocumentState,
+    pub stamp_key: String,
+    pub request_json: String,
+    pub sealed_xml: Option<Vec<u8>>,
+    /// Including this claim.
+    pub attempts: i32,
+    pub test_mode: bool,
+    /// PACs the document was ever sent to (failover), comma-separated.
+    pub pac_route: Option<String>,
 }
 
 /// A stored notification whose payment must still be fetched.
