@@ -49,6 +49,13 @@ pub struct SandboxHandle {
     sim: Arc<Sim>,
 }
 
+/// Shown by where it listens (its journal and server are no one's business in a log line).
+impl std::fmt::Debug for SandboxHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SandboxHandle").field(&self.url).finish()
+    }
+}
+
 impl SandboxHandle {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> &str {
