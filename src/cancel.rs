@@ -7,7 +7,7 @@ use chrono::Utc;
 
 use crate::domain::cancellation::{self, CancelFacts, CancelOrder, Refused};
 use crate::domain::{CancellationState, DocumentState};
-use crate::store::{CancelConflict, Db, NewCancellation, StoreError};
+use crate::store::{CancelConflict, Db, StoreError};
 
 /// Why a cancellation was not recorded; each caller words it for its own reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,15 +63,6 @@ pub async fn record(
     order: CancelOrder,
     actor: &str,
 ) -> Result<Result<(), CancelConflict>, StoreError> {
-    let c = NewCancellation {
-        outbox_id,
-        uuid: order.uuid,
-        rfc_emisor: order.rfc_emisor,
-        rfc_receptor: order.rfc_receptor,
-        total: order.total,
-        motivo: order.motivo.code().to_owned(),
-        folio_sustitucion: order.folio_sustitucion,
-        requires_acceptance: order.requires_acceptance,
-    };
-    Ok(db.request_cancellation(&c, actor).await?.map(|_| ()))
+    let recorded = db.request_cancellation(outbox_id, &order, actor).await?;
+    Ok(recorded.map(|_| ()))
 }

@@ -35,7 +35,7 @@ impl std::fmt::Debug for AppState {
             .field("settings", &self.settings)
             .field("db", &self.db)
             .field("pac", &self.pac)
-            .field("pac_sandbox", &self.pac_sandbox.as_ref().map(|h| h.url()))
+            .field("pac_sandbox", &self.pac_sandbox)
             .finish_non_exhaustive()
     }
 }

@@ -29,11 +29,10 @@ pub struct Row {
     pub bench: &'static str,
     pub what: String,
     pub result: String,
-    pub limit: String,
-    pub ratio: Option<f64>,
-    /// The target as text (`>= 0.80`), empty when the row only informs.
-    pub target: String,
-    pub met: Option<bool>,
+    /// The limit measured in the same run, as text, and the result's ratio to it.
+    pub limit: Option<(String, f64)>,
+    /// The target as text (`>= 0.80`) and whether it was met; none when the row only informs.
+    pub target: Option<(String, bool)>,
 }
 
 impl Row {
@@ -42,22 +41,18 @@ impl Row {
             bench,
             what: what.into(),
             result: result.into(),
-            limit: String::new(),
-            ratio: None,
-            target: String::new(),
-            met: None,
+            limit: None,
+            target: None,
         }
     }
 
     pub fn limit(mut self, limit: impl Into<String>, ratio: f64) -> Self {
-        self.limit = limit.into();
-        self.ratio = Some(ratio);
+        self.limit = Some((limit.into(), ratio));
         self
     }
 
     pub fn target(mut self, target: impl Into<String>, met: bool) -> Self {
-        self.target = target.into();
-        self.met = Some(met);
+        self.target = Some((target.into(), met));
         self
     }
 }
@@ -210,19 +205,15 @@ async fn main() {
     println!("| bench | measurement | result | limit (same run) | ratio | target | |");
     println!("|---|---|---|---|---|---|---|");
     for r in &rows {
-        println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            r.bench,
-            r.what,
-            r.result,
-            r.limit,
-            r.ratio.map_or(String::new(), |x| format!("{x:.3}")),
-            r.target,
-            match r.met {
-                Some(true) => "met",
-                Some(false) => "NOT met",
-                None => "",
-            }
-        );
+        let (limit, ratio) = match &r.limit {
+            Some((text, ratio)) => (text.as_str(), format!("{ratio:.3}")),
+            None => ("", String::new()),
+        };
+        let (target, met) = match &r.target {
+            Some((text, met)) => (text.as_str(), if *met { "met" } else { "NOT met" }),
+            None => ("", ""),
+        };
+        let (bench, what, result) = (r.bench, &r.what, &r.result);
+        println!("| {bench} | {what} | {result} | {limit} | {ratio} | {target} | {met} |");
     }
 }

@@ -1,9 +1,10 @@
 //! `POST /v1/invoices/{id}/cancel`: the API's door to the one cancel path ([`crate::cancel`]).
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
-use super::keys;
+use super::invoices::invoice_of;
+use super::keys::Caller;
 use super::view::{api_status, invoice_json};
 use crate::cancel::{self, Refusal};
 use crate::domain::DocumentState;
@@ -24,18 +25,13 @@ pub struct CancelInput {
 /// invoice. `invoice.canceled` is sent when SAT confirms it.
 pub async fn cancel(
     state: web::Data<AppState>,
-    req: HttpRequest,
     id: web::Path<String>,
     body: web::Bytes,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = keys::authenticate(&state.db, &req).await?;
     let input: CancelInput = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("the body is not a cancellation: {e}")))?;
-    let inv = state
-        .db
-        .api_invoice(&id, &caller.rfc_emisor)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))?;
+    let inv = invoice_of(&state, &caller, &id).await?;
     if inv.state != DocumentState::Stamped {
         return Err(ApiError::Conflict(format!(
             "invoice {} is {}: only a stamped invoice can be cancelled",
@@ -82,10 +78,6 @@ pub async fn cancel(
             )));
         }
     }
-    let inv = state
-        .db
-        .api_invoice(&id, &caller.rfc_emisor)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))?;
+    let inv = invoice_of(&state, &caller, &id).await?;
     Ok(HttpResponse::Accepted().json(invoice_json(&inv, None)))
 }

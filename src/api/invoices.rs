@@ -9,7 +9,7 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::idempotency::{KeyState, key_answer, key_state, stored_201};
-use super::keys::{self, RequestKey};
+use super::keys::{self, Caller, RequestKey};
 use super::request::{CreateBody, freeze, read_create_body};
 use super::view::{invoice_json, json_response};
 use crate::cfdi::TipoComprobante;
@@ -17,7 +17,7 @@ use crate::domain::StampKey;
 use crate::domain::{DocumentKind, DocumentState};
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::api::{ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem};
+use crate::store::api::{ApiInvoiceRow, ApiKeyRow, CreateOutcome, NewApiInvoice, NewIdem};
 use crate::store::{NewPayment, OutboxDraft};
 
 /// `POST /v1/invoices`.
@@ -25,8 +25,8 @@ pub async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
     body: web::Bytes,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = keys::authenticate(&state.db, &req).await?;
     let header_key = match req.headers().get("Idempotency-Key") {
         Some(h) => Some(h.to_str().map_err(|_| {
             ApiError::BadRequest(
@@ -211,16 +211,24 @@ impl WithLocation for HttpResponse {
 /// `GET /v1/invoices/{id}`.
 pub async fn get(
     state: web::Data<AppState>,
-    req: HttpRequest,
     id: web::Path<String>,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = keys::authenticate(&state.db, &req).await?;
-    let inv = state
-        .db
-        .api_invoice(&id, &caller.rfc_emisor)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))?;
+    let inv = invoice_of(&state, &caller, &id).await?;
     Ok(HttpResponse::Ok().json(invoice_json(&inv, None)))
+}
+
+/// The caller's invoice `id` (its public id), or a 404.
+pub(super) async fn invoice_of(
+    state: &AppState,
+    caller: &ApiKeyRow,
+    id: &str,
+) -> Result<ApiInvoiceRow, ApiError> {
+    state
+        .db
+        .api_invoice(id, &caller.rfc_emisor)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no invoice {id}")))
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,10 +241,9 @@ pub struct ListQuery {
 /// `GET /v1/invoices?serie=&folio=&rfc_emisor=`.
 pub async fn list(
     state: web::Data<AppState>,
-    req: HttpRequest,
     q: web::Query<ListQuery>,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = keys::authenticate(&state.db, &req).await?;
     if let Some(rfc) = q.rfc_emisor.as_deref().filter(|r| !r.is_empty())
         && !rfc.eq_ignore_ascii_case(&caller.rfc_emisor)
     {

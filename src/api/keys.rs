@@ -1,11 +1,14 @@
 //! API keys (bearer credentials) and idempotency keys, valid by construction.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 
-use actix_web::HttpRequest;
+use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+use crate::state::AppState;
 use crate::store::Db;
 use crate::store::api::ApiKeyRow;
 
@@ -78,6 +81,36 @@ pub async fn authenticate(db: &Db, req: &HttpRequest) -> Result<ApiKeyRow, ApiEr
     db.api_key_by_hash(&hash_api_key(token))
         .await?
         .ok_or(ApiError::Unauthorized)
+}
+
+/// The authenticated caller of an API handler, as an extractor: the handler runs only with a
+/// live key ([`authenticate`]; a 401 otherwise). Handlers take it last, so the request's other
+/// parts are read (and refused) first, as before.
+pub struct Caller(pub ApiKeyRow);
+
+impl std::ops::Deref for Caller {
+    type Target = ApiKeyRow;
+
+    fn deref(&self) -> &ApiKeyRow {
+        &self.0
+    }
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Caller, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let state = req.app_data::<web::Data<AppState>>().ok_or_else(|| {
+                ApiError::Store(crate::store::StoreError::Other(
+                    "the API routes are mounted without the app state".into(),
+                ))
+            })?;
+            authenticate(&state.db, &req).await.map(Caller)
+        })
+    }
 }
 
 /// A caller's idempotency key: 1 to 100 printable ASCII characters, no spaces.

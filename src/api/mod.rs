@@ -32,7 +32,8 @@
 //! - [`invoices`]: create (and wait for the outcome), get, list.
 //! - [`cancel`]: the cancel request of an invoice.
 //! - [`view`]: the invoice as the API shows it (also the `data` of the merchant webhooks).
-//! - [`keys`]: API keys (create, authenticate) and idempotency keys (explicit or by folio).
+//! - [`keys`]: API keys (create, authenticate, the [`keys::Caller`] extractor every handler
+//!   takes) and idempotency keys (explicit or by folio).
 //!
 //! Who may import it: `startup` (to mount [`routes`] and run the purge), `ops` (`api-key`),
 //! [`crate::notify`] (the invoice's view), the fuzz targets and tests. It uses the store, the

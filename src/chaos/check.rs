@@ -5,6 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
+use crate::store::InvoiceRow;
+
 /// A payment the run delivered (acknowledged at least once by an instance).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SentPayment {
@@ -15,19 +17,6 @@ pub struct SentPayment {
     /// Dated at the edge of its SAT window: it may rightly end `expired`, provided the PAC
     /// holds no stamp of it.
     pub near_window: bool,
-}
-
-/// One payment in our records (`invoices list`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OurRecord {
-    pub provider: String,
-    pub payment_id: String,
-    pub status: String,
-    pub uuid: Option<String>,
-    pub last_error: Option<String>,
-    /// `None` without a comprobante; the folio `None` until a worker numbered it.
-    pub serie: Option<String>,
-    pub folio: Option<String>,
 }
 
 /// One stamp in the PAC's list (`GET /_sim/stamps`).
@@ -106,11 +95,12 @@ pub const TERMINAL_OUTBOX_STATES: &[&str] = &[
     "needs_attention",
 ];
 
-/// Compares what was sent, what we recorded and what the PAC issued. `not_terminal` lists
+/// Compares what was sent, what we recorded (`ours`, as `invoices list` shows it) and what the
+/// PAC issued. `not_terminal` lists
 /// rows still moving (e.g. `outbox unknown: 2`), each one a problem.
 pub fn check(
     sent: &[SentPayment],
-    ours: &[OurRecord],
+    ours: &[InvoiceRow],
     pac: &[PacStamp],
     not_terminal: &[(String, i64)],
 ) -> Verdict {
@@ -118,7 +108,7 @@ pub fn check(
         payments: sent.len(),
         ..Verdict::default()
     };
-    let mut by_payment: HashMap<(&str, &str), Vec<&OurRecord>> = HashMap::new();
+    let mut by_payment: HashMap<(&str, &str), Vec<&InvoiceRow>> = HashMap::new();
     for r in ours {
         by_payment
             .entry((r.provider.as_str(), r.payment_id.as_str()))
@@ -232,7 +222,7 @@ pub fn check(
 /// (two documents with one folio) or skipped (a number taken and lost, e.g. by a worker killed
 /// between taking it and writing it) is a problem. Every payment of a chaos run is numbered by
 /// the workers (no explicit folios), and a folio once written stays, whatever the row becomes.
-fn folio_problems(ours: &[OurRecord]) -> Vec<String> {
+fn folio_problems(ours: &[InvoiceRow]) -> Vec<String> {
     let mut by_serie: HashMap<&str, Vec<u64>> = HashMap::new();
     for r in ours {
         if let Some(n) = r.folio.as_deref().and_then(|f| f.parse().ok()) {
@@ -282,16 +272,16 @@ mod tests {
             .collect()
     }
 
-    fn ours(n: usize) -> Vec<OurRecord> {
+    fn ours(n: usize) -> Vec<InvoiceRow> {
         (0..n)
-            .map(|i| OurRecord {
+            .map(|i| InvoiceRow {
                 provider: "stripe".into(),
                 payment_id: format!("pi_{i}"),
                 status: "stamped".into(),
                 uuid: Some(format!("UUID-{i}")),
-                last_error: None,
                 serie: Some("A".into()),
                 folio: Some((i + 1).to_string()),
+                ..InvoiceRow::default()
             })
             .collect()
     }

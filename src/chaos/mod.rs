@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{DatabaseSettings, SecretString};
 use crate::domain::DocumentState;
 use crate::store::{self, Db};
-use check::{Line, OurRecord, PacStamp, TERMINAL_OUTBOX_STATES};
+use check::{Line, PacStamp, TERMINAL_OUTBOX_STATES};
 use procs::{Proc, free_port};
 use traffic::SendStats;
 
@@ -373,20 +373,7 @@ async fn run_in(
     let moving = wait_quiet(&db, opts.payments).await?;
     reporter.abort();
 
-    let ours: Vec<OurRecord> = db
-        .list_invoices(None)
-        .await?
-        .into_iter()
-        .map(|r| OurRecord {
-            provider: r.provider,
-            payment_id: r.payment_id,
-            status: r.status,
-            uuid: r.uuid,
-            last_error: r.last_error,
-            serie: r.serie,
-            folio: r.folio,
-        })
-        .collect();
+    let ours = db.list_invoices(None).await?;
     let pac = sim_stamps(&http, &cast.sim.url()).await?;
     let faults: i64 = db
         .attempt_outcome_counts()

@@ -14,7 +14,7 @@ use quick_xml::escape::escape;
 use super::sat::{StatusOutcome, StatusQuery, find, parse_status, text_of};
 use super::{
     CancelOutcome, CancelRequest, Failure, PacConfig, PacError, Recovery, Stamp, StampOutcome,
-    Transport, http_client, http_status, refused_status, retry_after, transport_error,
+    Transport, base_url, http_client, http_status, refused_status, retry_after, transport_error,
 };
 use crate::cfdi::dom::{Element, Node};
 
@@ -118,12 +118,7 @@ fn all_named<'a>(e: &'a Element, name: &str, out: &mut Vec<&'a Element>) {
 
 impl FinkokClient {
     pub fn new(cfg: &PacConfig) -> Result<FinkokClient, PacError> {
-        let base = cfg
-            .url
-            .as_deref()
-            .filter(|u| !u.is_empty())
-            .map(|u| u.trim_end_matches('/').to_owned())
-            .ok_or_else(|| PacError::Config("url is required for kind = \"finkok\"".into()))?;
+        let base = base_url(cfg, "finkok")?;
         let (Some(user), Some(password)) = (&cfg.user, &cfg.password) else {
             return Err(PacError::Config(
                 "Finkok needs `user` and `password`".into(),

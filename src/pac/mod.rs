@@ -419,6 +419,15 @@ pub(crate) fn refused_status(status: reqwest::StatusCode) -> bool {
         || status == reqwest::StatusCode::SERVICE_UNAVAILABLE
 }
 
+/// The PAC's base URL from `cfg` (no trailing `/`); an adapter of `kind` cannot run without it.
+pub(crate) fn base_url(cfg: &PacConfig, kind: &str) -> Result<String, PacError> {
+    cfg.url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .map(|u| u.trim_end_matches('/').to_owned())
+        .ok_or_else(|| PacError::Config(format!("url is required for kind = \"{kind}\"")))
+}
+
 pub(crate) fn http_client(cfg: &PacConfig) -> Result<reqwest::Client, PacError> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(cfg.connect_timeout.max(1)))
@@ -457,5 +466,24 @@ mod tests {
             "{dbg}"
         );
         assert!(toml::from_str::<PacConfig>("kind = \"sw\"\nurll = \"x\"").is_err());
+    }
+
+    #[test]
+    fn an_adapter_without_a_url_says_so_and_a_trailing_slash_is_dropped() {
+        for (kind, name) in [(PacKind::Sw, "sw"), (PacKind::Finkok, "finkok")] {
+            let cfg = PacConfig {
+                kind,
+                url: Some(String::new()),
+                ..PacConfig::default()
+            };
+            let err = PacClient::from_config(&cfg).err().map(|e| e.to_string());
+            let want = format!("[pac] url is required for kind = \"{name}\"");
+            assert_eq!(err, Some(want));
+        }
+        let cfg = PacConfig {
+            url: Some("http://127.0.0.1:1/".into()),
+            ..PacConfig::default()
+        };
+        assert_eq!(base_url(&cfg, "sw").unwrap(), "http://127.0.0.1:1");
     }
 }

@@ -16,8 +16,8 @@ use tokio::sync::Mutex;
 use super::sat::{SAT_STATUS_PRODUCTION, SatStatusClient, StatusOutcome, StatusQuery};
 use super::{
     CancelOutcome, CancelRequest, Failure, PacConfig, PacError, PacKind, Recovery, Stamp,
-    StampOutcome, Transport, http_client, http_status, message_code, refused_status, retry_after,
-    transport_error,
+    StampOutcome, Transport, base_url, http_client, http_status, message_code, refused_status,
+    retry_after, transport_error,
 };
 use crate::domain::StampKey;
 
@@ -86,12 +86,7 @@ fn api_host(services: &str) -> String {
 
 impl SwClient {
     pub fn new(cfg: &PacConfig) -> Result<SwClient, PacError> {
-        let services = cfg
-            .url
-            .as_deref()
-            .filter(|u| !u.is_empty())
-            .map(trim_slash)
-            .ok_or_else(|| PacError::Config("url is required for kind = \"sw\"".into()))?;
+        let services = base_url(cfg, "sw")?;
         let api = cfg
             .api_url
             .as_deref()
@@ -178,6 +173,14 @@ impl SwClient {
     }
 
     /// Sends an authenticated request built by `build`, renewing the token once on 401.
+    /// `method url` with the token and no body: the answer, or the outcome of a call that got
+    /// none.
+    async fn authed<T: Failure>(&self, method: reqwest::Method, url: &str) -> Result<Answer, T> {
+        self.call(|token| self.http.request(method.clone(), url).bearer_auth(token))
+            .await
+            .answer_or()
+    }
+
     async fn call(&self, build: impl Fn(&str) -> reqwest::RequestBuilder) -> Call {
         let mut renewed = false;
         loop {
@@ -344,11 +347,7 @@ impl SwClient {
     /// `GET {api}/datawarehouse/v1/live/{uuid}`.
     pub async fn recover_by_uuid(&self, uuid: &str) -> Recovery {
         let url = format!("{}/datawarehouse/v1/live/{uuid}", self.api);
-        let a = match self
-            .call(|token| self.http.get(&url).bearer_auth(token))
-            .await
-            .answer_or()
-        {
+        let a = match self.authed(reqwest::Method::GET, &url).await {
             Ok(a) => a,
             Err(out) => return out,
         };
@@ -389,11 +388,7 @@ impl SwClient {
             url.push('/');
             url.push_str(f);
         }
-        let a = match self
-            .call(|token| self.http.post(&url).bearer_auth(token))
-            .await
-            .answer_or()
-        {
+        let a = match self.authed(reqwest::Method::POST, &url).await {
             Ok(a) => a,
             Err(out) => return out,
         };

@@ -49,6 +49,13 @@ pub struct SandboxHandle {
     sim: Arc<Sim>,
 }
 
+/// Shown by where it listens (its journal and server are no one's business in a log line).
+impl std::fmt::Debug for SandboxHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SandboxHandle").field(&self.url).finish()
+    }
+}
+
 impl SandboxHandle {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> &str {
@@ -232,13 +239,14 @@ pub(super) async fn gate(st: &AppState, with_before: bool) -> Option<HttpRespons
 }
 
 /// Checks `Authorization: Bearer`; SW answers 401 with an `AU41xx` message.
+/// A request header as text; none when absent or not text.
+fn header<'r>(req: &'r HttpRequest, name: &str) -> Option<&'r str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
 fn authorize(st: &AppState, req: &HttpRequest) -> Option<HttpResponse> {
-    let header = req
-        .headers()
-        .get("Authorization")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
-    let token = header.strip_prefix("Bearer ").unwrap_or(header).trim();
+    let auth = header(req, "Authorization").unwrap_or_default();
+    let token = auth.strip_prefix("Bearer ").unwrap_or(auth).trim();
     if token.is_empty() {
         return Some(error(
             StatusCode::UNAUTHORIZED,
@@ -265,13 +273,7 @@ async fn authenticate(st: Data<AppState>, req: HttpRequest) -> HttpResponse {
     if let Some(r) = gate(&st, false).await {
         return r;
     }
-    let h = |k: &str| {
-        req.headers()
-            .get(k)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let h = |k: &str| header(&req, k).unwrap_or_default();
     if h("user") != st.sim.user || h("password") != st.sim.password {
         return error(
             StatusCode::UNAUTHORIZED,
@@ -300,7 +302,7 @@ async fn authenticate(st: Data<AppState>, req: HttpRequest) -> HttpResponse {
 
 /// The `xml` field of a `multipart/form-data` body.
 fn multipart_field(req: &HttpRequest, body: &[u8], name: &str) -> Option<Vec<u8>> {
-    let ct = req.headers().get("Content-Type")?.to_str().ok()?;
+    let ct = header(req, "Content-Type")?;
     let boundary = ct
         .split(';')
         .find_map(|p| p.trim().strip_prefix("boundary="))?
@@ -383,11 +385,7 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
             Value::Null,
         );
     };
-    let customid = req
-        .headers()
-        .get("customid")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let customid = header(&req, "customid").map(str::to_owned);
     let sim = st.sim.clone();
     let answer = match web::block(move || sim.stamp(&xml, customid.as_deref())).await {
         Ok(Ok(a)) => a,

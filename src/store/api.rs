@@ -104,7 +104,8 @@ impl Db {
             .bind(prefix)
             .bind(rfc_emisor)
             .bind(now)
-            .write_fetch_one(self, "store an API key")
+            .writes()
+            .fetch_one(self, "store an API key")
             .await?;
         Ok(id)
     }
@@ -349,7 +350,8 @@ impl Db {
         stmt(CLAIM_WEBHOOK.text(self.dialect()))
             .bind(lease_until)
             .bind(now)
-            .write_fetch_optional(self, "claim a merchant webhook")
+            .writes()
+            .fetch_optional(self, "claim a merchant webhook")
             .await
     }
 

@@ -13,19 +13,7 @@ pub use super::rows::CancellationRow;
 pub type ClaimedCancel = CancellationRow;
 use super::{Db, StoreError};
 use crate::domain::CancellationState;
-
-/// A cancellation to freeze.
-#[derive(Debug, Clone)]
-pub struct NewCancellation {
-    pub outbox_id: i64,
-    pub uuid: String,
-    pub rfc_emisor: String,
-    pub rfc_receptor: String,
-    pub total: String,
-    pub motivo: String,
-    pub folio_sustitucion: Option<String>,
-    pub requires_acceptance: bool,
-}
+use crate::domain::cancellation::CancelOrder;
 
 /// Why a cancellation was not frozen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +60,8 @@ impl Db {
             .bind(owner)
             .bind(lease_until)
             .bind(now)
-            .write_fetch_optional(self, "claim a cancellation")
+            .writes()
+            .fetch_optional(self, "claim a cancellation")
             .await
     }
 
@@ -129,7 +118,8 @@ impl Db {
     /// earlier request ended `rejected` or `failed` is asked again on the same row.
     pub async fn request_cancellation(
         &self,
-        c: &NewCancellation,
+        outbox_id: i64,
+        c: &CancelOrder,
         actor: &str,
     ) -> Result<Result<i64, CancelConflict>, StoreError> {
         const EXISTING: &str = "SELECT id, state FROM cancellations WHERE UPPER(uuid) = $1";
@@ -145,7 +135,7 @@ impl Db {
         let uuid = c.uuid.to_uppercase();
         let request = |sql: &'static str| {
             stmt(sql)
-                .bind(&c.motivo)
+                .bind(c.motivo.code())
                 .bind(&c.folio_sustitucion)
                 .bind(c.requires_acceptance)
                 .bind(now)
@@ -171,7 +161,7 @@ impl Db {
                 }
                 None => {
                     let (id,): (i64,) = request(INSERT)
-                        .bind(c.outbox_id)
+                        .bind(outbox_id)
                         .bind(&uuid)
                         .bind(&c.rfc_emisor)
                         .bind(&c.rfc_receptor)
@@ -184,7 +174,7 @@ impl Db {
             };
             let detail = format!(
                 "UUID {uuid}, motivo {}{}, {}",
-                c.motivo,
+                c.motivo.code(),
                 c.folio_sustitucion
                     .as_deref()
                     .map(|f| format!(", sustituido por {f}"))
@@ -199,7 +189,7 @@ impl Db {
                 &mut tx,
                 actor,
                 "cancel",
-                ("outbox", c.outbox_id),
+                ("outbox", outbox_id),
                 &detail,
                 now,
             )

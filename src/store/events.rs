@@ -158,7 +158,8 @@ impl Db {
     /// the same (provider, event id) was already recorded.
     pub async fn record_event(&self, ev: &NewEvent) -> Result<Option<i64>, StoreError> {
         let row: Option<(i64,)> = insert_event(ev, Utc::now())
-            .write_fetch_optional(self, "insert the webhook event")
+            .writes()
+            .fetch_optional(self, "insert the webhook event")
             .await?;
         Ok(row.map(|r| r.0))
     }
@@ -234,7 +235,8 @@ impl Db {
             .bind(now)
             .bind(now)
             .bind(limit)
-            .write_fetch_all(self, "claim stored notifications")
+            .writes()
+            .fetch_all(self, "claim stored notifications")
             .await
     }
 

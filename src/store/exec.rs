@@ -20,8 +20,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::pool::PoolOptions;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
 use crate::config::DatabaseSettings;
@@ -254,6 +255,8 @@ macro_rules! run_on {
 pub(super) struct Stmt<'a> {
     text: Cow<'static, str>,
     args: Vec<Arg<'a>>,
+    /// A write that returns rows (`… RETURNING`): on a pool, SQLite queues it on the write lock.
+    writes: bool,
 }
 
 /// A statement written once for both backends.
@@ -261,13 +264,14 @@ pub(super) fn stmt<'a>(text: impl Into<Cow<'static, str>>) -> Stmt<'a> {
     Stmt {
         text: text.into(),
         args: Vec::new(),
+        writes: false,
     }
 }
 
 /// Where a statement runs.
 enum Target<'t, 'l> {
-    /// A pool; `true` = a write (SQLite: queue on the write lock).
-    Pool(&'t Db, bool),
+    /// A pool (SQLite: a write queues on the write lock).
+    Pool(&'t Db),
     Tx(&'t mut Tx<'l>),
 }
 
@@ -277,71 +281,43 @@ impl<'a> Stmt<'a> {
         self
     }
 
-    /// Reads every row (no write lock).
+    /// Marks a write that returns rows (`… RETURNING`), read with the `fetch_*` methods: on
+    /// SQLite it queues on the write lock like [`Stmt::execute`].
+    pub(super) fn writes(mut self) -> Self {
+        self.writes = true;
+        self
+    }
+
+    /// Reads every row (no write lock unless [`Stmt::writes`]).
     pub(super) async fn fetch_all<T: Record>(
         self,
         db: &Db,
         what: &'static str,
     ) -> Result<Vec<T>, StoreError> {
-        self.rows(Target::Pool(db, false), Mode::All, what).await
+        self.rows(Target::Pool(db), Mode::All, what).await
     }
 
-    /// Reads at most one row (no write lock).
+    /// Reads at most one row (no write lock unless [`Stmt::writes`]).
     pub(super) async fn fetch_optional<T: Record>(
         self,
         db: &Db,
         what: &'static str,
     ) -> Result<Option<T>, StoreError> {
-        let rows = self
-            .rows(Target::Pool(db, false), Mode::Optional, what)
-            .await?;
-        Ok(rows.into_iter().next())
+        self.optional(Target::Pool(db), what).await
     }
 
-    /// Reads exactly one row (no write lock).
+    /// Reads exactly one row (no write lock unless [`Stmt::writes`]).
     pub(super) async fn fetch_one<T: Record>(
         self,
         db: &Db,
         what: &'static str,
     ) -> Result<T, StoreError> {
-        let rows = self.rows(Target::Pool(db, false), Mode::One, what).await?;
-        one(rows, what)
+        self.one(Target::Pool(db), what).await
     }
 
     /// Runs a write; the number of rows it affected.
     pub(super) async fn execute(self, db: &Db, what: &'static str) -> Result<u64, StoreError> {
-        self.affected(Target::Pool(db, true), what).await
-    }
-
-    /// A write that returns rows (`… RETURNING`).
-    pub(super) async fn write_fetch_all<T: Record>(
-        self,
-        db: &Db,
-        what: &'static str,
-    ) -> Result<Vec<T>, StoreError> {
-        self.rows(Target::Pool(db, true), Mode::All, what).await
-    }
-
-    /// A write that returns exactly one row (`… RETURNING`).
-    pub(super) async fn write_fetch_one<T: Record>(
-        self,
-        db: &Db,
-        what: &'static str,
-    ) -> Result<T, StoreError> {
-        let rows = self.rows(Target::Pool(db, true), Mode::One, what).await?;
-        one(rows, what)
-    }
-
-    /// A write that returns at most one row (`… RETURNING`).
-    pub(super) async fn write_fetch_optional<T: Record>(
-        self,
-        db: &Db,
-        what: &'static str,
-    ) -> Result<Option<T>, StoreError> {
-        let rows = self
-            .rows(Target::Pool(db, true), Mode::Optional, what)
-            .await?;
-        Ok(rows.into_iter().next())
+        self.affected(Target::Pool(db), what).await
     }
 
     /// Runs it inside `tx`; the number of rows affected.
@@ -359,8 +335,7 @@ impl<'a> Stmt<'a> {
         tx: &mut Tx<'_>,
         what: &'static str,
     ) -> Result<Option<T>, StoreError> {
-        let rows = self.rows(Target::Tx(tx), Mode::Optional, what).await?;
-        Ok(rows.into_iter().next())
+        self.optional(Target::Tx(tx), what).await
     }
 
     /// Reads every row inside `tx`.
@@ -378,8 +353,7 @@ impl<'a> Stmt<'a> {
         tx: &mut Tx<'_>,
         what: &'static str,
     ) -> Result<T, StoreError> {
-        let rows = self.rows(Target::Tx(tx), Mode::One, what).await?;
-        one(rows, what)
+        self.one(Target::Tx(tx), what).await
     }
 
     async fn affected(self, target: Target<'_, '_>, what: &'static str) -> Result<u64, StoreError> {
@@ -387,6 +361,32 @@ impl<'a> Stmt<'a> {
             Out::Affected(n) => Ok(n),
             _ => Ok(0),
         }
+    }
+
+    /// At most one row.
+    async fn optional<T: Record>(
+        self,
+        target: Target<'_, '_>,
+        what: &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self
+            .rows(target, Mode::Optional, what)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Exactly one row; none is an error that names `what`.
+    async fn one<T: Record>(
+        self,
+        target: Target<'_, '_>,
+        what: &'static str,
+    ) -> Result<T, StoreError> {
+        self.rows(target, Mode::One, what)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ctx(what)(sqlx::Error::RowNotFound))
     }
 
     async fn rows<T: Record>(
@@ -410,10 +410,11 @@ impl<'a> Stmt<'a> {
         mode: Mode,
         what: &'static str,
     ) -> Result<Out, StoreError> {
+        let write = self.writes || matches!(mode, Mode::Execute);
         let text = self.text;
         let args = &self.args;
         match target {
-            Target::Pool(Db::Sqlite { pool, write_lock }, write) => {
+            Target::Pool(Db::Sqlite { pool, write_lock }) => {
                 let _w = if write {
                     Some(write_lock.lock().await)
                 } else {
@@ -421,7 +422,7 @@ impl<'a> Stmt<'a> {
                 };
                 run_on!(pool, text, args, mode, Sqlite)
             }
-            Target::Pool(Db::Postgres(pool), _) => run_on!(pool, text, args, mode, Postgres),
+            Target::Pool(Db::Postgres(pool)) => run_on!(pool, text, args, mode, Postgres),
             Target::Tx(Tx::Sqlite { tx, .. }) => run_on!(&mut **tx, text, args, mode, Sqlite),
             Target::Tx(Tx::Postgres(tx)) => run_on!(&mut **tx, text, args, mode, Postgres),
         }
@@ -462,12 +463,6 @@ impl Stmt<'_> {
             }
         }
     }
-}
-
-fn one<T>(rows: Vec<T>, what: &'static str) -> Result<T, StoreError> {
-    rows.into_iter()
-        .next()
-        .ok_or_else(|| ctx(what)(sqlx::Error::RowNotFound))
 }
 
 /// An open transaction; dropped without [`Tx::commit`] it rolls back. On SQLite it holds the
@@ -552,9 +547,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let pool = SqlitePoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+        let pool = pool_options(settings.max_connections, 5)
             .connect_with(opts)
             .await
             .map_err(ctx("open the SQLite database"))?;
@@ -564,14 +557,19 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
         })
     } else {
         let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+        let pool = pool_options(settings.max_connections, 5)
             .connect_with(opts)
             .await
             .map_err(ctx("connect to PostgreSQL"))?;
         Ok(Db::Postgres(pool))
     }
+}
+
+/// A pool of at most `max` connections that waits `acquire_secs` for a free one.
+fn pool_options<DB: sqlx::Database>(max: u32, acquire_secs: u64) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(acquire_secs))
 }
 
 impl Db {
@@ -604,9 +602,7 @@ impl Db {
                     .pragma("wal_autocheckpoint", "0");
                 // Worker statements are writes, which queue on the write lock anyway: a few
                 // connections with warm page caches beat one thread per slot.
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(settings.max_connections.min(4))
-                    .acquire_timeout(Duration::from_secs(30))
+                let pool = pool_options(settings.max_connections.min(4), 30)
                     .test_before_acquire(false)
                     .connect_with(opts)
                     .await
@@ -620,9 +616,7 @@ impl Db {
                 let opts = PgConnectOptions::from_str(url)
                     .map_err(ctx("parse the PostgreSQL URL"))?
                     .options([("synchronous_commit", "off")]);
-                let pool = PgPoolOptions::new()
-                    .max_connections(settings.max_connections)
-                    .acquire_timeout(Duration::from_secs(5))
+                let pool = pool_options(settings.max_connections, 5)
                     .test_before_acquire(false)
                     .connect_with(opts)
                     .await

@@ -51,7 +51,7 @@ mod views;
 
 pub use admin::{ActionRow, AdminSession, FindingRow};
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
-pub use cancellations::{CancelConflict, CancellationRow, ClaimedCancel, NewCancellation};
+pub use cancellations::{CancelConflict, CancellationRow, ClaimedCancel};
 pub use events::{EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use exec::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,

@@ -15,7 +15,7 @@ use super::StoreError;
 use super::admin::audit_in;
 use super::api::queue_api_event_in;
 use super::exec::{Dialect, Dialected, Tx, column, shift_params, stmt};
-use super::rows::ClaimedStampRow;
+pub use super::rows::ClaimedStamp;
 use super::{Db, ctx};
 use crate::cfdi::InvoiceRequest;
 use crate::domain::{DocumentKind, DocumentState, StampKey};
@@ -132,45 +132,6 @@ pub(super) async fn supersede_folio_in(
     Ok(())
 }
 
-/// An outbox row a worker holds the lease of.
-#[derive(Debug, Clone)]
-pub struct ClaimedStamp {
-    pub id: i64,
-    /// The state it was claimed from: `pending`, `retry_scheduled`, `unknown`, or `stamping`
-    /// (a lease that expired: its PAC call may have been sent).
-    pub claimed_from: DocumentState,
-    pub stamp_key: String,
-    pub request_json: String,
-    pub sealed_xml: Option<Vec<u8>>,
-    /// Including this claim.
-    pub attempts: i32,
-    pub test_mode: bool,
-    /// PACs the document was ever sent to (failover), comma-separated.
-    pub pac_route: Option<String>,
-    /// `""` for none: the key of its folio sequence.
-    pub serie: String,
-    /// `None` until assigned ([`Db::assign_folios`]); then the folio the row is sealed with,
-    /// whatever its frozen request says.
-    pub folio: Option<String>,
-}
-
-impl From<ClaimedStampRow> for ClaimedStamp {
-    fn from(r: ClaimedStampRow) -> Self {
-        ClaimedStamp {
-            id: r.id,
-            claimed_from: r.claimed_from,
-            stamp_key: r.stamp_key,
-            request_json: r.request_json,
-            sealed_xml: r.sealed_xml,
-            attempts: r.attempts,
-            test_mode: r.test_mode,
-            pac_route: r.pac_route,
-            serie: r.serie,
-            folio: r.folio,
-        }
-    }
-}
-
 /// SQLite is told which partial index to walk (migration 0004); PostgreSQL finds it.
 const INDEXED_BY: &[(&str, &str, &str)] = &[
     ("{EXPIRED_INDEX}", " INDEXED BY outbox_lease_expired", ""),
@@ -224,14 +185,14 @@ impl Db {
             &[&CLAIM_DUE]
         };
         for claim in order {
-            let rows: Vec<ClaimedStampRow> = stmt(claim.text(self.dialect()))
+            let mut claimed: Vec<ClaimedStamp> = stmt(claim.text(self.dialect()))
                 .bind(owner)
                 .bind(lease_until)
                 .bind(now)
                 .bind(limit)
-                .write_fetch_all(self, "claim outbox rows")
+                .writes()
+                .fetch_all(self, "claim outbox rows")
                 .await?;
-            let mut claimed: Vec<ClaimedStamp> = rows.into_iter().map(ClaimedStamp::from).collect();
             if !claimed.is_empty() {
                 // RETURNING follows no order; rows are sent oldest first (ids grow with time).
                 claimed.sort_by_key(|c| c.id);

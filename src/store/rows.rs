@@ -259,19 +259,26 @@ pub struct ClaimedWebhook {
     pub attempts: i32,
 }
 
-/// A claimed outbox row as the claim returns it (`claimed_from` is set by the claim itself).
-#[derive(sqlx::FromRow)]
-pub(super) struct ClaimedStampRow {
-    pub(super) id: i64,
-    pub(super) claimed_from: DocumentState,
-    pub(super) stamp_key: String,
-    pub(super) request_json: String,
-    pub(super) sealed_xml: Option<Vec<u8>>,
-    pub(super) attempts: i32,
-    pub(super) test_mode: bool,
-    pub(super) pac_route: Option<String>,
-    pub(super) serie: String,
-    pub(super) folio: Option<String>,
+/// An outbox row a worker holds the lease of, as the claim returns it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedStamp {
+    pub id: i64,
+    /// The state it was claimed from (set by the claim itself): `pending`, `retry_scheduled`,
+    /// `unknown`, or `stamping` (a lease that expired: its PAC call may have been sent).
+    pub claimed_from: DocumentState,
+    pub stamp_key: String,
+    pub request_json: String,
+    pub sealed_xml: Option<Vec<u8>>,
+    /// Including this claim.
+    pub attempts: i32,
+    pub test_mode: bool,
+    /// PACs the document was ever sent to (failover), comma-separated.
+    pub pac_route: Option<String>,
+    /// `""` for none: the key of its folio sequence.
+    pub serie: String,
+    /// `None` until assigned ([`super::Db::assign_folios`]); then the folio the row is sealed
+    /// with, whatever its frozen request says.
+    pub folio: Option<String>,
 }
 
 /// A stored notification whose payment must still be fetched.
@@ -286,7 +293,7 @@ pub struct PendingFetch {
 }
 
 /// One line of `invoices list`.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, serde::Serialize, sqlx::FromRow)]
 pub struct InvoiceRow {
     pub provider: String,
     pub payment_id: String,

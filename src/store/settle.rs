@@ -311,7 +311,7 @@ impl Db {
         let what = "settle an outbox row";
         let n = match self.dialect() {
             Dialect::Sqlite => q.sqlite_script_ids(self, what).await?.len() as i64,
-            Dialect::Postgres => q.write_fetch_one::<(i64,)>(self, what).await?.0,
+            Dialect::Postgres => q.writes().fetch_one::<(i64,)>(self, what).await?.0,
         };
         Ok(n == 1)
     }

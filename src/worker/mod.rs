@@ -355,19 +355,11 @@ impl Worker {
 }
 
 /// Everything `serve` and `autofactura worker` need to run a pool, built from the settings.
+#[derive(Debug)]
 pub struct Services {
     pub worker: Arc<Worker>,
     /// The in-process sandbox PAC when the embedded default runs one (kept alive with the pool).
     pub sandbox: Option<crate::pacsim::SandboxHandle>,
-}
-
-impl std::fmt::Debug for Services {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Services")
-            .field("worker", &self.worker)
-            .field("sandbox", &self.sandbox.is_some())
-            .finish()
-    }
 }
 
 /// Known test hosts of real PACs: documents sent there are not real CFDIs.

@@ -152,28 +152,38 @@ impl Worker {
                 }
                 let run_at = self.later(attempts, *retry_after);
                 info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
-                let later = Settle::Later {
-                    state: DocumentState::RetryScheduled,
-                    run_at,
-                    code: None,
-                    message: reason,
-                };
-                self.settle_logged(id, later, a, answered).await
+                let state = DocumentState::RetryScheduled;
+                self.again_at(id, state, run_at, reason, a, answered).await
             }
             StampOutcome::Unknown { reason, .. } => {
                 // Ask again soon, recovering first. (A send happens within the window, so the
                 // asking period of [`Worker::still_unknown`] has not begun.)
                 let run_at = self.later(1, None);
                 warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
-                let later = Settle::Later {
-                    state: DocumentState::Unknown,
-                    run_at,
-                    code: None,
-                    message: reason,
-                };
-                self.settle_logged(id, later, a, answered).await
+                let state = DocumentState::Unknown;
+                self.again_at(id, state, run_at, reason, a, answered).await
             }
         }
+    }
+
+    /// Settles row `id` in `state` (`retry_scheduled` or `unknown`), due again at `run_at`, with
+    /// the call that led here.
+    async fn again_at(
+        &self,
+        id: i64,
+        state: DocumentState,
+        run_at: DateTime<Utc>,
+        reason: &str,
+        a: Option<&Attempt<'_>>,
+        answered: &mut Answered,
+    ) -> Result<(), StoreError> {
+        let later = Settle::Later {
+            state,
+            run_at,
+            code: None,
+            message: reason,
+        };
+        self.settle_logged(id, later, a, answered).await
     }
 
     /// A document never sent whose window closed: `expired`, for the admin to refreeze.
@@ -192,6 +202,7 @@ impl Worker {
     }
 
     pub(super) fn past_window(&self, req: &InvoiceRequest) -> bool {
+
         let Some(end) = self.window_end(req) else {
             return false;
         };

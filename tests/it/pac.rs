@@ -67,6 +67,8 @@ struct Sim {
     _dir: tempfile::TempDir,
     state: std::path::PathBuf,
     handle: SandboxHandle,
+    /// The faults it started with.
+    faults: String,
 }
 
 impl Sim {
@@ -80,7 +82,15 @@ impl Sim {
             _dir: dir,
             state,
             handle,
+            faults: faults.to_owned(),
         }
+    }
+
+    /// A client, and a fresh document it stamped.
+    async fn client_and_stamp(&self) -> (PacClient, autofactura::pac::Stamp) {
+        let client = self.client();
+        let stamp = expect_stamped(client.stamp(&sealed(), &key()).await);
+        (client, stamp)
     }
 
     fn url(&self) -> &str {
@@ -108,12 +118,12 @@ impl Sim {
             .status()
     }
 
+    async fn advance_seconds(&self, seconds: i64) {
+        crate::support::sim::advance_clock(&reqwest::Client::new(), self.url(), seconds).await;
+    }
+
     async fn advance_days(&self, days: i64) {
-        assert!(
-            self.post(&format!("/_sim/clock/advance?seconds={}", days * 86400))
-                .await
-                .is_success()
-        );
+        self.advance_seconds(days * 86400).await;
     }
 }
 
@@ -126,6 +136,59 @@ fn client_for(url: &str, timeout: u64) -> PacClient {
         ..PacConfig::default()
     };
     PacClient::from_config(&cfg).unwrap()
+}
+
+/// The kind of a failed stamp call and the HTTP status it carries.
+fn failure_of(o: &StampOutcome) -> (&'static str, Option<u16>) {
+    match o {
+        StampOutcome::Retryable { http_status, .. } => ("retryable", *http_status),
+        StampOutcome::Unknown { http_status, .. } => ("unknown", *http_status),
+        other => panic!("expected Retryable or Unknown, got {other:?}"),
+    }
+}
+
+/// Sets `faults` on `sim`, stamps a fresh document at `client`: the failure it gets.
+async fn failure_under(sim: &Sim, client: &PacClient, faults: &str) -> (&'static str, Option<u16>) {
+    sim.set_faults(faults).await;
+    failure_of(&client.stamp(&sealed(), &key()).await)
+}
+
+/// Stamps a fresh document at `client` while `sim` loses the answer (its faults): unknown,
+/// though the stamp was committed. Once `sim` runs with `healed` faults, recovery finds that
+/// one stamp and stamps nothing. `by_content`: asks with a key of its own (Finkok sends none).
+/// Returns the stamp's UUID.
+async fn lost_then_recovered(
+    sim: &Sim,
+    client: &PacClient,
+    healed: &str,
+    by_content: bool,
+) -> String {
+    let (xml, k) = (sealed(), key());
+    let spec = &sim.faults;
+    assert_eq!(
+        failure_of(&client.stamp(&xml, &k).await).0,
+        "unknown",
+        "{spec}"
+    );
+    let committed = sim.stamps().await;
+    assert_eq!(
+        committed.len(),
+        1,
+        "{spec}: the stamp was committed before the answer was lost"
+    );
+    let uuid = committed[0]["uuid"].as_str().unwrap().to_owned();
+    sim.set_faults(healed).await;
+    let asked_with = if by_content { key() } else { k };
+    match client.recover_by_key(&xml, &asked_with).await {
+        Recovery::Found(s) => assert_eq!(s.uuid, uuid, "{spec}"),
+        other => panic!("{spec}: expected Found, got {other:?}"),
+    }
+    assert_eq!(
+        sim.stamps().await.len(),
+        1,
+        "{spec}: recovering stamps nothing"
+    );
+    uuid
 }
 
 fn expect_stamped(o: StampOutcome) -> autofactura::pac::Stamp {
@@ -333,14 +396,12 @@ async fn tampered_documents_are_rejected_with_the_codes_a_pac_uses() {
 
 #[tokio::test]
 async fn refusals_before_processing_are_retryable() {
-    let sim = Sim::start("status503=1").await;
-    assert!(matches!(
-        sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable {
-            http_status: Some(503),
-            ..
-        }
-    ));
+    let sim = Sim::start("").await;
+    let client = sim.client();
+    for faults in ["status503=1", "outage=0s..1h"] {
+        let got = failure_under(&sim, &client, faults).await;
+        assert_eq!(got, ("retryable", Some(503)), "{faults}");
+    }
     sim.set_faults("status429=1:retry_after=7").await;
     match sim.client().stamp(&sealed(), &key()).await {
         StampOutcome::Retryable {
@@ -353,14 +414,6 @@ async fn refusals_before_processing_are_retryable() {
         }
         other => panic!("expected Retryable, got {other:?}"),
     }
-    sim.set_faults("outage=0s..1h").await;
-    assert!(matches!(
-        sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable {
-            http_status: Some(503),
-            ..
-        }
-    ));
     assert!(sim.stamps().await.is_empty());
 
     // Nothing listens on a port we just released: connection refused.
@@ -370,33 +423,18 @@ async fn refusals_before_processing_are_retryable() {
         .unwrap()
         .port();
     let refused = client_for(&format!("http://127.0.0.1:{port}"), 5);
-    assert!(matches!(
-        refused.stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable {
-            http_status: None,
-            ..
-        }
-    ));
+    let got = failure_of(&refused.stamp(&sealed(), &key()).await);
+    assert_eq!(got, ("retryable", None));
 }
 
 #[tokio::test]
 async fn a_500_or_a_reset_may_hide_a_stamp_so_it_is_unknown() {
-    let sim = Sim::start("status500=1").await;
-    assert!(matches!(
-        sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Unknown {
-            http_status: Some(500),
-            ..
-        }
-    ));
-    sim.set_faults("reset=1").await;
-    assert!(matches!(
-        sim.client().stamp(&sealed(), &key()).await,
-        StampOutcome::Unknown {
-            http_status: None,
-            ..
-        }
-    ));
+    let sim = Sim::start("").await;
+    let client = sim.client();
+    for (faults, status) in [("status500=1", Some(500)), ("reset=1", None)] {
+        let got = failure_under(&sim, &client, faults).await;
+        assert_eq!(got, ("unknown", status), "{faults}");
+    }
 }
 
 #[tokio::test]
@@ -407,28 +445,7 @@ async fn a_lost_response_is_unknown_and_recover_by_key_returns_the_one_stamp() {
         "malformed=1",
     ] {
         let sim = Sim::start(spec).await;
-        let (xml, k) = (sealed(), key());
-        let client = client_for(sim.url(), 2);
-        assert!(
-            matches!(client.stamp(&xml, &k).await, StampOutcome::Unknown { .. }),
-            "{spec}"
-        );
-        let committed = sim.stamps().await;
-        assert_eq!(
-            committed.len(),
-            1,
-            "{spec}: the stamp was committed before the answer was lost"
-        );
-        sim.set_faults("").await;
-        match client.recover_by_key(&xml, &k).await {
-            Recovery::Found(s) => assert_eq!(s.uuid, committed[0]["uuid"].as_str().unwrap()),
-            other => panic!("{spec}: expected Found, got {other:?}"),
-        }
-        assert_eq!(
-            sim.stamps().await.len(),
-            1,
-            "{spec}: recovering must not stamp again"
-        );
+        lost_then_recovered(&sim, &client_for(sim.url(), 2), "", false).await;
     }
 }
 
@@ -465,7 +482,7 @@ async fn an_expired_token_is_renewed_transparently() {
     expect_stamped(client.stamp(&sealed(), &key()).await);
     // Two hours later (sandbox time) the cached token is dead; the client logs in again. The
     // document must be fresh relative to the moved clock.
-    sim.post("/_sim/clock/advance?seconds=7200").await;
+    sim.advance_seconds(7200).await;
     let later = seal(&InvoiceRequest {
         fecha: now_in_mexico() + ChronoDuration::hours(2) - ChronoDuration::minutes(1),
         ..request()
@@ -495,6 +512,7 @@ async fn restarting_the_sandbox_keeps_its_stamps() {
         _dir,
         state,
         handle,
+        faults,
     } = sim;
     handle.stop().await;
     let (url, handle) = Sandbox::start_in_process(&state, FaultSpec::default())
@@ -504,6 +522,7 @@ async fn restarting_the_sandbox_keeps_its_stamps() {
         _dir,
         state,
         handle,
+        faults,
     };
     assert_eq!(sim.stamps().await.len(), 1);
     match client_for(&url, 5).stamp(&xml, &k).await {
@@ -581,45 +600,54 @@ async fn status_of(
     }
 }
 
-fn requested_code(o: CancelOutcome) -> String {
+/// A `Requested` answer's code, acuse and `EstatusCancelacion`.
+fn requested(o: CancelOutcome) -> (String, String, Option<String>) {
     match o {
-        CancelOutcome::Requested { code, acuse, .. } => {
-            assert!(acuse.contains("<EstatusUUID>"), "{acuse}");
-            code
-        }
+        CancelOutcome::Requested {
+            code,
+            acuse,
+            estatus_cancelacion,
+        } => (code, acuse, estatus_cancelacion),
         other => panic!("expected Requested, got {other:?}"),
     }
+}
+
+fn requested_code(o: CancelOutcome) -> String {
+    let (code, acuse, _) = requested(o);
+    assert!(acuse.contains("<EstatusUUID>"), "{acuse}");
+    code
+}
+
+/// Asks `client` to cancel `uuid` for `motivo` (no replacement).
+async fn cancel(client: &PacClient, uuid: &str, motivo: Motivo) -> CancelOutcome {
+    client.cancel(&cancel_req(uuid, motivo)).await
+}
+
+/// Checks SAT's `Estado` and `EstatusCancelacion` of `stamp`.
+async fn assert_cancel_status(
+    client: &PacClient,
+    stamp: &autofactura::pac::Stamp,
+    want: (&str, &str),
+) {
+    let st = status_of(client, stamp).await;
+    let got = (st.estado.as_str(), st.estatus_cancelacion.as_str());
+    assert_eq!(got, want, "{}", stamp.uuid);
 }
 
 #[tokio::test]
 async fn a_small_invoice_cancels_without_acceptance() {
     let sim = Sim::start("").await;
-    let client = sim.client();
-    let stamp = expect_stamped(client.stamp(&sealed(), &key()).await);
+    let (client, stamp) = sim.client_and_stamp().await;
     let before = status_of(&client, &stamp).await;
     assert_eq!(
         (before.estado.as_str(), before.es_cancelable.as_str()),
         ("Vigente", "Cancelable sin aceptación")
     );
-    assert_eq!(
-        requested_code(
-            client
-                .cancel(&cancel_req(&stamp.uuid, Motivo::SinRelacion))
-                .await
-        ),
-        "201"
-    );
-    let after = status_of(&client, &stamp).await;
-    assert_eq!(after.estado, "Cancelado");
-    assert_eq!(after.estatus_cancelacion, "Cancelado sin aceptación");
-    assert_eq!(
-        requested_code(
-            client
-                .cancel(&cancel_req(&stamp.uuid, Motivo::SinRelacion))
-                .await
-        ),
-        "202"
-    );
+    for code in ["201", "202"] {
+        let got = requested_code(cancel(&client, &stamp.uuid, Motivo::SinRelacion).await);
+        assert_eq!(got, code);
+        assert_cancel_status(&client, &stamp, ("Cancelado", "Cancelado sin aceptación")).await;
+    }
 }
 
 /// A stamped invoice over 1,000 MXN: seen days later, cancelling it needs acceptance.
@@ -644,28 +672,12 @@ async fn a_large_invoice_waits_for_the_receptor_who_accepts_rejects_or_lets_time
             status_of(&client, s).await.es_cancelable,
             "Cancelable con aceptación"
         );
-        assert_eq!(
-            requested_code(
-                client
-                    .cancel(&cancel_req(&s.uuid, Motivo::SinRelacion))
-                    .await
-            ),
-            "201"
-        );
-        let st = status_of(&client, s).await;
-        assert_eq!(
-            (st.estado.as_str(), st.estatus_cancelacion.as_str()),
-            ("Vigente", "En proceso")
-        );
+        let code = requested_code(cancel(&client, &s.uuid, Motivo::SinRelacion).await);
+        assert_eq!(code, "201");
+        assert_cancel_status(&client, s, ("Vigente", "En proceso")).await;
     }
-    assert_eq!(
-        requested_code(
-            client
-                .cancel(&cancel_req(&accepted.uuid, Motivo::SinRelacion))
-                .await
-        ),
-        "202"
-    );
+    let code = requested_code(cancel(&client, &accepted.uuid, Motivo::SinRelacion).await);
+    assert_eq!(code, "202");
     assert_eq!(
         sim.post(&format!("/_sim/cancellations/{}/accept", accepted.uuid))
             .await,
@@ -676,31 +688,14 @@ async fn a_large_invoice_waits_for_the_receptor_who_accepts_rejects_or_lets_time
             .await,
         reqwest::StatusCode::NO_CONTENT
     );
-    let st = status_of(&client, &accepted).await;
-    assert_eq!(
-        (st.estado.as_str(), st.estatus_cancelacion.as_str()),
-        ("Cancelado", "Cancelado con aceptación")
-    );
-    let st = status_of(&client, &rejected_).await;
-    assert_eq!(
-        (st.estado.as_str(), st.estatus_cancelacion.as_str()),
-        ("Vigente", "Solicitud rechazada")
-    );
+    let accepted_status = ("Cancelado", "Cancelado con aceptación");
+    assert_cancel_status(&client, &accepted, accepted_status).await;
+    assert_cancel_status(&client, &rejected_, ("Vigente", "Solicitud rechazada")).await;
     sim.advance_days(6).await;
-    let st = status_of(&client, &lapsed).await;
-    assert_eq!(
-        (st.estado.as_str(), st.estatus_cancelacion.as_str()),
-        ("Cancelado", "Plazo vencido")
-    );
+    assert_cancel_status(&client, &lapsed, ("Cancelado", "Plazo vencido")).await;
     // A second request after a rejection waits with no deadline.
-    assert_eq!(
-        requested_code(
-            client
-                .cancel(&cancel_req(&rejected_.uuid, Motivo::SinRelacion))
-                .await
-        ),
-        "201"
-    );
+    let code = requested_code(cancel(&client, &rejected_.uuid, Motivo::SinRelacion).await);
+    assert_eq!(code, "201");
     sim.advance_days(10).await;
     assert_eq!(
         status_of(&client, &rejected_).await.estatus_cancelacion,
@@ -711,21 +706,14 @@ async fn a_large_invoice_waits_for_the_receptor_who_accepts_rejects_or_lets_time
 #[tokio::test]
 async fn cancellation_refusals_carry_the_sat_codes() {
     let sim = Sim::start("").await;
-    let client = sim.client();
-    let stamp = expect_stamped(client.stamp(&sealed(), &key()).await);
+    let (client, stamp) = sim.client_and_stamp().await;
     let code = |o: CancelOutcome| match o {
         CancelOutcome::Rejected { code, .. } => code,
         other => panic!("expected Rejected, got {other:?}"),
     };
+    let unknown = "00000000-0000-4000-8000-000000000000";
     assert_eq!(
-        code(
-            client
-                .cancel(&cancel_req(
-                    "00000000-0000-4000-8000-000000000000",
-                    Motivo::SinRelacion
-                ))
-                .await
-        ),
+        code(cancel(&client, unknown, Motivo::SinRelacion).await),
         "205"
     );
     let wrong_rfc = CancelRequest {
@@ -733,14 +721,8 @@ async fn cancellation_refusals_carry_the_sat_codes() {
         ..cancel_req(&stamp.uuid, Motivo::SinRelacion)
     };
     assert_eq!(code(client.cancel(&wrong_rfc).await), "203");
-    assert_eq!(
-        code(
-            client
-                .cancel(&cancel_req(&stamp.uuid, Motivo::ConRelacion))
-                .await
-        ),
-        "301"
-    );
+    let no_folio = cancel(&client, &stamp.uuid, Motivo::ConRelacion).await;
+    assert_eq!(code(no_folio), "301");
 
     // A live CFDI related to it makes it "No cancelable", except for its own replacement (01).
     let mut replacement = request();
@@ -749,14 +731,8 @@ async fn cancellation_refusals_carry_the_sat_codes() {
         uuids: vec![stamp.uuid.clone()],
     }];
     let replacement = expect_stamped(client.stamp(&seal(&replacement), &key()).await);
-    assert_eq!(
-        code(
-            client
-                .cancel(&cancel_req(&stamp.uuid, Motivo::SinRelacion))
-                .await
-        ),
-        "no_cancelable"
-    );
+    let related = cancel(&client, &stamp.uuid, Motivo::SinRelacion).await;
+    assert_eq!(code(related), "no_cancelable");
     let with_folio = CancelRequest {
         folio_sustitucion: Some(replacement.uuid.clone()),
         ..cancel_req(&stamp.uuid, Motivo::ConRelacion)
@@ -767,33 +743,22 @@ async fn cancellation_refusals_carry_the_sat_codes() {
     sim.set_faults("ingest=16m").await;
     let fresh = expect_stamped(client.stamp(&sealed(), &key()).await);
     assert_eq!(
-        code(
-            client
-                .cancel(&cancel_req(&fresh.uuid, Motivo::SinRelacion))
-                .await
-        ),
+        code(cancel(&client, &fresh.uuid, Motivo::SinRelacion).await),
         "205"
     );
     let q = StatusQuery::from_stamped_xml(&fresh.xml).unwrap();
     assert!(
         matches!(client.sat_status(&q).await, StatusOutcome::NotFound { codigo_estatus } if codigo_estatus.starts_with("N - 602"))
     );
-    sim.post("/_sim/clock/advance?seconds=1000").await;
-    assert_eq!(
-        requested_code(
-            client
-                .cancel(&cancel_req(&fresh.uuid, Motivo::SinRelacion))
-                .await
-        ),
-        "201"
-    );
+    sim.advance_seconds(1000).await;
+    let later = cancel(&client, &fresh.uuid, Motivo::SinRelacion).await;
+    assert_eq!(requested_code(later), "201");
 }
 
 #[tokio::test]
 async fn the_status_service_checks_the_expression_and_can_be_down() {
     let sim = Sim::start("").await;
-    let client = sim.client();
-    let stamp = expect_stamped(client.stamp(&sealed(), &key()).await);
+    let (client, stamp) = sim.client_and_stamp().await;
     let mut q = StatusQuery::from_stamped_xml(&stamp.xml).unwrap();
     assert!(matches!(
         client.sat_status(&q).await,
@@ -814,39 +779,55 @@ async fn the_status_service_checks_the_expression_and_can_be_down() {
     ));
 }
 
-fn failover(primary: &Sim, backup: &Sim) -> Failover {
-    Failover::new(client_for(primary.url(), 2), client_for(backup.url(), 2))
+/// A failover from a sandbox started with `faults` to a healthy one, with its route log.
+struct FailoverRig {
+    primary: Sim,
+    backup: Sim,
+    f: Failover,
+    log: MemoryLog,
+}
+
+impl FailoverRig {
+    async fn start(faults: &str) -> FailoverRig {
+        let (primary, backup) = (Sim::start(faults).await, Sim::start("").await);
+        let f = Failover::new(client_for(primary.url(), 2), client_for(backup.url(), 2));
+        FailoverRig {
+            primary,
+            backup,
+            f,
+            log: MemoryLog::default(),
+        }
+    }
+
+    /// Stamps through the failover and checks where the call went.
+    async fn stamp(&self, xml: &[u8], k: &StampKey, to: Route) -> StampOutcome {
+        let (route, outcome) = self.f.stamp_logged(xml, k, &self.log).await;
+        assert_eq!(route, to, "{outcome:?}");
+        outcome
+    }
 }
 
 #[tokio::test]
 async fn failover_goes_to_the_backup_only_when_the_primary_definitely_did_not_stamp() {
-    let (primary, backup) = (Sim::start("status503=1").await, Sim::start("").await);
-    let f = failover(&primary, &backup);
-    let log = MemoryLog::default();
+    let rig = FailoverRig::start("status503=1").await;
     let (xml, k) = (sealed(), key());
-    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
-    assert_eq!(route, Route::Backup);
-    let stamp = expect_stamped(outcome);
+    let stamp = expect_stamped(rig.stamp(&xml, &k, Route::Backup).await);
     // The primary is back, but the document stays with the backup: same stamp, no new one.
-    primary.set_faults("").await;
-    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
-    assert_eq!(route, Route::Backup);
+    rig.primary.set_faults("").await;
+    let outcome = rig.stamp(&xml, &k, Route::Backup).await;
     assert_eq!(outcome.stamp().map(|s| s.uuid.clone()), Some(stamp.uuid));
-    assert!(primary.stamps().await.is_empty());
-    assert_eq!(backup.stamps().await.len(), 1);
+    assert!(rig.primary.stamps().await.is_empty());
+    assert_eq!(rig.backup.stamps().await.len(), 1);
 }
 
 #[tokio::test]
 async fn failover_never_follows_an_unknown_until_recover_resolves_it() {
     use autofactura::pac::AttemptLog;
-    let (primary, backup) = (Sim::start("lose_response=1").await, Sim::start("").await);
-    let f = failover(&primary, &backup);
-    let log = MemoryLog::default();
+    let rig = FailoverRig::start("lose_response=1").await;
 
     // The primary stamps and loses the answer: recover at the primary resolves it there.
     let (xml, k) = (sealed(), key());
-    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
-    assert_eq!(route, Route::Primary);
+    let outcome = rig.stamp(&xml, &k, Route::Primary).await;
     assert!(
         matches!(
             &outcome,
@@ -859,74 +840,53 @@ async fn failover_never_follows_an_unknown_until_recover_resolves_it() {
     );
     assert_eq!(
         outcome.stamp().map(|s| s.uuid.as_str()),
-        primary.stamps().await[0]["uuid"].as_str()
+        rig.primary.stamps().await[0]["uuid"].as_str()
     );
 
     // A send to the primary whose answer was lost (say, in a crash): while the primary
     // refuses, the document may be stamped there, so the backup is not asked.
     let (xml, k) = (sealed(), key());
-    log.before_send(&k, Route::Primary).await.unwrap();
-    primary.set_faults("status503=1").await;
+    rig.log.before_send(&k, Route::Primary).await.unwrap();
+    rig.primary.set_faults("status503=1").await;
     for _ in 0..2 {
-        let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
-        assert_eq!(route, Route::Primary);
-        assert!(
-            matches!(outcome, StampOutcome::Unknown { .. }),
-            "{outcome:?}"
-        );
+        let outcome = rig.stamp(&xml, &k, Route::Primary).await;
+        assert_eq!(failure_of(&outcome).0, "unknown");
     }
-    assert!(backup.stamps().await.is_empty());
+    assert!(rig.backup.stamps().await.is_empty());
 
     // Once the primary answers, the same bytes and key resolve there.
-    primary.set_faults("").await;
-    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
-    assert_eq!(route, Route::Primary);
+    rig.primary.set_faults("").await;
+    let outcome = rig.stamp(&xml, &k, Route::Primary).await;
     assert!(outcome.stamp().is_some(), "{outcome:?}");
-    assert_eq!(primary.stamps().await.len(), 2);
-    assert!(backup.stamps().await.is_empty());
+    assert_eq!(rig.primary.stamps().await.len(), 2);
+    assert!(rig.backup.stamps().await.is_empty());
 }
 
 #[tokio::test]
 async fn failover_goes_to_the_backup_once_recover_at_the_primary_finds_nothing() {
-    let (primary, backup) = (Sim::start("reset=1").await, Sim::start("").await);
-    let f = failover(&primary, &backup);
-    let log = MemoryLog::default();
+    let rig = FailoverRig::start("reset=1").await;
     let (xml, k) = (sealed(), key());
 
     // The connection drops after sending: unknown, and the backup is not asked.
-    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
-    assert_eq!(route, Route::Primary);
+    let outcome = rig.stamp(&xml, &k, Route::Primary).await;
+    assert_eq!(failure_of(&outcome).0, "unknown");
+    assert!(rig.backup.stamps().await.is_empty());
     assert!(
-        matches!(outcome, StampOutcome::Unknown { .. }),
-        "{outcome:?}"
-    );
-    assert!(backup.stamps().await.is_empty());
-    assert!(
-        primary.stamps().await.is_empty(),
+        rig.primary.stamps().await.is_empty(),
         "the reset came before processing"
     );
 
     // Now the primary answers, but refuses these bytes (their Fecha is past its 72-hour window):
     // it holds no stamp of them, so recover says not found and the backup stamps them.
-    primary.set_faults("").await;
-    let r = reqwest::Client::new()
-        .post(format!(
-            "{}/_sim/clock/advance?seconds={}",
-            primary.url(),
-            73 * 3600
-        ))
-        .send()
-        .await
-        .expect("advance the primary's clock");
-    assert!(r.status().is_success());
-    let (route, outcome) = f.stamp_logged(&xml, &k, &log).await;
-    assert_eq!(route, Route::Backup, "{outcome:?}");
+    rig.primary.set_faults("").await;
+    rig.primary.advance_seconds(73 * 3600).await;
+    let outcome = rig.stamp(&xml, &k, Route::Backup).await;
     assert!(matches!(outcome, StampOutcome::Stamped(_)), "{outcome:?}");
-    assert!(primary.stamps().await.is_empty());
-    assert_eq!(backup.stamps().await.len(), 1);
+    assert!(rig.primary.stamps().await.is_empty());
+    assert_eq!(rig.backup.stamps().await.len(), 1);
     assert_eq!(
         outcome.stamp().map(|s| s.uuid.as_str()),
-        backup.stamps().await[0]["uuid"].as_str()
+        rig.backup.stamps().await[0]["uuid"].as_str()
     );
 }
 
@@ -944,7 +904,7 @@ mod finkok {
     }
 
     impl Fake {
-        pub fn push(&self, op: &str, body: String) {
+        fn push(&self, op: &str, body: String) {
             self.queues
                 .lock()
                 .unwrap()
@@ -981,7 +941,7 @@ mod finkok {
         }
     }
 
-    pub fn serve(fake: Arc<Fake>) -> String {
+    fn serve(fake: Arc<Fake>) -> String {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let data = web::Data::new(fake);
@@ -999,7 +959,7 @@ mod finkok {
         url
     }
 
-    pub fn fixture(name: &str, stamp: Option<&autofactura::pac::Stamp>) -> String {
+    fn fixture(name: &str, stamp: Option<&autofactura::pac::Stamp>) -> String {
         let path = format!("{}/fixtures/pac/finkok/{name}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(path).unwrap();
         match stamp {
@@ -1012,7 +972,22 @@ mod finkok {
         }
     }
 
-    pub fn client(url: &str, stamped_wait: u64) -> PacClient {
+    /// A fake Finkok that answers with `answers` (operation, fixture, the stamp the fixture
+    /// carries), each operation's in turn, and a client of it that waits `stamped_wait` seconds
+    /// for `stamped`.
+    pub fn answering(
+        answers: &[(&str, &str, Option<&autofactura::pac::Stamp>)],
+        stamped_wait: u64,
+    ) -> (Arc<Fake>, PacClient) {
+        let fake = Arc::new(Fake::default());
+        for (op, name, stamp) in answers {
+            fake.push(op, fixture(name, *stamp));
+        }
+        let url = serve(fake.clone());
+        (fake, client(&url, stamped_wait))
+    }
+
+    fn client(url: &str, stamped_wait: u64) -> PacClient {
         let cfg = PacConfig {
             kind: PacKind::Finkok,
             url: Some(url.to_owned()),
@@ -1043,63 +1018,36 @@ mod finkok {
 async fn finkok_stamp_outcomes_from_its_soap_answers() {
     let xml = sealed();
     let stamp = finkok::stamped(&xml);
+    let s = Some(&stamp);
+    let already = StampOutcome::AlreadyStamped {
+        stamp: stamp.clone(),
+        same_content: true,
+    };
 
-    let fake = Arc::new(finkok::Fake::default());
-    fake.push("stamp", finkok::fixture("stamp-ok.xml", Some(&stamp)));
-    let url = finkok::serve(fake.clone());
+    let (_, c) = finkok::answering(&[("stamp", "stamp-ok.xml", s)], 5);
     assert_eq!(
-        finkok::client(&url, 5).stamp(&xml, &key()).await,
+        c.stamp(&xml, &key()).await,
         StampOutcome::Stamped(stamp.clone())
     );
-
-    let fake = Arc::new(finkok::Fake::default());
-    fake.push(
-        "stamp",
-        finkok::fixture("stamp-307-with-xml.xml", Some(&stamp)),
-    );
-    let url = finkok::serve(fake.clone());
-    assert_eq!(
-        finkok::client(&url, 5).stamp(&xml, &key()).await,
-        StampOutcome::AlreadyStamped {
-            stamp: stamp.clone(),
-            same_content: true
-        }
-    );
+    let (_, c) = finkok::answering(&[("stamp", "stamp-307-with-xml.xml", s)], 5);
+    assert_eq!(c.stamp(&xml, &key()).await, already);
 
     // 307 with an empty body; `stamped` lags with 603 twice, then answers.
-    let fake = Arc::new(finkok::Fake::default());
-    fake.push("stamp", finkok::fixture("stamp-307-empty.xml", None));
-    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
-    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
-    fake.push("stamped", finkok::fixture("stamped-ok.xml", Some(&stamp)));
-    let url = finkok::serve(fake.clone());
-    assert_eq!(
-        finkok::client(&url, 10).stamp(&xml, &key()).await,
-        StampOutcome::AlreadyStamped {
-            stamp: stamp.clone(),
-            same_content: true
-        }
-    );
+    let empty_307 = ("stamp", "stamp-307-empty.xml", None);
+    let lags = ("stamped", "stamped-603.xml", None);
+    let answers = [empty_307, lags, lags, ("stamped", "stamped-ok.xml", s)];
+    let (fake, c) = finkok::answering(&answers, 10);
+    assert_eq!(c.stamp(&xml, &key()).await, already);
     assert_eq!(
         fake.calls.lock().unwrap().as_slice(),
         ["stamp", "stamped", "stamped", "stamped"]
     );
 
     // 307 and `stamped` never catches up within the wait: stamped for sure, XML unknown.
-    let fake = Arc::new(finkok::Fake::default());
-    fake.push("stamp", finkok::fixture("stamp-307-empty.xml", None));
-    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
-    let url = finkok::serve(fake.clone());
-    assert!(matches!(
-        finkok::client(&url, 1).stamp(&xml, &key()).await,
-        StampOutcome::Unknown { .. }
-    ));
+    let (_, c) = finkok::answering(&[empty_307, lags], 1);
+    assert_eq!(failure_of(&c.stamp(&xml, &key()).await).0, "unknown");
 
-    let fake = Arc::new(finkok::Fake::default());
-    fake.push("stamp", finkok::fixture("stamp-rejected.xml", None));
-    fake.push("stamped", finkok::fixture("stamped-603.xml", None));
-    let url = finkok::serve(fake.clone());
-    let c = finkok::client(&url, 1);
+    let (_, c) = finkok::answering(&[("stamp", "stamp-rejected.xml", None), lags], 1);
     assert_eq!(
         c.stamp(&xml, &key()).await,
         StampOutcome::Rejected {
@@ -1109,45 +1057,29 @@ async fn finkok_stamp_outcomes_from_its_soap_answers() {
     );
     assert_eq!(c.recover_by_key(&xml, &key()).await, Recovery::NotFound);
 
-    let fake = Arc::new(finkok::Fake::default());
-    fake.push("stamp", finkok::fixture("soap-fault.xml", None));
-    let url = finkok::serve(fake.clone());
-    assert!(matches!(
-        finkok::client(&url, 1).stamp(&xml, &key()).await,
-        StampOutcome::Unknown { .. }
-    ));
+    let (_, c) = finkok::answering(&[("stamp", "soap-fault.xml", None)], 1);
+    assert_eq!(failure_of(&c.stamp(&xml, &key()).await).0, "unknown");
 }
 
 #[tokio::test]
 async fn finkok_cancel_and_status_from_its_soap_answers() {
     let stamp = finkok::stamped(&sealed());
-    let fake = Arc::new(finkok::Fake::default());
-    fake.push("cancel", finkok::fixture("cancel-201.xml", Some(&stamp)));
-    fake.push("cancel", finkok::fixture("cancel-205.xml", Some(&stamp)));
-    fake.push("cancel", finkok::fixture("cancel-708.xml", None));
-    fake.push(
-        "get_sat_status",
-        finkok::fixture("get-sat-status.xml", None),
+    let s = Some(&stamp);
+    let (_, c) = finkok::answering(
+        &[
+            ("cancel", "cancel-201.xml", s),
+            ("cancel", "cancel-205.xml", s),
+            ("cancel", "cancel-708.xml", None),
+            ("get_sat_status", "get-sat-status.xml", None),
+            ("get_sat_status", "get-sat-status-601.xml", None),
+        ],
+        1,
     );
-    fake.push(
-        "get_sat_status",
-        finkok::fixture("get-sat-status-601.xml", None),
-    );
-    let url = finkok::serve(fake.clone());
-    let c = finkok::client(&url, 1);
     let req = cancel_req(&stamp.uuid, Motivo::SinRelacion);
-    match c.cancel(&req).await {
-        CancelOutcome::Requested {
-            code,
-            acuse,
-            estatus_cancelacion,
-        } => {
-            assert_eq!(code, "201");
-            assert!(acuse.starts_with("<Acuse"), "{acuse}");
-            assert_eq!(estatus_cancelacion.as_deref(), Some("En proceso"));
-        }
-        other => panic!("expected Requested, got {other:?}"),
-    }
+    let (code, acuse, estatus) = requested(c.cancel(&req).await);
+    assert_eq!(code, "201");
+    assert!(acuse.starts_with("<Acuse"), "{acuse}");
+    assert_eq!(estatus.as_deref(), Some("En proceso"));
     assert!(matches!(c.cancel(&req).await, CancelOutcome::Rejected { code, .. } if code == "205"));
     assert!(matches!(
         c.cancel(&req).await,
@@ -1308,58 +1240,34 @@ async fn finkok_sandbox_lost_response_is_unknown_then_recovered_by_content() {
     ] {
         let sim = Sim::start(&format!("{spec},stamped_lag=2s")).await;
         let finkok = finkok_at(&sim, 10, 2);
-        let xml = sealed();
-        assert!(
-            matches!(
-                finkok.stamp(&xml, &key()).await,
-                StampOutcome::Unknown { .. }
-            ),
-            "{spec}"
-        );
-        let committed = sim.stamps().await;
-        assert_eq!(committed.len(), 1, "{spec}: the stamp was committed");
-        sim.set_faults("stamped_lag=2s").await;
-        match finkok.recover_by_key(&xml, &key()).await {
-            Recovery::Found(s) => assert_eq!(s.uuid, committed[0]["uuid"].as_str().unwrap()),
-            other => panic!("{spec}: expected Found, got {other:?}"),
-        }
+        let uuid = lost_then_recovered(&sim, &finkok, "stamped_lag=2s", true).await;
         // And by UUID (`get_xml`), for the emisor only.
-        let uuid = committed[0]["uuid"].as_str().unwrap();
         assert!(matches!(
-            finkok.recover_by_uuid(uuid, "EKU9003173C9").await,
+            finkok.recover_by_uuid(&uuid, "EKU9003173C9").await,
             Recovery::Found(s) if s.uuid == uuid
         ));
         assert_eq!(
-            finkok.recover_by_uuid(uuid, "XIQB891116QE4").await,
+            finkok.recover_by_uuid(&uuid, "XIQB891116QE4").await,
             Recovery::NotFound
         );
         assert_eq!(
             sim.stamps().await.len(),
             1,
-            "{spec}: recovering stamps nothing"
+            "{spec}: nor does asking by UUID"
         );
     }
 }
 
 #[tokio::test]
 async fn finkok_sandbox_refusals_before_processing_are_retryable() {
-    let sim = Sim::start("status503=1").await;
+    let sim = Sim::start("").await;
     let finkok = finkok_at(&sim, 1, 5);
-    assert!(matches!(
-        finkok.stamp(&sealed(), &key()).await,
-        StampOutcome::Retryable {
-            http_status: Some(503),
-            ..
-        }
-    ));
-    sim.set_faults("status500=1").await;
-    assert!(matches!(
-        finkok.stamp(&sealed(), &key()).await,
-        StampOutcome::Unknown {
-            http_status: Some(500),
-            ..
-        }
-    ));
+    for (faults, want) in [
+        ("status503=1", ("retryable", Some(503))),
+        ("status500=1", ("unknown", Some(500))),
+    ] {
+        assert_eq!(failure_under(&sim, &finkok, faults).await, want, "{faults}");
+    }
     assert!(sim.stamps().await.is_empty());
 }
 
@@ -1383,21 +1291,10 @@ async fn finkok_sandbox_cancels_and_answers_the_sat_status() {
     );
 
     let req = cancel_req(&stamp.uuid, Motivo::SinRelacion);
-    match finkok.cancel(&req).await {
-        CancelOutcome::Requested {
-            code,
-            acuse,
-            estatus_cancelacion,
-        } => {
-            assert_eq!(code, "201");
-            assert!(acuse.contains("<EstatusUUID>201</EstatusUUID>"), "{acuse}");
-            assert_eq!(
-                estatus_cancelacion.as_deref(),
-                Some("Cancelado sin aceptación")
-            );
-        }
-        other => panic!("expected Requested, got {other:?}"),
-    }
+    let (code, acuse, estatus) = requested(finkok.cancel(&req).await);
+    assert_eq!(code, "201");
+    assert!(acuse.contains("<EstatusUUID>201</EstatusUUID>"), "{acuse}");
+    assert_eq!(estatus.as_deref(), Some("Cancelado sin aceptación"));
     assert!(
         matches!(finkok.cancel(&req).await, CancelOutcome::Requested { code, .. } if code == "202")
     );
@@ -1478,63 +1375,25 @@ fn schema_violations(xml: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     let fecha = root.attr("Fecha").unwrap().to_owned();
     let bad_fecha = fecha.replacen('T', " ", 1);
     let no_cert = root.attr("NoCertificado").unwrap().to_owned();
+    // One attribute from `old` to `new`; the label names it after its `@`.
+    let edit = |at: &'static str, old: &str, new: &str| {
+        let name = at.rsplit('@').next().unwrap();
+        let (from, to) = (format!("{name}=\"{old}\""), format!("{name}=\"{new}\""));
+        (at, replace_and_reseal(xml, &from, &to))
+    };
     vec![
-        (
-            "Receptor@Rfc",
-            replace_and_reseal(xml, "Rfc=\"XIQB891116QE4\"", "Rfc=\"XIQB891316QE4\""),
-        ),
-        (
-            "Comprobante@FormaPago",
-            replace_and_reseal(xml, "FormaPago=\"04\"", "FormaPago=\"77\""),
-        ),
-        (
-            "Receptor@UsoCFDI",
-            replace_and_reseal(xml, "UsoCFDI=\"G03\"", "UsoCFDI=\"Z99\""),
-        ),
-        (
-            "Comprobante@Fecha",
-            replace_and_reseal(
-                xml,
-                &format!("Fecha=\"{fecha}\""),
-                &format!("Fecha=\"{bad_fecha}\""),
-            ),
-        ),
-        (
-            "Comprobante@NoCertificado",
-            replace_and_reseal(
-                xml,
-                &format!("NoCertificado=\"{no_cert}\""),
-                &format!("NoCertificado=\"{}\"", &no_cert[1..]),
-            ),
-        ),
-        (
-            "Comprobante@SubTotal",
-            replace_and_reseal(xml, "SubTotal=\"499.00\"", "SubTotal=\"499.0000000\""),
-        ),
-        (
-            "Concepto[1]@ClaveUnidad",
-            replace_and_reseal(xml, "ClaveUnidad=\"E48\"", "ClaveUnidad=\"ZZ9\""),
-        ),
-        (
-            "Concepto[1]@ClaveProdServ",
-            replace_and_reseal(
-                xml,
-                "ClaveProdServ=\"43231500\"",
-                "ClaveProdServ=\"99999999\"",
-            ),
-        ),
-        (
-            "Comprobante@MetodoPago",
-            replace_and_reseal(xml, "MetodoPago=\"PUE\"", "MetodoPago=\"PUD\""),
-        ),
-        (
-            "Emisor@RegimenFiscal",
-            replace_and_reseal(xml, "RegimenFiscal=\"601\"", "RegimenFiscal=\"6O1\""),
-        ),
-        (
-            "Concepto[1]@ObjetoImp",
-            replace_and_reseal(xml, "ObjetoImp=\"02\"", "ObjetoImp=\"09\""),
-        ),
+        edit("Receptor@Rfc", "XIQB891116QE4", "XIQB891316QE4"),
+        edit("Comprobante@FormaPago", "04", "77"),
+        edit("Receptor@UsoCFDI", "G03", "Z99"),
+        edit("Comprobante@Fecha", &fecha, &bad_fecha),
+        edit("Comprobante@NoCertificado", &no_cert, &no_cert[1..]),
+        edit("Comprobante@SubTotal", "499.00", "499.0000000"),
+        edit("Concepto[1]@ClaveUnidad", "E48", "ZZ9"),
+        edit("Concepto[1]@ClaveProdServ", "43231500", "99999999"),
+        edit("Comprobante@MetodoPago", "PUE", "PUD"),
+        edit("Emisor@RegimenFiscal", "601", "6O1"),
+        edit("Concepto[1]@ObjetoImp", "02", "09"),
+        // The Impuestos summary's Traslado, not the concepto's.
         (
             "Impuestos/Traslado@TipoFactor",
             replace_and_reseal(
@@ -1682,8 +1541,7 @@ async fn sw_recover_by_key_resends_the_same_bytes_and_key() {
     // Never stamped, and the PAC refuses these very bytes (Fecha past the 72-hour window): it
     // holds no stamp of them.
     let (late, late_key) = (sealed(), key());
-    sim.post(&format!("/_sim/clock/advance?seconds={}", 73 * 3600))
-        .await;
+    sim.advance_seconds(73 * 3600).await;
     assert_eq!(
         client.recover_by_key(&late, &late_key).await,
         Recovery::NotFound

@@ -1081,19 +1081,18 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
 
 async fn request_cancel(rig: &Rig, key: &str, total: &str, requires_acceptance: bool) -> i64 {
     let row = rig.row(key).await;
-    let c = autofactura::store::NewCancellation {
-        outbox_id: row.id,
+    let c = autofactura::domain::cancellation::CancelOrder {
         uuid: row.uuid.clone().expect("stamped"),
         rfc_emisor: "EKU9003173C9".into(),
         rfc_receptor: "XIQB891116QE4".into(),
         total: total.into(),
-        motivo: "02".into(),
+        motivo: autofactura::pac::Motivo::SinRelacion,
         folio_sustitucion: None,
         requires_acceptance,
     };
     rig.app
         .db
-        .request_cancellation(&c, "test")
+        .request_cancellation(row.id, &c, "test")
         .await
         .expect("db")
         .expect("no conflict")
@@ -1161,17 +1160,7 @@ async fn a_cancellation_needing_acceptance_waits_for_the_receptor(b: Backend) {
     )
     .to_string();
     let row = rig.wait_state(&key, "stamped", 20).await;
-    let r = rig
-        .http
-        .post(format!(
-            "{}/_sim/clock/advance?seconds={}",
-            rig.sim.url(),
-            5 * 86_400
-        ))
-        .send()
-        .await
-        .expect("sim");
-    assert!(r.status().is_success());
+    crate::support::sim::advance_clock(&rig.http, rig.sim.url(), 5 * 86_400).await;
     let id = request_cancel(&rig, &key, "2500.00", true).await;
     let c = wait_cancel(&rig, id, "pending_receiver").await;
     assert!(c.acuse_xml.is_some(), "{c:?}");

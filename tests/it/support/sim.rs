@@ -31,3 +31,13 @@ pub async fn set_faults(http: &reqwest::Client, url: &str, spec: &str) {
         r.text().await.unwrap_or_default()
     );
 }
+
+/// Moves the clock of the sandbox at `url` forward by `seconds` (`POST /_sim/clock/advance`).
+pub async fn advance_clock(http: &reqwest::Client, url: &str, seconds: i64) {
+    let r = http
+        .post(format!("{url}/_sim/clock/advance?seconds={seconds}"))
+        .send()
+        .await
+        .expect("sim");
+    assert!(r.status().is_success(), "advance the clock: {}", r.status());
+}
