@@ -1,4 +1,5 @@
-//! The dashboard: counts by state, workers, the PAC's recent health, the latest errors.
+//! The dashboard: what is at risk first, counts by state (each linking to exactly its rows),
+//! the closest SAT window, workers, the PAC's recent health, the latest errors.
 
 use actix_web::{HttpResponse, web};
 use askama::Template;
@@ -6,17 +7,19 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::auth::Session;
 use super::common::*;
-use super::{age, local, state_label};
+use super::format::{Clock, Deadline, Said, When};
+use super::{Admin, age, state_label};
 use crate::error::AdminError;
 use crate::state::AppState;
-use crate::store::AttemptRow;
+use crate::store::{AttemptRow, ListFilter, ListView};
 
 pub struct CountView {
     pub state: String,
     pub label: String,
     pub class: &'static str,
     pub count: i64,
-    pub view: &'static str,
+    /// The list of exactly the rows counted.
+    pub href: String,
 }
 
 pub struct WorkerView {
@@ -24,19 +27,18 @@ pub struct WorkerView {
     pub host: String,
     pub pid: i64,
     pub load: String,
-    pub seen: String,
+    pub seen: When,
     pub alive: bool,
 }
 
 pub struct AttemptView {
-    pub at: String,
+    pub at: When,
     pub operation: String,
     pub pac: String,
     pub outcome: String,
     pub class: &'static str,
     pub http_status: String,
-    pub code: String,
-    pub message: String,
+    pub said: Said,
     pub latency_ms: i64,
     pub uuid: String,
     pub worker: String,
@@ -44,22 +46,23 @@ pub struct AttemptView {
 }
 
 impl AttemptView {
-    pub(super) fn of(a: &AttemptRow) -> Self {
+    pub(super) fn of(a: &AttemptRow, now: DateTime<Utc>) -> Self {
         let class = match a.outcome.as_str() {
             "stamped" | "already_stamped" | "found" | "requested" | "canceled" => "ok",
             "rejected" | "unresolved" => "bad",
             "unknown" | "retryable" => "warn",
             _ => "muted",
         };
+        // SAT's status service is SAT's; every other call is the PAC's.
+        let said = Said::of(a.code.as_deref(), a.message.as_deref(), a.pac != "sat");
         AttemptView {
-            at: local(a.at),
+            at: When::of(a.at, now),
             operation: a.operation.clone(),
             pac: a.pac.clone(),
             outcome: a.outcome.clone(),
             class,
             http_status: a.http_status.map(|s| s.to_string()).unwrap_or_default(),
-            code: a.code.clone().unwrap_or_default(),
-            message: a.message.clone().unwrap_or_default(),
+            said,
             latency_ms: a.latency_ms,
             uuid: a.uuid.clone().unwrap_or_default(),
             worker: a.worker.clone().unwrap_or_default(),
@@ -73,18 +76,26 @@ pub struct ErrorView {
     pub payment_id: String,
     pub state: String,
     pub class: &'static str,
-    pub code: String,
-    pub message: String,
-    pub when: String,
+    pub said: Said,
+    pub when: When,
+}
+
+/// The document whose SAT window closes first.
+pub struct ClosestView {
+    pub payment_row: i64,
+    pub payment_id: String,
+    pub deadline: Deadline,
 }
 
 #[derive(Template)]
 #[template(path = "admin/dashboard.html")]
 pub struct DashboardPage {
     pub l: Layout,
+    pub at_risk: i64,
+    pub at_risk_hours: i64,
     pub counts: Vec<CountView>,
     pub total: i64,
-    pub oldest_pending: Option<String>,
+    pub closest: Option<ClosestView>,
     pub cancellations: Vec<(String, i64)>,
     pub duplicates: i64,
     pub orphans: i64,
@@ -95,24 +106,19 @@ pub struct DashboardPage {
     pub errors: Vec<ErrorView>,
 }
 
-fn view_of_state(state: &str) -> &'static str {
-    match state {
-        "pending" | "stamping" | "retry_scheduled" | "unknown" => "pending",
-        "failed" | "needs_attention" => "failed",
-        "expired" => "expired",
-        "stamped" => "stamped",
-        "awaiting_global" => "global",
-        _ => "all",
-    }
-}
+/// The PAC's health is judged on the calls of this last stretch, so that it turns green again
+/// once the PAC recovers.
+pub const HEALTH_WINDOW_MINUTES: i64 = 15;
 
 pub async fn dashboard(
     state: web::Data<AppState>,
+    admin: web::Data<Admin>,
     session: Session,
     q: web::Query<NoticeQuery>,
 ) -> Result<HttpResponse, AdminError> {
     let db = &state.db;
-    let now = Utc::now();
+    let clock = Clock::of(&admin);
+    let now = clock.now;
     let counts: Vec<CountView> = db
         .state_counts()
         .await?
@@ -120,7 +126,7 @@ pub async fn dashboard(
         .map(|(s, n)| {
             let (label, class) = state_label(&s);
             CountView {
-                view: view_of_state(&s),
+                href: format!("/admin/invoices?state={}", percent_encode(&s)),
                 state: s,
                 label,
                 class,
@@ -129,7 +135,22 @@ pub async fn dashboard(
         })
         .collect();
     let total = counts.iter().map(|c| c.count).sum();
-    let oldest_pending = db.oldest_pending().await?.map(|t| age(t, now));
+    let mut risk = ListFilter::of(ListView::AtRisk);
+    risk.risk = ListFilter::risk_bounds(now, clock.window, clock.at_risk);
+    let at_risk = db
+        .list_counts(&risk)
+        .await?
+        .iter()
+        .find(|(v, _)| *v == ListView::AtRisk)
+        .map_or(0, |(_, n)| *n);
+    let closest = db
+        .closest_deadline(crate::domain::time::to_local(now - clock.window))
+        .await?
+        .map(|(fecha, payment_row, payment_id)| ClosestView {
+            payment_row,
+            payment_id,
+            deadline: clock.deadline("pending", Some(fecha)),
+        });
     let cancellations = db
         .cancellation_counts()
         .await?
@@ -154,11 +175,14 @@ pub async fn dashboard(
             host: w.hostname,
             pid: w.pid,
             load: format!("{}/{}", w.in_flight, w.concurrency),
-            seen: format!("{} ago", age(w.last_seen, now)),
+            seen: When::of(w.last_seen, now),
         })
         .collect();
-    let recent = db.recent_attempts(20).await?;
+    let recent = db
+        .attempts_since(now - Duration::minutes(HEALTH_WINDOW_MINUTES), 500)
+        .await?;
     let (pac_summary, pac_class) = pac_health(&recent, now);
+    let latest = db.recent_attempts(8).await?;
     let errors = db
         .recent_errors(10)
         .await?
@@ -166,36 +190,44 @@ pub async fn dashboard(
         .map(|r| {
             let (label, class) = state_label(&r.state);
             ErrorView {
+                said: Said::of(
+                    r.last_error_code.as_deref(),
+                    r.last_error_message.as_deref(),
+                    true,
+                ),
                 payment_row: r.payment_row,
                 payment_id: r.payment_id,
                 state: label,
                 class,
-                code: r.last_error_code.unwrap_or_default(),
-                message: r.last_error_message.unwrap_or_default(),
-                when: local(r.updated_at),
+                when: When::of(r.updated_at, now),
             }
         })
         .collect();
     html(&DashboardPage {
         l: Layout::new(&session, "Dashboard", "dashboard", q.notice.as_deref()),
+        at_risk,
+        at_risk_hours: clock.at_risk.num_hours(),
         counts,
         total,
-        oldest_pending,
+        closest,
         cancellations,
         duplicates: count_of("duplicate"),
         orphans: count_of("orphan"),
         workers,
         pac_summary,
         pac_class,
-        attempts: recent.iter().take(8).map(AttemptView::of).collect(),
+        attempts: latest.iter().map(|a| AttemptView::of(a, now)).collect(),
         errors,
     })
 }
 
-/// A one-line verdict on the PAC from its latest calls.
+/// A one-line verdict on the PAC from its calls of the last [`HEALTH_WINDOW_MINUTES`].
 fn pac_health(recent: &[AttemptRow], now: DateTime<Utc>) -> (String, &'static str) {
     let Some(last) = recent.first() else {
-        return ("No PAC calls recorded yet.".into(), "muted");
+        return (
+            format!("No PAC calls in the last {HEALTH_WINDOW_MINUTES} min."),
+            "muted",
+        );
     };
     let bad = recent
         .iter()
@@ -207,7 +239,7 @@ fn pac_health(recent: &[AttemptRow], now: DateTime<Utc>) -> (String, &'static st
             "stamped" | "already_stamped" | "found" | "not_found" | "requested" | "rejected"
         )
     });
-    let answered = last_ok.map_or("no answer in the latest calls".to_owned(), |a| {
+    let answered = last_ok.map_or("no answer".to_owned(), |a| {
         format!("last answer {} ago", age(a.at, now))
     });
     let class = if bad == 0 {
@@ -219,7 +251,7 @@ fn pac_health(recent: &[AttemptRow], now: DateTime<Utc>) -> (String, &'static st
     };
     (
         format!(
-            "{answered}; {bad} of the last {} calls timed out or failed in transit; last call {} ago ({}).",
+            "Last {HEALTH_WINDOW_MINUTES} min: {} call(s), {bad} timed out or failed in transit; {answered}; last call {} ago ({}).",
             recent.len(),
             age(last.at, now),
             last.outcome

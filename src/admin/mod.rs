@@ -12,6 +12,8 @@
 //! cancellation rules) and [`crate::cancel`] (the cancel request).
 //!
 //! - [`auth`]: password, sessions, CSRF, the login limiter.
+//! - [`format`]: times ("hora CDMX", relative with the exact time on hover), amounts,
+//!   deadlines, who said a message; [`codes`]: the one table of known SAT and PAC codes.
 //! - [`common`]: the page frame, the handler openings ([`common::Posted`]: session and CSRF
 //!   checked; the row or its 404) and the redirect back to a document.
 //! - [`login`]: the login page, sign in and out.
@@ -25,10 +27,12 @@
 
 pub mod auth;
 pub mod cancel;
+pub mod codes;
 pub mod common;
 pub mod dashboard;
 pub mod documents;
 pub mod findings;
+pub mod format;
 pub mod lists;
 pub mod login;
 pub mod reconcile;
@@ -38,7 +42,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use chrono::{DateTime, Utc};
 
 use crate::config::{AdminSettings, SecretString, Settings};
 use crate::pac::PacClient;
@@ -55,6 +58,10 @@ pub struct AdminConfig {
     pub session_ttl: Duration,
     /// How often reconciliation runs in the background; `None` = only on demand.
     pub reconcile_interval: Option<Duration>,
+    /// A window closing within this is "at risk".
+    pub at_risk: chrono::Duration,
+    /// How often pages refresh themselves; 0 = never.
+    pub refresh_seconds: u64,
 }
 
 impl AdminConfig {
@@ -68,6 +75,11 @@ impl AdminConfig {
             secure_cookies: s.secure_cookies,
             session_ttl: Duration::from_secs(s.session_hours.max(1).saturating_mul(3600)),
             reconcile_interval: (every > 0).then(|| Duration::from_secs(every)),
+            // A year is far past any window; the bound keeps the Duration finite.
+            at_risk: chrono::Duration::hours(
+                i64::try_from(s.at_risk_hours.min(8760)).unwrap_or(8760),
+            ),
+            refresh_seconds: s.refresh_seconds,
         }
     }
 }
@@ -90,6 +102,15 @@ pub struct Admin {
     pub reconcile_lock: tokio::sync::Mutex<()>,
     /// Our RFC: reconciliation matches the PAC's stamps for it.
     pub emisor_rfc: String,
+    /// SAT's window from Fecha to stamp (`[worker] window_hours`).
+    pub window: chrono::Duration,
+    /// `[admin] at_risk_hours`.
+    pub at_risk: chrono::Duration,
+    /// `[admin] refresh_seconds`.
+    pub refresh_seconds: u64,
+    /// The name of the PAC this appliance stamps with (`sandbox`, `sw`, `finkok`): what the
+    /// admin pauses and resumes.
+    pub pac_name: String,
 }
 
 impl std::fmt::Debug for Admin {
@@ -127,6 +148,15 @@ impl Admin {
             sandbox,
             reconcile_lock: tokio::sync::Mutex::new(()),
             emisor_rfc: settings.emisor.rfc.clone(),
+            window: chrono::Duration::hours(
+                i64::try_from(settings.worker.window_hours).unwrap_or(72),
+            ),
+            at_risk: cfg.at_risk,
+            refresh_seconds: cfg.refresh_seconds,
+            pac_name: settings
+                .pac_config()
+                .map(|c| c.kind.name().to_owned())
+                .unwrap_or_else(|_| "pac".to_owned()),
         })
     }
 }
@@ -151,6 +181,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/invoices", web::get().to(lists::invoices))
             .route("/invoices/retry", web::post().to(documents::bulk_retry))
             .route("/payments/{id}", web::get().to(documents::payment))
+            .route("/documents/{id}", web::get().to(documents::document_page))
             .route("/documents/{id}/xml/{which}", web::get().to(documents::xml))
             .route("/documents/{id}/retry", web::post().to(documents::retry))
             .route("/documents/{id}/cancel", web::get().to(cancel::cancel_form))
@@ -185,12 +216,14 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
 
 const ADMIN_CSS: &str = include_str!("../../static/admin.css");
 const ADMIN_JS: &str = include_str!("../../static/admin.js");
+const FAVICON: &str = include_str!("../../static/favicon.svg");
 
 /// The embedded assets (no CDN; public, as the login page needs them).
 async fn static_file(file: web::Path<String>) -> HttpResponse {
     let (body, ty) = match file.as_str() {
         "admin.css" => (ADMIN_CSS, "text/css; charset=utf-8"),
         "admin.js" => (ADMIN_JS, "text/javascript; charset=utf-8"),
+        "favicon.svg" => (FAVICON, "image/svg+xml"),
         _ => return HttpResponse::NotFound().finish(),
     };
     HttpResponse::Ok()
@@ -199,45 +232,43 @@ async fn static_file(file: web::Path<String>) -> HttpResponse {
         .body(body)
 }
 
-/// A UTC instant as Mexico City time, as the admin reads it.
-pub fn local(t: DateTime<Utc>) -> String {
-    crate::domain::time::to_local(t)
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string()
-}
+pub use format::{age, local};
 
-/// "3 h 12 min", "45 s".
-pub fn age(since: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    let s = (now - since).num_seconds().max(0);
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
-    }
-}
-
-/// How a state reads in the admin, and its badge colour class.
+/// How a state reads in the admin, and its badge colour class: the one map tiles, tabs,
+/// badges and detail pages use. Document states take their label from
+/// [`DocumentState::label`]; a payment without a document shows its own status.
 pub fn state_label(state: &str) -> (String, &'static str) {
+    use crate::domain::DocumentState as S;
+    if let Ok(s) = state.parse::<S>() {
+        let class = match s {
+            S::Pending | S::Stamping => "info",
+            S::RetryScheduled | S::Unknown => "warn",
+            S::Stamped => "ok",
+            S::Failed | S::Expired | S::NeedsAttention => "bad",
+            S::Superseded | S::Canceled => "muted",
+        };
+        return (s.label().to_owned(), class);
+    }
     let (label, class) = match state {
-        "pending" => ("Pending", "info"),
-        "stamping" => ("Stamping", "info"),
-        "retry_scheduled" => ("Retry scheduled", "warn"),
-        "unknown" => ("Outcome unknown", "warn"),
-        "stamped" => ("Stamped", "ok"),
-        "failed" => ("Rejected by the PAC", "bad"),
-        "expired" => ("Expired (72 h)", "bad"),
-        "superseded" => ("Superseded (its API key was used again)", "muted"),
+        // Payment statuses (a payment with no document).
         "awaiting_global" => ("Awaiting factura global", "muted"),
-        "needs_attention" => ("Needs attention", "bad"),
         "invoice_pending" => ("Invoice pending", "info"),
-        // Cancellations.
-        "requested" => ("Cancel requested", "info"),
-        "sending" => ("Sending cancellation", "info"),
-        "pending_receiver" => ("Waiting for the receptor", "warn"),
-        "canceled" => ("Cancelled", "muted"),
-        "rejected" => ("Cancellation rejected", "bad"),
         other => return (other.to_owned(), "muted"),
     };
     (label.to_owned(), class)
+}
+
+/// A cancellation's label (which depends on whether the receptor must accept) and class.
+pub fn cancel_label(
+    state: crate::domain::CancellationState,
+    requires_acceptance: bool,
+) -> (String, &'static str) {
+    use crate::domain::CancellationState as C;
+    let class = match state {
+        C::Requested | C::Sending => "info",
+        C::RetryScheduled | C::Unknown | C::PendingReceiver => "warn",
+        C::Canceled => "muted",
+        C::Rejected | C::Failed => "bad",
+    };
+    (state.label(requires_acceptance).to_owned(), class)
 }

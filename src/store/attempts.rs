@@ -105,6 +105,22 @@ impl Db {
     }
 
     /// The PAC calls about a document and its cancellations, oldest first.
+    /// The PAC calls made at or after `since`, newest first, at most `limit`.
+    pub async fn attempts_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<AttemptRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE at >= $1 ORDER BY at DESC, id DESC LIMIT $2"
+        );
+        stmt(sql)
+            .bind(since)
+            .bind(limit)
+            .fetch_all::<AttemptRow>(self, "read recent PAC calls")
+            .await
+    }
+
     pub async fn attempts_of(&self, outbox_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
         let sql = format!(
             "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE outbox_id = $1 \

@@ -50,7 +50,7 @@ pub use exec::{
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow};
 pub use settle::{Settle, StampedOutcome};
-pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListView, SealedGeneration};
+pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListSort, ListView, SealedGeneration};
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -96,6 +96,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "unknown_outcomes",
         include_str!("../../migrations/sqlite/0007_unknown_outcomes.sql"),
     ),
+    (
+        11,
+        "admin_search",
+        include_str!("../../migrations/sqlite/0011_admin_search.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -132,6 +137,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         7,
         "unknown_outcomes",
         include_str!("../../migrations/postgres/0007_unknown_outcomes.sql"),
+    ),
+    (
+        11,
+        "admin_search",
+        include_str!("../../migrations/postgres/0011_admin_search.sql"),
     ),
 ];
 
