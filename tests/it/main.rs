@@ -14,6 +14,7 @@ mod support;
 
 mod admin;
 mod admin_e2e;
+mod admin_ux;
 mod api;
 mod cfdi;
 mod cfdi_props;

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod pg;
 pub mod rows;
 pub mod sim;
+pub mod ux;
 pub mod webdriver;
 
 use std::str::FromStr;
