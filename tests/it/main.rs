@@ -15,6 +15,7 @@ mod support;
 mod admin;
 mod admin_e2e;
 mod admin_ux;
+mod admin_ux_e2e;
 mod api;
 mod cfdi;
 mod cfdi_props;
