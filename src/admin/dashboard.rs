@@ -4,6 +4,7 @@
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::{DateTime, Duration, Utc};
+use serde::Deserialize;
 
 use super::auth::Session;
 use super::common::*;
@@ -80,6 +81,44 @@ pub struct ErrorView {
     pub when: When,
 }
 
+/// Failures that share a code, with what it means and the one action for all of them.
+pub struct GroupView {
+    pub code: String,
+    pub count: i64,
+    pub source: &'static str,
+    pub title: &'static str,
+    pub hint: &'static str,
+    /// "retry", "refreeze" or "" (nothing to press).
+    pub fix: &'static str,
+    /// The failed documents of this code.
+    pub href: String,
+}
+
+impl GroupView {
+    fn of(code: String, count: i64) -> GroupView {
+        use super::codes::{self, Fix};
+        let known = codes::lookup(&code);
+        let said = Said::of(Some(&code), None, true);
+        GroupView {
+            href: if code.is_empty() {
+                "/admin/invoices?state=failed".into()
+            } else {
+                format!("/admin/invoices?state=failed&q={}", percent_encode(&code))
+            },
+            source: said.source,
+            title: known.map_or("", |k| k.title),
+            hint: known.map_or("", |k| k.hint),
+            fix: match codes::fix(&code) {
+                Fix::Retry => "retry",
+                Fix::Refreeze => "refreeze",
+                Fix::None => "",
+            },
+            code,
+            count,
+        }
+    }
+}
+
 /// The document whose SAT window closes first.
 pub struct ClosestView {
     pub payment_row: i64,
@@ -104,6 +143,9 @@ pub struct DashboardPage {
     pub pac_class: &'static str,
     pub attempts: Vec<AttemptView>,
     pub errors: Vec<ErrorView>,
+    pub groups: Vec<GroupView>,
+    /// Payments that need attention (each has its fix form).
+    pub attention: i64,
 }
 
 /// The PAC's health is judged on the calls of this last stretch, so that it turns green again
@@ -203,7 +245,20 @@ pub async fn dashboard(
             }
         })
         .collect();
+    let groups = db
+        .failure_groups()
+        .await?
+        .into_iter()
+        .map(|(code, n)| GroupView::of(code, n))
+        .collect();
+    let attention = counts
+        .iter()
+        .filter(|c| c.state == "needs_attention")
+        .map(|c| c.count)
+        .sum();
     html(&DashboardPage {
+        groups,
+        attention,
         l: Layout::new(&session, "Dashboard", "dashboard", q.notice.as_deref()),
         at_risk,
         at_risk_hours: clock.at_risk.num_hours(),
@@ -258,4 +313,50 @@ fn pac_health(recent: &[AttemptRow], now: DateTime<Utc>) -> (String, &'static st
         ),
         class,
     )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Group actions
+
+#[derive(Debug, Deserialize)]
+pub struct GroupForm {
+    #[serde(default)]
+    pub csrf: String,
+    #[serde(default)]
+    pub code: String,
+}
+
+impl HasCsrf for GroupForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// "Retry all" of a group: every failed document with the code goes back to the queue with
+/// its same bytes (each audited as a retry); only for codes whose documents may pass as they
+/// are.
+pub async fn retry_group(
+    state: web::Data<AppState>,
+    Posted(session, form): Posted<GroupForm>,
+) -> Result<HttpResponse, AdminError> {
+    if super::codes::fix(&form.code) != super::codes::Fix::Retry {
+        return Err(AdminError::Refused(format!(
+            "documents failed with `{}` need their data fixed, not the same bytes again: refreeze them one by one",
+            form.code
+        )));
+    }
+    let ids = state.db.failed_with_code(&form.code).await?;
+    let mut done = 0;
+    for id in &ids {
+        if state
+            .db
+            .retry_document(*id, &session.actor)
+            .await?
+            .is_some()
+        {
+            done += 1;
+        }
+    }
+    tracing::info!(code = %form.code, done, actor = %session.actor, "admin: group retried");
+    Ok(see_other("/admin?notice=group_retried".into()))
 }

@@ -90,6 +90,8 @@ pub struct PaymentPage {
     pub status: String,
     pub status_class: &'static str,
     pub said: Said,
+    /// It needs attention and has no document: the fix form applies.
+    pub fixable: bool,
     pub customer_pretty: String,
     pub docs: Vec<DocView>,
 }
@@ -277,6 +279,7 @@ pub async fn payment(
         forma_pago: p.forma_pago.unwrap_or_default(),
         paid_at: clock.when(p.paid_at),
         test: !p.livemode,
+        fixable: docs.is_empty() && p.status == "needs_attention",
         status,
         status_class,
         said,

@@ -21,7 +21,8 @@
 //! - [`lists`]: invoices by view, cancellations, the audit log.
 //! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
 //! - [`cancel`]: the cancel form and request.
-//! - [`refreeze`]: the refreeze form and action.
+//! - [`refreeze`]: the refreeze form and action; [`fix`]: the fix form of a payment that
+//!   needs attention, which issues its document once.
 //! - [`findings`]: the reconciliation page and its actions.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
@@ -32,6 +33,7 @@ pub mod common;
 pub mod dashboard;
 pub mod documents;
 pub mod findings;
+pub mod fix;
 pub mod format;
 pub mod lists;
 pub mod login;
@@ -179,8 +181,11 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/logout", web::post().to(login::logout))
             .route("/static/{file}", web::get().to(static_file))
             .route("/invoices", web::get().to(lists::invoices))
+            .route("/errors/retry", web::post().to(dashboard::retry_group))
             .route("/invoices/retry", web::post().to(documents::bulk_retry))
             .route("/payments/{id}", web::get().to(documents::payment))
+            .route("/payments/{id}/fix", web::get().to(fix::fix_form))
+            .route("/payments/{id}/fix", web::post().to(fix::fix))
             .route("/documents/{id}", web::get().to(documents::document_page))
             .route("/documents/{id}/xml/{which}", web::get().to(documents::xml))
             .route("/documents/{id}/retry", web::post().to(documents::retry))

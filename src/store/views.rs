@@ -149,8 +149,8 @@ pub struct ListFilter {
     pub view: ListView,
     /// One exact state (what a dashboard tile counts), or empty for any.
     pub state: String,
-    /// Part of a payment id, UUID, serie-folio, stamp key, RFC, receptor name or email, in any
-    /// case; empty = any.
+    /// Part of a payment id, UUID, serie-folio, stamp key, RFC, receptor name, email or error
+    /// code, in any case; empty = any.
     pub query: String,
     /// Paid at or after / before (UTC).
     pub from: DateTime<Utc>,
@@ -181,6 +181,7 @@ static LIST_WHERE: Dialected = Dialected::new(
     OR LOWER(COALESCE(o.uuid, '')) LIKE $4 ESCAPE '!' \
     OR LOWER(COALESCE(o.serie, '') || '-' || COALESCE(o.folio, '')) LIKE $4 ESCAPE '!' \
     OR LOWER(COALESCE(o.stamp_key, '')) LIKE $4 ESCAPE '!' \
+    OR LOWER(COALESCE(o.last_error_code, '')) LIKE $4 ESCAPE '!' \
     OR LOWER(COALESCE({R_RFC}, {C_RFC}, '')) LIKE $4 ESCAPE '!' \
     OR LOWER(COALESCE({R_NOMBRE}, {C_NOMBRE}, '')) LIKE $4 ESCAPE '!' \
     OR LOWER(COALESCE({C_EMAIL}, '')) LIKE $4 ESCAPE '!') \
@@ -277,6 +278,27 @@ impl Db {
             .bind(open_after)
             .fetch_optional::<(NaiveDateTime, i64, String)>(self, "find the closest deadline")
             .await
+    }
+
+    /// Failed documents grouped by their code, the largest group first: `(code, count)` (an
+    /// empty code for failures without one).
+    pub async fn failure_groups(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        const SQL: &str = "SELECT COALESCE(last_error_code, '') AS code, COUNT(*) AS n FROM outbox \
+            WHERE state = 'failed' GROUP BY COALESCE(last_error_code, '') ORDER BY 2 DESC, 1";
+        stmt(SQL)
+            .fetch_all::<(String, i64)>(self, "group failures by code")
+            .await
+    }
+
+    /// The failed documents whose code is `code`.
+    pub async fn failed_with_code(&self, code: &str) -> Result<Vec<i64>, StoreError> {
+        const SQL: &str = "SELECT id FROM outbox WHERE state = 'failed' \
+            AND COALESCE(last_error_code, '') = $1 ORDER BY id";
+        let rows: Vec<(i64,)> = stmt(SQL)
+            .bind(code)
+            .fetch_all(self, "list the failures of a code")
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
     /// Documents with a recorded error, most recent change first.

@@ -16,6 +16,7 @@ mod admin;
 mod admin_e2e;
 mod admin_ux;
 mod admin_ux_e2e;
+mod admin_ux_ops;
 mod api;
 mod cfdi;
 mod cfdi_props;
