@@ -146,6 +146,9 @@ pub struct DashboardPage {
     pub groups: Vec<GroupView>,
     /// Payments that need attention (each has its fix form).
     pub attention: i64,
+    pub pac_name: String,
+    pub paused: Option<super::operate::PauseView>,
+    pub chart: super::operate::Chart,
 }
 
 /// The PAC's health is judged on the calls of this last stretch, so that it turns green again
@@ -256,7 +259,12 @@ pub async fn dashboard(
         .filter(|c| c.state == "needs_attention")
         .map(|c| c.count)
         .sum();
+    let paused = super::operate::pause_of(db, &admin).await?;
+    let chart = super::operate::chart(db, now).await?;
     html(&DashboardPage {
+        pac_name: admin.pac_name.clone(),
+        paused,
+        chart,
         groups,
         attention,
         l: Layout::new(&session, "Dashboard", "dashboard", q.notice.as_deref()),

@@ -17,8 +17,9 @@
 //! - [`common`]: the page frame, the handler openings ([`common::Posted`]: session and CSRF
 //!   checked; the row or its 404) and the redirect back to a document.
 //! - [`login`]: the login page, sign in and out.
-//! - [`dashboard`]: counts, workers, the PAC's health, the latest errors.
-//! - [`lists`]: invoices by view, cancellations, the audit log.
+//! - [`dashboard`]: what is at risk, counts, failures by code, workers, the PAC's health.
+//! - [`operate`]: pausing and resuming the PAC, the chart of stamps and errors per minute.
+//! - [`lists`]: invoices by view, cancellations, the audit log; [`export`]: a list as CSV.
 //! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
 //! - [`cancel`]: the cancel form and request.
 //! - [`refreeze`]: the refreeze form and action; [`fix`]: the fix form of a payment that
@@ -32,11 +33,13 @@ pub mod codes;
 pub mod common;
 pub mod dashboard;
 pub mod documents;
+pub mod export;
 pub mod findings;
 pub mod fix;
 pub mod format;
 pub mod lists;
 pub mod login;
+pub mod operate;
 pub mod reconcile;
 pub mod refreeze;
 
@@ -181,7 +184,10 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/logout", web::post().to(login::logout))
             .route("/static/{file}", web::get().to(static_file))
             .route("/invoices", web::get().to(lists::invoices))
+            .route("/invoices.csv", web::get().to(export::invoices_csv))
             .route("/errors/retry", web::post().to(dashboard::retry_group))
+            .route("/pac/pause", web::post().to(operate::pause))
+            .route("/pac/resume", web::post().to(operate::resume))
             .route("/invoices/retry", web::post().to(documents::bulk_retry))
             .route("/payments/{id}", web::get().to(documents::payment))
             .route("/payments/{id}/fix", web::get().to(fix::fix_form))

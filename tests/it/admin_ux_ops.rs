@@ -5,8 +5,8 @@
 
 use crate::support;
 
-use support::admin::{Browser, admin_app, count, doc, outbox_of, rejected};
-use support::ux::{listed, result_count, sale};
+use support::admin::{Browser, admin_app, count, doc, outbox_of, pay, rejected, stamped};
+use support::ux::{listed, log_call, result_count, sale};
 use support::{Backend, TestApp};
 
 async fn signed_in(b: Backend) -> Option<(TestApp, Browser, String)> {
@@ -234,7 +234,188 @@ async fn payment_row(app: &TestApp, br: &Browser, payment_id: &str) -> i64 {
         .unwrap_or_else(|| panic!("no link to {payment_id} in {list}"))
 }
 
+async fn a_paused_pac_claims_nothing_until_resumed(b: Backend) {
+    let Some((app, br, csrf)) = signed_in(b).await else {
+        return;
+    };
+    let id = pay(&app, "pause_pending").await;
+    let st = pay(&app, "pause_stamped").await;
+    stamped(&app, st).await;
+    let r = br
+        .post(
+            &format!("/admin/documents/{st}/cancel"),
+            &[("csrf", &csrf), ("motivo", "02"), ("folio_sustitucion", "")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    // A reason is required.
+    let r = br
+        .post("/admin/pac/pause", &[("csrf", &csrf), ("reason", " ")])
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = br
+        .post(
+            "/admin/pac/pause",
+            &[("csrf", &csrf), ("reason", "PAC incident #42")],
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.location.as_deref()),
+        (303, Some("/admin?notice=paused"))
+    );
+    let dash = br.get("/admin").await.body;
+    assert!(dash.contains("id=\"paused\""), "{dash}");
+    assert!(
+        dash.contains("Stamping at sandbox is paused") && dash.contains("PAC incident #42"),
+        "{dash}"
+    );
+    assert!(dash.contains("id=\"resume-pac\""), "{dash}");
+    let now = chrono::Utc::now();
+    let lease = now + chrono::Duration::seconds(30);
+    let claim = |pac: &'static str| {
+        let db = app.db.clone();
+        async move {
+            (
+                db.claim_stamps("test-worker", lease, now, true, 8, pac)
+                    .await
+                    .expect("claim"),
+                db.claim_cancellation("test-worker", lease, now, pac)
+                    .await
+                    .expect("claim cancellation"),
+            )
+        }
+    };
+    let (stamps, cancel) = claim("sandbox").await;
+    assert!(
+        stamps.is_empty() && cancel.is_none(),
+        "nothing is claimed while paused"
+    );
+    assert_eq!(doc(&app, id).await.state.as_str(), "pending");
+    // Pausing twice is refused; the audit log has the pause.
+    let again = br
+        .post("/admin/pac/pause", &[("csrf", &csrf), ("reason", "again")])
+        .await;
+    assert_eq!(again.status, 409);
+    let audit = "SELECT COUNT(*) FROM admin_actions WHERE action = 'pause_pac' AND actor = 'Ana' AND target_id = 'sandbox' AND detail = 'PAC incident #42'";
+    assert_eq!(count(&app, audit).await, 1);
+    let r = br.post("/admin/pac/resume", &[("csrf", &csrf)]).await;
+    assert_eq!(
+        (r.status, r.location.as_deref()),
+        (303, Some("/admin?notice=resumed"))
+    );
+    assert_eq!(
+        count(
+            &app,
+            "SELECT COUNT(*) FROM admin_actions WHERE action = 'resume_pac'"
+        )
+        .await,
+        1
+    );
+    let (stamps, cancel) = claim("sandbox").await;
+    assert_eq!(stamps.iter().map(|c| c.id).collect::<Vec<_>>(), vec![id]);
+    assert!(cancel.is_some(), "the cancellation is claimed again");
+    assert!(!br.get("/admin").await.body.contains("id=\"paused\""));
+    assert_eq!(
+        br.post("/admin/pac/resume", &[("csrf", &csrf)])
+            .await
+            .status,
+        409
+    );
+}
+
+async fn the_chart_the_csv_export_and_the_payment_date_order(b: Backend) {
+    let Some((app, br, _)) = signed_in(b).await else {
+        return;
+    };
+    let older = sale(&app, "csv_older", 5, |_| {}).await;
+    let newer = sale(&app, "csv_newer", 1, |_| {}).await;
+    let f = rejected(
+        &app,
+        "csv_formula",
+        "CFDI40108",
+        "=HYPERLINK(\"http://evil\")",
+    )
+    .await;
+    let st = pay(&app, "csv_stamped").await;
+    stamped(&app, st).await;
+    log_call(&app, st, "stamp", "stamped", Some(200), "ok").await;
+    log_call(&app, f, "stamp", "rejected", Some(400), "x").await;
+    log_call(&app, f, "stamp", "retryable", Some(503), "x").await;
+    let dash = br.get("/admin").await.body;
+    let chart = dash
+        .split("id=\"throughput\"")
+        .nth(1)
+        .and_then(|c| c.split("</section>").next())
+        .unwrap_or_else(|| panic!("no chart: {dash}"));
+    assert!(
+        chart.contains("1 stamp(s), 2 error(s); busiest minute 2."),
+        "{chart}"
+    );
+    // This minute is the last column: the stamp up from the middle, the errors down.
+    // (Or the one before, if the minute turned meanwhile.)
+    let last = |start: &str| {
+        ["M1439 ", "M1438 "]
+            .iter()
+            .any(|m| chart.contains(&format!("{m}{start}")))
+    };
+    assert!(last("50v-"), "{chart}");
+    assert!(last("51v"), "{chart}");
+    assert!(!chart.contains("<script"), "{chart}");
+
+    // "All", by payment date both ways.
+    let newest = br.get("/admin/invoices?view=all").await.body;
+    let asc = br.get("/admin/invoices?view=all&sort=paid_asc").await.body;
+    let (n, a) = (listed(&newest), listed(&asc));
+    assert_eq!(a.first(), Some(&older), "{a:?}");
+    assert_eq!(n.last(), Some(&older), "{n:?}");
+    assert!(n.iter().position(|p| *p == newer) < n.iter().position(|p| *p == older));
+    assert!(newest.contains("id=\"sort-paid\""), "{newest}");
+
+    // The export is the list as filtered: every row, quoted, formulas defused.
+    let csv = br.get("/admin/invoices.csv?view=failed&q=csv").await;
+    assert_eq!(csv.status, 200, "{}", csv.body);
+    assert!(
+        csv.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
+    assert!(
+        csv.headers["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment; filename=\"invoices-failed-")
+    );
+    let lines: Vec<&str> = csv.body.lines().collect();
+    assert!(
+        lines[0].starts_with("payment_id,provider,amount"),
+        "{}",
+        csv.body
+    );
+    assert_eq!(lines.len(), 2, "{}", csv.body);
+    assert!(
+        lines[1].starts_with("\"pi_test_csv_formula\",\"stripe\",\"116.00\",\"MXN\""),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[1].contains("\"'=HYPERLINK(\"\"http://evil\"\")\""),
+        "{}",
+        lines[1]
+    );
+    let all = br.get("/admin/invoices.csv?view=all&q=csv").await.body;
+    assert_eq!(all.lines().count(), 5, "{all}");
+    let list = br.get("/admin/invoices?view=failed&q=csv").await.body;
+    assert!(
+        list.contains("href=\"/admin/invoices.csv?view=failed&#38;q=csv\"")
+            || list.contains("href=\"/admin/invoices.csv?view=failed&amp;q=csv\""),
+        "{list}"
+    );
+}
+
 on_both_backends!(
     failures_are_grouped_by_code_with_a_hint_and_one_action,
     the_fix_form_issues_one_document_under_a_double_submit,
+    a_paused_pac_claims_nothing_until_resumed,
+    the_chart_the_csv_export_and_the_payment_date_order,
 );

@@ -74,8 +74,9 @@ pub fn tiles(dashboard: &str) -> Vec<(String, i64, String)> {
 
 /// The "N result(s)" of an invoices list.
 pub fn result_count(list: &str) -> i64 {
-    list.split("id=\"result-count\">")
+    list.split("id=\"result-count\"")
         .nth(1)
+        .and_then(|r| r.split_once('>').map(|(_, rest)| rest))
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no result count in:\n{list}"))
