@@ -258,3 +258,138 @@ async fn deadlines_search_and_tiles_in_the_browser() {
         assert_eq!(rows, n, "{href}: the tile says {n}, the list shows {rows}");
     }
 }
+
+/// The app with pages that refresh every second, the browser, and a running worker pool.
+async fn live() -> Option<(TestApp, Driver, autofactura::worker::Pool)> {
+    let (driver, chromium) = browser_paths()?;
+    let app = support::spawn_app_with(
+        Backend::Sqlite,
+        &format!("[admin]\npassword = \"{PASSWORD}\"\nrefresh_seconds = 1\n"),
+    )
+    .await?;
+    let d = Driver::start(&driver, &chromium).await;
+    let worker =
+        autofactura::worker::worker_for(&app.settings, app.db.clone(), app.state.pac.clone())
+            .expect("worker");
+    let pool = worker.start(tokio_util::sync::CancellationToken::new(), None);
+    Some((app, d, pool))
+}
+
+/// Polls (every 200 ms, up to `seconds`) until `ok` holds of the page text; the text.
+async fn wait_for(d: &Driver, seconds: u64, ok: impl Fn(&str) -> bool) -> String {
+    let mut text = d.page_text().await;
+    for _ in 0..seconds * 5 {
+        if ok(&text) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        text = d.page_text().await;
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_pac_claims_nothing_until_resumed_and_a_stale_notice_goes_by_itself() {
+    let Some((app, d, pool)) = live().await else {
+        return;
+    };
+    sign_in_at(&d, &app, "/admin").await;
+    // Pause from the dashboard.
+    d.type_into(
+        &d.find("#pause-pac input[name=reason]").await,
+        "PAC incident",
+    )
+    .await;
+    d.click(&d.find("#pause-pac button[type=submit]").await)
+        .await;
+    let dash = d.wait_text("is paused").await;
+    assert!(dash.contains("Stamping at sandbox is paused"), "{dash}");
+    d.screenshot("ux-dashboard-paused").await;
+    // A sale and a retried rejection wait while paused: nothing is claimed.
+    let waiting = sale(&app, "live_waiting", 0, |_| {}).await;
+    let waiting = outbox_of(&app, &waiting).await.id;
+    let retried = rejected(&app, "live_retried", "CFDI40102", "CFDI40102 - sello").await;
+    d.goto(&format!(
+        "{}/admin/payments/{}",
+        app.address,
+        doc(&app, retried).await.payment_id
+    ))
+    .await;
+    d.click(&d.find(&format!("#retry-{retried}")).await).await;
+    let notice =
+        "Sent back to the queue with the same frozen bytes and key; a worker will stamp it.";
+    assert!(d.wait_text(notice).await.contains(notice));
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for id in [waiting, retried] {
+        let row = doc(&app, id).await;
+        assert_eq!(
+            (row.state.as_str(), row.attempts),
+            ("pending", 0),
+            "document #{id} was claimed while the PAC was paused"
+        );
+    }
+    // Resumed: the worker stamps both, and the page, never reloaded, follows: the stale
+    // notice is gone and the badge says Stamped.
+    assert!(app.db.resume_pac("sandbox", "Ana").await.expect("resume"));
+    let text = wait_for(&d, 60, |t| !t.contains(notice) && t.contains("Stamped")).await;
+    assert!(
+        !text.contains(notice),
+        "the stale notice is still there: {text}"
+    );
+    assert!(text.contains("Stamped"), "{text}");
+    assert!(!d.url().await.contains("notice="), "{}", d.url().await);
+    assert_eq!(doc(&app, retried).await.state.as_str(), "stamped");
+    assert_eq!(doc(&app, waiting).await.state.as_str(), "stamped");
+    d.screenshot("ux-detail-live").await;
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_fix_form_issues_once_when_sent_twice() {
+    let Some((app, d)) = started().await else {
+        return;
+    };
+    let usd = sale(&app, "e2e_usd", 3, |o| o["currency"] = "usd".into()).await;
+    sign_in_at(&d, &app, "/admin").await;
+    d.goto(&format!(
+        "{}/admin/invoices?state=needs_attention",
+        app.address
+    ))
+    .await;
+    d.click(&d.link(&usd).await).await;
+    d.click(&d.find("a[id^=fix-]").await).await;
+    let form = d.wait_text("TipoCambio").await;
+    assert!(form.contains("currency USD is not invoiced"), "{form}");
+    d.type_into(&d.find("input[name=tipo_cambio]").await, "17.10")
+        .await;
+    d.screenshot("ux-fix-form").await;
+    // Two submits of the same form, as a double click sends them.
+    d.script(
+        "var f = document.getElementById('fix-form'); \
+         var a = new FormData(f), b = new FormData(f); \
+         return Promise.all([fetch(f.action, {method: 'POST', body: new URLSearchParams(a)}), \
+                             fetch(f.action, {method: 'POST', body: new URLSearchParams(b)})]) \
+           .then(function (r) { return r.map(function (x) { return x.status; }); });",
+    )
+    .await;
+    let row = outbox_of(&app, &usd).await;
+    let docs = support::admin::count(
+        &app,
+        &format!(
+            "SELECT COUNT(*) FROM outbox WHERE payment_id = {}",
+            row.payment_id
+        ),
+    )
+    .await;
+    assert_eq!(docs, 1, "one document for one sale");
+    assert!(
+        row.request_json.contains("\"tipo_cambio\":\"17.10\"")
+            || row.request_json.contains("\"tipo_cambio\":17.1"),
+        "{}",
+        row.request_json
+    );
+    // And the form, sent once more from the page, says it is done.
+    d.click(&d.find("#fix-submit").await).await;
+    let text = d.wait_text("does not need attention any more").await;
+    assert!(text.contains("does not need attention any more"), "{text}");
+}
