@@ -101,7 +101,7 @@ impl ResponseError for WebhookError {
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     /// No live session: the browser is sent to the login page, which brings it back to the
-    /// page it asked for (a GET's path and query) after signing in.
+    /// page it asked for after signing in (a GET's path and query, percent-encoded).
     #[error("login required")]
     LoginRequired(Option<String>),
     /// The form's CSRF token is missing or not this session's.
@@ -147,11 +147,8 @@ impl ResponseError for AdminError {
         let status = self.status_code();
         match self {
             Self::LoginRequired(asked) => {
-                let location = match asked.as_deref().filter(|a| *a != "/admin") {
-                    Some(a) => format!(
-                        "/admin/login?next={}",
-                        crate::admin::common::percent_encode(a)
-                    ),
+                let location = match asked {
+                    Some(next) => format!("/admin/login?next={next}"),
                     None => "/admin/login".to_owned(),
                 };
                 return HttpResponse::SeeOther()

@@ -361,11 +361,12 @@ impl FromRequest for Session {
         let refresh_seconds = req
             .app_data::<web::Data<Admin>>()
             .map_or(0, |a| a.refresh_seconds);
-        // Where to come back after signing in: the page asked for, never a form's target.
-        let asked = (req.method() == actix_web::http::Method::GET).then(|| {
-            let pq = req.uri().path_and_query().map_or("/admin", |p| p.as_str());
-            pq.to_owned()
-        });
+        // Where to come back after signing in: the page asked for (the dashboard is where a
+        // login goes anyway), never a form's target.
+        let asked = (req.method() == actix_web::http::Method::GET)
+            .then(|| req.uri().path_and_query().map_or("/admin", |p| p.as_str()))
+            .filter(|pq| *pq != "/admin")
+            .map(super::common::percent_encode);
         Box::pin(async move {
             let (Some(token), Some(state)) = (token, state) else {
                 return Err(AdminError::LoginRequired(asked));
