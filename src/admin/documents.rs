@@ -203,8 +203,9 @@ async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView
             (Some(o), Some(t)) if t > now => format!("{o} until {}", local(t)),
             _ => String::new(),
         },
-        // An unknown outcome's banner is the lost call (below), not whatever was said since.
-        said: if lost.is_some() {
+        // An unknown outcome's banner is the lost call (below), not whatever was said since;
+        // a code of the appliance's own (UNRESOLVED) is still said.
+        said: if lost.is_some() && d.last_error_code.is_none() {
             Said::default()
         } else {
             Said::of(
