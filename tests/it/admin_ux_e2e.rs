@@ -166,6 +166,19 @@ async fn every_admin_page_fits_a_phone_and_both_widths_are_kept() {
                 "{path}: {text}"
             );
             d.screenshot(&format!("ux-{name}-{width}")).await;
+            if name == "cancel-form" {
+                // FolioSustitucion only applies to motivo 01: hidden means not shown.
+                let shown = d
+                    .script(
+                        "return getComputedStyle(document.getElementById('folio-field')).display;",
+                    )
+                    .await;
+                assert_eq!(
+                    shown.as_str(),
+                    Some("none"),
+                    "the FolioSustitucion field shows"
+                );
+            }
             if width == 390 {
                 // Also the rows, as cards.
                 let table = d
