@@ -100,9 +100,10 @@ impl ResponseError for WebhookError {
 /// cause of a 5xx is logged, never shown.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    /// No live session: the browser is sent to the login page.
+    /// No live session: the browser is sent to the login page, which brings it back to the
+    /// page it asked for after signing in (a GET's path and query, percent-encoded).
     #[error("login required")]
-    LoginRequired,
+    LoginRequired(Option<String>),
     /// The form's CSRF token is missing or not this session's.
     #[error(
         "the form is stale or did not come from this admin (CSRF token mismatch); reload the page and try again"
@@ -130,7 +131,7 @@ pub enum AdminError {
 impl ResponseError for AdminError {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::LoginRequired => StatusCode::SEE_OTHER,
+            Self::LoginRequired(_) => StatusCode::SEE_OTHER,
             Self::Csrf => StatusCode::FORBIDDEN,
             Self::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
@@ -145,9 +146,13 @@ impl ResponseError for AdminError {
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
         match self {
-            Self::LoginRequired => {
+            Self::LoginRequired(asked) => {
+                let location = match asked {
+                    Some(next) => format!("/admin/login?next={next}"),
+                    None => "/admin/login".to_owned(),
+                };
                 return HttpResponse::SeeOther()
-                    .insert_header(("Location", "/admin/login"))
+                    .insert_header(("Location", location))
                     .finish();
             }
             Self::Store(e) => tracing::error!(error = %e, "admin: storage unavailable"),

@@ -79,7 +79,7 @@ impl Method {
 }
 
 /// Fiscal data the customer gave, unvalidated.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CustomerData {
     pub rfc: Option<String>,
     pub nombre: Option<String>,
@@ -180,6 +180,65 @@ impl Ingestor {
         } else {
             facts.method.forma_pago(&self.forma_pago)
         };
+        self.plan_with(facts, forma_pago, None, fecha_of(facts.paid_at))
+    }
+
+    /// A payment that needed attention, corrected by an operator: its stored facts with the
+    /// `customer` data they typed and, for a currency this appliance does not invoice by
+    /// itself, the exchange rate (TipoCambio) they gave; Fecha `fecha`. The draft to freeze,
+    /// or why it still cannot be.
+    pub fn replan(
+        &self,
+        p: &NewPayment,
+        customer: CustomerData,
+        tipo_cambio: Option<Decimal>,
+        fecha: NaiveDateTime,
+    ) -> Result<OutboxDraft, String> {
+        let provider = match p.provider.as_str() {
+            "stripe" => "stripe",
+            "mercadopago" => "mercadopago",
+            other => return Err(format!("unknown provider {other}")),
+        };
+        let amount: Decimal = p
+            .amount
+            .parse()
+            .map_err(|_| format!("stored amount {:?} is not a decimal", p.amount))?;
+        let facts = PaymentFacts {
+            provider,
+            payment_id: p.payment_id.clone(),
+            event_id: p.event_id.clone(),
+            amount,
+            currency: p.currency.clone(),
+            method: Method::Other(p.method.clone()),
+            paid_at: p.paid_at,
+            livemode: p.livemode,
+            customer,
+            description: None,
+        };
+        let forma_pago = p
+            .forma_pago
+            .clone()
+            .unwrap_or_else(|| self.forma_pago.default.clone());
+        let (payment, draft) = self.plan_with(&facts, forma_pago, tipo_cambio, fecha);
+        match (payment.status.as_str(), draft) {
+            ("invoice_pending", Some(d)) => Ok(d),
+            ("awaiting_global", _) => Err(
+                "without an RFC the sale goes into the factura global: give the customer's RFC"
+                    .into(),
+            ),
+            (_, _) => Err(payment
+                .reason
+                .unwrap_or_else(|| "it still cannot be invoiced".into())),
+        }
+    }
+
+    fn plan_with(
+        &self,
+        facts: &PaymentFacts,
+        forma_pago: String,
+        tipo_cambio: Option<Decimal>,
+        fecha: NaiveDateTime,
+    ) -> (NewPayment, Option<OutboxDraft>) {
         let mut payment = NewPayment {
             provider: facts.provider.to_owned(),
             payment_id: facts.payment_id.clone(),
@@ -199,7 +258,10 @@ impl Ingestor {
             p.reason = Some(reason);
             (p, None)
         };
-        if !self.invoice.currencies.iter().any(|c| c == &facts.currency) {
+        // An operator's exchange rate makes any c_Moneda currency invoiceable.
+        let rated =
+            tipo_cambio.is_some() && cfdi::catalogs::currency_decimals(&facts.currency).is_some();
+        if !rated && !self.invoice.currencies.iter().any(|c| c == &facts.currency) {
             let reason = format!(
                 "currency {} is not invoiced (configured: {})",
                 facts.currency,
@@ -226,9 +288,9 @@ impl Ingestor {
             // Only for the build check below: the row is frozen without a folio, assigned
             // when a worker seals it (store/folios.rs).
             folio: Some("1".into()),
-            fecha: fecha_of(facts.paid_at),
+            fecha,
             moneda: facts.currency.clone(),
-            tipo_cambio: None,
+            tipo_cambio: tipo_cambio.filter(|_| facts.currency != "MXN"),
             forma_pago,
             metodo_pago: self.invoice.metodo_pago.clone(),
             condiciones_de_pago: None,

@@ -336,6 +336,8 @@ pub struct Session {
     pub actor: String,
     pub csrf: String,
     pub token_hash: String,
+    /// `[admin] refresh_seconds`, for the pages this session is shown.
+    pub refresh_seconds: u64,
 }
 
 impl Session {
@@ -356,9 +358,18 @@ impl FromRequest for Session {
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
         let token = req.cookie(SESSION_COOKIE).map(|c| c.value().to_owned());
         let state = req.app_data::<web::Data<AppState>>().cloned();
+        let refresh_seconds = req
+            .app_data::<web::Data<Admin>>()
+            .map_or(0, |a| a.refresh_seconds);
+        // Where to come back after signing in: the page asked for (the dashboard is where a
+        // login goes anyway), never a form's target.
+        let asked = (req.method() == actix_web::http::Method::GET)
+            .then(|| req.uri().path_and_query().map_or("/admin", |p| p.as_str()))
+            .filter(|pq| *pq != "/admin")
+            .map(super::common::percent_encode);
         Box::pin(async move {
             let (Some(token), Some(state)) = (token, state) else {
-                return Err(AdminError::LoginRequired);
+                return Err(AdminError::LoginRequired(asked));
             };
             let hash = token_hash(&token);
             match state.db.admin_session(&hash).await? {
@@ -366,8 +377,9 @@ impl FromRequest for Session {
                     actor: s.actor,
                     csrf: s.csrf_token,
                     token_hash: hash,
+                    refresh_seconds,
                 }),
-                None => Err(AdminError::LoginRequired),
+                None => Err(AdminError::LoginRequired(asked)),
             }
         })
     }

@@ -8,8 +8,8 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::auth::Session;
+use super::cancel_label;
 use super::common::*;
-use super::state_label;
 use crate::cancel::Refusal;
 use crate::domain::DocumentState;
 use crate::domain::cancellation::{self, CancelFacts, Refused};
@@ -77,7 +77,7 @@ pub async fn cancel_page(
         .db
         .cancellation_by_uuid(&f.uuid)
         .await?
-        .map(|c| state_label(c.state.as_str()).0);
+        .map(|c| cancel_label(c.state, c.requires_acceptance).0);
     let sat_status = state
         .db
         .actions_on("outbox", &d.id.to_string())
@@ -102,7 +102,7 @@ pub async fn cancel_page(
         global: f.global,
         uuid: f.uuid,
         rfc_receptor: f.rfc_receptor,
-        total: format!("{} {}", f.total, f.moneda),
+        total: super::format::money(&f.total, &f.moneda),
         tipo: f.tipo,
         fecha_timbrado: f.fecha_timbrado,
     })

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::auth::Session;
-use super::local;
+use super::format::When;
 use crate::error::AdminError;
 use crate::state::AppState;
 use crate::store::{ActionRow, DocFull};
@@ -41,6 +41,10 @@ pub struct Layout {
     pub csrf: String,
     pub nav: &'static str,
     pub notice: Option<String>,
+    /// What the global search box shows (the search of an invoices list).
+    pub q: String,
+    /// Seconds between live refreshes of the page; 0 = none.
+    pub refresh: u64,
 }
 
 impl Layout {
@@ -56,6 +60,8 @@ impl Layout {
             csrf: s.csrf.clone(),
             nav,
             notice: notice.and_then(notice_text).map(str::to_owned),
+            q: String::new(),
+            refresh: s.refresh_seconds,
         }
     }
 }
@@ -88,6 +94,17 @@ pub fn notice_text(key: &str) -> Option<&'static str> {
         "resolved" => "Finding closed.",
         "sat_status" => "SAT status queried; the answer is recorded below.",
         "logged_out" => "Signed out.",
+        "none_selected" => {
+            "Nothing was selected: tick the documents to retry first, or use \"select all\"."
+        }
+        "paused" => "Stamping at this PAC is paused: nothing is claimed until it is resumed.",
+        "resumed" => "Stamping at this PAC is resumed.",
+        "group_retried" => {
+            "Every failed document with this code was sent back to the queue with the same bytes."
+        }
+        "reissued" => {
+            "The corrected data was frozen as a new document; a worker will seal and stamp it."
+        }
         _ => return None,
     })
 }
@@ -213,7 +230,7 @@ pub struct CsrfForm {
 }
 
 pub struct ActionView {
-    pub at: String,
+    pub at: When,
     pub actor: String,
     pub action: String,
     pub detail: String,
@@ -222,7 +239,7 @@ pub struct ActionView {
 impl ActionView {
     pub(super) fn of(a: &ActionRow) -> Self {
         ActionView {
-            at: local(a.at),
+            at: When::of(a.at, chrono::Utc::now()),
             actor: a.actor.clone(),
             action: a.action.clone(),
             detail: a.detail.clone().unwrap_or_default(),

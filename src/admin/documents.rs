@@ -11,8 +11,9 @@ use serde::Deserialize;
 use super::auth::Session;
 use super::common::*;
 use super::dashboard::AttemptView;
-use super::lists::{CancelView, serie_folio};
-use super::{Admin, age, local, state_label};
+use super::format::{Clock, Deadline, Said, When, local, local_naive, money, serie_folio};
+use super::lists::{CancelView, next_run};
+use super::{Admin, state_label};
 use crate::domain::DocumentState;
 use crate::error::AdminError;
 use crate::pac::{StatusOutcome, StatusQuery};
@@ -24,8 +25,18 @@ pub struct GenerationView {
     pub stamp_key: String,
     pub reason: String,
     pub actor: String,
-    pub at: String,
+    pub at: When,
     pub sealed: bool,
+}
+
+/// Why an `unknown` document is unknown: the call whose answer never came, and what the PAC
+/// said when asked since (a 503 while asking does not make it unknown; the lost answer did).
+pub struct LostCall {
+    pub at: When,
+    pub operation: String,
+    pub message: String,
+    /// The latest call, when it came after the lost one: "recover: retryable HTTP 503 …".
+    pub since: String,
 }
 
 pub struct DocView {
@@ -41,10 +52,11 @@ pub struct DocView {
     pub uuid: String,
     pub fecha_timbrado: String,
     pub attempts: i32,
-    pub run_at: String,
+    pub next_run: String,
+    pub deadline: Deadline,
     pub lease: String,
-    pub code: String,
-    pub message: String,
+    pub said: Said,
+    pub lost: Option<LostCall>,
     pub flag: String,
     pub pac_route: String,
     pub test_mode: bool,
@@ -72,10 +84,14 @@ pub struct PaymentPage {
     pub amount: String,
     pub method: String,
     pub forma_pago: String,
-    pub paid_at: String,
+    pub paid_at: When,
     pub test: bool,
+    /// The invoice's state in words: the documents' when there are any, else the payment's.
     pub status: String,
-    pub reason: String,
+    pub status_class: &'static str,
+    pub said: Said,
+    /// It needs attention and has no document: the fix form applies.
+    pub fixable: bool,
     pub customer_pretty: String,
     pub docs: Vec<DocView>,
 }
@@ -102,15 +118,57 @@ fn request_pretty(s: &str, folio: Option<&str>) -> String {
         .unwrap_or_else(|_| s.to_owned())
 }
 
-async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
-    let db = &state.db;
-    let now = Utc::now();
-    let attempts_log = db
-        .attempts_of(d.id)
-        .await?
+/// The unanswered call that left `attempts` (oldest first) unknown, if the log holds one.
+fn lost_call(
+    attempts: &[crate::store::AttemptRow],
+    now: chrono::DateTime<Utc>,
+) -> Option<LostCall> {
+    let (i, lost) = attempts.iter().enumerate().rev().find(|(_, a)| {
+        matches!(a.operation.as_str(), "stamp" | "recover") && a.outcome == "unknown"
+    })?;
+    let since = attempts[i + 1..]
         .iter()
-        .map(AttemptView::of)
-        .collect();
+        .rev()
+        .find(|a| a.operation != "sat_status")
+        .map(|a| {
+            let status = a
+                .http_status
+                .map(|s| format!(" HTTP {s}"))
+                .unwrap_or_default();
+            let said = Said::of(a.code.as_deref(), a.message.as_deref(), true);
+            format!(
+                "{}: {}{status}{}{}",
+                a.operation,
+                a.outcome,
+                if said.code.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", said.code)
+                },
+                if said.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" — {}", said.message)
+                }
+            )
+        })
+        .unwrap_or_default();
+    Some(LostCall {
+        at: When::of(lost.at, now),
+        operation: lost.operation.clone(),
+        message: lost.message.clone().unwrap_or_else(|| "no answer".into()),
+        since,
+    })
+}
+
+async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView, AdminError> {
+    let db = &state.db;
+    let now = clock.now;
+    let log = db.attempts_of(d.id).await?;
+    let lost = (d.state == DocumentState::Unknown)
+        .then(|| lost_call(&log, now))
+        .flatten();
+    let attempts_log = log.iter().map(|a| AttemptView::of(a, now)).collect();
     let history = db
         .history_of(d.id)
         .await?
@@ -120,7 +178,7 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
             stamp_key: h.stamp_key,
             reason: h.reason,
             actor: h.actor,
-            at: local(h.at),
+            at: When::of(h.at, now),
             sealed: h.sealed_xml.is_some(),
         })
         .collect();
@@ -148,21 +206,31 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
         stamp_key: d.stamp_key,
         generation: d.generation,
         serie_folio: serie_folio(d.serie.as_deref(), d.folio.as_deref()),
-        fecha: d.fecha.format("%Y-%m-%dT%H:%M:%S").to_string(),
+        fecha: local_naive(d.fecha),
+        deadline: clock.deadline(d.state.as_str(), Some(d.fecha)),
         uuid: d.uuid.unwrap_or_default(),
-        fecha_timbrado: d.fecha_timbrado.unwrap_or_default(),
+        fecha_timbrado: d
+            .fecha_timbrado
+            .map(|t| format!("{} {}", t.replace('T', " "), super::format::ZONE))
+            .unwrap_or_default(),
         attempts: d.attempts,
-        run_at: if d.run_at > now {
-            format!("{} (in {})", local(d.run_at), age(now, d.run_at))
-        } else {
-            local(d.run_at)
-        },
+        next_run: next_run(d.state.as_str(), Some(d.run_at), now),
         lease: match (d.lease_owner, d.lease_expires_at) {
             (Some(o), Some(t)) if t > now => format!("{o} until {}", local(t)),
             _ => String::new(),
         },
-        code: d.last_error_code.unwrap_or_default(),
-        message: d.last_error_message.unwrap_or_default(),
+        // An unknown outcome's banner is the lost call (below), not whatever was said since;
+        // a code of the appliance's own (UNRESOLVED) is still said.
+        said: if lost.is_some() && d.last_error_code.is_none() {
+            Said::default()
+        } else {
+            Said::of(
+                d.last_error_code.as_deref(),
+                d.last_error_message.as_deref(),
+                d.state != DocumentState::NeedsAttention,
+            )
+        },
+        lost,
         flag: d.flag.unwrap_or_default(),
         pac_route: d.pac_route.unwrap_or_default(),
         test_mode: d.test_mode,
@@ -189,17 +257,29 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
 
 pub async fn payment(
     state: web::Data<AppState>,
+    admin: web::Data<Admin>,
     session: Session,
     id: web::Path<i64>,
     q: web::Query<NoticeQuery>,
 ) -> Result<HttpResponse, AdminError> {
     let id = id.into_inner();
+    let clock = Clock::of(&admin);
     let row = found(state.db.payment(id).await?, "payment", id)?;
     let p = row.payment;
     let mut docs = Vec::new();
     for d in state.db.documents_of_payment(id).await? {
-        docs.push(doc_view(&state, d).await?);
+        docs.push(doc_view(&state, d, &clock).await?);
     }
+    // The payment's own status only says something while it has no document.
+    let (status, status_class) = match docs.first() {
+        Some(d) => (d.label.clone(), d.class),
+        None => state_label(&p.status),
+    };
+    let said = if docs.is_empty() {
+        Said::of(None, p.reason.as_deref(), false)
+    } else {
+        Said::default()
+    };
     html(&PaymentPage {
         l: Layout::new(
             &session,
@@ -211,16 +291,32 @@ pub async fn payment(
         provider: p.provider,
         payment_id: p.payment_id,
         event_id: p.event_id,
-        amount: format!("{} {}", p.amount, p.currency),
+        amount: money(&p.amount, &p.currency),
         method: p.method,
         forma_pago: p.forma_pago.unwrap_or_default(),
-        paid_at: local(p.paid_at),
+        paid_at: clock.when(p.paid_at),
         test: !p.livemode,
-        status: p.status,
-        reason: p.reason.unwrap_or_default(),
+        fixable: docs.is_empty() && p.status == "needs_attention",
+        status,
+        status_class,
+        said,
         customer_pretty: pretty_json(&p.customer_json),
         docs,
     })
+}
+
+/// A document by its id (the PAC calls on the dashboard link here): its place on its
+/// payment's page.
+pub async fn document_page(
+    state: web::Data<AppState>,
+    _session: Session,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AdminError> {
+    let d = document(&state, id.into_inner()).await?;
+    Ok(see_other(format!(
+        "/admin/payments/{}#doc-{}",
+        d.payment_id, d.id
+    )))
 }
 
 #[derive(Debug, Deserialize)]
@@ -329,8 +425,26 @@ pub async fn bulk_retry(
                 .map_err(|_| AdminError::Invalid(format!("`{v}` is not a document id")))
         })
         .collect::<Result<_, _>>()?;
+    // Back to the list the form was on (only an invoices list).
+    let back = pairs
+        .iter()
+        .find(|(k, _)| k == "back")
+        .map(|(_, v)| v.as_str())
+        .filter(|b| b.starts_with("/admin/invoices?") && super::login::safe_next(b).is_some())
+        .unwrap_or("/admin/invoices?view=failed")
+        .to_owned();
+    let with_notice = |notice: &str| {
+        let (path, anchor) = back.split_once('#').unwrap_or((&back, ""));
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let anchor = if anchor.is_empty() {
+            String::new()
+        } else {
+            format!("#{anchor}")
+        };
+        see_other(format!("{path}{sep}notice={notice}{anchor}"))
+    };
     if ids.is_empty() {
-        return Err(AdminError::Invalid("select at least one document".into()));
+        return Ok(with_notice("none_selected"));
     }
     let mut skipped = Vec::new();
     for id in &ids {
@@ -349,9 +463,7 @@ pub async fn bulk_retry(
             skipped.join(", #")
         )));
     }
-    Ok(see_other(
-        "/admin/invoices?view=failed&notice=bulk_retried".into(),
-    ))
+    Ok(with_notice("bulk_retried"))
 }
 
 // ---------------------------------------------------------------------------------------------

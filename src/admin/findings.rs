@@ -8,7 +8,8 @@ use serde::Deserialize;
 
 use super::auth::Session;
 use super::common::*;
-use super::{Admin, age, local, reconcile, state_label};
+use super::format::When;
+use super::{Admin, age, cancel_label, reconcile};
 use crate::domain::cancellation::{self, CancelFacts, Motivo};
 use crate::error::AdminError;
 use crate::state::AppState;
@@ -23,8 +24,8 @@ pub struct FindingView {
     pub kept_uuid: String,
     pub detail: String,
     pub open: bool,
-    pub found_at: String,
-    pub resolved_at: String,
+    pub found_at: When,
+    pub resolved_at: When,
     pub cancel_state: String,
     pub acceptance: String,
 }
@@ -73,7 +74,7 @@ pub async fn reconcile(
             .db
             .cancellation_by_uuid(&f.uuid)
             .await?
-            .map(|c| state_label(c.state.as_str()).0)
+            .map(|c| cancel_label(c.state, c.requires_acceptance).0)
             .unwrap_or_default();
         let facts: Option<CancelFacts> =
             serde_json::from_str::<reconcile::FindingDetail>(&f.detail)
@@ -105,8 +106,8 @@ pub async fn reconcile(
             uuid: f.uuid,
             detail,
             open: f.status == "open",
-            found_at: local(f.found_at),
-            resolved_at: f.resolved_at.map(local).unwrap_or_default(),
+            found_at: When::of(f.found_at, now),
+            resolved_at: When::opt(f.resolved_at, now),
             cancel_state,
             acceptance,
         });

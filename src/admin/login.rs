@@ -19,36 +19,59 @@ pub struct LoginPage {
     pub csrf: String,
     pub error: Option<String>,
     pub notice: Option<String>,
+    /// The name typed before (kept after a wrong password).
+    pub name: String,
+    /// Where to go after signing in (an admin page), or empty for the dashboard.
+    pub next: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginQuery {
+    pub notice: Option<String>,
+    pub next: Option<String>,
+}
+
+/// `next` when it is a page of this admin (a path under `/admin`, not the login itself), so
+/// that a crafted link cannot send a fresh session elsewhere.
+pub fn safe_next(next: &str) -> Option<&str> {
+    let path = next.split(['?', '#']).next().unwrap_or_default();
+    let ours = path == "/admin" || path.starts_with("/admin/");
+    let plain = next
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'\\' && b != b'"' && b != b'<');
+    (ours && plain && !path.starts_with("/admin/login") && !path.starts_with("/admin/logout"))
+        .then_some(next)
 }
 
 pub async fn login_page(
     req: HttpRequest,
     admin: web::Data<Admin>,
-    q: web::Query<NoticeQuery>,
+    q: web::Query<LoginQuery>,
 ) -> Result<HttpResponse, AdminError> {
+    let next = q.next.as_deref().and_then(safe_next).unwrap_or_default();
     login_response(
         &req,
         &admin,
-        None,
-        q.notice.as_deref(),
+        LoginPage {
+            csrf: String::new(),
+            error: None,
+            notice: q.notice.as_deref().and_then(notice_text).map(str::to_owned),
+            name: String::new(),
+            next: next.to_owned(),
+        },
         actix_web::http::StatusCode::OK,
     )
 }
 
-/// The login form with a fresh double-submit CSRF cookie.
+/// The login form `page` with a fresh double-submit CSRF cookie.
 pub fn login_response(
     req: &HttpRequest,
     admin: &Admin,
-    error: Option<String>,
-    notice: Option<&str>,
+    mut page: LoginPage,
     status: actix_web::http::StatusCode,
 ) -> Result<HttpResponse, AdminError> {
     let csrf = auth::random_token();
-    let page = LoginPage {
-        csrf: csrf.clone(),
-        error,
-        notice: notice.and_then(notice_text).map(str::to_owned),
-    };
+    page.csrf = csrf.clone();
     let mut resp = html_with(&page, status)?;
     resp.add_cookie(&auth::cookie(
         auth::LOGIN_CSRF_COOKIE,
@@ -71,6 +94,8 @@ pub struct LoginForm {
     pub name: String,
     #[serde(default)]
     pub password: String,
+    #[serde(default)]
+    pub next: String,
 }
 
 pub async fn login(
@@ -90,10 +115,20 @@ pub async fn login(
     if cookie.is_empty() || !auth::same(&cookie, &form.csrf) {
         return Err(AdminError::Csrf);
     }
-    // The login page again, with why the attempt was refused.
-    let refused =
-        |error: &str, status| login_response(&req, &admin, Some(error.into()), None, status);
+    let next = safe_next(&form.next).unwrap_or("/admin").to_owned();
     let name = form.name.trim().to_owned();
+    // The login page again, with why the attempt was refused; the name and the page asked
+    // for are kept, the password is not.
+    let refused = |error: &str, status| {
+        let page = LoginPage {
+            csrf: String::new(),
+            error: Some(error.into()),
+            notice: None,
+            name: name.chars().take(64).collect(),
+            next: next.clone(),
+        };
+        login_response(&req, &admin, page, status)
+    };
     if name.is_empty() || name.chars().count() > 64 {
         return refused(
             "Give your name (up to 64 characters): every action is recorded with it.",
@@ -131,7 +166,7 @@ pub async fn login(
         .record_admin_action(&name, "login", "session", &ip.to_string(), None)
         .await?;
     let secure = auth::secure(&admin, &req);
-    let mut resp = see_other("/admin".into());
+    let mut resp = see_other(next.clone());
     let set = |resp: &mut HttpResponse, c| {
         resp.add_cookie(&c)
             .map_err(|e| AdminError::Invalid(e.to_string()))
@@ -172,4 +207,30 @@ pub async fn logout(
     ))
     .map_err(|e| AdminError::Invalid(e.to_string()))?;
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn only_admin_pages_are_returned_to() {
+        assert_eq!(
+            safe_next("/admin/invoices?view=all&q=ab"),
+            Some("/admin/invoices?view=all&q=ab")
+        );
+        assert_eq!(safe_next("/admin"), Some("/admin"));
+        for bad in [
+            "https://evil.example/admin",
+            "//evil.example/admin",
+            "/adminx",
+            "/admin/login?next=/admin",
+            "/admin/logout",
+            "/admin/\\evil",
+            "/admin/a b",
+            "",
+        ] {
+            assert_eq!(safe_next(bad), None, "{bad}");
+        }
+    }
 }

@@ -12,27 +12,36 @@
 //! cancellation rules) and [`crate::cancel`] (the cancel request).
 //!
 //! - [`auth`]: password, sessions, CSRF, the login limiter.
+//! - [`format`]: times ("hora CDMX", relative with the exact time on hover), amounts,
+//!   deadlines, who said a message; [`codes`]: the one table of known SAT and PAC codes.
 //! - [`common`]: the page frame, the handler openings ([`common::Posted`]: session and CSRF
 //!   checked; the row or its 404) and the redirect back to a document.
 //! - [`login`]: the login page, sign in and out.
-//! - [`dashboard`]: counts, workers, the PAC's health, the latest errors.
-//! - [`lists`]: invoices by view, cancellations, the audit log.
+//! - [`dashboard`]: what is at risk, counts, failures by code, workers, the PAC's health.
+//! - [`operate`]: pausing and resuming the PAC, the chart of stamps and errors per minute.
+//! - [`lists`]: invoices by view, cancellations, the audit log; [`export`]: a list as CSV.
 //! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
 //! - [`cancel`]: the cancel form and request.
-//! - [`refreeze`]: the refreeze form and action.
+//! - [`refreeze`]: the refreeze form and action; [`fix`]: the fix form of a payment that
+//!   needs attention, which issues its document once.
 //! - [`globals`]: the facturas globales, one with its sales, its replacement (motivo 01).
 //! - [`findings`]: the reconciliation page and its actions.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
 pub mod auth;
 pub mod cancel;
+pub mod codes;
 pub mod common;
 pub mod dashboard;
 pub mod documents;
+pub mod export;
 pub mod findings;
+pub mod fix;
+pub mod format;
 pub mod globals;
 pub mod lists;
 pub mod login;
+pub mod operate;
 pub mod reconcile;
 pub mod refreeze;
 
@@ -40,7 +49,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use chrono::{DateTime, Utc};
 
 use crate::config::{AdminSettings, SecretString, Settings};
 use crate::pac::PacClient;
@@ -57,6 +65,10 @@ pub struct AdminConfig {
     pub session_ttl: Duration,
     /// How often reconciliation runs in the background; `None` = only on demand.
     pub reconcile_interval: Option<Duration>,
+    /// A window closing within this is "at risk".
+    pub at_risk: chrono::Duration,
+    /// How often pages refresh themselves; 0 = never.
+    pub refresh_seconds: u64,
 }
 
 impl AdminConfig {
@@ -70,6 +82,11 @@ impl AdminConfig {
             secure_cookies: s.secure_cookies,
             session_ttl: Duration::from_secs(s.session_hours.max(1).saturating_mul(3600)),
             reconcile_interval: (every > 0).then(|| Duration::from_secs(every)),
+            // A year is far past any window; the bound keeps the Duration finite.
+            at_risk: chrono::Duration::hours(
+                i64::try_from(s.at_risk_hours.min(8760)).unwrap_or(8760),
+            ),
+            refresh_seconds: s.refresh_seconds,
         }
     }
 }
@@ -92,6 +109,15 @@ pub struct Admin {
     pub reconcile_lock: tokio::sync::Mutex<()>,
     /// Our RFC: reconciliation matches the PAC's stamps for it.
     pub emisor_rfc: String,
+    /// SAT's window from Fecha to stamp (`[worker] window_hours`).
+    pub window: chrono::Duration,
+    /// `[admin] at_risk_hours`.
+    pub at_risk: chrono::Duration,
+    /// `[admin] refresh_seconds`.
+    pub refresh_seconds: u64,
+    /// The name of the PAC this appliance stamps with (`sandbox`, `sw`, `finkok`): what the
+    /// admin pauses and resumes.
+    pub pac_name: String,
 }
 
 impl std::fmt::Debug for Admin {
@@ -129,6 +155,15 @@ impl Admin {
             sandbox,
             reconcile_lock: tokio::sync::Mutex::new(()),
             emisor_rfc: settings.emisor.rfc.clone(),
+            window: chrono::Duration::hours(
+                i64::try_from(settings.worker.window_hours).unwrap_or(72),
+            ),
+            at_risk: cfg.at_risk,
+            refresh_seconds: cfg.refresh_seconds,
+            pac_name: settings
+                .pac_config()
+                .map(|c| c.kind.name().to_owned())
+                .unwrap_or_else(|_| "pac".to_owned()),
         })
     }
 }
@@ -151,8 +186,15 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/logout", web::post().to(login::logout))
             .route("/static/{file}", web::get().to(static_file))
             .route("/invoices", web::get().to(lists::invoices))
+            .route("/invoices.csv", web::get().to(export::invoices_csv))
+            .route("/errors/retry", web::post().to(dashboard::retry_group))
+            .route("/pac/pause", web::post().to(operate::pause))
+            .route("/pac/resume", web::post().to(operate::resume))
             .route("/invoices/retry", web::post().to(documents::bulk_retry))
             .route("/payments/{id}", web::get().to(documents::payment))
+            .route("/payments/{id}/fix", web::get().to(fix::fix_form))
+            .route("/payments/{id}/fix", web::post().to(fix::fix))
+            .route("/documents/{id}", web::get().to(documents::document_page))
             .route("/documents/{id}/xml/{which}", web::get().to(documents::xml))
             .route("/documents/{id}/retry", web::post().to(documents::retry))
             .route("/documents/{id}/cancel", web::get().to(cancel::cancel_form))
@@ -190,12 +232,14 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
 
 const ADMIN_CSS: &str = include_str!("../../static/admin.css");
 const ADMIN_JS: &str = include_str!("../../static/admin.js");
+const FAVICON: &str = include_str!("../../static/favicon.svg");
 
 /// The embedded assets (no CDN; public, as the login page needs them).
 async fn static_file(file: web::Path<String>) -> HttpResponse {
     let (body, ty) = match file.as_str() {
         "admin.css" => (ADMIN_CSS, "text/css; charset=utf-8"),
         "admin.js" => (ADMIN_JS, "text/javascript; charset=utf-8"),
+        "favicon.svg" => (FAVICON, "image/svg+xml"),
         _ => return HttpResponse::NotFound().finish(),
     };
     HttpResponse::Ok()
@@ -204,47 +248,45 @@ async fn static_file(file: web::Path<String>) -> HttpResponse {
         .body(body)
 }
 
-/// A UTC instant as Mexico City time, as the admin reads it.
-pub fn local(t: DateTime<Utc>) -> String {
-    crate::domain::time::to_local(t)
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string()
-}
+pub use format::{age, local};
 
-/// "3 h 12 min", "45 s".
-pub fn age(since: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    let s = (now - since).num_seconds().max(0);
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
-    }
-}
-
-/// How a state reads in the admin, and its badge colour class.
+/// How a state reads in the admin, and its badge colour class: the one map tiles, tabs,
+/// badges and detail pages use. Document states take their label from
+/// [`DocumentState::label`]; a payment without a document shows its own status.
 pub fn state_label(state: &str) -> (String, &'static str) {
+    use crate::domain::DocumentState as S;
+    if let Ok(s) = state.parse::<S>() {
+        let class = match s {
+            S::Pending | S::Stamping => "info",
+            S::RetryScheduled | S::Unknown => "warn",
+            S::Stamped => "ok",
+            S::Failed | S::Expired | S::NeedsAttention => "bad",
+            S::Superseded | S::Canceled => "muted",
+        };
+        return (s.label().to_owned(), class);
+    }
     let (label, class) = match state {
-        "pending" => ("Pending", "info"),
-        "stamping" => ("Stamping", "info"),
-        "retry_scheduled" => ("Retry scheduled", "warn"),
-        "unknown" => ("Outcome unknown", "warn"),
-        "stamped" => ("Stamped", "ok"),
-        "failed" => ("Rejected by the PAC", "bad"),
-        "expired" => ("Expired (72 h)", "bad"),
-        "superseded" => ("Superseded (its API key was used again)", "muted"),
+        // Payment statuses (a payment with no document).
         "awaiting_global" => ("Awaiting factura global", "muted"),
         "in_global" => ("In a factura global", "ok"),
         "refunded" => ("Refunded (not invoiced)", "muted"),
-        "needs_attention" => ("Needs attention", "bad"),
         "invoice_pending" => ("Invoice pending", "info"),
-        // Cancellations.
-        "requested" => ("Cancel requested", "info"),
-        "sending" => ("Sending cancellation", "info"),
-        "pending_receiver" => ("Waiting for the receptor", "warn"),
-        "canceled" => ("Cancelled", "muted"),
-        "rejected" => ("Cancellation rejected", "bad"),
         other => return (other.to_owned(), "muted"),
     };
     (label.to_owned(), class)
+}
+
+/// A cancellation's label (which depends on whether the receptor must accept) and class.
+pub fn cancel_label(
+    state: crate::domain::CancellationState,
+    requires_acceptance: bool,
+) -> (String, &'static str) {
+    use crate::domain::CancellationState as C;
+    let class = match state {
+        C::Requested | C::Sending => "info",
+        C::RetryScheduled | C::Unknown | C::PendingReceiver => "warn",
+        C::Canceled => "muted",
+        C::Rejected | C::Failed => "bad",
+    };
+    (state.label(requires_acceptance).to_owned(), class)
 }

@@ -36,6 +36,9 @@ pub struct RefreezePage {
     pub uso_cfdi: String,
     pub error: Option<String>,
     pub sealed: bool,
+    /// c_RegimenFiscal and c_UsoCFDI as `(code, description)`: the form's pick lists.
+    pub regimenes: Vec<(String, String)>,
+    pub usos: Vec<(String, String)>,
 }
 
 /// The receptor fields the refreeze form can correct.
@@ -103,7 +106,7 @@ pub async fn refreeze_page(
         code: d.last_error_code.unwrap_or_default(),
         message: d.last_error_message.unwrap_or_default(),
         generation: d.generation,
-        fecha: d.fecha.format("%Y-%m-%dT%H:%M:%S").to_string(),
+        fecha: super::format::local_naive(d.fecha),
         nominativo: current.is_some(),
         rfc: shown.rfc,
         nombre: shown.nombre,
@@ -112,6 +115,8 @@ pub async fn refreeze_page(
         uso_cfdi: shown.uso_cfdi,
         error,
         sealed: d.sealed_xml.is_some(),
+        regimenes: crate::cfdi::catalogs::regimenes(),
+        usos: crate::cfdi::catalogs::usos_cfdi(),
     })
 }
 

@@ -57,6 +57,20 @@ static FORMAS_PAGO: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
+/// `(code, description)` of every c_RegimenFiscal entry, in catalog order (for pick lists).
+pub fn regimenes() -> Vec<(String, String)> {
+    rows(REGIMEN)
+        .filter_map(|f| Some((f.first()?.clone(), f.get(1)?.clone())))
+        .collect()
+}
+
+/// `(code, description)` of every c_UsoCFDI entry, in catalog order (for pick lists).
+pub fn usos_cfdi() -> Vec<(String, String)> {
+    rows(USO_CFDI)
+        .filter_map(|f| Some((f.first()?.clone(), f.get(1)?.clone())))
+        .collect()
+}
+
 /// Decimals of a c_Moneda currency, or `None` when the code is not in the catalog.
 pub fn currency_decimals(code: &str) -> Option<u32> {
     CURRENCY_DECIMALS.get(code).copied()

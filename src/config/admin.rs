@@ -22,6 +22,13 @@ pub struct AdminSettings {
     /// How often reconciliation runs in the background; 0 = only on demand.
     #[serde(deserialize_with = "whole_number")]
     pub reconcile_interval_seconds: u64,
+    /// A document whose SAT window closes within this many hours is shown red and counted
+    /// under "At risk" on the dashboard.
+    #[serde(deserialize_with = "whole_number")]
+    pub at_risk_hours: u64,
+    /// How often the pages refresh themselves, in seconds; 0 = never.
+    #[serde(deserialize_with = "whole_number")]
+    pub refresh_seconds: u64,
 }
 
 /// A non-negative integer, also written as a string (`"12"`), as the admin always accepted.

@@ -97,6 +97,30 @@ impl DocumentState {
     pub fn claimable(self) -> bool {
         matches!(self, Self::Pending | Self::RetryScheduled | Self::Unknown)
     }
+
+    /// Whether nothing more happens to it by itself or by a retry: stamped, cancelled, or
+    /// replaced. Every other state still has a SAT window that matters.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Stamped | Self::Canceled | Self::Superseded)
+    }
+
+    /// How a person reads it: the one label the admin's tiles, tabs, badges and detail pages
+    /// use (the stored spelling stays [`DocumentState::as_str`]).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Stamping => "Stamping",
+            Self::RetryScheduled => "Retry scheduled",
+            Self::Unknown => "Outcome unknown",
+            Self::Stamped => "Stamped",
+            // Not only PAC rejections: exhausted retries and unsealable data end here too.
+            Self::Failed => "Failed",
+            Self::Expired => "Expired (72 h window)",
+            Self::Superseded => "Superseded",
+            Self::NeedsAttention => "Needs attention",
+            Self::Canceled => "Cancelled",
+        }
+    }
 }
 
 spelled! {
@@ -131,6 +155,22 @@ impl CancellationState {
     pub fn may_ask_again(self) -> bool {
         matches!(self, Self::Rejected | Self::Failed)
     }
+
+    /// How a person reads it. A request that needs no acceptance may still wait in
+    /// `pending_receiver` while SAT processes it: that is waiting for SAT, not the receptor.
+    pub const fn label(self, requires_acceptance: bool) -> &'static str {
+        match self {
+            Self::Requested => "Cancel requested",
+            Self::Sending => "Sending cancellation",
+            Self::RetryScheduled => "Cancel retry scheduled",
+            Self::Unknown => "Cancel outcome unknown",
+            Self::PendingReceiver if requires_acceptance => "Waiting for the receptor",
+            Self::PendingReceiver => "Waiting for SAT",
+            Self::Canceled => "Cancelled",
+            Self::Rejected => "Cancellation rejected",
+            Self::Failed => "Cancellation failed",
+        }
+    }
 }
 
 spelled! {
@@ -158,6 +198,14 @@ mod tests {
         assert_eq!("ingreso".parse::<DocumentKind>(), Ok(DocumentKind::Ingreso));
         assert_eq!("global".parse::<DocumentKind>(), Ok(DocumentKind::Global));
         assert!("STAMPED".parse::<DocumentState>().is_err());
+        // One label per value, none shared: a badge never means two states.
+        let labels: std::collections::HashSet<_> =
+            DocumentState::ALL.iter().map(|s| s.label()).collect();
+        assert_eq!(labels.len(), DocumentState::ALL.len());
+        assert_eq!(
+            CancellationState::PendingReceiver.label(false),
+            "Waiting for SAT"
+        );
         assert_eq!(
             serde_json::to_string(&DocumentState::RetryScheduled).ok(),
             Some("\"retry_scheduled\"".to_owned())

@@ -263,4 +263,62 @@ impl Db {
             .fetch_all::<(String, i64)>(self, "count findings")
             .await
     }
+
+    /// Pauses stamping at `pac` (no claim takes a document or a cancellation for it) and
+    /// records who and why, in one transaction; `false` when it was already paused.
+    pub async fn pause_pac(
+        &self,
+        pac: &str,
+        actor: &str,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "INSERT INTO pac_pauses (pac, paused_by, reason, paused_at) \
+            VALUES ($1, $2, $3, $4) ON CONFLICT (pac) DO NOTHING";
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let done = stmt(SQL)
+            .bind(pac)
+            .bind(actor)
+            .bind(reason)
+            .bind(now)
+            .execute_in(&mut tx, "pause a PAC")
+            .await?;
+        if done == 1 {
+            admin_action(actor, "pause_pac", "pac", pac, Some(reason), now)
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
+        }
+        tx.commit("commit a PAC pause").await?;
+        Ok(done == 1)
+    }
+
+    /// Resumes stamping at `pac`, recorded; `false` when it was not paused.
+    pub async fn resume_pac(&self, pac: &str, actor: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "DELETE FROM pac_pauses WHERE pac = $1";
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let done = stmt(SQL)
+            .bind(pac)
+            .execute_in(&mut tx, "resume a PAC")
+            .await?;
+        if done == 1 {
+            admin_action(actor, "resume_pac", "pac", pac, None::<&str>, now)
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
+        }
+        tx.commit("commit a PAC resume").await?;
+        Ok(done == 1)
+    }
+
+    /// The pause of `pac`, if it is paused: who, why and since when.
+    pub async fn pac_pause(
+        &self,
+        pac: &str,
+    ) -> Result<Option<(String, String, DateTime<Utc>)>, StoreError> {
+        const SQL: &str = "SELECT paused_by, reason, paused_at FROM pac_pauses WHERE pac = $1";
+        stmt(SQL)
+            .bind(pac)
+            .fetch_optional::<(String, String, DateTime<Utc>)>(self, "read a PAC pause")
+            .await
+    }
 }

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::exec::{Stmt, stmt};
+use super::exec::{Dialected, Stmt, stmt};
 pub use super::rows::{AttemptRow, WorkerRow};
 use super::{Db, StoreError};
 
@@ -77,6 +77,21 @@ pub(super) fn bind_attempt<'a>(q: Stmt<'a>, a: &Attempt<'a>, now: DateTime<Utc>)
         .bind(now)
 }
 
+/// Stamps and errors per minute; each backend names the minute of a time its own way (SQLite
+/// keeps RFC 3339 text, whose first 16 characters are the minute).
+static PAC_MINUTES: Dialected = Dialected::new(
+    "SELECT {MINUTE} AS minute, \
+     COUNT(CASE WHEN operation IN ('stamp', 'recover') \
+       AND outcome IN ('stamped', 'already_stamped', 'found') THEN 1 END) AS stamps, \
+     COUNT(CASE WHEN outcome IN ('rejected', 'retryable', 'unknown', 'unresolved') THEN 1 END) AS errors \
+     FROM pac_attempts WHERE at >= $1 GROUP BY {MINUTE} ORDER BY 1",
+    &[(
+        "{MINUTE}",
+        "substr(at, 1, 16)",
+        "to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI')",
+    )],
+);
+
 const ATTEMPT_COLUMNS: &str = "id, outbox_id, cancellation_id, operation, pac, outcome, http_status, \
     code, message, latency_ms, uuid, worker, at";
 
@@ -105,6 +120,35 @@ impl Db {
     }
 
     /// The PAC calls about a document and its cancellations, oldest first.
+    /// The PAC calls made at or after `since`, newest first, at most `limit`.
+    pub async fn attempts_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<AttemptRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE at >= $1 ORDER BY at DESC, id DESC LIMIT $2"
+        );
+        stmt(sql)
+            .bind(since)
+            .bind(limit)
+            .fetch_all::<AttemptRow>(self, "read recent PAC calls")
+            .await
+    }
+
+    /// Per minute (UTC, `YYYY-MM-DDTHH:MM`) since `since`: stamps recorded (a stamp, or one
+    /// found by recovery) and errors (rejections, calls unanswered or refused), minutes with
+    /// neither left out.
+    pub async fn pac_minutes(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(String, i64, i64)>, StoreError> {
+        stmt(PAC_MINUTES.text(self.dialect()))
+            .bind(since)
+            .fetch_all::<(String, i64, i64)>(self, "count PAC calls per minute")
+            .await
+    }
+
     pub async fn attempts_of(&self, outbox_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
         let sql = format!(
             "SELECT {ATTEMPT_COLUMNS} FROM pac_attempts WHERE outbox_id = $1 \

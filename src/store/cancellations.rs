@@ -40,11 +40,17 @@ static CLAIM_CANCELLATION: Dialected = Dialected::new(
      WHERE id = (SELECT id FROM cancellations \
                  WHERE state IN ('requested', 'retry_scheduled', 'unknown', 'pending_receiver') \
                    AND run_at <= $3 AND (lease_expires_at IS NULL OR lease_expires_at <= $3) \
-                 ORDER BY run_at, id LIMIT 1{LOCK}) \
+                   {NOT_PAUSED} ORDER BY run_at, id LIMIT 1{LOCK}) \
      RETURNING {CANCEL_COLUMNS}",
     &[
         Dialect::SKIP_LOCKED,
         ("{CANCEL_COLUMNS}", CANCEL_COLUMNS, CANCEL_COLUMNS),
+        (
+            super::outbox::NOT_PAUSED.0,
+            // The PAC's name is this statement's fourth argument.
+            "AND NOT EXISTS (SELECT 1 FROM pac_pauses WHERE pac = $4)",
+            "AND NOT EXISTS (SELECT 1 FROM pac_pauses WHERE pac = $4)",
+        ),
     ],
 );
 
@@ -55,11 +61,13 @@ impl Db {
         owner: &str,
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
+        pac: &str,
     ) -> Result<Option<ClaimedCancel>, StoreError> {
         stmt(CLAIM_CANCELLATION.text(self.dialect()))
             .bind(owner)
             .bind(lease_until)
             .bind(now)
+            .bind(pac)
             .writes()
             .fetch_optional(self, "claim a cancellation")
             .await

@@ -63,7 +63,7 @@ pub use globals::{
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow};
 pub use settle::{Settle, StampedOutcome};
-pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListView, SealedGeneration};
+pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListSort, ListView, SealedGeneration};
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -114,6 +114,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "factura_global",
         include_str!("../../migrations/sqlite/0009_factura_global.sql"),
     ),
+    (
+        11,
+        "admin_search",
+        include_str!("../../migrations/sqlite/0011_admin_search.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -155,6 +160,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         9,
         "factura_global",
         include_str!("../../migrations/postgres/0009_factura_global.sql"),
+    ),
+    (
+        11,
+        "admin_search",
+        include_str!("../../migrations/postgres/0011_admin_search.sql"),
     ),
 ];
 

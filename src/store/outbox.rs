@@ -137,7 +137,15 @@ const INDEXED_BY: &[(&str, &str, &str)] = &[
     ("{EXPIRED_INDEX}", " INDEXED BY outbox_lease_expired", ""),
     ("{DUE_INDEX}", " INDEXED BY outbox_due", ""),
     Dialect::SKIP_LOCKED,
+    (NOT_PAUSED.0, NOT_PAUSED.1, NOT_PAUSED.1),
 ];
+
+/// Nothing is claimed for a PAC an operator paused (`$5`, the PAC's name; migration 0011):
+/// checked in the claim itself, so a claim that starts after the pause committed takes nothing.
+pub(super) const NOT_PAUSED: (&str, &str) = (
+    "{NOT_PAUSED}",
+    "AND NOT EXISTS (SELECT 1 FROM pac_pauses WHERE pac = $5)",
+);
 
 /// Claims up to `$4` rows through a partial index in claim order, so a claim costs the same
 /// however many stamped rows the outbox holds. `claimed_from = state` keeps the state it was
@@ -147,7 +155,7 @@ static CLAIM_EXPIRED: Dialected = Dialected::new(
     "UPDATE outbox SET claimed_from = state, state = 'stamping', lease_owner = $1, \
      lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 \
      WHERE id IN (SELECT id FROM outbox{EXPIRED_INDEX} WHERE state = 'stamping' \
-     AND lease_expires_at <= $3 ORDER BY lease_expires_at, id LIMIT $4{LOCK}) \
+     AND lease_expires_at <= $3 {NOT_PAUSED} ORDER BY lease_expires_at, id LIMIT $4{LOCK}) \
      RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route, \
      COALESCE(serie, '') AS serie, folio",
     INDEXED_BY,
@@ -157,7 +165,7 @@ static CLAIM_DUE: Dialected = Dialected::new(
     "UPDATE outbox SET claimed_from = state, state = 'stamping', lease_owner = $1, \
      lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 \
      WHERE id IN (SELECT id FROM outbox{DUE_INDEX} WHERE state IN ('pending', 'retry_scheduled', \
-     'unknown') AND run_at <= $3 ORDER BY run_at, id LIMIT $4{LOCK}) \
+     'unknown') AND run_at <= $3 {NOT_PAUSED} ORDER BY run_at, id LIMIT $4{LOCK}) \
      RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route, \
      COALESCE(serie, '') AS serie, folio",
     INDEXED_BY,
@@ -170,7 +178,8 @@ const SAVE_SEALED: &str =
 impl Db {
     /// Claims up to `limit` due outbox rows for `owner` until `lease_until`, oldest first:
     /// first, when `expired_first`, rows whose worker died (so a backlog never starves them),
-    /// else the oldest due ones.
+    /// else the oldest due ones. Nothing while `pac` (the PAC `owner` stamps with) is paused.
+    #[allow(clippy::too_many_arguments)]
     pub async fn claim_stamps(
         &self,
         owner: &str,
@@ -178,6 +187,7 @@ impl Db {
         now: DateTime<Utc>,
         expired_first: bool,
         limit: i64,
+        pac: &str,
     ) -> Result<Vec<ClaimedStamp>, StoreError> {
         let order: &[&'static Dialected] = if expired_first {
             &[&CLAIM_EXPIRED, &CLAIM_DUE]
@@ -190,6 +200,7 @@ impl Db {
                 .bind(lease_until)
                 .bind(now)
                 .bind(limit)
+                .bind(pac)
                 .writes()
                 .fetch_all(self, "claim outbox rows")
                 .await?;

@@ -92,4 +92,50 @@ impl Db {
             .fetch_optional(self, "read a payment")
             .await
     }
+
+    /// An operator's fix of a payment that needed attention, in one transaction: the corrected
+    /// customer data replace the payment's, it becomes `invoice_pending`, `draft` is frozen
+    /// (a folio taken) and the action audited. Only from `needs_attention`, so a form sent
+    /// twice re-issues once: the second finds the payment already fixed (on PostgreSQL its
+    /// update waits for the first to commit, then matches nothing) and changes nothing. The
+    /// new outbox row, or `None` when nothing was done.
+    pub async fn reissue_payment(
+        &self,
+        payment_row: i64,
+        customer_json: &str,
+        draft: &mut super::OutboxDraft,
+        actor: &str,
+        detail: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        const FIX: &str = "UPDATE payments SET status = 'invoice_pending', reason = NULL, \
+            customer_json = $1, updated_at = $2 WHERE id = $3 AND status = 'needs_attention'";
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let fixed = stmt(FIX)
+            .bind(customer_json)
+            .bind(now)
+            .bind(payment_row)
+            .execute_in(&mut tx, "fix a payment")
+            .await?;
+        if fixed != 1 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let row = super::outbox::enqueue_in_tx(&mut tx, payment_row, draft, None, now).await?;
+        let Some(id) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        super::admin::audit_in(
+            &mut tx,
+            actor,
+            "reissue",
+            ("payment", payment_row),
+            detail,
+            now,
+        )
+        .await?;
+        tx.commit("commit a fixed payment").await?;
+        Ok(Some(id))
+    }
 }

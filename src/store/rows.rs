@@ -68,6 +68,8 @@ pub struct DocRow {
     pub updated_at: DateTime<Utc>,
     pub flag: Option<String>,
     pub request_json: Option<String>,
+    /// The document's Fecha (Mexico City), which starts its SAT window.
+    pub fecha: Option<NaiveDateTime>,
 }
 
 /// The payment of a detail page: the payment as it was recorded, with its row id and when.

@@ -96,7 +96,14 @@ impl Worker {
         );
         let claimed = self
             .db
-            .claim_stamps(&self.id, lease_until, now, expired_first, batch)
+            .claim_stamps(
+                &self.id,
+                lease_until,
+                now,
+                expired_first,
+                batch,
+                &self.pac_label,
+            )
             .await?;
         if !claimed.is_empty() {
             if claimed
@@ -126,7 +133,7 @@ impl Worker {
         }
         if let Some(c) = self
             .db
-            .claim_cancellation(&self.id, lease_until, now)
+            .claim_cancellation(&self.id, lease_until, now, &self.pac_label)
             .await?
         {
             self.in_flight.start();

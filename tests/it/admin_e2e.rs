@@ -68,7 +68,11 @@ async fn an_admin_retries_a_rejected_invoice_and_sees_it_stamped() {
     );
     d.screenshot("failed-list").await;
     d.click(&d.link("pi_test_e2e_retry").await).await;
-    assert!(d.page_text().await.contains("Rejected by the PAC"));
+    let detail = d.page_text().await;
+    assert!(
+        detail.contains("SAT (via the PAC) says") && detail.contains("CFDI40102"),
+        "{detail}"
+    );
     d.click(&d.find(&format!("#retry-{id}")).await).await;
     assert!(
         d.page_text().await.contains("Sent back to the queue"),

@@ -15,6 +15,9 @@ mod support;
 
 mod admin;
 mod admin_e2e;
+mod admin_ux;
+mod admin_ux_e2e;
+mod admin_ux_ops;
 mod api;
 mod cfdi;
 mod cfdi_props;

@@ -59,6 +59,13 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/findings/{id}/cancel-extra", Access::Form),
     ("POST", "/findings/{id}/resolve", Access::Form),
     ("GET", "/audit", Access::Page),
+    ("GET", "/invoices.csv", Access::Page),
+    ("POST", "/errors/retry", Access::Form),
+    ("POST", "/pac/pause", Access::Form),
+    ("POST", "/pac/resume", Access::Form),
+    ("GET", "/payments/{id}/fix", Access::Page),
+    ("POST", "/payments/{id}/fix", Access::Form),
+    ("GET", "/documents/{id}", Access::Page),
 ];
 
 /// The `(METHOD, path)` pairs registered by `admin::routes`, read from its source: each
@@ -176,6 +183,12 @@ impl Fixture {
         match pattern {
             "/invoices/retry" => f.push(("ids", self.failed.to_string())),
             "/documents/{id}/cancel" => f.push(("motivo", "02".into())),
+            "/errors/retry" => f.push(("code", "CFDI40108".into())),
+            "/pac/pause" => f.push(("reason", "an incident".into())),
+            "/payments/{id}/fix" => {
+                f.push(("rfc", "XIQB891116QE4".into()));
+                f.push(("tipo_cambio", "17".into()));
+            }
             "/login" => {
                 f.push(("name", "Mallory".into()));
                 f.push(("password", support::admin::PASSWORD.into()));
@@ -191,6 +204,7 @@ async fn snapshot(app: &TestApp) -> Vec<(&'static str, i64)> {
     let mut out = Vec::new();
     for (name, sql) in [
         ("payments", "SELECT COUNT(*) FROM payments"),
+        ("PAC pauses", "SELECT COUNT(*) FROM pac_pauses"),
         ("outbox rows", "SELECT COUNT(*) FROM outbox"),
         (
             "failed rows",
@@ -334,9 +348,17 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
                 &fx.form(pattern, Some(&real_csrf)),
             )
             .await;
+            // A page comes back after the login; a form's target never does.
+            let login = match *method {
+                "GET" if path != "/admin" => format!(
+                    "/admin/login?next={}",
+                    autofactura::admin::common::percent_encode(&path)
+                ),
+                _ => "/admin/login".to_owned(),
+            };
             assert_eq!(
                 (a.status, a.location.as_deref()),
-                (303, Some("/admin/login")),
+                (303, Some(login.as_str())),
                 "{method} {path} with cookie {cookie:?} was not sent to the login: {}",
                 a.body
             );
@@ -347,7 +369,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 23, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 30, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
@@ -397,7 +419,7 @@ async fn every_admin_form_refuses_a_missing_or_foreign_csrf_token(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 10, "every form, every bad token");
+    assert_eq!(checked, 4 * 14, "every form, every bad token");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The login form: its token is the double-submit cookie, which a forger does not have.

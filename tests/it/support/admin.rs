@@ -221,17 +221,15 @@ pub async fn outbox_of(app: &TestApp, payment_id: &str) -> DocFull {
     let (rows, _) = app
         .db
         .list_documents(&ListFilter {
-            view: ListView::All,
             query: payment_id.to_owned(),
-            from: ListFilter::open_range().0,
-            until: ListFilter::open_range().1,
-            limit: 10,
-            offset: 0,
+            ..ListFilter::of(ListView::All)
         })
         .await
         .expect("list");
+    // The search finds parts too (`pi_test_a1` in `pi_test_a10`): this one exactly.
     let id = rows
         .iter()
+        .filter(|r| r.payment_id == payment_id)
         .find_map(|r| r.outbox_id)
         .expect("an outbox row");
     doc(app, id).await

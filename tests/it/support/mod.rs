@@ -7,6 +7,7 @@ pub mod pg;
 pub mod rows;
 pub mod sales;
 pub mod sim;
+pub mod ux;
 pub mod webdriver;
 
 use std::str::FromStr;

@@ -280,6 +280,16 @@ impl Driver {
         .to_owned()
     }
 
+    /// Runs `js` (a function body; `return` gives the value) in the page; its value.
+    pub async fn script(&self, js: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({ "script": js, "args": [] })),
+        )
+        .await
+    }
+
     pub async fn set_window(&self, width: u32, height: u32) {
         self.call(
             reqwest::Method::POST,
