@@ -11,7 +11,8 @@
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
-//! - `worker.rs`, `admin.rs`: `[worker]` and `[admin]`, with their own checks.
+//! - `worker.rs`, `admin.rs`, `portal.rs`: `[worker]`, `[admin]` and `[portal]`, with their own
+//!   checks.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
@@ -29,6 +30,7 @@ mod admin;
 mod exposure;
 mod load;
 mod pac;
+mod portal;
 mod secret;
 mod sections;
 mod validate;
@@ -44,6 +46,7 @@ use serde::Deserialize;
 
 pub use admin::AdminSettings;
 pub use pac::{PacConfig, PacKind};
+pub use portal::PortalSettings;
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
     ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings,
@@ -83,6 +86,7 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub admin: AdminSettings,
     pub api: ApiSettings,
+    pub portal: PortalSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,

@@ -199,6 +199,7 @@ impl Settings {
             }
         }
         self.worker.check(&mut p);
+        p.extend(self.portal.problems());
         if p.is_empty() {
             Ok(())
         } else {

@@ -178,9 +178,13 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
     // payment_intent.succeeded is recognised as the same payment.
     let id = id_of(o, "payment_intent").unwrap_or(session);
     let amount = amount(o, &["amount_total"], &id)?;
+    // What the customer typed for the invoice (custom fields) first; then what Checkout
+    // collects for itself (the mx_rfc tax id, the business or customer name, the billing
+    // postal code); then the metadata.
     let mut customer = CustomerData::default();
+    customer.fill_from_custom_fields(o.get("custom_fields"));
     if let Some(cd) = o.get("customer_details") {
-        customer.rfc = cd
+        let tax_id = cd
             .get("tax_ids")
             .and_then(Value::as_array)
             .and_then(|ids| {
@@ -189,10 +193,13 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
             })
             .and_then(|t| s(t, "value"))
             .map(|v| v.trim().to_uppercase());
-        customer.nombre = s(cd, "business_name")
+        ingest::fill(&mut customer.rfc, tax_id);
+        let name = s(cd, "business_name")
             .or_else(|| s(cd, "name"))
             .filter(|n| !n.trim().is_empty());
-        customer.codigo_postal = cd.get("address").and_then(|a| s(a, "postal_code"));
+        ingest::fill(&mut customer.nombre, name);
+        let cp = cd.get("address").and_then(|a| s(a, "postal_code"));
+        ingest::fill(&mut customer.codigo_postal, cp);
         customer.email = s(cd, "email");
     }
     facts(ev, o, id, amount, customer, None)

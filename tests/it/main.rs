@@ -17,6 +17,7 @@ mod admin_e2e;
 mod api;
 mod cfdi;
 mod cfdi_props;
+mod checkout;
 mod cli_e2e;
 mod fuzz_regressions;
 mod internet;
