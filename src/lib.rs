@@ -38,7 +38,8 @@
 //!   what handlers and loops share (they import it, not startup). [`shutdown`]: the one
 //!   cancellation token of the process, passed to every server and loop. [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging;
-//!   [`proxy`]: the real client behind `[server] trusted_proxies`.
+//!   [`proxy`]: the real client behind `[server] trusted_proxies`; [`limiter`]: attempts per
+//!   client address (admin logins, portal look-ups).
 //!
 //! Every folder's `mod.rs` says what lives there and who may import it. Imports go one way
 //! between folders (no circle), and no file passes 800 lines: `tests/it/layout.rs` checks both.
@@ -88,6 +89,7 @@ pub mod domain;
 pub mod error;
 pub mod health;
 pub mod ingest;
+pub mod limiter;
 pub mod notify;
 pub mod ops;
 pub mod pac;
