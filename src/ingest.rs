@@ -7,7 +7,7 @@
 use chrono::{DateTime, NaiveDateTime, Timelike, Utc};
 use chrono_tz::America::Mexico_City;
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cfdi::fiscal::{self, FiscalInput};
 use crate::cfdi::{
@@ -30,6 +30,20 @@ pub const META_CP: &[&str] = &[
     "receptor_cp",
 ];
 pub const META_USO: &[&str] = &["uso_cfdi", "uso"];
+/// Metadata keys holding the merchant's order reference, which customers can look a sale up by
+/// at the portal.
+pub const META_ORDER: &[&str] = &["order_id", "order_number", "pedido"];
+
+/// The merchant's order reference in a metadata map, when there is one.
+pub fn order_reference(meta: Option<&serde_json::Value>) -> Option<String> {
+    let meta = meta?.as_object()?;
+    META_ORDER
+        .iter()
+        .find_map(|k| meta.get(*k)?.as_str())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
 
 /// How the customer paid, as far as the provider tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,8 +93,9 @@ impl Method {
     }
 }
 
-/// Fiscal data the customer gave, unvalidated.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// Fiscal data the customer gave, unvalidated (stored as the payment's `customer_json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CustomerData {
     pub rfc: Option<String>,
     pub nombre: Option<String>,
@@ -181,6 +196,9 @@ pub struct PaymentFacts {
     pub livemode: bool,
     pub customer: CustomerData,
     pub description: Option<String>,
+    /// Other references the customer may hold (Checkout Session id, receipt number, order
+    /// reference): the portal finds the sale by any of them.
+    pub references: Vec<String>,
 }
 
 /// Turns payments into frozen invoice requests, per the settings.
@@ -256,6 +274,7 @@ impl Ingestor {
             livemode: facts.livemode,
             status: "invoice_pending".into(),
             reason: None,
+            references: facts.references.clone(),
         };
         let attention = |mut p: NewPayment, reason: String| {
             p.status = "needs_attention".into();
@@ -326,7 +345,7 @@ impl Ingestor {
     }
 
     /// Whether a sale in `currency` for `amount` can be invoiced at all.
-    fn invoiceable(&self, amount: Decimal, currency: &str) -> Result<(), String> {
+    pub fn invoiceable(&self, amount: Decimal, currency: &str) -> Result<(), String> {
         if !self.invoice.currencies.iter().any(|c| c == currency) {
             return Err(format!(
                 "currency {currency} is not invoiced (configured: {})",
@@ -474,6 +493,7 @@ mod tests {
             livemode: true,
             customer,
             description: Some("Plan | Pro".into()),
+            references: Vec::new(),
         }
     }
 

@@ -29,6 +29,8 @@
 //! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
 //! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
 //!   outbox; [`webhooks`] is inbound only.
+//! - [`portal`]: the public self-invoicing portal (`/facturar`): a customer turns a receipt
+//!   into a nominative CFDI instead of the factura global; `autofactura portal link`.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
@@ -94,6 +96,7 @@ pub mod notify;
 pub mod ops;
 pub mod pac;
 pub mod pacsim;
+pub mod portal;
 pub mod proxy;
 pub mod sandbox;
 pub mod shutdown;

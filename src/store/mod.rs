@@ -15,6 +15,8 @@
 //! - `outbox.rs`: the frozen comprobante (`enqueue_in_tx`, shared by ingest and the API) and
 //!   every change of an outbox row's state; `settle.rs` is its second half, the outcome of a
 //!   stamping attempt (one, or a batch), apart only so that neither passes 800 lines.
+//! - `portal.rs`: the self-invoicing portal: a sale by what the customer holds, the customer's
+//!   submission (the sale taken, its ingreso frozen, in one transaction), the links' key.
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
@@ -36,6 +38,7 @@ mod events;
 mod exec;
 mod outbox;
 mod payments;
+mod portal;
 mod rows;
 mod settle;
 mod views;
@@ -48,7 +51,8 @@ pub use exec::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
 };
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
-pub use payments::{InvoiceRow, NewPayment, PaymentRow};
+pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
+pub use portal::{GlobalRef, PortalSubmission, Submitted};
 pub use settle::{Settle, StampedOutcome};
 pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListView, SealedGeneration};
 
@@ -96,6 +100,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "unknown_outcomes",
         include_str!("../../migrations/sqlite/0007_unknown_outcomes.sql"),
     ),
+    (
+        10,
+        "portal",
+        include_str!("../../migrations/sqlite/0010_portal.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -132,6 +141,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         7,
         "unknown_outcomes",
         include_str!("../../migrations/postgres/0007_unknown_outcomes.sql"),
+    ),
+    (
+        10,
+        "portal",
+        include_str!("../../migrations/postgres/0010_portal.sql"),
     ),
 ];
 

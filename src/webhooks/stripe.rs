@@ -169,14 +169,16 @@ fn payment_intent(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>
         email: s(o, "receipt_email"),
         ..CustomerData::default()
     };
-    facts(ev, o, id, amount, customer, s(o, "description"))
+    // The receipt number is on the charge, present only when it came expanded.
+    let receipt = o.get("latest_charge").and_then(|c| s(c, "receipt_number"));
+    facts(ev, o, id, amount, customer, s(o, "description"), receipt)
 }
 
 fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>, String)> {
     let session = s(o, "id").ok_or((None, "checkout session without id".into()))?;
     // The PaymentIntent id, when there is one, so the same sale seen through
     // payment_intent.succeeded is recognised as the same payment.
-    let id = id_of(o, "payment_intent").unwrap_or(session);
+    let id = id_of(o, "payment_intent").unwrap_or_else(|| session.clone());
     let amount = amount(o, &["amount_total"], &id)?;
     // What the customer typed for the invoice (custom fields) first; then what Checkout
     // collects for itself (the mx_rfc tax id, the business or customer name, the billing
@@ -202,11 +204,12 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
         ingest::fill(&mut customer.codigo_postal, cp);
         customer.email = s(cd, "email");
     }
-    facts(ev, o, id, amount, customer, None)
+    facts(ev, o, id, amount, customer, None, Some(session))
 }
 
 /// The facts of a paid sale read from `o` (a payment intent or a checkout session) of `ev`;
-/// the customer's metadata fills what the object itself did not say.
+/// the customer's metadata fills what the object itself did not say. `reference` is one more
+/// the customer may hold (the Checkout Session id, the receipt number).
 fn facts(
     ev: &Event,
     o: &Value,
@@ -214,8 +217,13 @@ fn facts(
     (amount, currency): (rust_decimal::Decimal, String),
     mut customer: CustomerData,
     description: Option<String>,
+    reference: Option<String>,
 ) -> Result<PaymentFacts, (Option<String>, String)> {
     customer.fill_from_metadata(o.get("metadata"));
+    let references = reference
+        .into_iter()
+        .chain(ingest::order_reference(o.get("metadata")))
+        .collect();
     Ok(PaymentFacts {
         provider: PROVIDER,
         payment_id,
@@ -227,6 +235,7 @@ fn facts(
         livemode: ev.livemode,
         customer,
         description,
+        references,
     })
 }
 
