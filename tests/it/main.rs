@@ -23,6 +23,7 @@ mod fuzz_regressions;
 mod internet;
 mod layout;
 mod pac;
+mod portal;
 mod secrets_in_logs;
 mod security;
 mod webhooks;
