@@ -24,6 +24,7 @@ mod internet;
 mod layout;
 mod pac;
 mod portal;
+mod portal_e2e;
 mod secrets_in_logs;
 mod security;
 mod webhooks;
