@@ -272,17 +272,36 @@ async fn sale_page(
         );
         return Ok(page);
     }
-    let prefilled;
+    let (prefilled, checkout_errors);
     let (f, errors) = match form {
         Some(f) => f,
         None => {
             let customer: CustomerData =
                 serde_json::from_str(&p.payment.customer_json).unwrap_or_default();
             prefilled = FiscalForm::from_customer(&customer);
-            (&prefilled, &[][..])
+            // Data given at checkout that broke a rule: shown with its errors from the start.
+            checkout_errors = match p.payment.status.as_str() {
+                "needs_attention" if customer.rfc.is_some() => {
+                    fiscal::check(&prefilled.fiscal_input(), None)
+                        .err()
+                        .unwrap_or_default()
+                }
+                _ => Vec::new(),
+            };
+            if !checkout_errors.is_empty() {
+                page.status = status(
+                    "warn",
+                    "Los datos fiscales que dio al pagar no sirven para la factura",
+                    format!(
+                        "Corríjalos abajo; puede hacerlo hasta el {}.",
+                        last.format("%d/%m/%Y")
+                    ),
+                );
+            }
+            (&prefilled, &checkout_errors[..])
         }
     };
-    if errors.is_empty() {
+    if page.status.is_none() && errors.is_empty() {
         page.status = status(
             "info",
             "Esta compra aún no tiene factura a su nombre",

@@ -33,8 +33,8 @@ pub enum Submitted {
     Taken,
 }
 
-/// A factura global that holds a sale.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A factura global that holds a sale (as its outbox row reads).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct GlobalRef {
     pub serie: Option<String>,
     pub folio: Option<String>,

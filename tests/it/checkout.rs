@@ -11,6 +11,7 @@ use autofactura::domain::StampKey;
 use autofactura::store::DocFull;
 use autofactura::webhooks::stripe;
 use serde_json::{Value, json};
+use support::portal::{get, link_of, submit, valid_form};
 use support::{Backend, TestApp, rows, spawn_app};
 
 /// A paid `checkout.session.completed` for `pi_{suffix}` with `custom_fields`, the customer's
@@ -131,7 +132,47 @@ async fn checkout_data_breaking_a_sat_rule_waits_for_the_customer_at_the_portal(
     assert_eq!(rows[0].folio, None, "nothing frozen, no folio spent");
 }
 
+async fn checkout_data_breaking_a_rule_is_corrected_at_the_portal_and_stamped(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    // A uso the régimen does not allow (616 allows S01 and G02, not G03).
+    let body = checkout_with_fields(
+        "cf3",
+        "XIQB891116QE4",
+        fiscal_fields("616", "G03", "Berenice Ximo Quezada"),
+    );
+    assert_eq!(app.post_stripe_signed(&body).await.status(), 200);
+    assert_eq!(app.invoices_in("needs_attention").await.len(), 1);
+    // The customer finds it by the Checkout Session id on the receipt page.
+    let path = link_of(&app, "cs_test_cf3", "348.00").await;
+    let (status, page) = get(&app, &path).await;
+    assert_eq!(status, 200);
+    // What was typed at checkout is there, with what is wrong with it.
+    assert!(page.contains("value=\"XIQB891116QE4\""), "{page}");
+    assert!(page.contains("no sirven para la factura"), "{page}");
+    assert!(
+        page.contains("id=\"uso_cfdi-error\">El uso G03 (Gastos en general.) no está permitido para el régimen 616"),
+        "{page}"
+    );
+    let mut form = valid_form();
+    form[2] = ("regimen_fiscal", "616");
+    form[4] = ("uso_cfdi", "S01");
+    assert_eq!(submit(&app, &path, &form).await.status(), 303);
+    let key = StampKey::derive("stripe", "pi_cf3", "ingreso");
+    let d = wait_document(&app, key.as_str(), "stamped").await;
+    let xml = String::from_utf8(d.stamped_xml.expect("xml")).expect("utf-8");
+    assert!(
+        xml.contains("RegimenFiscalReceptor=\"616\"") && xml.contains("UsoCFDI=\"S01\""),
+        "{xml}"
+    );
+    assert!(xml.contains("Total=\"348.00\""), "{xml}");
+    pool.shutdown().await;
+}
+
 on_both_backends!(
     a_checkout_sale_with_custom_fields_is_stamped_nominative,
     checkout_data_breaking_a_sat_rule_waits_for_the_customer_at_the_portal,
+    checkout_data_breaking_a_rule_is_corrected_at_the_portal_and_stamped,
 );
