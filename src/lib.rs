@@ -23,7 +23,7 @@
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.
 //! - [`ops`]: the operator commands behind `serve`, `worker`, `migrate`, `invoices list`,
-//!   `send-test-webhook`, `api-key`, `reconcile`.
+//!   `send-test-webhook`, `api-key`, `reconcile`, `portal link`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
 //! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
