@@ -37,6 +37,9 @@ pub enum Command {
     /// Inspect invoices.
     #[command(subcommand)]
     Invoices(InvoicesCommand),
+    /// The factura global of the sales without the customer's RFC.
+    #[command(subcommand)]
+    Global(GlobalCommand),
     /// Send a realistic signed sample payment to a running instance.
     SendTestWebhook {
         #[arg(long, value_enum)]
@@ -95,14 +98,32 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum InvoicesCommand {
-    /// Payments and their invoices: provider, status, serie-folio, UUID, attempts, last error.
+    /// Every document (ingresos and facturas globales) and every sale without one of its own:
+    /// kind, status, serie-folio, UUID, receptor, total, and a sale's global.
     List {
-        /// Only this status (e.g. pending, stamped, awaiting_global, needs_attention).
+        /// Only this status (e.g. pending, stamped, awaiting_global, in_global, needs_attention).
         #[arg(long)]
         status: Option<String>,
-        /// One JSON array instead of a table.
+        /// One JSON array (one object per document or sale) instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Print the stamped XML of the document with this UUID.
+    Xml { uuid: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GlobalCommand {
+    /// Issue the factura global of every closed period not issued yet (up to --through): one
+    /// line per global frozen.
+    Issue {
+        /// Only periods whose last day is this date or earlier (YYYY-MM-DD, Mexico City).
+        #[arg(long)]
+        through: Option<String>,
+        /// Wait up to this many seconds for the worker (`serve` or `worker`) to stamp them
+        /// before printing.
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
     },
 }
 
@@ -168,6 +189,12 @@ pub fn run() -> ExitCode {
         Some(Command::Reconcile) => block_on(ops::reconcile(cli.config.as_deref())),
         Some(Command::Invoices(InvoicesCommand::List { status, json })) => block_on(
             ops::invoices_list(cli.config.as_deref(), status.as_deref(), json),
+        ),
+        Some(Command::Invoices(InvoicesCommand::Xml { uuid })) => {
+            block_on(ops::invoices_xml(cli.config.as_deref(), &uuid))
+        }
+        Some(Command::Global(GlobalCommand::Issue { through, wait })) => block_on(
+            ops::global_issue(cli.config.as_deref(), through.as_deref(), wait),
         ),
         Some(Command::SendTestWebhook { provider, url }) => block_on(ops::send_test_webhook(
             cli.config.as_deref(),

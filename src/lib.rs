@@ -22,6 +22,8 @@
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.
+//! - [`global`]: the factura global: the sales without RFC of each closed period, frozen with
+//!   their members in one transaction (`autofactura global issue` and a loop in `serve`).
 //! - [`ops`]: the operator commands behind `serve`, `worker`, `migrate`, `invoices list`,
 //!   `send-test-webhook`, `api-key`, `reconcile`, `portal link`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
@@ -89,6 +91,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod global;
 pub mod health;
 pub mod ingest;
 pub mod limiter;

@@ -1,5 +1,5 @@
-//! Operator commands: `serve`, `worker`, `migrate`, `invoices list`, `send-test-webhook`,
-//! `api-key`, `reconcile`, `portal link`.
+//! Operator commands: `serve`, `worker`, `migrate`, `invoices list` and `xml`, `global issue`,
+//! `send-test-webhook`, `api-key`, `reconcile`, `portal link`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ use chrono::Utc;
 use crate::config::{Settings, Source, redact_url};
 use crate::shutdown::{Shutdown, Signals};
 use crate::startup::{self, Application};
-use crate::store::{self, InvoiceRow};
+use crate::store::{self, DocumentListing};
 use crate::webhooks::{signature, stripe};
 
 /// Which provider `send-test-webhook` imitates.
@@ -233,7 +233,8 @@ pub async fn portal_link(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `autofactura invoices list [--status S] [--json]`.
+/// `autofactura invoices list [--status S] [--json]`: every document and every sale without
+/// one of its own, oldest sale first (a global after the sales it was frozen with).
 pub async fn invoices_list(
     config: Option<&Path>,
     status: Option<&str>,
@@ -242,7 +243,7 @@ pub async fn invoices_list(
     let (settings, _) = load(config)?;
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
-    let rows = db.list_invoices(status).await?;
+    let rows = db.list_documents_and_sales(status).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -252,11 +253,34 @@ pub async fn invoices_list(
 }
 
 /// The human table of `invoices list`.
-pub fn table(rows: &[InvoiceRow]) -> String {
-    let mut out = format!(
-        "{:<28} {:<12} {:<16} {:<10} {:<13} {:<36} {:>8}  {}\n",
-        "PAYMENT", "PROVIDER", "STATUS", "FOLIO", "RECEPTOR", "UUID", "ATTEMPTS", "LAST ERROR"
-    );
+pub fn table(rows: &[DocumentListing]) -> String {
+    let line = |cols: [&str; 10]| {
+        format!(
+            "{:<28} {:<12} {:<8} {:<18} {:<10} {:<13} {:<36} {:>12} {:>8}  {}\n",
+            cols[0],
+            cols[1],
+            cols[2],
+            cols[3],
+            cols[4],
+            cols[5],
+            cols[6],
+            cols[7],
+            cols[8],
+            cols[9]
+        )
+    };
+    let mut out = line([
+        "PAYMENT",
+        "PROVIDER",
+        "KIND",
+        "STATUS",
+        "FOLIO",
+        "RECEPTOR",
+        "UUID",
+        "TOTAL",
+        "ATTEMPTS",
+        "LAST ERROR / GLOBAL",
+    ]);
     for r in rows {
         let folio = match (&r.serie, &r.folio) {
             (Some(s), Some(f)) => format!("{s}-{f}"),
@@ -264,22 +288,95 @@ pub fn table(rows: &[InvoiceRow]) -> String {
             _ => "-".into(),
         };
         let test = if r.livemode { "" } else { " (test)" };
-        out.push_str(&format!(
-            "{:<28} {:<12} {:<16} {:<10} {:<13} {:<36} {:>8}  {}\n",
-            r.payment_id,
-            r.provider,
-            format!("{}{test}", r.status),
-            folio,
+        let note = match (r.global_id, &r.global_uuid) {
+            (Some(id), Some(u)) => format!("in global #{id} {u}"),
+            (Some(id), None) => format!("in global #{id}"),
+            _ => r.last_error.clone().unwrap_or_default(),
+        };
+        out.push_str(&line([
+            r.payment_id.as_deref().unwrap_or("(global)"),
+            r.provider.as_deref().unwrap_or("-"),
+            &r.kind,
+            &format!("{}{test}", r.status),
+            &folio,
             r.receptor_rfc.as_deref().unwrap_or("-"),
             r.uuid.as_deref().unwrap_or("-"),
-            r.attempts,
-            r.last_error.as_deref().unwrap_or("")
-        ));
+            &format!("{} {}", r.total, r.currency),
+            &r.attempts.to_string(),
+            &note,
+        ]));
     }
     if rows.is_empty() {
         out.push_str("(no payments yet: try `autofactura send-test-webhook --provider stripe`)\n");
     }
     out
+}
+
+/// `autofactura invoices xml UUID`: the stamped XML, byte for byte, on standard output.
+pub async fn invoices_xml(config: Option<&Path>, uuid: &str) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let xml = db
+        .document_by_uuid(uuid.trim())
+        .await?
+        .and_then(|d| d.stamped_xml);
+    let Some(xml) = xml else {
+        eprintln!(
+            "no stamped document has UUID {uuid}; `autofactura invoices list` shows the UUIDs"
+        );
+        return Ok(ExitCode::FAILURE);
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(&xml)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `autofactura global issue [--through YYYY-MM-DD] [--wait S]`: one line per global frozen,
+/// then what was left out and what could not be issued.
+pub async fn global_issue(
+    config: Option<&Path>,
+    through: Option<&str>,
+    wait: u64,
+) -> anyhow::Result<ExitCode> {
+    let through = through
+        .map(|t| {
+            chrono::NaiveDate::parse_from_str(t.trim(), "%Y-%m-%d")
+                .with_context(|| format!("--through {t:?} is not a date: write YYYY-MM-DD"))
+        })
+        .transpose()?;
+    let (settings, _) = load(config)?;
+    let planner = crate::global::Planner::new(&settings).map_err(|e| anyhow::anyhow!(e))?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let scope = crate::global::Scope::now_through(through);
+    let mut report = crate::global::issue(&db, &planner, scope, "global issue (command)").await?;
+    crate::global::request_substitution_cancels(&db).await?;
+    let wait = std::time::Duration::from_secs(wait);
+    crate::global::issue::wait_for_stamps(&db, &mut report.issued, wait).await?;
+    for g in &report.issued {
+        println!("{g}");
+    }
+    for l in &report.left_out {
+        println!("left out {} {}: {}", l.provider, l.payment_id, l.reason);
+    }
+    for p in &report.problems {
+        eprintln!("not issued: {p}");
+    }
+    if report.issued.is_empty() && report.problems.is_empty() {
+        eprintln!(
+            "no closed period{} has sales awaiting the factura global",
+            through.map_or(String::new(), |t| format!(" through {t}"))
+        );
+    }
+    db.close().await;
+    Ok(if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// `autofactura send-test-webhook --provider stripe|mercadopago [--url URL]`.

@@ -1,6 +1,7 @@
 //! Wiring: connect and migrate the database, connect the PAC (starting the in-process sandbox
 //! PAC for the embedded default, [`connect_pac`]), build the HTTP servers on bound listeners,
-//! start the worker pool and the background loops, all stopped by one [`Shutdown`].
+//! start the worker pool and the background loops (Mercado Pago fetches, reconciliation, the
+//! factura global, the API's), all stopped by one [`Shutdown`].
 //! `Application::build` binds first, so tests can use port 0 and read [`Application::port`]
 //! and [`Application::admin_port`].
 //!
@@ -238,6 +239,18 @@ impl Application {
                 token.clone(),
             ))
         });
+        // The factura global of each closed period (`[global] auto_issue`).
+        let global = if self.state.settings.global.auto_issue {
+            let planner = crate::global::Planner::new(&self.state.settings)
+                .map_err(|e| anyhow::anyhow!("[global]: {e}"))?;
+            Some(tokio::spawn(crate::global::issue_loop(
+                self.state.db.clone(),
+                planner,
+                token.clone(),
+            )))
+        } else {
+            None
+        };
         // The invoicing API's loops: merchant webhooks and the purge of expired keys. They end
         // with the token on their own (a delivery in flight is not waited for).
         let api_settings = &self.state.settings.api;
@@ -265,7 +278,7 @@ impl Application {
         };
         // A server that ended on its own stops the rest too.
         self.shutdown.cancel();
-        for task in std::iter::once(retry).chain(reconcile) {
+        for task in std::iter::once(retry).chain(reconcile).chain(global) {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a background loop ended abnormally");
             }

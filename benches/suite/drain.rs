@@ -52,21 +52,12 @@ fn machine_cpu() -> (u64, u64, u64) {
     (total - idle, total, *f.get(7).unwrap_or(&0))
 }
 
-/// This process's CPU time so far (user + system), from /proc.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
-}
-
 /// The database to drain: a file in `dir`, or a new PostgreSQL database (its name returned too,
 /// to drop it afterwards).
-async fn database_url(backend: &str, dir: &std::path::Path) -> Option<(String, Option<String>)> {
+pub(super) async fn database_url(
+    backend: &str,
+    dir: &std::path::Path,
+) -> Option<(String, Option<String>)> {
     if backend == "sqlite" {
         return Some((format!("sqlite://{}", dir.join("bench.db").display()), None));
     }
@@ -82,7 +73,7 @@ async fn database_url(backend: &str, dir: &std::path::Path) -> Option<(String, O
 }
 
 /// Drops a PostgreSQL database [`database_url`] created.
-async fn drop_database(name: &str) {
+pub(super) async fn drop_database(name: &str) {
     let Ok(admin) = std::env::var("AUTOFACTURA_TEST_DATABASE_URL") else {
         return;
     };
@@ -136,7 +127,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         .expect("services");
     let start = Instant::now();
     let started = chrono::Utc::now();
-    let cpu0 = cpu_seconds();
+    let cpu0 = super::procs::cpu_seconds("self");
     let machine0 = machine_cpu();
     let pool = services
         .worker
@@ -162,7 +153,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         Some(end) => (end - started).as_seconds_f64(),
         None => start.elapsed().as_secs_f64(),
     };
-    let cpu = cpu_seconds() - cpu0;
+    let cpu = super::procs::cpu_seconds("self") - cpu0;
     let machine1 = machine_cpu();
     let ticks = (machine1.1 - machine0.1).max(1) as f64;
     let busy = (machine1.0 - machine0.0) as f64 / ticks;

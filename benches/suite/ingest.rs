@@ -1,6 +1,10 @@
 //! Accepted webhooks per second at 32 concurrent keep-alive connections, on SQLite and on
-//! PostgreSQL, as a ratio to the raw rate of the same ingest transactions issued straight to the
-//! store (`Db::ingest`, 32 concurrent tasks, no HTTP) in the same run. Target: at least 0.7.
+//! PostgreSQL, as a ratio to the database's raw limit measured in the same run: the same three
+//! rows (the event with its body, the payment, the outbox row with its frozen comprobante; same
+//! tables, sizes and indexes) inserted by 32 concurrent tasks with the thinnest client, a
+//! prepared statement per row in one transaction, no folio and no duplicate handling
+//! (`Db::insert_delivery_rows`). Target: at least 0.7. SQLite runs as the appliance acknowledges
+//! webhooks, on both sides: WAL, `synchronous = FULL`, one writer at a time (`BEGIN IMMEDIATE`).
 //! Then an open-loop load at half the measured HTTP peak: p50 and p99 acknowledgement latency,
 //! measured from each request's scheduled send time (so a stall counts against every request
 //! queued behind it). Target: p99 under 50 ms.
@@ -22,7 +26,7 @@ use autofactura::config::Settings;
 use autofactura::domain::StampKey;
 use autofactura::ingest::Ingestor;
 use autofactura::startup::Application;
-use autofactura::store::{self, Db, EventRow, IngestOutcome, NewEvent, NewPayment, OutboxDraft};
+use autofactura::store::{self, Db, NewEvent, NewPayment, OutboxDraft};
 use autofactura::webhooks::{signature, stripe};
 use sqlx::Connection;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
@@ -31,7 +35,7 @@ use tokio::net::TcpStream;
 use super::Row;
 
 const CONNECTIONS: usize = 32;
-const SECRET: &str = "whsec_bench_secret";
+pub(super) const SECRET: &str = "whsec_bench_secret";
 const TARGET_RATIO: f64 = 0.7;
 const TARGET_P99_MS: f64 = 50.0;
 /// Stands for the unique part of the ids in the body template.
@@ -147,7 +151,7 @@ impl Databases {
     }
 }
 
-fn settings_for(url: &str) -> anyhow::Result<Settings> {
+pub(super) fn settings_for(url: &str) -> anyhow::Result<Settings> {
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{url}\"\n\
          [stripe]\nwebhook_secrets = [\"{SECRET}\"]\n"
@@ -211,12 +215,12 @@ async fn measure(
         met(ratio_met)
     );
 
-    // The same open loop straight to the store first, for reference: what the database alone
+    // The same open loop with the raw inserts first, for reference: what the database alone
     // gives at this rate on this machine now.
     let rate = peak / 2.0;
     let direct = latency_at(Via::Store(&raw_db), &template, &ids, rate, run).await?;
     println!(
-        "{name}: open loop at {rate:.1}/s straight to the store (reference): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "{name}: open loop at {rate:.1}/s of raw inserts (reference): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         direct.p50_ms, direct.p99_ms, direct.max_ms
     );
     let lat = latency_at(Via::Http(port), &template, &ids, rate, run).await?;
@@ -241,7 +245,7 @@ async fn measure(
             format!("{http_rate:.0}/s"),
         )
         .limit(
-            format!("same transaction straight to the store: {raw_rate:.0}/s"),
+            format!("raw inserts of the same rows: {raw_rate:.0}/s"),
             ratio,
         )
         .target(format!(">= {TARGET_RATIO}"), ratio_met),
@@ -254,13 +258,13 @@ async fn measure(
     ])
 }
 
-fn met(ok: bool) -> &'static str {
+pub(super) fn met(ok: bool) -> &'static str {
     if ok { "MET" } else { "NOT MET" }
 }
 
 /// What one delivery writes, taken from a real sample event through the same parser, classifier
 /// and planner as the webhook route; only the ids change per delivery.
-struct Template {
+pub(super) struct Template {
     body: String,
     event: NewEvent,
     payment: NewPayment,
@@ -268,7 +272,7 @@ struct Template {
 }
 
 impl Template {
-    fn new(settings: &Settings) -> anyhow::Result<Self> {
+    pub(super) fn new(settings: &Settings) -> anyhow::Result<Self> {
         let body = stripe::sample_payment_intent(MARK, chrono::Utc::now().timestamp(), false);
         let ev = stripe::parse(body.as_bytes()).map_err(anyhow::Error::msg)?;
         let stripe::Meaning::Paid(facts) = stripe::classify(&ev) else {
@@ -306,7 +310,7 @@ impl Template {
     }
 
     /// The values the webhook route would write for delivery number `n`.
-    fn values(&self, n: u64) -> (EventRow, NewPayment, OutboxDraft) {
+    fn values(&self, n: u64) -> (NewEvent, NewPayment, OutboxDraft) {
         let suffix = format!("b{n}");
         let payment_id = format!("pi_test_{suffix}");
         let mut event = self.event.clone();
@@ -317,7 +321,7 @@ impl Template {
         payment.payment_id = payment_id;
         let mut draft = self.draft.clone();
         draft.stamp_key = StampKey::derive(stripe::PROVIDER, &payment.payment_id, "ingreso");
-        (EventRow::Insert(Box::new(event)), payment, draft)
+        (event, payment, draft)
     }
 
     /// The signed body of delivery number `n`: `(body, Stripe-Signature)`.
@@ -352,7 +356,27 @@ async fn cpu_per_op<T>(ids: &AtomicU64, phase: impl Future<Output = T>) -> (T, f
     (out, per_op)
 }
 
-/// Ingests per second straight into the store, `CONNECTIONS` tasks at once, counted after `warm`.
+/// The raw limit on a new database at `url`: rows of deliveries inserted per second over `run`
+/// after a second of warm-up.
+pub(super) async fn raw_limit(url: &str, run: Duration) -> anyhow::Result<f64> {
+    let settings = settings_for(url)?;
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let template = Arc::new(Template::new(&settings)?);
+    let rate = raw_rate(
+        &db,
+        &template,
+        &Arc::new(AtomicU64::new(0)),
+        Duration::from_secs(1),
+        run,
+    )
+    .await;
+    db.close().await;
+    rate
+}
+
+/// The raw limit: deliveries' rows inserted per second, `CONNECTIONS` tasks at once, counted
+/// after `warm`.
 async fn raw_rate(
     db: &Db,
     template: &Arc<Template>,
@@ -369,13 +393,10 @@ async fn raw_rate(
             let mut counted = 0u64;
             loop {
                 let (event, payment, draft) = template.values(ids.fetch_add(1, Ordering::Relaxed));
-                let out = db.ingest(&event, &payment, Some(draft)).await?;
-                if !queued(&out) {
-                    bail!("raw ingest did not queue an invoice: {out:?}");
-                }
+                db.insert_delivery_rows(&event, &payment, &draft).await?;
                 let now = Instant::now();
                 if now >= until {
-                    return Ok(counted);
+                    return anyhow::Ok(counted);
                 }
                 if now >= from {
                     counted += 1;
@@ -540,17 +561,17 @@ async fn http_rate(
     })
 }
 
-struct Latency {
-    sent: usize,
-    refused: usize,
-    p50_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
+pub(super) struct Latency {
+    pub sent: usize,
+    pub refused: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
 }
 
 /// Where the open loop sends deliveries: the HTTP endpoint, or straight to the store.
 #[derive(Clone, Copy)]
-enum Via<'a> {
+pub(super) enum Via<'a> {
     Http(u16),
     Store(&'a Db),
 }
@@ -560,19 +581,9 @@ enum Sender {
     Store(Db),
 }
 
-fn queued(out: &IngestOutcome) -> bool {
-    matches!(
-        out,
-        IngestOutcome::Recorded {
-            outbox_row: Some(_),
-            ..
-        }
-    )
-}
-
 /// Open loop: deliveries are scheduled at `rate` per second whatever the answers do, and each
 /// latency runs from its scheduled time to the end of its acknowledgement.
-async fn latency_at(
+pub(super) async fn latency_at(
     via: Via<'_>,
     template: &Arc<Template>,
     ids: &Arc<AtomicU64>,
@@ -607,7 +618,8 @@ async fn latency_at(
                     }
                     Sender::Store(db) => {
                         let (event, payment, draft) = template.values(n);
-                        queued(&db.ingest(&event, &payment, Some(draft)).await?)
+                        db.insert_delivery_rows(&event, &payment, &draft).await?;
+                        true
                     }
                 };
                 out.push((scheduled.elapsed(), ok));

@@ -2,20 +2,25 @@
 //! ratio against a limit of this machine measured in the same run:
 //!
 //! - `seal`: sealed invoices per CPU second against `openssl speed rsa2048` sign/s;
-//! - `ingest`: accepted webhooks/s against the raw rate of the same two-insert transaction,
+//! - `ingest`: accepted webhooks/s against the database's raw limit (the same rows inserted bare),
 //!   and p99 acknowledgement latency at half the peak;
 //! - `drain`: stamps/s with a sandbox PAC at latency L and W workers against W/L, and at L=0
 //!   against the sealing limit of all cores;
+//! - `e2e`: signed webhooks in at a fixed rate, stamps out (`serve` and the sandbox PAC as
+//!   processes of their own, L = 0 and 50 ms): the highest rate with a flat backlog against the
+//!   lower of the ingest and drain limits, and the appliance's CPU per stamp;
 //! - `memory`: peak memory of `autofactura serve` draining 10,000 pending rows against the same
 //!   process with an empty outbox.
 //!
-//! `cargo bench -- drain` (or `seal`, `ingest`, `memory`) runs one part; PostgreSQL parts need
+//! `cargo bench -- drain` (or `seal`, `ingest`, `e2e`, `memory`) runs one part; PostgreSQL parts need
 //! AUTOFACTURA_TEST_DATABASE_URL and print SKIP without it. The table is Markdown, ready for
 //! BENCHMARKS.md.
 
 mod drain;
+mod e2e;
 mod ingest;
 mod memory;
+mod procs;
 mod seal;
 
 /// One line of the final table.
@@ -101,6 +106,26 @@ pub async fn send_paid_sales(
     Ok(())
 }
 
+/// Writes `rows` paid sales through the webhook route of an in-process appliance configured by
+/// `settings` (TOML) that runs no workers, so they are all pending when a worker starts.
+pub async fn fill_backlog(
+    settings: &str,
+    secret: &'static str,
+    prefix: &'static str,
+    rows: usize,
+) -> anyhow::Result<()> {
+    use autofactura::config::Settings;
+    let app = autofactura::startup::Application::build(Settings::from_parts(Some(settings), &[])?)
+        .await?;
+    let addr = format!("http://127.0.0.1:{}", app.port());
+    let db = app.state().db.clone();
+    let server = tokio::spawn(app.run_until_stopped());
+    send_paid_sales(&addr, secret, prefix, rows).await?;
+    server.abort();
+    db.close().await;
+    Ok(())
+}
+
 fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -141,7 +166,7 @@ async fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let parts = ["seal", "ingest", "drain", "memory"];
+    let parts = ["seal", "ingest", "drain", "e2e", "memory"];
     let run = |p: &str| {
         wanted.iter().all(|w| !parts.contains(&w.as_str())) || wanted.iter().any(|w| w == p)
     };
@@ -164,6 +189,9 @@ async fn main() {
     }
     if run("drain") {
         rows.extend(drain::run(&wanted).await);
+    }
+    if run("e2e") {
+        rows.extend(e2e::run(&wanted).await);
     }
     if run("memory") {
         match memory::run().await {

@@ -8,34 +8,17 @@
 //! Run with `cargo bench -- memory` (SQLite).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use autofactura::config::Settings;
-use autofactura::startup::Application;
 
 use super::Row;
+use super::procs::{Proc, free_port, memory_kib, start_pac, start_serve};
 
 const ROWS: usize = 10_000;
 const SECRET: &str = "whsec_bench_memory";
 const TARGET: f64 = 1.5;
-
-/// The child; killed when dropped.
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 fn settings_text(db: &Path, port: u16, admin: u16, pac_url: &str) -> String {
     format!(
@@ -47,98 +30,9 @@ fn settings_text(db: &Path, port: u16, admin: u16, pac_url: &str) -> String {
     )
 }
 
-fn command() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_autofactura"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AUTOFACTURA__") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
-/// `GET url` answers 2xx within a minute.
-async fn wait_ready(url: &str, dir: &Path) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(r) = http.get(url).send().await
-            && r.status().is_success()
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("{url} did not answer; see {}", dir.display())
-}
-
-/// The sandbox PAC as its own process, answering after 20 ms.
-async fn start_pac(dir: &Path) -> anyhow::Result<(Serve, String)> {
-    let port = free_port()?;
-    let log = std::fs::File::create(dir.join("pac-sim.log"))?;
-    let child = command()
-        .args([
-            "pac-sim",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--faults",
-            "latency=20ms",
-            "--state",
-        ])
-        .arg(dir.join("pac-sim.jsonl"))
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .context("start autofactura pac-sim")?;
-    let sim = Serve(child);
-    let url = format!("http://127.0.0.1:{port}");
-    wait_ready(&format!("{url}/_sim/stamps"), dir).await?;
-    Ok((sim, url))
-}
-
-/// `VmHWM` and `VmRSS` of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
-async fn start(dir: &Path, db: &Path, name: &str, pac_url: &str) -> anyhow::Result<Serve> {
+async fn start(dir: &Path, db: &Path, name: &str, pac_url: &str) -> anyhow::Result<Proc> {
     let (port, admin) = (free_port()?, free_port()?);
-    let config = dir.join(format!("{name}.toml"));
-    std::fs::write(&config, settings_text(db, port, admin, pac_url))?;
-    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-    let child = command()
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .context("start autofactura serve")?;
-    let serve = Serve(child);
-    wait_ready(&format!("http://127.0.0.1:{port}/healthz"), dir).await?;
-    Ok(serve)
-}
-
-/// Writes `ROWS` paid sales into the database at `db` through the webhook route of an
-/// in-process appliance without workers, so they are all pending when `serve` starts.
-async fn fill(db: &Path, pac_url: &str) -> anyhow::Result<()> {
-    let text = settings_text(db, 0, 0, pac_url);
-    let app = Application::build(Settings::from_parts(Some(&text), &[])?).await?;
-    let addr = format!("http://127.0.0.1:{}", app.port());
-    let state_db = app.state().db.clone();
-    let server = tokio::spawn(app.run_until_stopped());
-    super::send_paid_sales(&addr, SECRET, "mem", ROWS).await?;
-    server.abort();
-    state_db.close().await;
-    Ok(())
+    start_serve(dir, name, &settings_text(db, port, admin, pac_url), port).await
 }
 
 async fn stamped(db: &autofactura::store::Db) -> i64 {
@@ -149,7 +43,7 @@ async fn stamped(db: &autofactura::store::Db) -> i64 {
 
 pub async fn run() -> anyhow::Result<Vec<Row>> {
     let dir = tempfile::tempdir()?;
-    let (pac, pac_url) = start_pac(dir.path()).await?;
+    let (pac, pac_url) = start_pac(dir.path(), Duration::from_millis(20)).await?;
 
     // The same binary and settings with nothing to do.
     let empty_db = dir.path().join("empty.db");
@@ -165,7 +59,13 @@ pub async fn run() -> anyhow::Result<Vec<Row>> {
 
     let db_path = dir.path().join("backlog.db");
     let t = Instant::now();
-    fill(&db_path, &pac_url).await?;
+    super::fill_backlog(
+        &settings_text(&db_path, 0, 0, &pac_url),
+        SECRET,
+        "mem",
+        ROWS,
+    )
+    .await?;
     println!(
         "memory: {ROWS} pending rows written in {:.1} s",
         t.elapsed().as_secs_f64()

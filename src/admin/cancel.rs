@@ -143,6 +143,11 @@ pub async fn cancel(
 ) -> Result<HttpResponse, AdminError> {
     let id = id.into_inner();
     let (d, facts) = stamped_doc(&state, id).await?;
+    // A global cancelled with motivo 01 and no replacement named: the replacement is issued
+    // first, and this one is cancelled once it is stamped.
+    if facts.global && form.motivo.trim() == "01" && form.folio_sustitucion.trim().is_empty() {
+        return super::globals::replace_global(&state, &session, d.id).await;
+    }
     let folio = Some(form.folio_sustitucion.as_str());
     let done = crate::cancel::request(&state.db, d.id, &facts, &form.motivo, folio, &session.actor);
     let refusal = match done.await? {

@@ -82,6 +82,9 @@ pub fn notice_text(key: &str) -> Option<&'static str> {
             "The PAC already held a stamp for this document: it was adopted into the record and flagged."
         }
         "reconciled" => "Reconciliation finished; see the findings below.",
+        "global_replacement" => {
+            "The replacement global was frozen with the same sales; once a worker stamps it, the global it replaces is cancelled with motivo 01."
+        }
         "resolved" => "Finding closed.",
         "sat_status" => "SAT status queried; the answer is recorded below.",
         "logged_out" => "Signed out.",

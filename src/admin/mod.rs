@@ -20,6 +20,7 @@
 //! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
 //! - [`cancel`]: the cancel form and request.
 //! - [`refreeze`]: the refreeze form and action.
+//! - [`globals`]: the facturas globales, one with its sales, its replacement (motivo 01).
 //! - [`findings`]: the reconciliation page and its actions.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
@@ -29,6 +30,7 @@ pub mod common;
 pub mod dashboard;
 pub mod documents;
 pub mod findings;
+pub mod globals;
 pub mod lists;
 pub mod login;
 pub mod reconcile;
@@ -167,6 +169,9 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
                 "/documents/{id}/sat-status",
                 web::post().to(documents::sat_status),
             )
+            .route("/globals", web::get().to(globals::globals))
+            .route("/globals/{id}", web::get().to(globals::global))
+            .route("/globals/{id}/replace", web::post().to(globals::replace))
             .route("/cancellations", web::get().to(lists::cancellations))
             .route("/cancellations/{id}/acuse", web::get().to(documents::acuse))
             .route("/reconcile", web::get().to(findings::reconcile))
@@ -229,6 +234,8 @@ pub fn state_label(state: &str) -> (String, &'static str) {
         "expired" => ("Expired (72 h)", "bad"),
         "superseded" => ("Superseded (its API key was used again)", "muted"),
         "awaiting_global" => ("Awaiting factura global", "muted"),
+        "in_global" => ("In a factura global", "ok"),
+        "refunded" => ("Refunded (not invoiced)", "muted"),
         "needs_attention" => ("Needs attention", "bad"),
         "invoice_pending" => ("Invoice pending", "info"),
         // Cancellations.

@@ -213,6 +213,15 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
             if g.meses.len() != 2 || !(1..=18).contains(&meses) {
                 return Err(bad(format!("Meses `{}` must be 01-18", g.meses)));
             }
+            // c_Meses 13–18 name two months: only a bimestral (05) period has them, and only
+            // it has them.
+            if (g.periodicidad == "05") != (13..=18).contains(&meses) {
+                return Err(bad(format!(
+                    "Meses `{}` does not fit Periodicidad `{}`: 13-18 (two months) go with 05 \
+                     (bimestral) only, 01-12 with 01-04",
+                    g.meses, g.periodicidad
+                )));
+            }
             if !(2021..=2100).contains(&g.anio) {
                 return Err(bad(format!("Año {} is out of range", g.anio)));
             }

@@ -11,8 +11,8 @@
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
-//! - `worker.rs`, `admin.rs`, `portal.rs`: `[worker]`, `[admin]` and `[portal]`, with their own
-//!   checks.
+//! - `worker.rs`, `admin.rs`, `global.rs`, `portal.rs`: `[worker]`, `[admin]`, `[global]` and
+//!   `[portal]`, with their own checks.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
@@ -24,10 +24,12 @@
 //! they are [`PacConfig`]'s own, as PAC clients are also built without settings (tests).
 //!
 //! Who may import it: anyone. It imports only leaves (the document engine's catalogs and RFC,
-//! [`crate::proxy`]'s address parsing), never the parts that consume the settings.
+//! [`crate::proxy`]'s address parsing, [`crate::domain::period`]'s periodicidad), never the
+//! parts that consume the settings.
 
 mod admin;
 mod exposure;
+mod global;
 mod load;
 mod pac;
 mod portal;
@@ -45,6 +47,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use admin::AdminSettings;
+pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacKind};
 pub use portal::PortalSettings;
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
@@ -86,6 +89,7 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub admin: AdminSettings,
     pub api: ApiSettings,
+    pub global: GlobalSettings,
     pub portal: PortalSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]

@@ -426,3 +426,37 @@ fn admin_keys_are_typed_and_checked_at_load() {
         assert_names_all(&refused(file), &[needle]);
     }
 }
+
+#[test]
+fn global_keys_are_typed_and_checked_at_load() {
+    use crate::domain::period::Periodicidad;
+    let s = Settings::defaults().expect("defaults");
+    assert_eq!(s.global.periodicidad, Periodicidad::Mensual);
+    assert_eq!(
+        (s.global.serie.as_str(), s.global.max_conceptos),
+        ("G", 1000)
+    );
+    let s = Settings::from_parts(Some("[global]\nperiodicidad = \"quincenal\"\n"), &[])
+        .expect("quincenal");
+    assert_eq!(s.global.periodicidad, Periodicidad::Quincenal);
+    let err = refused("[global]\nperiodicidad = \"anual\"\n");
+    assert_names_all(&err, &["global.periodicidad", "mensual"]);
+    let err =
+        refused("[global]\nperiodicidad = \"bimestral\"\nserie = \"G-1\"\nmax_conceptos = 0\n");
+    assert_names_all(
+        &err,
+        &[
+            "[global] periodicidad = \"bimestral\" is only for régimen 621",
+            "[global] serie",
+            "[global] max_conceptos = 0",
+        ],
+    );
+    let rif = "[emisor]\nregimen_fiscal = \"621\"\n[global]\nperiodicidad = \"bimestral\"\n";
+    assert_eq!(
+        Settings::from_parts(Some(rif), &[])
+            .expect("RIF may use bimestral")
+            .global
+            .periodicidad,
+        Periodicidad::Bimestral
+    );
+}

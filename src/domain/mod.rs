@@ -10,8 +10,10 @@
 //!   spelling (what the database stores and the admin and the API show).
 //! - [`time`]: Mexico City local time and SAT's business days.
 //! - [`cancellation`]: motivos, who must accept, and the checked cancel request.
+//! - [`period`]: the periods of a factura global (c_Periodicidad, Meses, Año).
 
 pub mod cancellation;
+pub mod period;
 pub mod stamp_key;
 pub mod states;
 pub mod time;

@@ -134,9 +134,12 @@ impl CancellationState {
 }
 
 spelled! {
-    /// What kind of comprobante an outbox row holds. Only ingresos are issued so far.
+    /// What kind of comprobante an outbox row holds.
     DocumentKind ("document kind") {
+        /// One sale's invoice (webhook payment or API request).
         Ingreso = "ingreso",
+        /// A factura global: the sales of one period without the customer's RFC.
+        Global = "global",
     }
 }
 
@@ -153,6 +156,7 @@ mod tests {
             assert_eq!(s.as_str().parse::<CancellationState>(), Ok(*s));
         }
         assert_eq!("ingreso".parse::<DocumentKind>(), Ok(DocumentKind::Ingreso));
+        assert_eq!("global".parse::<DocumentKind>(), Ok(DocumentKind::Global));
         assert!("STAMPED".parse::<DocumentState>().is_err());
         assert_eq!(
             serde_json::to_string(&DocumentState::RetryScheduled).ok(),

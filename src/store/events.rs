@@ -83,7 +83,7 @@ const RESCHEDULE_FETCH: &str = "UPDATE webhook_events SET next_attempt_at = $1, 
     WHERE id = $4 AND status = 'pending_fetch'";
 
 /// [`INSERT_EVENT`] with the event's fourteen arguments.
-fn insert_event(ev: &NewEvent, now: DateTime<Utc>) -> Stmt<'_> {
+pub(super) fn insert_event(ev: &NewEvent, now: DateTime<Utc>) -> Stmt<'_> {
     stmt(INSERT_EVENT)
         .bind(&ev.provider)
         .bind(&ev.event_id)

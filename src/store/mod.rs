@@ -15,12 +15,16 @@
 //! - `outbox.rs`: the frozen comprobante (`enqueue_in_tx`, shared by ingest and the API) and
 //!   every change of an outbox row's state; `settle.rs` is its second half, the outcome of a
 //!   stamping attempt (one, or a batch), apart only so that neither passes 800 lines.
+//! - `globals.rs`: the factura global: sales awaiting it and their recorded refunds, the
+//!   transaction that freezes a global with its members, and the lists of globals and of every
+//!   document (`invoices list`).
 //! - `portal.rs`: the self-invoicing portal: a sale by what the customer holds, the customer's
 //!   submission (the sale taken, its ingreso frozen, in one transaction), the links' key.
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
+//! - `limit.rs`: the rows of one delivery written bare, the ingest benchmark's ceiling.
 //! - `views.rs`: read-only views of the admin pages and reconciliation that join several
 //!   aggregates (documents = payment + outbox row, lists, dashboard figures); apart because
 //!   they belong to no one aggregate and change nothing.
@@ -36,6 +40,8 @@ mod attempts;
 mod cancellations;
 mod events;
 mod exec;
+mod globals;
+mod limit;
 mod outbox;
 mod payments;
 mod portal;
@@ -49,6 +55,10 @@ pub use cancellations::{CancelConflict, CancellationRow, ClaimedCancel, NewCance
 pub use events::{EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use exec::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
+};
+pub use globals::{
+    DocumentListing, Frozen, GLOBAL_PROVIDER, GlobalRow, NewGlobal, PendingSubstitution,
+    RecordedEvent, Sale,
 };
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
@@ -101,6 +111,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0007_unknown_outcomes.sql"),
     ),
     (
+        9,
+        "factura_global",
+        include_str!("../../migrations/sqlite/0009_factura_global.sql"),
+    ),
+    (
         10,
         "portal",
         include_str!("../../migrations/sqlite/0010_portal.sql"),
@@ -141,6 +156,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         7,
         "unknown_outcomes",
         include_str!("../../migrations/postgres/0007_unknown_outcomes.sql"),
+    ),
+    (
+        9,
+        "factura_global",
+        include_str!("../../migrations/postgres/0009_factura_global.sql"),
     ),
     (
         10,

@@ -39,7 +39,7 @@ pub struct OutboxDraft {
     pub test_mode: bool,
 }
 
-const INSERT_OUTBOX: &str = "INSERT INTO outbox \
+pub(super) const INSERT_OUTBOX: &str = "INSERT INTO outbox \
     (payment_id, kind, stamp_key, request_json, state, attempts, run_at, last_error_code, last_error_message, \
      test_mode, fecha, serie, folio, created_at, updated_at) \
     VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11, $12, $13, $14) \

@@ -5,6 +5,7 @@
 //! bytes received. A 2xx is sent only once the delivery is durably stored.
 
 pub mod mercadopago;
+pub mod refunds;
 pub mod replay;
 pub mod signature;
 pub mod stripe;

@@ -9,11 +9,11 @@ use autofactura::cfdi::{self, Tfd, dom::Element};
 
 const BIN: &str = env!("CARGO_BIN_EXE_autofactura");
 
-fn sat() -> PathBuf {
+pub(crate) fn sat() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/sat")
 }
 
-fn cfd() -> PathBuf {
+pub(crate) fn cfd() -> PathBuf {
     sat().join("schemas/www.sat.gob.mx/sitio_internet/cfd")
 }
 
@@ -22,7 +22,7 @@ fn run(cmd: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/test installs it)"))
 }
 
-fn autofactura(args: &[&str]) -> Output {
+pub(crate) fn autofactura(args: &[&str]) -> Output {
     run(Command::new(BIN).args(args))
 }
 
@@ -37,14 +37,14 @@ fn xsltproc(xslt: &Path, xml: &Path) -> Vec<u8> {
     out.stdout
 }
 
-fn sat_cadena(xml: &Path) -> Vec<u8> {
+pub(crate) fn sat_cadena(xml: &Path) -> Vec<u8> {
     xsltproc(
         &cfd().join("4/cadenaoriginal_4_0/cadenaoriginal_4_0.xslt"),
         xml,
     )
 }
 
-fn xmllint(schema: &Path, xml: &Path) {
+pub(crate) fn xmllint(schema: &Path, xml: &Path) {
     let out = run(Command::new("xmllint")
         .args(["--nonet", "--noout", "--schema"])
         .arg(schema)

@@ -1,0 +1,118 @@
+//! The appliance and the sandbox PAC as processes of their own (the real binary), for the parts
+//! that measure one process apart from the others: `memory` and `e2e`.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// A child process; killed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// `autofactura` without any `AUTOFACTURA__` setting of this environment.
+fn command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_autofactura"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AUTOFACTURA__") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// `GET url` answers 2xx within a minute.
+pub async fn wait_ready(url: &str, dir: &Path) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(r) = http.get(url).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("{url} did not answer; see {}", dir.display())
+}
+
+/// The sandbox PAC as its own process, answering `latency` after each request arrived; its
+/// state file and log in `dir`. Returns the process and its URL.
+pub async fn start_pac(dir: &Path, latency: Duration) -> anyhow::Result<(Proc, String)> {
+    let port = free_port()?;
+    let log = std::fs::File::create(dir.join("pac-sim.log"))?;
+    let mut cmd = command();
+    cmd.args(["pac-sim", "--listen", &format!("127.0.0.1:{port}")]);
+    if !latency.is_zero() {
+        cmd.args(["--faults", &format!("latency={}ms", latency.as_millis())]);
+    }
+    let child = cmd
+        .arg("--state")
+        .arg(dir.join("pac-sim.jsonl"))
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .context("start autofactura pac-sim")?;
+    let sim = Proc(child);
+    let url = format!("http://127.0.0.1:{port}");
+    wait_ready(&format!("{url}/_sim/stamps"), dir).await?;
+    Ok((sim, url))
+}
+
+/// `autofactura serve --config dir/name.toml` with `config` written there, once `/healthz`
+/// answers on `port`; its log is `dir/name.log`.
+pub async fn start_serve(dir: &Path, name: &str, config: &str, port: u16) -> anyhow::Result<Proc> {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config)?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let child = command()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .context("start autofactura serve")?;
+    let serve = Proc(child);
+    wait_ready(&format!("http://127.0.0.1:{port}/healthz"), dir).await?;
+    Ok(serve)
+}
+
+/// `VmHWM` and `VmRSS` of a process, in KiB.
+pub fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// CPU seconds (user + system) a process has used so far, every thread, from /proc (`self` or
+/// a pid).
+pub fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
