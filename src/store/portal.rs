@@ -76,12 +76,16 @@ impl Db {
         Ok(row.map(|r| r.0))
     }
 
-    /// The factura global that holds payment `payment_row`. No global is issued on this
-    /// branch yet, so none holds a sale; with the factura global (migration 0009) merged this
-    /// reads its membership: `SELECT o.serie, o.folio, o.uuid, o.state FROM global_members m
-    /// JOIN outbox o ON o.id = m.outbox_id WHERE m.payment_row = $1`.
-    pub async fn global_of(&self, _payment_row: i64) -> Result<Option<GlobalRef>, StoreError> {
-        Ok(None)
+    /// The factura global that holds payment `payment_row` (its membership is frozen with the
+    /// global, migration 0009), whatever the global's state.
+    pub async fn global_of(&self, payment_row: i64) -> Result<Option<GlobalRef>, StoreError> {
+        stmt(
+            "SELECT o.serie, o.folio, o.uuid, o.state FROM global_members m \
+             JOIN outbox o ON o.id = m.outbox_id WHERE m.payment_row = $1",
+        )
+        .bind(payment_row)
+        .fetch_optional(self, "find the factura global of a sale")
+        .await
     }
 
     /// In one transaction: the sale leaves `awaiting_global` / `needs_attention` (only if it is

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use autofactura::cfdi::fiscal;
 use autofactura::domain::StampKey;
+use autofactura::global::{Planner, Scope, issue};
 use autofactura::store::{PortalSubmission, Submitted, normalize_reference};
 use support::admin::count;
 use support::portal::{
     client, get, link_of, lookup, lookup_with, post, sale_without_rfc, sale_without_rfc_at, submit,
     valid_form,
 };
+use support::sales;
 use support::{Backend, TestApp, spawn_app, spawn_app_with, spawn_app_with_env};
 
 use crate::checkout::wait_document;
@@ -311,6 +313,61 @@ async fn a_sale_taken_by_the_factura_global_or_past_its_period_is_not_invoiced_a
     assert_eq!(payment_status(&app, &old_id).await, "awaiting_global");
 }
 
+async fn a_sale_in_a_stamped_factura_global_is_refused_with_the_globals_folio(b: Backend) {
+    // The portal stays open 40 days past the month's end, so only the global stands in the way.
+    let Some(app) = spawn_app_with(
+        b,
+        "[global]\nauto_issue = false\n[portal]\ndays_after_month_end = 40\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let last_month = sales::month(1);
+    sales::sell(&app, "p7", sales::at(last_month, 10, 12), 11600).await;
+    let path = link_of(&app, "ORD-p7", "116.00").await;
+    assert!(get(&app, &path).await.1.contains("fiscal-form"));
+    let planner = Planner::new(&app.settings).expect("planner");
+    let report = issue(&app.db, &planner, Scope::now_through(None), "test")
+        .await
+        .expect("global issue");
+    assert_eq!(report.issued.len(), 1, "{report:?}");
+    let (pool, _services) = app.start_pool().await;
+    let row = app.db.portal_lookup("ORD-P7", None).await.expect("look-up")[0].id;
+    let mut global = None;
+    for _ in 0..300 {
+        global = app.db.global_of(row).await.expect("global_of");
+        if global.as_ref().is_some_and(|g| g.state == "stamped") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let global = global.expect("the sale is in a global");
+    assert_eq!(global.state, "stamped", "{global:?}");
+    let folio = format!(
+        "{}-{}",
+        global.serie.as_deref().unwrap_or(""),
+        global.folio.as_deref().expect("folio")
+    );
+    // The page says so with the global's folio; a submission writes nothing.
+    let page = get(&app, &path).await.1;
+    assert!(
+        page.contains("Esta compra ya está en la factura global"),
+        "{page}"
+    );
+    assert!(page.contains(&format!("factura global {folio} ")), "{page}");
+    assert!(!page.contains("fiscal-form"), "{page}");
+    let documents = count(&app, "SELECT COUNT(*) FROM outbox").await;
+    assert_eq!(submit(&app, &path, &valid_form()).await.status(), 303);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, documents);
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) FROM portal_submissions").await,
+        0
+    );
+    assert_eq!(payment_status(&app, "pi_test_p7").await, "in_global");
+    pool.shutdown().await;
+}
+
 async fn links_are_signed_expire_and_are_printed_by_the_command_line(b: Backend) {
     let Some(app) = spawn_app(b).await else {
         return;
@@ -402,6 +459,7 @@ on_both_backends!(
     lookups_are_rate_limited_per_client_address,
     bad_input_gets_an_error_next_to_each_field_in_spanish,
     a_sale_taken_by_the_factura_global_or_past_its_period_is_not_invoiced_again,
+    a_sale_in_a_stamped_factura_global_is_refused_with_the_globals_folio,
     links_are_signed_expire_and_are_printed_by_the_command_line,
     the_portal_can_be_switched_off_and_its_bodies_are_capped,
 );
