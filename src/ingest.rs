@@ -368,7 +368,8 @@ impl Ingestor {
         let request = InvoiceRequest {
             tipo: TipoComprobante::Ingreso,
             serie: Some(self.serie.clone()),
-            // Replaced by the folio allocated in the ingest transaction.
+            // Only for the build check below: the row is frozen without a folio, assigned
+            // when a worker seals it (store/folios.rs).
             folio: Some("1".into()),
             fecha,
             moneda: sale.currency.to_owned(),

@@ -282,10 +282,12 @@ pub fn table(rows: &[DocumentListing]) -> String {
         "LAST ERROR / GLOBAL",
     ]);
     for r in rows {
+        // `—`: numbered when a worker seals it; `-`: no comprobante (yet) for this payment.
         let folio = match (&r.serie, &r.folio) {
             (Some(s), Some(f)) => format!("{s}-{f}"),
             (None, Some(f)) => f.clone(),
-            _ => "-".into(),
+            (Some(s), None) => format!("{s}-—"),
+            (None, None) => "-".into(),
         };
         let test = if r.livemode { "" } else { " (test)" };
         let note = match (r.global_id, &r.global_uuid) {

@@ -86,6 +86,22 @@ fn pretty_json(s: &str) -> String {
         .unwrap_or_else(|_| s.to_owned())
 }
 
+/// The frozen request, pretty, with the folio the row was numbered with (a request frozen
+/// without an explicit folio has none: the worker assigns it to the row before sealing).
+fn request_pretty(s: &str, folio: Option<&str>) -> String {
+    let Some(folio) = folio else {
+        return pretty_json(s);
+    };
+    serde_json::from_str::<serde_json::Value>(s)
+        .and_then(|mut v| {
+            if let Some(o) = v.as_object_mut() {
+                o.insert("folio".into(), folio.into());
+            }
+            serde_json::to_string_pretty(&v)
+        })
+        .unwrap_or_else(|_| s.to_owned())
+}
+
 async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
     let db = &state.db;
     let now = Utc::now();
@@ -150,7 +166,7 @@ async fn doc_view(state: &AppState, d: DocFull) -> Result<DocView, AdminError> {
         flag: d.flag.unwrap_or_default(),
         pac_route: d.pac_route.unwrap_or_default(),
         test_mode: d.test_mode,
-        request_pretty: pretty_json(&d.request_json),
+        request_pretty: request_pretty(&d.request_json, d.folio.as_deref()),
         sealed_xml: d
             .sealed_xml
             .as_deref()

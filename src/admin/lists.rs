@@ -57,11 +57,13 @@ pub fn receptor_rfc(request_json: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
+/// Serie-folio; `—` for a folio not assigned yet (a comprobante is numbered when a worker
+/// seals it).
 pub(super) fn serie_folio(serie: Option<&str>, folio: Option<&str>) -> String {
-    match (serie, folio) {
-        (Some(s), Some(f)) if !s.is_empty() => format!("{s}-{f}"),
-        (_, Some(f)) => f.to_owned(),
-        _ => String::new(),
+    let folio = folio.unwrap_or("—");
+    match serie {
+        Some(s) if !s.is_empty() => format!("{s}-{folio}"),
+        _ => folio.to_owned(),
     }
 }
 

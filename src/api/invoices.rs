@@ -111,7 +111,7 @@ pub async fn create(
         },
     };
     let invoice_id = match state.db.create_api_invoice(&new).await? {
-        CreateOutcome::Created { invoice_id, .. } => invoice_id,
+        CreateOutcome::Created { invoice_id } => invoice_id,
         CreateOutcome::FolioTaken => {
             return Err(ApiError::FolioConflict(format!(
                 "folio {serie}-{} belongs to another invoice",

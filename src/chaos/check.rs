@@ -25,6 +25,9 @@ pub struct OurRecord {
     pub status: String,
     pub uuid: Option<String>,
     pub last_error: Option<String>,
+    /// `None` without a comprobante; the folio `None` until a worker numbered it.
+    pub serie: Option<String>,
+    pub folio: Option<String>,
 }
 
 /// One stamp in the PAC's list (`GET /_sim/stamps`).
@@ -215,6 +218,7 @@ pub fn check(
             ));
         }
     }
+    v.problems.extend(folio_problems(ours));
     for (what, n) in not_terminal {
         if *n > 0 {
             v.not_terminal += usize::try_from(*n).unwrap_or(usize::MAX);
@@ -222,6 +226,45 @@ pub fn check(
         }
     }
     v
+}
+
+/// The numbered folios of each serie must be exactly 1..=the highest: a number given twice
+/// (two documents with one folio) or skipped (a number taken and lost, e.g. by a worker killed
+/// between taking it and writing it) is a problem. Every payment of a chaos run is numbered by
+/// the workers (no explicit folios), and a folio once written stays, whatever the row becomes.
+fn folio_problems(ours: &[OurRecord]) -> Vec<String> {
+    let mut by_serie: HashMap<&str, Vec<u64>> = HashMap::new();
+    for r in ours {
+        if let Some(n) = r.folio.as_deref().and_then(|f| f.parse().ok()) {
+            by_serie
+                .entry(r.serie.as_deref().unwrap_or(""))
+                .or_default()
+                .push(n);
+        }
+    }
+    let mut problems = Vec::new();
+    for (serie, mut folios) in by_serie {
+        folios.sort_unstable();
+        let mut repeated: Vec<u64> = folios
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        repeated.dedup();
+        let mut missing = Vec::new();
+        let mut expect = 1;
+        for f in &folios {
+            missing.extend(expect..*f);
+            expect = expect.max(f + 1);
+        }
+        if !repeated.is_empty() {
+            problems.push(format!("serie {serie}: folios given twice: {repeated:?}"));
+        }
+        if !missing.is_empty() {
+            problems.push(format!("serie {serie}: folios skipped: {missing:?}"));
+        }
+    }
+    problems
 }
 
 #[cfg(test)]
@@ -247,6 +290,8 @@ mod tests {
                 status: "stamped".into(),
                 uuid: Some(format!("UUID-{i}")),
                 last_error: None,
+                serie: Some("A".into()),
+                folio: Some((i + 1).to_string()),
             })
             .collect()
     }
@@ -374,6 +419,30 @@ mod tests {
         assert_eq!(v.not_terminal, 2);
         assert!(!v.is_ok());
         assert!(v.problems.iter().any(|p| p.contains("retry_scheduled")));
+    }
+
+    #[test]
+    fn a_folio_given_twice_or_skipped_fails_the_run() {
+        let mut o = ours(4);
+        o[2].folio = Some("2".into());
+        let v = check(&sent(4), &o, &pac(4), &[]);
+        assert!(!v.is_ok(), "{v:?}");
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p == "serie A: folios given twice: [2]"),
+            "{v:?}"
+        );
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p == "serie A: folios skipped: [3]"),
+            "{v:?}"
+        );
+        // A row not numbered yet (or never: no comprobante) is no gap.
+        let mut o = ours(4);
+        o[3].folio = None;
+        assert!(check(&sent(4), &o, &pac(4), &[]).problems.is_empty());
     }
 
     #[test]

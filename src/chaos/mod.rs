@@ -383,6 +383,8 @@ async fn run_in(
             status: r.status,
             uuid: r.uuid,
             last_error: r.last_error,
+            serie: r.serie,
+            folio: r.folio,
         })
         .collect();
     let pac = sim_stamps(&http, &cast.sim.url()).await?;

@@ -1,13 +1,15 @@
 //! The invoicing API's statements: keys, invoices, idempotency records, the merchant's webhook
 //! outbox. Written once with `$n` placeholders and run through [`super::exec`].
 //!
-//! Creating an invoice is one transaction, like a webhook payment: the payment row, the folio,
-//! the frozen outbox row, the API invoice and the idempotency record commit together or not at
+//! Creating an invoice is one transaction, like a webhook payment: the payment row, the explicit
+//! folio if any (a folio of the serie's numbering is assigned when the worker seals it), the
+//! frozen outbox row, the API invoice and the idempotency record commit together or not at
 //! all, so a key is never taken without its invoice nor an invoice written without its key.
 
 use chrono::{DateTime, Utc};
 
 use super::exec::{Dialect, Dialected, Tx, stmt};
+use super::folios::bump_past_in;
 use super::outbox::{enqueue_in_tx, supersede_folio_in, supersede_invoice_in};
 use super::payments::insert_payment_in;
 pub use super::rows::{ApiInvoiceRow, ApiKeyListing, ApiKeyRow, ClaimedWebhook, IdemRecord};
@@ -32,7 +34,8 @@ pub struct NewApiInvoice {
     pub api_key_id: i64,
     pub idem: Option<NewIdem>,
     pub payment: NewPayment,
-    /// `request.folio` set = an explicit folio (claimed); `None` = allocated from the serie.
+    /// `request.folio` set = an explicit folio (claimed); `None` = the serie's next, assigned
+    /// when the worker seals it.
     pub draft: OutboxDraft,
 }
 
@@ -41,7 +44,6 @@ pub struct NewApiInvoice {
 pub enum CreateOutcome {
     Created {
         invoice_id: i64,
-        folio: String,
     },
     /// Another request holds the idempotency key (or it changed meanwhile): nothing written.
     KeyTaken,
@@ -187,8 +189,8 @@ impl Db {
             .await
     }
 
-    /// In one transaction: release what must be released, then the payment, the folio (explicit
-    /// or allocated), the frozen outbox row, the API invoice and the idempotency record.
+    /// In one transaction: release what must be released, then the payment, the explicit folio
+    /// if any, the frozen outbox row, the API invoice and the idempotency record.
     pub async fn create_api_invoice(
         &self,
         inv: &NewApiInvoice,
@@ -230,6 +232,8 @@ impl Db {
             }
             let folio_claim = match &explicit {
                 Some(folio) => {
+                    // First, so that the check below sees any batch numbered meanwhile.
+                    bump_past_in(&mut tx, &serie, folio).await?;
                     let (live,): (i64,) = stmt(FOLIO_LIVE)
                         .bind(&serie)
                         .bind(folio)
@@ -255,7 +259,7 @@ impl Db {
                     p.payment_id
                 )));
             };
-            let (outbox_id, folio) =
+            let outbox_id =
                 enqueue_in_tx(&mut tx, payment_row, &mut draft, explicit.clone(), now).await?;
             // The stamp key of an API invoice is new by construction (its public id).
             let outbox_id =
@@ -287,7 +291,7 @@ impl Db {
                     return Ok(CreateOutcome::KeyTaken);
                 }
             }
-            Ok::<_, StoreError>(CreateOutcome::Created { invoice_id, folio })
+            Ok::<_, StoreError>(CreateOutcome::Created { invoice_id })
         };
         tx.commit("commit the API invoice").await?;
         out

@@ -49,11 +49,11 @@ pub enum IngestOutcome {
     DuplicateEvent,
     /// A new event for a payment already recorded: the event is kept, nothing else.
     DuplicatePayment,
-    /// Payment recorded; `folio` is set when an outbox row was written.
+    /// Payment recorded, with its outbox row when it has a comprobante to stamp (numbered
+    /// later, when a worker seals it).
     Recorded {
         payment_row: i64,
         outbox_row: Option<i64>,
-        folio: Option<String>,
     },
 }
 
@@ -144,14 +144,12 @@ async fn ingest_in_tx(
         return Ok(IngestOutcome::Recorded {
             payment_row,
             outbox_row: None,
-            folio: None,
         });
     };
-    let (outbox_row, folio) = enqueue_in_tx(tx, payment_row, &mut draft, None, now).await?;
+    let outbox_row = enqueue_in_tx(tx, payment_row, &mut draft, None, now).await?;
     Ok(IngestOutcome::Recorded {
         payment_row,
         outbox_row,
-        folio: Some(folio),
     })
 }
 
@@ -179,8 +177,9 @@ impl Db {
     }
 
     /// In one transaction: the event (or the takeover of a stored one), the payment and, when
-    /// `draft` is given, a folio and the outbox row with the frozen comprobante. Every insert
-    /// is `ON CONFLICT DO NOTHING`, so a redelivery writes nothing and no folio is spent.
+    /// `draft` is given, the outbox row with the frozen comprobante. Every insert is `ON
+    /// CONFLICT DO NOTHING`, so a redelivery writes nothing. No folio is taken here (no row
+    /// every webhook of a serie would wait on): the worker numbers the row when it seals it.
     pub async fn ingest(
         &self,
         event: &EventRow,

@@ -363,6 +363,15 @@ impl<'a> Stmt<'a> {
         Ok(rows.into_iter().next())
     }
 
+    /// Reads every row inside `tx`.
+    pub(super) async fn fetch_all_in<T: Record>(
+        self,
+        tx: &mut Tx<'_>,
+        what: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
+        self.rows(Target::Tx(tx), Mode::All, what).await
+    }
+
     /// Reads exactly one row inside `tx`.
     pub(super) async fn fetch_one_in<T: Record>(
         self,
@@ -472,6 +481,14 @@ pub(super) enum Tx<'l> {
 }
 
 impl Tx<'_> {
+    /// Which SQL to pick where the backends differ.
+    pub(super) fn dialect(&self) -> Dialect {
+        match self {
+            Tx::Sqlite { .. } => Dialect::Sqlite,
+            Tx::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
     pub(super) async fn commit(self, what: &'static str) -> Result<(), StoreError> {
         match self {
             Tx::Sqlite { tx, _write } => tx.commit().await,

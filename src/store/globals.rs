@@ -331,7 +331,7 @@ impl Db {
             )));
         };
         let mut draft = g.draft.clone();
-        let (outbox_id, _) = enqueue_in_tx(&mut tx, payment_row, &mut draft, None, now).await?;
+        let outbox_id = enqueue_in_tx(&mut tx, payment_row, &mut draft, None, now).await?;
         let Some(outbox_id) = outbox_id else {
             tx.rollback().await?;
             return Ok(Frozen::Changed(format!(

@@ -11,7 +11,9 @@
 //!   ([`crate::domain::DocumentState`], …) to and from their one stored spelling.
 //! - `rows.rs`: the `#[derive(sqlx::FromRow)]` structs statements read into.
 //! - `events.rs`: webhook deliveries and the ingest transaction.
-//! - `payments.rs`: payments and the folio sequences.
+//! - `payments.rs`: payments.
+//! - `folios.rs`: the folio sequences: a claimed batch numbered before it is sealed, and an
+//!   explicit folio kept out of the numbering's way.
 //! - `outbox.rs`: the frozen comprobante (`enqueue_in_tx`, shared by ingest and the API) and
 //!   every change of an outbox row's state; `settle.rs` is its second half, the outcome of a
 //!   stamping attempt (one, or a batch), apart only so that neither passes 800 lines.
@@ -40,6 +42,7 @@ mod attempts;
 mod cancellations;
 mod events;
 mod exec;
+mod folios;
 mod globals;
 mod limit;
 mod outbox;

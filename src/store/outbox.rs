@@ -1,5 +1,5 @@
-//! The outbox: one row per comprobante, frozen with its folio before any PAC call, and every
-//! change of its state — the claim with a lease, sealing, the outcome of a stamping attempt
+//! The outbox: one row per comprobante, frozen at ingest (its folio, unless explicit, is
+//! assigned when a worker seals it: `folios.rs`), and every change of its state — the claim with a lease, sealing, the outcome of a stamping attempt
 //! (in `settle.rs`, its second half), the release at shutdown, the end of a cancelled invoice, the
 //! superseding of an API invoice, and the admin's retry, refreeze and adoption of a stamp.
 //!
@@ -15,7 +15,6 @@ use super::StoreError;
 use super::admin::audit_in;
 use super::api::queue_api_event_in;
 use super::exec::{Dialect, Dialected, Tx, column, shift_params, stmt};
-use super::payments::next_folio_in;
 use super::rows::ClaimedStampRow;
 use super::{Db, ctx};
 use crate::cfdi::InvoiceRequest;
@@ -25,8 +24,8 @@ use crate::domain::{DocumentKind, DocumentState, StampKey};
 /// from then on): the admin lists these as unresolved.
 pub const UNRESOLVED: &str = "UNRESOLVED";
 
-/// The comprobante to freeze with the payment. The folio is allocated in the transaction and
-/// written into `request` before it is serialized.
+/// The comprobante to freeze with the payment. Its request's folio is left out (`None`) unless
+/// it is explicit: the worker assigns it into the row's `folio` column before sealing.
 #[derive(Debug, Clone)]
 pub struct OutboxDraft {
     pub kind: DocumentKind,
@@ -45,25 +44,17 @@ pub(super) const INSERT_OUTBOX: &str = "INSERT INTO outbox \
     VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
     ON CONFLICT (stamp_key) DO NOTHING RETURNING id";
 
-/// In `tx`, for the payment `payment_row` (webhook ingest and the API alike): the folio
-/// (`explicit`, or the next of the draft's serie), written into the request, and the outbox
-/// row with the frozen comprobante. Returns the row (`None` when its stamp key exists) and
-/// the folio.
+/// In `tx`, for the payment `payment_row` (webhook ingest and the API alike): the outbox row
+/// with the frozen comprobante, its folio `explicit` or none yet (no sequence is touched here:
+/// see `folios.rs`). Returns the row, `None` when its stamp key exists.
 pub(super) async fn enqueue_in_tx(
     tx: &mut Tx<'_>,
     payment_row: i64,
     draft: &mut OutboxDraft,
     explicit: Option<String>,
     now: DateTime<Utc>,
-) -> Result<(Option<i64>, String), StoreError> {
-    let folio = match explicit {
-        Some(f) => f,
-        None => {
-            let serie = draft.request.serie.clone().unwrap_or_default();
-            next_folio_in(tx, &serie).await?.to_string()
-        }
-    };
-    draft.request.folio = Some(folio.clone());
+) -> Result<Option<i64>, StoreError> {
+    draft.request.folio.clone_from(&explicit);
     let request_json = serde_json::to_string(&draft.request)
         .map_err(|e| StoreError::Other(format!("cannot serialize the invoice request: {e}")))?;
     let row: Option<(i64,)> = stmt(INSERT_OUTBOX)
@@ -78,12 +69,12 @@ pub(super) async fn enqueue_in_tx(
         .bind(draft.test_mode)
         .bind(draft.request.fecha)
         .bind(draft.request.serie.as_deref())
-        .bind(&folio)
+        .bind(&explicit)
         .bind(now)
         .bind(now)
         .fetch_optional_in(tx, "insert the outbox row")
         .await?;
-    Ok((row.map(|r| r.0), folio))
+    Ok(row.map(|r| r.0))
 }
 
 /// In `tx`: a stamped invoice whose cancellation SAT confirmed leaves the stamped list;
@@ -156,6 +147,11 @@ pub struct ClaimedStamp {
     pub test_mode: bool,
     /// PACs the document was ever sent to (failover), comma-separated.
     pub pac_route: Option<String>,
+    /// `""` for none: the key of its folio sequence.
+    pub serie: String,
+    /// `None` until assigned ([`Db::assign_folios`]); then the folio the row is sealed with,
+    /// whatever its frozen request says.
+    pub folio: Option<String>,
 }
 
 impl From<ClaimedStampRow> for ClaimedStamp {
@@ -169,6 +165,8 @@ impl From<ClaimedStampRow> for ClaimedStamp {
             attempts: r.attempts,
             test_mode: r.test_mode,
             pac_route: r.pac_route,
+            serie: r.serie,
+            folio: r.folio,
         }
     }
 }
@@ -189,7 +187,8 @@ static CLAIM_EXPIRED: Dialected = Dialected::new(
      lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 \
      WHERE id IN (SELECT id FROM outbox{EXPIRED_INDEX} WHERE state = 'stamping' \
      AND lease_expires_at <= $3 ORDER BY lease_expires_at, id LIMIT $4{LOCK}) \
-     RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route",
+     RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route, \
+     COALESCE(serie, '') AS serie, folio",
     INDEXED_BY,
 );
 /// Second kind: rows due now.
@@ -198,7 +197,8 @@ static CLAIM_DUE: Dialected = Dialected::new(
      lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 \
      WHERE id IN (SELECT id FROM outbox{DUE_INDEX} WHERE state IN ('pending', 'retry_scheduled', \
      'unknown') AND run_at <= $3 ORDER BY run_at, id LIMIT $4{LOCK}) \
-     RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route",
+     RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route, \
+     COALESCE(serie, '') AS serie, folio",
     INDEXED_BY,
 );
 

@@ -1,4 +1,4 @@
-//! Payments and the folio sequences their comprobantes take numbers from.
+//! Payments (their comprobantes' folios are in `folios.rs`).
 
 use chrono::{DateTime, Utc};
 
@@ -39,11 +39,6 @@ const INSERT_PAYMENT: &str = "INSERT INTO payments \
 pub(super) const SELECT_PAYMENT: &str = "SELECT id, provider, payment_id, event_id, amount, \
     currency, method, forma_pago, customer_json, paid_at, livemode, status, reason, created_at \
     FROM payments";
-
-/// Returns the folio allocated (the value before the increment).
-const NEXT_FOLIO: &str = "INSERT INTO folio_sequences (serie, next_folio) VALUES ($1, 2) \
-    ON CONFLICT (serie) DO UPDATE SET next_folio = folio_sequences.next_folio + 1 \
-    RETURNING next_folio - 1";
 
 /// Payments with their invoice state (the sales: a factura global's own payment row is left
 /// out). The receptor's RFC is read out of the frozen JSON, which each backend does with its own
@@ -114,15 +109,6 @@ fn lookup_references(p: &NewPayment) -> Vec<String> {
     refs.sort();
     refs.dedup();
     refs
-}
-
-/// In `tx`: the next folio of `serie`.
-pub(super) async fn next_folio_in(tx: &mut Tx<'_>, serie: &str) -> Result<i64, StoreError> {
-    let (folio,): (i64,) = stmt(NEXT_FOLIO)
-        .bind(serie)
-        .fetch_one_in(tx, "allocate a folio")
-        .await?;
-    Ok(folio)
 }
 
 impl Db {

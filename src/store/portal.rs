@@ -112,8 +112,7 @@ impl Db {
             tx.rollback().await?;
             return Ok(Submitted::Taken);
         }
-        let (outbox_id, _folio) =
-            enqueue_in_tx(&mut tx, s.payment_row, &mut draft, None, now).await?;
+        let outbox_id = enqueue_in_tx(&mut tx, s.payment_row, &mut draft, None, now).await?;
         let Some(outbox_id) = outbox_id else {
             // Its stamp key is taken: the sale has an ingreso already.
             tx.rollback().await?;

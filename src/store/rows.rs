@@ -270,6 +270,8 @@ pub(super) struct ClaimedStampRow {
     pub(super) attempts: i32,
     pub(super) test_mode: bool,
     pub(super) pac_route: Option<String>,
+    pub(super) serie: String,
+    pub(super) folio: Option<String>,
 }
 
 /// A stored notification whose payment must still be fetched.

@@ -172,13 +172,10 @@ async fn stripe_webhook(
                 .ingest(&EventRow::Insert(Box::new(row)), &payment, draft)
                 .await?;
             tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %payment.status, "stripe payment");
-            let folio = match &out {
-                IngestOutcome::Recorded { folio, .. } => folio.clone(),
-                _ => None,
-            };
+            // No folio: it is assigned when the worker seals the comprobante.
             return Ok(ack(
                 outcome_name(&out),
-                serde_json::json!({ "payment_status": payment.status, "folio": folio, "reason": payment.reason }),
+                serde_json::json!({ "payment_status": payment.status, "reason": payment.reason }),
             ));
         }
         stripe::Meaning::Record {

@@ -17,7 +17,9 @@
 //! - A row is claimed with a lease in one short statement; no transaction or row lock is held
 //!   while the PAC call runs, and a keepalive extends the lease meanwhile.
 //! - The document is sealed once from the frozen request and the sealed bytes are stored before
-//!   the first PAC call; every attempt sends those bytes under the row's stamp key.
+//!   the first PAC call; every attempt sends those bytes under the row's stamp key. Its folio
+//!   (unless explicit) is assigned just before, for the whole claimed batch, and committed
+//!   first: the sealed bytes carry it, and a re-claimed row keeps it.
 //! - A row that may have reached the PAC (`unknown`, or a `stamping` row whose worker died) is
 //!   first *recovered* by key; only if the PAC holds no stamp are the same bytes sent again.
 //! - `failed` and `expired` mean the PAC did not stamp the document, for sure. An outcome the
@@ -35,7 +37,8 @@
 //! - `pool.rs`: the slots, the ready queue of sealed rows and its counters, the rows claimed
 //!   and not sent yet (released on shutdown).
 //! - `prepare.rs`: claim ahead and seal ahead: claiming rows (in batches while a call runs),
-//!   reading and sealing their frozen requests, storing the sealed bytes before any send.
+//!   reading their frozen requests, numbering those without a folio, sealing them, storing the
+//!   sealed bytes before any send.
 //! - `send.rs`: the PAC call (recovery by key first when it may have been sent, the lease
 //!   keepalive), the attempt log, and turning the outcome into a settle; [`DbRouteLog`].
 //! - `settle.rs`: storing outcomes, and the settler task that batches fresh stamps from its

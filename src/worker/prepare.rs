@@ -1,12 +1,14 @@
 //! Claim ahead and seal ahead: a due row is claimed (while the slot's current call runs, a
-//! batch of them, for this slot and the others), its frozen request read and sealed once, and
-//! the sealed bytes stored before any PAC call.
+//! batch of them, for this slot and the others), its frozen request read, numbered (the batch's
+//! rows without a folio get their serie's next ones, committed first) and sealed once, and the
+//! sealed bytes stored before any PAC call.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use chrono::Utc;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info, info_span, warn};
 
 use super::Worker;
 use super::pool::Counted;
@@ -54,7 +56,9 @@ pub(super) struct Prepared {
     /// Including this claim.
     pub(super) attempts: i32,
     pub(super) key: StampKey,
+    /// Serie-folio, for the logs.
     pub(super) folio: String,
+    /// The frozen request, with the row's folio.
     pub(super) req: InvoiceRequest,
     /// The stored sealed bytes: what every attempt sends.
     pub(super) sealed: Vec<u8>,
@@ -135,16 +139,18 @@ impl Worker {
         Ok(Next::Idle)
     }
 
-    /// The first half of stamping, for a batch of claimed rows: reads each frozen request and
-    /// seals the ones not sealed yet (on the blocking pool, in one task), then stores all the
-    /// sealed bytes in one write before any of them is sent; the stored bytes are what every
-    /// attempt sends. Rows that cannot be sent are settled here, without a PAC call.
+    /// The first half of stamping, for a batch of claimed rows: reads each frozen request,
+    /// numbers the rows without a folio (one statement per serie, committed), seals the ones not
+    /// sealed yet (on the blocking pool, in one task), then stores all the sealed bytes in one
+    /// write before any of them is sent; the stored bytes are what every attempt sends. Rows
+    /// that cannot be sent are settled here, without a PAC call (and without a folio).
     async fn prepare(&self, claimed: Vec<ClaimedStamp>) -> Result<Vec<Prepared>, StoreError> {
         let claimed_at = Instant::now();
         let mut checked = Vec::with_capacity(claimed.len());
+        let mut to_number = Vec::new();
         for c in claimed {
             let id = c.id;
-            let req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
+            let mut req: InvoiceRequest = match serde_json::from_str(&c.request_json) {
                 Ok(r) => r,
                 Err(e) => {
                     let msg = format!("the frozen request cannot be read: {e}");
@@ -157,26 +163,64 @@ impl Worker {
                 self.fail_unsent(id, "FROZEN", &msg).await?;
                 continue;
             };
-            let folio = format!(
-                "{}-{}",
-                req.serie.as_deref().unwrap_or(""),
-                req.folio.as_deref().unwrap_or("")
-            );
             if c.test_mode && self.pac_is_production {
                 let msg = "a test-mode payment is never sent to a production PAC";
                 self.fail_unsent(id, "TEST_MODE", msg).await?;
                 continue;
+            }
+            // The row's folio is the one it is sealed with (its request has none unless the
+            // folio was explicit).
+            if c.folio.is_some() {
+                req.folio = c.folio;
+            } else if c.sealed_xml.is_none() {
+                // Never sealed, so never sent: past its window it expires without taking a
+                // folio (a refreeze numbers it then).
+                if self.past_window(&req) {
+                    self.expire_unsent(id, &req, &mut Answered::nobody())
+                        .await?;
+                    continue;
+                }
+                to_number.push((id, c.serie));
             }
             checked.push(Prepared {
                 id,
                 claimed_from: c.claimed_from,
                 attempts: c.attempts,
                 key,
-                folio,
+                folio: String::new(),
                 req,
                 sealed: c.sealed_xml.unwrap_or_default(),
                 claimed_at,
             });
+        }
+        if !to_number.is_empty() {
+            let numbered: HashMap<i64, String> = self
+                .db
+                .assign_folios(&self.id, &to_number)
+                .await?
+                .into_iter()
+                .collect();
+            checked.retain_mut(|p| {
+                if !to_number.iter().any(|(id, _)| *id == p.id) {
+                    return true;
+                }
+                let Some(folio) = numbered.get(&p.id) else {
+                    warn!(
+                        outbox_id = p.id,
+                        "another worker took the row over before it was numbered; left to it"
+                    );
+                    return false;
+                };
+                p.req.folio = Some(folio.clone());
+                true
+            });
+        }
+        for p in &mut checked {
+            p.folio = format!(
+                "{}-{}",
+                p.req.serie.as_deref().unwrap_or(""),
+                p.req.folio.as_deref().unwrap_or("")
+            );
         }
         // Seal once: only rows that were never sealed.
         let to_seal: Vec<InvoiceRequest> = checked

@@ -107,9 +107,7 @@ impl Worker {
                 }
             }
         } else if expired {
-            return self
-                .fail(id, DocumentState::Expired, "WINDOW", &format!("Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin", req.fecha), answered)
-                .await;
+            return self.expire_unsent(id, req, answered).await;
         }
 
         let (route, outcome, latency) = self.stamp_with_keepalive(id, sealed, key).await?;
@@ -178,7 +176,22 @@ impl Worker {
         }
     }
 
-    fn past_window(&self, req: &InvoiceRequest) -> bool {
+    /// A document never sent whose window closed: `expired`, for the admin to refreeze.
+    pub(super) async fn expire_unsent(
+        &self,
+        id: i64,
+        req: &InvoiceRequest,
+        answered: &mut Answered,
+    ) -> Result<(), StoreError> {
+        let msg = format!(
+            "Fecha {} is past the 72-hour window; it was never sent to the PAC; refreeze it from the admin",
+            req.fecha
+        );
+        self.fail(id, DocumentState::Expired, "WINDOW", &msg, answered)
+            .await
+    }
+
+    pub(super) fn past_window(&self, req: &InvoiceRequest) -> bool {
         let Some(end) = self.window_end(req) else {
             return false;
         };

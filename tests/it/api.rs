@@ -474,6 +474,11 @@ async fn a_queued_invoice_answers_202_then_409_then_the_201(b: Backend) {
     let first = rig.post(&invoice(), Some("k-queued")).await;
     assert_eq!(first.status, 202, "no worker yet: {}", first.text());
     assert_eq!(first.json()["status"], "pending");
+    assert_eq!(
+        first.json()["folio"],
+        Value::Null,
+        "the folio is assigned when the worker seals the invoice"
+    );
     let id = first.json()["id"].as_str().expect("id").to_owned();
     let dup = rig.post(&invoice(), Some("k-queued")).await;
     dup.assert_error(409, "DUPLICATE_IN_PROGRESS", "");
@@ -491,6 +496,7 @@ async fn a_queued_invoice_answers_202_then_409_then_the_201(b: Backend) {
     assert_eq!(replay.status, 201, "{}", replay.text());
     assert!(replay.replayed);
     assert_eq!(replay.json()["uuid"], stamped["uuid"]);
+    assert_eq!(replay.json()["folio"], "1", "numbered when sealed");
     let again = rig.post(&invoice(), Some("k-queued")).await;
     assert_eq!(again.body, replay.body, "byte for byte from now on");
     assert_eq!(rig.stamps().await.len(), 1);
@@ -611,6 +617,78 @@ async fn an_explicit_folio_derives_the_key(b: Backend) {
         "no key, no folio: new invoices"
     );
     assert_eq!(rig.stamps().await.len(), 3);
+}
+
+/// Serie N: `folio` explicit, or numbered by the worker when `None`; a price per call keeps
+/// the bodies apart (no key is derived without a folio).
+fn in_serie_n(folio: Option<&str>, price: usize) -> Value {
+    let mut v = with_price(&format!("{price}.00"));
+    v["serie"] = json!("N");
+    if let Some(f) = folio {
+        v["folio"] = json!(f);
+    }
+    v
+}
+
+// 6: numbering (at sealing) never hands out a folio claimed explicitly, and an explicit folio
+// that numbering gave out, or another invoice holds, is a folio_conflict: an explicit numeric
+// folio moves the serie's numbering past itself.
+async fn numbering_never_hands_out_an_explicit_folio(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let rig = Arc::new(rig);
+    let (_pool, _s) = rig.pool().await;
+    let explicit = rig.post(&in_serie_n(Some("3"), 1), None).await;
+    explicit.assert_created(false);
+    assert_eq!(explicit.json()["folio"], "3");
+    let mut numbered = Vec::new();
+    for price in 2..5 {
+        let r = rig.post(&in_serie_n(None, price), None).await;
+        r.assert_created(false);
+        numbered.push(r.json()["folio"].as_str().expect("folio").to_owned());
+    }
+    assert_eq!(numbered, ["4", "5", "6"], "numbering continues past 3");
+    rig.post(&in_serie_n(Some("5"), 5), None)
+        .await
+        .assert_error(409, "folio_conflict", "5 was numbered");
+    rig.post(&in_serie_n(Some("3"), 6), None)
+        .await
+        .assert_error(409, "folio_conflict", "3 is held explicitly");
+
+    // Concurrently, explicit folios at the numbering's edge: each is either taken (201, that
+    // folio) or already numbered (409 folio_conflict); no folio is ever given twice.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        let rig = rig.clone();
+        let folio = (i % 4 == 0).then(|| (8 + i).to_string());
+        tasks.spawn(async move {
+            let r = rig.post(&in_serie_n(folio.as_deref(), 100 + i), None).await;
+            (folio, r)
+        });
+    }
+    let mut created = 4;
+    while let Some(done) = tasks.join_next().await {
+        let (folio, r) = done.expect("task");
+        match folio {
+            Some(f) if r.status == 409 => r.assert_error(409, "folio_conflict", &f),
+            Some(f) => {
+                r.assert_created(false);
+                assert_eq!(r.json()["folio"], f.as_str());
+                created += 1;
+            }
+            None => {
+                r.assert_created(false);
+                created += 1;
+            }
+        }
+    }
+    let folios = support::rows::folios_of(&rig.app.db, "N").await;
+    let mut distinct = folios.clone();
+    distinct.dedup();
+    assert_eq!(folios, distinct, "no folio twice");
+    assert_eq!(folios.len(), created, "{folios:?}");
+    assert_eq!(rig.stamps().await.len(), created, "each stamped once");
 }
 
 // 4, 8: a PAC rejection and our own validation error release the key; corrected data under the
@@ -1183,6 +1261,7 @@ on_both_backends!(
     a_queued_invoice_answers_202_then_409_then_the_201,
     concurrent_requests_with_one_key_stamp_once,
     an_explicit_folio_derives_the_key,
+    numbering_never_hands_out_an_explicit_folio,
     an_invoice_that_ends_without_a_stamp_releases_its_key,
     amounts_beyond_the_cfdi_limits_are_refused_naming_the_field,
     a_pac_timeout_is_resolved_later_and_replayed,

@@ -5,6 +5,7 @@
 //!   webhooks, the admin session, WebDriver for Chromium, where PostgreSQL comes from).
 //! - `cfdi`, `cfdi_props`: the engine against the SAT's XSD, XSLT and an independent verifier.
 //! - `webhooks`, `api`, `worker`, `pac`, `admin`, `admin_e2e`: each part through the real server.
+//! - `folio`: folios numbered at sealing, 1..N per serie under load, redeliveries and SIGKILL.
 //! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them.
 //! - `security`, `internet`, `fuzz_regressions`: what faces the internet (routes, limits,
 //!   proxies, listeners, TLS), and the parsers' saved crash inputs.
@@ -19,6 +20,7 @@ mod cfdi;
 mod cfdi_props;
 mod checkout;
 mod cli_e2e;
+mod folio;
 mod fuzz_regressions;
 mod global;
 mod global_admin;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use autofactura::cfdi::{InvoiceRequest, ReceptorData};
 use autofactura::webhooks::{mercadopago, signature, stripe};
 use serde_json::{Value, json};
+use support::rows::{folios_of, outbox_status};
 use support::{Backend, STRIPE_SECRET, TestApp, spawn_app, spawn_app_with};
 
 fn pi_body(suffix: &str) -> String {
@@ -64,7 +65,8 @@ async fn a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row(b: B
             row.serie.as_deref(),
             row.folio.as_deref()
         ),
-        ("pending", Some("A"), Some("1"))
+        ("pending", Some("A"), None),
+        "frozen without a folio: a worker assigns it when it seals the row"
     );
     assert_eq!(row.amount, "116.00");
     assert!(!row.livemode, "test-mode payment is marked");
@@ -75,7 +77,7 @@ async fn a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row(b: B
         (req.forma_pago.as_str(), req.metodo_pago.as_str()),
         ("04", "PUE")
     );
-    assert_eq!(req.folio.as_deref(), Some("1"));
+    assert_eq!(req.folio, None);
     assert_eq!(req.lines[0].unit_price.to_string(), "116.00");
     match &req.receptor {
         ReceptorData::Nominativo {
@@ -101,9 +103,21 @@ async fn a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row(b: B
         row.stamp_key.as_deref(),
         Some(autofactura::domain::StampKey::derive("stripe", "pi_test_frozen", "ingreso").as_str())
     );
-    // The frozen request seals as is.
+    // The frozen request seals as is. A worker finds this sale (January 2026) past the SAT's
+    // window before numbering it: it expires unsent without taking a folio.
     let csd = autofactura::sandbox::csd().expect("csd");
     autofactura::cfdi::seal(&req, &csd).expect("the frozen request seals");
+    app.drain(30).await;
+    let key = autofactura::domain::StampKey::derive("stripe", "pi_test_frozen", "ingreso");
+    let doc = outbox_status(&app.db, key.as_str()).await.expect("row");
+    assert_eq!(
+        (
+            doc.state.as_str(),
+            doc.folio.as_deref(),
+            doc.sealed_xml.is_some()
+        ),
+        ("expired", None, false)
+    );
 }
 
 async fn a_redelivery_answers_200_and_writes_nothing_new(b: Backend) {
@@ -119,6 +133,7 @@ async fn a_redelivery_answers_200_and_writes_nothing_new(b: Backend) {
     assert_eq!(app.events().await.len(), 1);
     // No folio was spent on the duplicates.
     app.post_stripe_signed(&pi_body("next")).await;
+    app.drain(30).await;
     let folios: Vec<_> = app
         .invoices()
         .await
@@ -146,8 +161,9 @@ async fn fifty_concurrent_deliveries_of_one_event_yield_one_payment_and_one_outb
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     let rows = app.invoices().await;
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].folio.as_deref(), Some("1"));
     assert_eq!(app.events().await.len(), 1);
+    app.drain(30).await;
+    assert_eq!(folios_of(&app.db, "A").await, [1], "one folio, the first");
 }
 
 async fn a_missing_or_wrong_signature_is_refused_with_a_reason_and_nothing_written(b: Backend) {

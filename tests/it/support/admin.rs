@@ -241,11 +241,40 @@ pub async fn doc(app: &TestApp, id: i64) -> DocFull {
     app.db.document(id).await.expect("db").expect("document")
 }
 
-/// Seals the frozen request with the sandbox CSD and stores the bytes as a worker does before
-/// its first PAC call.
-pub async fn seal(app: &TestApp, id: i64) -> Vec<u8> {
+/// Numbers the row as a worker does before sealing it, through the worker's own statement
+/// (which needs the row leased to the caller: leased for it, then given back): its serie's
+/// next folio, unless it has one.
+pub async fn number(app: &TestApp, id: i64) -> String {
     let d = doc(app, id).await;
-    let req: InvoiceRequest = serde_json::from_str(&d.request_json).expect("request");
+    if let Some(f) = d.folio {
+        return f;
+    }
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET claimed_from = state, state = 'stamping', lease_owner = 'fixture' WHERE id = ?",
+        id
+    );
+    let serie = d.serie.unwrap_or_default();
+    let got = app
+        .db
+        .assign_folios("fixture", &[(id, serie)])
+        .await
+        .expect("assign a folio");
+    fixture_sql!(
+        &app.db,
+        "UPDATE outbox SET state = claimed_from, lease_owner = NULL WHERE id = ?",
+        id
+    );
+    got.into_iter().next().expect("numbered").1
+}
+
+/// Numbers and seals the frozen request with the sandbox CSD and stores the bytes as a worker
+/// does before its first PAC call.
+pub async fn seal(app: &TestApp, id: i64) -> Vec<u8> {
+    let folio = number(app, id).await;
+    let d = doc(app, id).await;
+    let mut req: InvoiceRequest = serde_json::from_str(&d.request_json).expect("request");
+    req.folio = Some(folio);
     let csd = autofactura::sandbox::csd().expect("csd");
     let xml = autofactura::cfdi::seal(&req, &csd).expect("seal").xml;
     fixture_sql!(

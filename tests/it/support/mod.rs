@@ -153,6 +153,13 @@ impl TestApp {
         (pool, services)
     }
 
+    /// Runs a worker pool until no outbox row waits for a stamp (within `secs`), then stops it.
+    pub async fn drain(&self, secs: u64) {
+        let (pool, _services) = self.start_pool().await;
+        rows::wait_drained(&self.db, secs).await;
+        pool.shutdown().await;
+    }
+
     pub async fn post_stripe(&self, body: &str, header: Option<String>) -> reqwest::Response {
         let mut req = self
             .http

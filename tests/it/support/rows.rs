@@ -89,3 +89,73 @@ pub async fn attempts_per_worker(db: &Db) -> Vec<(String, i64)> {
     )
     .await
 }
+
+/// Outbox rows a worker still has to take to an end (`pending`, `stamping`, `retry_scheduled`,
+/// `unknown`).
+pub async fn undrained(db: &Db) -> i64 {
+    let n: Vec<(i64,)> = fetch_rows(
+        db,
+        "SELECT COUNT(*) FROM outbox WHERE state IN ('pending', 'stamping', 'retry_scheduled', 'unknown')",
+        &[],
+    )
+    .await;
+    n[0].0
+}
+
+/// Waits (at most `secs`) until no outbox row waits for a worker.
+pub async fn wait_drained(db: &Db, secs: u64) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let left = undrained(db).await;
+        if left == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{left} outbox rows not drained within {secs} s: {:?}",
+            db.outbox_counts().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Every folio assigned in `serie` (numbers only), sorted: after a drain, 1..=N.
+pub async fn folios_of(db: &Db, serie: &str) -> Vec<i64> {
+    let rows: Vec<(Option<String>,)> = fetch_rows(
+        db,
+        "SELECT folio FROM outbox WHERE serie = $1 AND folio IS NOT NULL",
+        &[Bind::Str(serie)],
+    )
+    .await;
+    let mut n: Vec<i64> = rows
+        .into_iter()
+        .map(|(f,)| {
+            let f = f.unwrap_or_default();
+            f.parse()
+                .unwrap_or_else(|_| panic!("folio {f:?} is not a number"))
+        })
+        .collect();
+    n.sort_unstable();
+    n
+}
+
+/// Asserts `folios` are exactly 1..=`n`: no gap, no repeat.
+pub fn assert_gapless(folios: &[i64], n: usize) {
+    let want: Vec<i64> = (1..=i64::try_from(n).expect("n")).collect();
+    if folios != want.as_slice() {
+        let mut seen = std::collections::BTreeMap::new();
+        for f in folios {
+            *seen.entry(*f).or_insert(0) += 1;
+        }
+        let repeated: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|f| !seen.contains_key(f))
+            .take(20)
+            .collect();
+        panic!(
+            "folios are not 1..={n}: {} assigned, repeated {repeated:?}, missing (first 20) {missing:?}",
+            folios.len()
+        );
+    }
+}
