@@ -54,6 +54,9 @@ pub enum Command {
     /// Manage keys of the invoicing API (`/v1`).
     #[command(subcommand)]
     ApiKey(ApiKeyCommand),
+    /// The self-invoicing portal (`/facturar`).
+    #[command(subcommand)]
+    Portal(PortalCommand),
     /// Chaos run: the sandbox PAC with faults, instances killed with SIGKILL, signed webhooks
     /// delivered 1–4 times; then check one stamp per payment (exit 1 when a count is off).
     Chaos {
@@ -139,6 +142,23 @@ pub enum ApiKeyCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum PortalCommand {
+    /// Print the signed link to a sale's page on the portal, for a receipt or an email: the
+    /// customer invoices that sale there without typing its reference and total.
+    Link {
+        /// The provider's payment id, as `invoices list` shows it (e.g. pi_…, a Mercado Pago
+        /// operation number, an API invoice's inv_…).
+        payment_id: String,
+        /// stripe, mercadopago or api, when the same id exists for more than one.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Days the link stays valid (default `[portal] link_valid_days`).
+        #[arg(long)]
+        days: Option<u32>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum CfdiCommand {
     /// Print the cadena original of a CFDI 4.0 (or, with --tfd, of its TimbreFiscalDigital).
     Cadena {
@@ -190,6 +210,16 @@ pub fn run() -> ExitCode {
         Some(Command::ApiKey(ApiKeyCommand::Revoke { id })) => {
             block_on(ops::api_key_revoke(cli.config.as_deref(), id))
         }
+        Some(Command::Portal(PortalCommand::Link {
+            payment_id,
+            provider,
+            days,
+        })) => block_on(ops::portal_link(
+            cli.config.as_deref(),
+            &payment_id,
+            provider.as_deref(),
+            days,
+        )),
         Some(Command::Chaos {
             payments,
             database_url,

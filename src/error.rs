@@ -184,6 +184,83 @@ impl ResponseError for AdminError {
     }
 }
 
+/// Why a self-invoicing portal request (`/facturar`) did not do what it asked. Pages are short
+/// HTML in Spanish, for the customer; the cause of a 5xx is logged, never shown.
+#[derive(Debug, thiserror::Error)]
+pub enum PortalError {
+    /// Too many look-ups from this client address.
+    #[error(
+        "Hizo demasiadas búsquedas seguidas desde su conexión. Intente de nuevo en {} minutos.",
+        .0.as_secs().div_ceil(60).max(1)
+    )]
+    TooManyLookups(std::time::Duration),
+    /// Not a link of ours (or its sale is gone).
+    #[error(
+        "Este enlace no es válido. Busque su compra con la referencia y el total que aparecen en su comprobante."
+    )]
+    BadLink,
+    #[error(
+        "Este enlace ya venció. Busque su compra con la referencia y el total que aparecen en su comprobante."
+    )]
+    ExpiredLink,
+    /// Nothing to download (yet).
+    #[error("{0}")]
+    NotFound(String),
+    #[error("storage unavailable")]
+    Store(#[from] StoreError),
+    #[error("page rendering failed")]
+    Render(#[from] askama::Error),
+}
+
+impl ResponseError for PortalError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::TooManyLookups(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::BadLink | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::ExpiredLink => StatusCode::GONE,
+            Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        let message = match self {
+            Self::Store(e) => {
+                tracing::error!(error = %e, "portal: storage unavailable");
+                "El servicio no está disponible en este momento. Intente de nuevo en unos minutos."
+                    .to_owned()
+            }
+            Self::Render(e) => {
+                tracing::error!(error = %e, "portal: template failed");
+                "Ocurrió un error al mostrar la página. Intente de nuevo.".to_owned()
+            }
+            other => {
+                tracing::info!(reason = %other, status = status.as_u16(), "portal request refused");
+                other.to_string()
+            }
+        };
+        let mut r = HttpResponse::build(status);
+        match self {
+            Self::TooManyLookups(wait) => {
+                r.insert_header(("Retry-After", wait.as_secs().max(1).to_string()));
+            }
+            Self::Store(_) => {
+                r.insert_header(("Retry-After", "30"));
+            }
+            _ => {}
+        }
+        r.content_type("text/html; charset=utf-8").body(format!(
+            "<!doctype html><html lang=\"es\"><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+             <title>Facturación en línea</title><link rel=\"stylesheet\" href=\"/facturar/static/portal.css\"></head>\
+             <body><main><h1>Facturación en línea</h1><p class=\"error\" role=\"alert\">{}</p>\
+             <p><a href=\"/facturar\">Buscar mi compra</a></p></main></body></html>",
+            html_escape(&message)
+        ))
+    }
+}
+
 /// The security headers of every page: never cached, never framed, not sniffed, only our own
 /// resources. Admin pages set them ([`crate::admin::common::html`]); every other response gets
 /// those it lacks from [`security_headers`], so error pages (404, 400, 413, 5xx, from a handler

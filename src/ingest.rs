@@ -7,14 +7,15 @@
 use chrono::{DateTime, NaiveDateTime, Timelike, Utc};
 use chrono_tz::America::Mexico_City;
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::cfdi::fiscal::{self, FiscalInput};
 use crate::cfdi::{
     self, EmisorData, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante,
 };
 use crate::config::{FormaPagoSettings, InvoiceSettings, Settings};
 use crate::domain::{DocumentKind, DocumentState, StampKey};
-use crate::store::{NewPayment, OutboxDraft};
+use crate::store::{NewPayment, OutboxDraft, PaymentRow};
 
 /// Metadata keys (Stripe `metadata`, Mercado Pago `metadata`) read for the receptor. The first
 /// present key of each list wins.
@@ -29,6 +30,20 @@ pub const META_CP: &[&str] = &[
     "receptor_cp",
 ];
 pub const META_USO: &[&str] = &["uso_cfdi", "uso"];
+/// Metadata keys holding the merchant's order reference, which customers can look a sale up by
+/// at the portal.
+pub const META_ORDER: &[&str] = &["order_id", "order_number", "pedido"];
+
+/// The merchant's order reference in a metadata map, when there is one.
+pub fn order_reference(meta: Option<&serde_json::Value>) -> Option<String> {
+    let meta = meta?.as_object()?;
+    META_ORDER
+        .iter()
+        .find_map(|k| meta.get(*k)?.as_str())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
 
 /// How the customer paid, as far as the provider tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,8 +93,9 @@ impl Method {
     }
 }
 
-/// Fiscal data the customer gave, unvalidated.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// Fiscal data the customer gave, unvalidated (stored as the payment's `customer_json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CustomerData {
     pub rfc: Option<String>,
     pub nombre: Option<String>,
@@ -110,6 +126,53 @@ impl CustomerData {
     }
 }
 
+impl CustomerData {
+    /// Fills what is still missing from Stripe Checkout `custom_fields` (dropdown, text or
+    /// numeric) whose keys are ours. Stripe asks for alphanumeric keys, so `regimenfiscal` is
+    /// read as `regimen_fiscal` (case, `_` and `-` are ignored).
+    pub fn fill_from_custom_fields(&mut self, fields: Option<&serde_json::Value>) {
+        let Some(fields) = fields.and_then(serde_json::Value::as_array) else {
+            return;
+        };
+        for f in fields {
+            let Some(key) = f.get("key").and_then(serde_json::Value::as_str) else {
+                continue;
+            };
+            let value = ["dropdown", "text", "numeric"]
+                .iter()
+                .find_map(|t| f.get(*t)?.get("value")?.as_str())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned);
+            let key: String = key
+                .chars()
+                .filter(|c| *c != '_' && *c != '-')
+                .flat_map(char::to_lowercase)
+                .collect();
+            let slot = match key.as_str() {
+                "rfc" => &mut self.rfc,
+                "razonsocial" => &mut self.nombre,
+                "regimenfiscal" => &mut self.regimen_fiscal,
+                "codigopostal" => &mut self.codigo_postal,
+                "usocfdi" => &mut self.uso_cfdi,
+                _ => continue,
+            };
+            fill(slot, value);
+        }
+    }
+
+    /// As the fiscal check reads it.
+    pub fn fiscal_input(&self) -> FiscalInput<'_> {
+        FiscalInput {
+            rfc: self.rfc.as_deref(),
+            nombre: self.nombre.as_deref(),
+            regimen_fiscal: self.regimen_fiscal.as_deref(),
+            codigo_postal: self.codigo_postal.as_deref(),
+            uso_cfdi: self.uso_cfdi.as_deref(),
+        }
+    }
+}
+
 /// Sets `slot` to `value` when `slot` is empty.
 pub fn fill(slot: &mut Option<String>, value: Option<String>) {
     if slot.is_none() {
@@ -133,6 +196,9 @@ pub struct PaymentFacts {
     pub livemode: bool,
     pub customer: CustomerData,
     pub description: Option<String>,
+    /// Other references the customer may hold (Checkout Session id, receipt number, order
+    /// reference): the portal finds the sale by any of them.
+    pub references: Vec<String>,
 }
 
 /// Turns payments into frozen invoice requests, per the settings.
@@ -144,12 +210,28 @@ pub struct Ingestor {
     tax: TaxTreatment,
     forma_pago: FormaPagoSettings,
     sandbox_pac: bool,
+    /// Whether customers can complete their data at `/facturar` (`[portal] enabled`).
+    portal: bool,
 }
 
 /// `paid_at` as the issuer's local time (America/Mexico_City), to the second.
 pub fn fecha_of(paid_at: DateTime<Utc>) -> NaiveDateTime {
     let local = paid_at.with_timezone(&Mexico_City).naive_local();
     local.with_nanosecond(0).unwrap_or(local)
+}
+
+/// What of a sale the comprobante is made of, whether it comes from a webhook or a payment
+/// already recorded (the portal).
+struct Sale<'a> {
+    provider: &'a str,
+    payment_id: &'a str,
+    amount: Decimal,
+    currency: &'a str,
+    forma_pago: String,
+    description: Option<&'a str>,
+    livemode: bool,
+    /// The operator's exchange rate, for a currency not configured (the admin's fix form).
+    tipo_cambio: Option<Decimal>,
 }
 
 impl Ingestor {
@@ -169,6 +251,7 @@ impl Ingestor {
                 .ok_or_else(|| format!("unknown tax {:?}", s.invoice.tax))?,
             forma_pago: s.forma_pago.clone(),
             sandbox_pac: s.is_sandbox(),
+            portal: s.portal.enabled,
         })
     }
 
@@ -214,6 +297,8 @@ impl Ingestor {
             livemode: p.livemode,
             customer,
             description: None,
+            // Recorded with the payment already; a re-plan writes no payment row.
+            references: Vec::new(),
         };
         let forma_pago = p
             .forma_pago
@@ -252,36 +337,106 @@ impl Ingestor {
             livemode: facts.livemode,
             status: "invoice_pending".into(),
             reason: None,
+            references: facts.references.clone(),
         };
         let attention = |mut p: NewPayment, reason: String| {
             p.status = "needs_attention".into();
             p.reason = Some(reason);
             (p, None)
         };
-        // An operator's exchange rate makes any c_Moneda currency invoiceable.
-        let rated =
-            tipo_cambio.is_some() && cfdi::catalogs::currency_decimals(&facts.currency).is_some();
-        if !rated && !self.invoice.currencies.iter().any(|c| c == &facts.currency) {
-            let reason = format!(
-                "currency {} is not invoiced (configured: {})",
-                facts.currency,
-                self.invoice.currencies.join(", ")
-            );
+        if let Err(reason) = self.invoiceable(facts.amount, &facts.currency, tipo_cambio) {
             return attention(payment, reason);
-        }
-        if facts.amount <= Decimal::ZERO {
-            return attention(payment, format!("amount {} is not positive", facts.amount));
         }
         let receptor = match self.receptor(&facts.customer) {
             Ok(Some(r)) => r,
             Ok(None) => {
                 payment.status = "awaiting_global".into();
-                payment.reason =
-                    Some("no RFC from the customer: included in the factura global".into());
+                payment.reason = Some(if self.portal {
+                    "no RFC from the customer: included in the factura global, unless the customer self-invoices at /facturar first".into()
+                } else {
+                    "no RFC from the customer: included in the factura global".into()
+                });
                 return (payment, None);
             }
             Err(reason) => return attention(payment, reason),
         };
+        let sale = Sale {
+            provider: facts.provider,
+            payment_id: &facts.payment_id,
+            amount: facts.amount,
+            currency: &facts.currency,
+            forma_pago,
+            description: facts.description.as_deref(),
+            livemode: facts.livemode,
+            tipo_cambio,
+        };
+        match self.draft(&sale, receptor, fecha) {
+            Ok(d) => (payment, Some(d)),
+            Err(reason) => attention(payment, reason),
+        }
+    }
+
+    /// The ingreso of a recorded payment for the receptor the customer gave at the portal,
+    /// frozen with `fecha` (now: the sale may be weeks old, and the SAT counts its 72 hours
+    /// from Fecha). `Err` says why this sale cannot be invoiced this way.
+    pub fn portal_draft(
+        &self,
+        p: &PaymentRow,
+        receptor: ReceptorData,
+        fecha: NaiveDateTime,
+    ) -> Result<OutboxDraft, String> {
+        let amount: Decimal = p.payment.amount.parse().map_err(|_| {
+            format!(
+                "the recorded amount {:?} is not a decimal",
+                p.payment.amount
+            )
+        })?;
+        self.invoiceable(amount, &p.payment.currency, None)?;
+        let sale = Sale {
+            provider: &p.payment.provider,
+            payment_id: &p.payment.payment_id,
+            amount,
+            currency: &p.payment.currency,
+            forma_pago: p
+                .payment
+                .forma_pago
+                .clone()
+                .unwrap_or_else(|| self.forma_pago.default.clone()),
+            description: None,
+            livemode: p.payment.livemode,
+            tipo_cambio: None,
+        };
+        self.draft(&sale, receptor, fecha)
+    }
+
+    /// Whether a sale in `currency` for `amount` can be invoiced at all; an operator's
+    /// exchange rate (`tipo_cambio`) makes any c_Moneda currency invoiceable.
+    pub fn invoiceable(
+        &self,
+        amount: Decimal,
+        currency: &str,
+        tipo_cambio: Option<Decimal>,
+    ) -> Result<(), String> {
+        let rated = tipo_cambio.is_some() && cfdi::catalogs::currency_decimals(currency).is_some();
+        if !rated && !self.invoice.currencies.iter().any(|c| c == currency) {
+            return Err(format!(
+                "currency {currency} is not invoiced (configured: {})",
+                self.invoice.currencies.join(", ")
+            ));
+        }
+        if amount <= Decimal::ZERO {
+            return Err(format!("amount {amount} is not positive"));
+        }
+        Ok(())
+    }
+
+    /// The frozen ingreso of `sale` for `receptor`, dated `fecha`.
+    fn draft(
+        &self,
+        sale: &Sale<'_>,
+        receptor: ReceptorData,
+        fecha: NaiveDateTime,
+    ) -> Result<OutboxDraft, String> {
         let request = InvoiceRequest {
             tipo: TipoComprobante::Ingreso,
             serie: Some(self.serie.clone()),
@@ -289,9 +444,9 @@ impl Ingestor {
             // when a worker seals it (store/folios.rs).
             folio: Some("1".into()),
             fecha,
-            moneda: facts.currency.clone(),
-            tipo_cambio: tipo_cambio.filter(|_| facts.currency != "MXN"),
-            forma_pago,
+            moneda: sale.currency.to_owned(),
+            tipo_cambio: sale.tipo_cambio.filter(|_| sale.currency != "MXN"),
+            forma_pago: sale.forma_pago.clone(),
             metodo_pago: self.invoice.metodo_pago.clone(),
             condiciones_de_pago: None,
             exportacion: "01".into(),
@@ -306,12 +461,8 @@ impl Ingestor {
                 cantidad: Decimal::ONE,
                 clave_unidad: self.invoice.clave_unidad.clone(),
                 unidad: Some(self.invoice.unidad.clone()),
-                descripcion: clean_text(
-                    facts.description.as_deref(),
-                    &self.invoice.descripcion,
-                    1000,
-                ),
-                unit_price: facts.amount,
+                descripcion: clean_text(sale.description, &self.invoice.descripcion, 1000),
+                unit_price: sale.amount,
                 discount: None,
                 tax: self.tax,
                 retenciones: Vec::new(),
@@ -320,9 +471,9 @@ impl Ingestor {
         // Building (no signing) catches a request that could never be stamped, so it is
         // recorded with its reason instead of sitting in the outbox.
         if let Err(e) = cfdi::build(&request, "00000000000000000000") {
-            return attention(payment, format!("the invoice cannot be built: {e}"));
+            return Err(format!("the invoice cannot be built: {e}"));
         }
-        let (state, code, message) = if !facts.livemode && !self.sandbox_pac {
+        let (state, code, message) = if !sale.livemode && !self.sandbox_pac {
             (
                 DocumentState::NeedsAttention,
                 Some("test_mode".to_owned()),
@@ -331,79 +482,44 @@ impl Ingestor {
         } else {
             (DocumentState::Pending, None, None)
         };
-        let draft = OutboxDraft {
+        Ok(OutboxDraft {
             kind: DocumentKind::Ingreso,
             stamp_key: StampKey::derive(
-                facts.provider,
-                &facts.payment_id,
+                sale.provider,
+                sale.payment_id,
                 DocumentKind::Ingreso.as_str(),
             ),
             request,
             state,
             error_code: code,
             error_message: message,
-            test_mode: !facts.livemode,
-        };
-        (payment, Some(draft))
+            test_mode: !sale.livemode,
+        })
     }
 
-    /// The validated receptor; `Ok(None)` = público en general (factura global).
+    /// The validated receptor; `Ok(None)` = público en general (factura global). `Err` names
+    /// every field that is missing or wrong, and where the sale goes from here.
     fn receptor(&self, c: &CustomerData) -> Result<Option<ReceptorData>, String> {
         let Some(raw_rfc) = c.rfc.as_deref() else {
             return Ok(None);
         };
-        let rfc = Rfc::parse(&raw_rfc.to_uppercase()).map_err(|e| format!("customer {e}"))?;
-        if rfc.as_str() == cfdi::rfc::RFC_PUBLICO_EN_GENERAL {
+        if fiscal::normalize_rfc(raw_rfc) == cfdi::rfc::RFC_PUBLICO_EN_GENERAL {
             return Ok(None);
         }
-        let mut missing = Vec::new();
-        if c.nombre.is_none() {
-            missing.push(format!("nombre (metadata `{}`)", META_NOMBRE[0]));
-        }
-        if c.regimen_fiscal.is_none() {
-            missing.push(format!("régimen fiscal (metadata `{}`)", META_REGIMEN[0]));
-        }
-        if c.codigo_postal.is_none() {
-            missing.push(format!("código postal (metadata `{}`)", META_CP[0]));
-        }
-        if !missing.is_empty() {
-            return Err(format!(
-                "RFC {rfc} given but {} missing",
-                missing.join(", ")
-            ));
-        }
-        let nombre = c.nombre.clone().unwrap_or_default().trim().to_uppercase();
-        let regimen = c.regimen_fiscal.clone().unwrap_or_default();
-        let cp = c.codigo_postal.clone().unwrap_or_default();
-        if !cfdi::catalogs::is_regimen(&regimen) {
-            return Err(format!(
-                "régimen fiscal {regimen:?} of RFC {rfc} is not in c_RegimenFiscal"
-            ));
-        }
-        if !(cp.len() == 5 && cp.chars().all(|ch| ch.is_ascii_digit())) {
-            return Err(format!("código postal {cp:?} of RFC {rfc} is not 5 digits"));
-        }
-        let uso = match &c.uso_cfdi {
-            Some(u) => match cfdi::catalogs::uso_allows(u, &regimen) {
-                Some(true) => u.clone(),
-                Some(false) => {
-                    return Err(format!("UsoCFDI {u} is not allowed for régimen {regimen}"));
-                }
-                None => return Err(format!("UsoCFDI {u:?} is not in c_UsoCFDI")),
-            },
-            None if cfdi::catalogs::uso_allows(&self.invoice.uso_cfdi, &regimen) == Some(true) => {
-                self.invoice.uso_cfdi.clone()
-            }
-            // S01 (sin efectos fiscales) is allowed for every régimen.
-            None => "S01".into(),
-        };
-        Ok(Some(ReceptorData::Nominativo {
-            rfc,
-            nombre,
-            domicilio_fiscal: cp,
-            regimen_fiscal: regimen,
-            uso_cfdi: uso,
-        }))
+        fiscal::check(&c.fiscal_input(), Some(&self.invoice.uso_cfdi))
+            .map(Some)
+            .map_err(|errors| {
+                let problems: Vec<String> = errors.iter().map(fiscal::FieldError::en).collect();
+                let next = if self.portal {
+                    "the customer can self-invoice at /facturar (receipt reference and total paid)"
+                } else {
+                    "the self-invoicing portal is off ([portal] enabled = false): invoice it by hand"
+                };
+                format!(
+                    "the customer's fiscal data cannot be used: {}; {next}",
+                    problems.join("; ")
+                )
+            })
     }
 }
 
@@ -450,6 +566,7 @@ mod tests {
             livemode: true,
             customer,
             description: Some("Plan | Pro".into()),
+            references: Vec::new(),
         }
     }
 
@@ -528,6 +645,67 @@ mod tests {
                 .unwrap_or_default()
                 .contains("not a valid RFC")
         );
+    }
+
+    #[test]
+    fn checkout_custom_fields_fill_the_customer_data_before_anything_else() {
+        let fields = serde_json::json!([
+            { "key": "regimenfiscal", "type": "dropdown",
+              "dropdown": { "value": "612", "options": [{ "label": "612 - …", "value": "612" }] } },
+            { "key": "uso_cfdi", "type": "dropdown", "dropdown": { "value": "G03", "options": [] } },
+            { "key": "RazonSocial", "type": "text", "text": { "value": " Berenice Ximo Quezada " } },
+            { "key": "codigo-postal", "type": "numeric", "numeric": { "value": "26015" } },
+            { "key": "rfc", "type": "text", "text": { "value": null } },
+            { "key": "engraving", "type": "text", "text": { "value": "ignored" } }
+        ]);
+        let mut c = CustomerData {
+            uso_cfdi: Some("S01".into()),
+            ..CustomerData::default()
+        };
+        c.fill_from_custom_fields(Some(&fields));
+        assert_eq!(
+            c,
+            CustomerData {
+                rfc: None,
+                nombre: Some("Berenice Ximo Quezada".into()),
+                regimen_fiscal: Some("612".into()),
+                codigo_postal: Some("26015".into()),
+                uso_cfdi: Some("S01".into()),
+                email: None,
+            },
+            "an unanswered field stays empty, a value already there is kept"
+        );
+    }
+
+    #[test]
+    fn data_breaking_a_catalog_rule_sends_the_customer_to_the_portal() {
+        let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
+        // 601 is a persona moral's régimen; XIQB891116QE4 is a persona física.
+        let wrong = CustomerData {
+            regimen_fiscal: Some("601".into()),
+            ..full_customer()
+        };
+        let (p, d) = ing.plan(&facts(wrong));
+        assert!(d.is_none());
+        let reason = p.reason.unwrap_or_default();
+        assert_eq!(p.status, "needs_attention");
+        assert!(
+            reason.contains("régimen fiscal 601 does not apply to a persona física"),
+            "{reason}"
+        );
+        assert!(reason.contains("self-invoice at /facturar"), "{reason}");
+        let off = Settings::from_parts(Some("[portal]\nenabled = false\n"), &[]).expect("settings");
+        let ing = Ingestor::new(&off).expect("ingestor");
+        let unknown_cp = CustomerData {
+            codigo_postal: Some("17000".into()),
+            ..full_customer()
+        };
+        let reason = ing.plan(&facts(unknown_cp)).0.reason.unwrap_or_default();
+        assert!(
+            reason.contains("17000 is not in c_CodigoPostal"),
+            "{reason}"
+        );
+        assert!(reason.contains("portal is off"), "{reason}");
     }
 
     #[test]

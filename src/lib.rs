@@ -25,12 +25,14 @@
 //! - [`global`]: the factura global: the sales without RFC of each closed period, frozen with
 //!   their members in one transaction (`autofactura global issue` and a loop in `serve`).
 //! - [`ops`]: the operator commands behind `serve`, `worker`, `migrate`, `invoices list`,
-//!   `send-test-webhook`, `api-key`, `reconcile`.
+//!   `send-test-webhook`, `api-key`, `reconcile`, `portal link`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
 //!   recovery of unknown outcomes, the attempt log) and drives cancellations.
 //! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
 //! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
 //!   outbox; [`webhooks`] is inbound only.
+//! - [`portal`]: the public self-invoicing portal (`/facturar`): a customer turns a receipt
+//!   into a nominative CFDI instead of the factura global; `autofactura portal link`.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
 //! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
@@ -40,7 +42,8 @@
 //!   what handlers and loops share (they import it, not startup). [`shutdown`]: the one
 //!   cancellation token of the process, passed to every server and loop. [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging;
-//!   [`proxy`]: the real client behind `[server] trusted_proxies`.
+//!   [`proxy`]: the real client behind `[server] trusted_proxies`; [`limiter`]: attempts per
+//!   client address (admin logins, portal look-ups).
 //!
 //! Every folder's `mod.rs` says what lives there and who may import it. Imports go one way
 //! between folders (no circle), and no file passes 800 lines: `tests/it/layout.rs` checks both.
@@ -91,10 +94,12 @@ pub mod error;
 pub mod global;
 pub mod health;
 pub mod ingest;
+pub mod limiter;
 pub mod notify;
 pub mod ops;
 pub mod pac;
 pub mod pacsim;
+pub mod portal;
 pub mod proxy;
 pub mod sandbox;
 pub mod shutdown;

@@ -1,5 +1,5 @@
 //! Operator commands: `serve`, `worker`, `migrate`, `invoices list` and `xml`, `global issue`,
-//! `send-test-webhook`, `api-key`, `reconcile`.
+//! `send-test-webhook`, `api-key`, `reconcile`, `portal link`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -167,6 +167,70 @@ pub async fn api_key_revoke(config: Option<&Path>, id: i64) -> anyhow::Result<Ex
         eprintln!("no live API key has id {id} (see `autofactura api-key list`)");
         Ok(ExitCode::from(1))
     }
+}
+
+/// `autofactura portal link PAYMENT_ID [--provider P] [--days N]`: the signed link on stdout,
+/// what it opens on stderr.
+pub async fn portal_link(
+    config: Option<&Path>,
+    payment_id: &str,
+    provider: Option<&str>,
+    days: Option<u32>,
+) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    anyhow::ensure!(
+        settings.portal.enabled,
+        "the self-invoicing portal is off ([portal] enabled = false): a link would lead nowhere"
+    );
+    let db = store::connect(&settings.database).await?;
+    db.migrate().await?;
+    let found: Vec<_> = db
+        .portal_lookup(&store::normalize_reference(payment_id), None)
+        .await?
+        .into_iter()
+        .filter(|p| {
+            p.payment.payment_id == payment_id.trim()
+                && provider.is_none_or(|pr| p.payment.provider == pr)
+        })
+        .collect();
+    let p = match found.as_slice() {
+        [p] => p,
+        [] => {
+            eprintln!("no payment {payment_id:?} is recorded (see `autofactura invoices list`)");
+            return Ok(ExitCode::from(1));
+        }
+        several => {
+            let providers: Vec<&str> = several
+                .iter()
+                .map(|p| p.payment.provider.as_str())
+                .collect();
+            eprintln!(
+                "payment {payment_id:?} exists for {}: say which with --provider",
+                providers.join(", ")
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let days = days.unwrap_or(settings.portal.link_valid_days).max(1);
+    let expires = Utc::now() + chrono::Duration::days(i64::from(days));
+    let key = crate::portal::link_key(&settings, &db).await?;
+    let token = crate::portal::link::sign(&key, p.id, expires.timestamp());
+    let base = settings
+        .portal
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", settings.server.listen));
+    eprintln!(
+        "{} payment {} ({} {}, {}): valid until {} UTC; until then the customer can see and invoice this sale",
+        p.payment.provider,
+        p.payment.payment_id,
+        p.payment.amount,
+        p.payment.currency,
+        p.payment.status,
+        expires.format("%Y-%m-%d %H:%M"),
+    );
+    println!("{}/facturar/{token}", base.trim_end_matches('/'));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `autofactura invoices list [--status S] [--json]`: every document and every sale without

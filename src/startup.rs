@@ -8,7 +8,8 @@
 //! Who may import it: the operator commands ([`crate::ops`]) and tests. Handlers and loops get
 //! what they share from [`crate::state`], never from here.
 //!
-//! `[server] listen` serves the webhooks and the health checks, and `/admin` and `/v1` too
+//! `[server] listen` serves the webhooks, the self-invoicing portal (`/facturar`, unless
+//! `[portal] enabled = false`) and the health checks, and `/admin` and `/v1` too
 //! unless `[admin] listen` names another address: then those two are served only there, and
 //! the webhook listener answers 404 for them (webhooks public, admin private).
 
@@ -26,6 +27,7 @@ use crate::ingest::Ingestor;
 use crate::pac::{self, PacClient, PacConfig, PacError, PacKind};
 use crate::pacsim::SandboxHandle;
 use crate::pacsim::faults::FaultSpec;
+use crate::portal::{self, Portal};
 use crate::shutdown::Shutdown;
 use crate::state::AppState;
 use crate::store::{self, Db};
@@ -54,7 +56,11 @@ impl Application {
         let pac = Arc::new(connected.client);
         let sim = connected.sandbox.as_ref().map(|h| h.sim().clone());
         let admin = Admin::new(&settings, &db, pac.clone(), sim).await?;
-        Self::build_with_db(settings, db, pac, connected.sandbox, admin)
+        let portal = match settings.portal.enabled {
+            true => Some(Portal::new(&settings, &db).await?),
+            false => None,
+        };
+        Self::build_with_db(settings, db, pac, connected.sandbox, admin, portal)
     }
 
     /// Binds with an already connected and migrated database and PAC.
@@ -64,6 +70,7 @@ impl Application {
         pac: Arc<PacClient>,
         pac_sandbox: Option<SandboxHandle>,
         admin: Admin,
+        portal: Option<Portal>,
     ) -> anyhow::Result<Self> {
         // Sandbox conveniences and the example password stay on this machine.
         settings.check_exposure()?;
@@ -133,13 +140,21 @@ impl Application {
             pac_sandbox,
         });
         let admin = web::Data::new(admin);
+        let portal = portal.map(web::Data::new);
         let separate = admin_listener.is_some();
         let public = Routes {
             webhooks: true,
             admin: !separate,
             mp_sandbox,
         };
-        let server = serve(listener, public, state.clone(), admin.clone(), body_limit)?;
+        let server = serve(
+            listener,
+            public,
+            state.clone(),
+            admin.clone(),
+            portal,
+            body_limit,
+        )?;
         let admin_listener = match admin_listener {
             Some(l) => {
                 let port = l.local_addr()?.port();
@@ -148,7 +163,7 @@ impl Application {
                     admin: true,
                     mp_sandbox: false,
                 };
-                let server = serve(l, private, state.clone(), admin.clone(), body_limit)?;
+                let server = serve(l, private, state.clone(), admin.clone(), None, body_limit)?;
                 Some((port, server))
             }
             None => None,
@@ -296,12 +311,14 @@ struct Routes {
     mp_sandbox: bool,
 }
 
-/// An HTTP server on `listener` with `routes`.
+/// An HTTP server on `listener` with `routes`; the portal (`/facturar`, public) beside the
+/// webhooks when it is on.
 fn serve(
     listener: TcpListener,
     routes: Routes,
     data: web::Data<AppState>,
     admin: web::Data<Admin>,
+    portal: Option<web::Data<Portal>>,
     body_limit: usize,
 ) -> std::io::Result<Server> {
     let server = HttpServer::new(move || {
@@ -313,6 +330,9 @@ fn serve(
             .configure(|cfg| {
                 if routes.webhooks {
                     webhooks::routes(cfg, body_limit);
+                    if let Some(p) = &portal {
+                        portal::routes(cfg, p.clone());
+                    }
                 }
                 if routes.admin {
                     crate::api::routes(cfg, body_limit);

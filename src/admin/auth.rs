@@ -3,13 +3,10 @@
 //! a limit on login attempts per client address, and a bound on password checks running at
 //! once.
 
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::{FromRequest, HttpRequest, web};
@@ -20,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::Admin;
 use crate::error::AdminError;
+use crate::limiter::RateLimiter;
 use crate::state::AppState;
 use crate::store::Db;
 
@@ -121,116 +119,11 @@ pub async fn resolve_password_hash(
     }
 }
 
-/// Login attempts per client, in this process. An attempt is counted when it starts, before
-/// the password is checked, so parallel guesses cannot all pass the check; a successful login
-/// clears its client's count. Memory is bounded: expired attempts are dropped on every call
-/// (oldest first, from one time-ordered queue), and at most [`LOGIN_MAX_CLIENTS`] clients are
-/// tracked, the one whose oldest attempt is oldest giving way first.
-#[derive(Debug, Default)]
-pub struct LoginLimiter {
-    inner: Mutex<LimiterState>,
-}
-
-/// Clients tracked at once by the limiter.
-pub const LOGIN_MAX_CLIENTS: usize = 10_000;
-
-#[derive(Debug, Default)]
-struct LimiterState {
-    /// Per client (its [`crate::proxy::limiter_key`]): the sequence numbers and times of its
-    /// attempts still in the window, oldest first.
-    clients: HashMap<IpAddr, VecDeque<(u64, Instant)>>,
-    /// Every counted attempt in order: (sequence, client, time).
-    queue: VecDeque<(u64, IpAddr, Instant)>,
-    next: u64,
-}
-
-impl LimiterState {
-    /// Drops what left the window; then, while over `max` clients (or `max` clients' worth of
-    /// attempts), the client with the oldest attempt.
-    fn prune(&mut self, now: Instant, max: usize) {
-        while let Some(&(seq, ip, at)) = self.queue.front() {
-            let expired = now.duration_since(at) >= LOGIN_WINDOW;
-            let over = self.clients.len() > max
-                || self.queue.len() > max.saturating_mul(LOGIN_MAX_FAILURES);
-            if !expired && !over {
-                break;
-            }
-            self.queue.pop_front();
-            let Some(list) = self.clients.get_mut(&ip) else {
-                continue;
-            };
-            // Entries of a client cleared since (a success, an eviction) match nothing.
-            if list.front().is_some_and(|(s, _)| *s == seq) {
-                if expired {
-                    list.pop_front();
-                } else {
-                    list.clear();
-                }
-                if list.is_empty() {
-                    self.clients.remove(&ip);
-                }
-            }
-        }
-    }
-
-    fn wait(list: &VecDeque<(u64, Instant)>, now: Instant) -> Option<Duration> {
-        (list.len() >= LOGIN_MAX_FAILURES).then(|| {
-            list.front().map_or(LOGIN_WINDOW, |(_, first)| {
-                LOGIN_WINDOW.saturating_sub(now.duration_since(*first))
-            })
-        })
-    }
-}
-
-impl LoginLimiter {
-    fn state(&self) -> std::sync::MutexGuard<'_, LimiterState> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `Some(wait)` when `ip` has used up its attempts (nothing is counted).
-    pub fn blocked(&self, ip: IpAddr) -> Option<Duration> {
-        let now = Instant::now();
-        let mut st = self.state();
-        st.prune(now, LOGIN_MAX_CLIENTS);
-        st.clients
-            .get(&crate::proxy::limiter_key(ip))
-            .and_then(|list| LimiterState::wait(list, now))
-    }
-
-    /// Counts an attempt by `ip`, or refuses it with the wait when its attempts are used up.
-    pub fn attempt(&self, ip: IpAddr) -> Result<(), Duration> {
-        self.attempt_bounded(ip, LOGIN_MAX_CLIENTS)
-    }
-
-    fn attempt_bounded(&self, ip: IpAddr, max_clients: usize) -> Result<(), Duration> {
-        let key = crate::proxy::limiter_key(ip);
-        let now = Instant::now();
-        let mut st = self.state();
-        st.prune(now, max_clients);
-        if let Some(wait) = st
-            .clients
-            .get(&key)
-            .and_then(|list| LimiterState::wait(list, now))
-        {
-            return Err(wait);
-        }
-        let seq = st.next;
-        st.next += 1;
-        st.clients.entry(key).or_default().push_back((seq, now));
-        st.queue.push_back((seq, key, now));
-        // A new client may have made one too many.
-        st.prune(now, max_clients);
-        Ok(())
-    }
-
-    pub fn succeeded(&self, ip: IpAddr) {
-        self.state().clients.remove(&crate::proxy::limiter_key(ip));
-    }
-
-    /// Clients tracked now (for tests and diagnostics).
-    pub fn tracked(&self) -> usize {
-        self.state().clients.len()
-    }
+/// The login limiter: [`LOGIN_MAX_FAILURES`] attempts per client address within
+/// [`LOGIN_WINDOW`]; a successful login clears its client's count
+/// ([`crate::limiter::RateLimiter::forget`]).
+pub fn login_limiter() -> RateLimiter {
+    RateLimiter::new(LOGIN_MAX_FAILURES, LOGIN_WINDOW)
 }
 
 /// Password checks running at once. Each argon2 verification holds about 19 MiB (the
@@ -400,76 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn the_limiter_counts_attempts_before_the_password_is_checked() {
-        let l = LoginLimiter::default();
-        let ip = IpAddr::from([10, 0, 0, 1]);
-        for _ in 0..LOGIN_MAX_FAILURES {
-            assert!(l.blocked(ip).is_none());
-            assert!(l.attempt(ip).is_ok());
-        }
-        // The next attempt is refused before any password is looked at.
-        assert!(l.blocked(ip).is_some());
-        assert!(l.attempt(ip).is_err());
-        assert!(l.blocked(IpAddr::from([10, 0, 0, 2])).is_none());
-        l.succeeded(ip);
-        assert!(l.blocked(ip).is_none());
+    fn equal_strings_compare_in_constant_time() {
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
-    }
-
-    #[test]
-    fn the_limiter_never_tracks_more_than_its_bound() {
-        let l = LoginLimiter::default();
-        for i in 0..500u32 {
-            assert!(
-                l.attempt_bounded(IpAddr::from(i.to_be_bytes()), 100)
-                    .is_ok()
-            );
-            assert!(l.tracked() <= 100, "{} clients tracked", l.tracked());
-        }
-        assert!(l.state().queue.len() <= 100 * LOGIN_MAX_FAILURES);
-        // The newest clients are the ones kept, with their counts.
-        let last = IpAddr::from(499u32.to_be_bytes());
-        for _ in 1..LOGIN_MAX_FAILURES {
-            assert!(l.attempt_bounded(last, 100).is_ok());
-        }
-        assert!(l.attempt_bounded(last, 100).is_err());
-        // A client cleared by a success and coming back is counted afresh, not by its old
-        // entries still in the queue.
-        let again = IpAddr::from(498u32.to_be_bytes());
-        l.succeeded(again);
-        for _ in 0..LOGIN_MAX_FAILURES {
-            assert!(l.attempt_bounded(again, 100).is_ok());
-        }
-        assert!(l.attempt_bounded(again, 100).is_err());
-        // One IPv6 /64 is one client.
-        let a: IpAddr = "2001:db8:0:1::1".parse().expect("v6");
-        let b: IpAddr = "2001:db8:0:1::2".parse().expect("v6");
-        for _ in 0..LOGIN_MAX_FAILURES {
-            assert!(l.attempt(a).is_ok());
-        }
-        assert!(l.attempt(b).is_err());
-    }
-
-    #[test]
-    fn expired_attempts_are_dropped_on_every_call() {
-        let mut st = LimiterState::default();
-        let long_ago = Instant::now()
-            .checked_sub(LOGIN_WINDOW + Duration::from_secs(1))
-            .expect("an instant 15 minutes back");
-        for i in 0..50u32 {
-            let ip = IpAddr::from(i.to_be_bytes());
-            st.clients
-                .entry(ip)
-                .or_default()
-                .push_back((u64::from(i), long_ago));
-            st.queue.push_back((u64::from(i), ip, long_ago));
-        }
-        st.next = 50;
-        let l = LoginLimiter {
-            inner: Mutex::new(st),
-        };
-        assert!(l.blocked(IpAddr::from([192, 0, 2, 1])).is_none());
-        assert_eq!(l.tracked(), 0);
-        assert!(l.state().queue.is_empty());
     }
 }

@@ -107,8 +107,8 @@ fn page(
         currency: pay.currency,
         form,
         error,
-        regimenes: crate::cfdi::catalogs::regimenes(),
-        usos: crate::cfdi::catalogs::usos_cfdi(),
+        regimenes: crate::cfdi::catalogs::options(crate::cfdi::catalogs::regimenes()),
+        usos: crate::cfdi::catalogs::options(crate::cfdi::catalogs::usos()),
     }
 }
 

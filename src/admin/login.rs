@@ -152,7 +152,7 @@ pub async fn login(
             .await?;
         return refused("Wrong password.", StatusCode::UNAUTHORIZED);
     }
-    admin.limiter.succeeded(ip);
+    admin.limiter.forget(ip);
     let token = auth::random_token();
     let csrf = auth::random_token();
     let expires = Utc::now()

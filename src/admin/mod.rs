@@ -94,7 +94,7 @@ impl AdminConfig {
 /// What the admin routes share besides [`crate::state::AppState`].
 pub struct Admin {
     pub password_hash: String,
-    pub limiter: auth::LoginLimiter,
+    pub limiter: crate::limiter::RateLimiter,
     /// Bounds the argon2 verifications running at once.
     pub password_gate: auth::PasswordGate,
     /// `[server] trusted_proxies`: whose forwarding headers name the real client.
@@ -144,7 +144,7 @@ impl Admin {
                 .await?;
         Ok(Admin {
             password_hash,
-            limiter: auth::LoginLimiter::default(),
+            limiter: auth::login_limiter(),
             password_gate: auth::PasswordGate::default(),
             proxies: crate::proxy::TrustedProxies::parse(&settings.server.trusted_proxies)
                 .map_err(|e| anyhow::anyhow!("[server] trusted_proxies: {e}"))?,

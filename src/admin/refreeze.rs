@@ -115,8 +115,8 @@ pub async fn refreeze_page(
         uso_cfdi: shown.uso_cfdi,
         error,
         sealed: d.sealed_xml.is_some(),
-        regimenes: crate::cfdi::catalogs::regimenes(),
-        usos: crate::cfdi::catalogs::usos_cfdi(),
+        regimenes: crate::cfdi::catalogs::options(crate::cfdi::catalogs::regimenes()),
+        usos: crate::cfdi::catalogs::options(crate::cfdi::catalogs::usos()),
     })
 }
 

@@ -98,6 +98,7 @@ pub async fn create(
             livemode: true,
             status: "invoice_pending".into(),
             reason: None,
+            references: Vec::new(),
         },
         draft: OutboxDraft {
             kind: DocumentKind::Ingreso,

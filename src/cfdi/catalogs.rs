@@ -1,5 +1,6 @@
 //! The SAT catalogs the builder and validator need, embedded from `fixtures/sat/catalogs/`
-//! (copied byte for byte from the SAT CSVs).
+//! (copied byte for byte from the SAT CSVs, except c_CodigoPostal: its 3.3 MB CSV is kept as
+//! the 15 runs of consecutive codes it consists of, written by `scripts/sat-cp-ranges`).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -8,6 +9,7 @@ const MONEDA: &str = include_str!("../../fixtures/sat/catalogs/c_Moneda.csv");
 const USO_CFDI: &str = include_str!("../../fixtures/sat/catalogs/c_UsoCFDI.csv");
 const REGIMEN: &str = include_str!("../../fixtures/sat/catalogs/c_RegimenFiscal.csv");
 const FORMA_PAGO: &str = include_str!("../../fixtures/sat/catalogs/c_FormaPago.csv");
+const CODIGO_POSTAL: &str = include_str!("../../fixtures/sat/catalogs/c_CodigoPostal.ranges");
 
 /// Splits one CSV line, honouring double quotes (the catalogs quote fields with commas).
 fn fields(line: &str) -> Vec<String> {
@@ -48,8 +50,52 @@ static USO_REGIMENES: LazyLock<HashMap<String, Vec<String>>> = LazyLock::new(|| 
         .collect()
 });
 
-static REGIMENES: LazyLock<Vec<String>> =
-    LazyLock::new(|| rows(REGIMEN).filter_map(|f| f.first().cloned()).collect());
+/// One entry of c_RegimenFiscal or c_UsoCFDI: its code, its text and which kind of person
+/// (física, moral) may use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub code: String,
+    pub text: String,
+    pub fisica: bool,
+    pub moral: bool,
+}
+
+impl Entry {
+    /// Whether a persona moral (`true`) or física (`false`) may use it.
+    pub fn applies_to(&self, moral: bool) -> bool {
+        if moral { self.moral } else { self.fisica }
+    }
+}
+
+/// Both catalogs have `id,texto,aplica_fisica,aplica_moral,…`, `1` or empty.
+fn entries(csv: &'static str) -> Vec<Entry> {
+    rows(csv)
+        .filter_map(|f| {
+            Some(Entry {
+                code: f.first()?.clone(),
+                text: f.get(1)?.clone(),
+                fisica: f.get(2)? == "1",
+                moral: f.get(3)? == "1",
+            })
+        })
+        .collect()
+}
+
+static REGIMENES: LazyLock<Vec<Entry>> = LazyLock::new(|| entries(REGIMEN));
+
+static USOS: LazyLock<Vec<Entry>> = LazyLock::new(|| entries(USO_CFDI));
+
+/// c_CodigoPostal as sorted runs `(first, last)`.
+static CP_RUNS: LazyLock<Vec<(u32, u32)>> = LazyLock::new(|| {
+    CODIGO_POSTAL
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (a, b) = l.trim().split_once('-')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+});
 
 static FORMAS_PAGO: LazyLock<Vec<String>> = LazyLock::new(|| {
     rows(FORMA_PAGO)
@@ -57,17 +103,12 @@ static FORMAS_PAGO: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
-/// `(code, description)` of every c_RegimenFiscal entry, in catalog order (for pick lists).
-pub fn regimenes() -> Vec<(String, String)> {
-    rows(REGIMEN)
-        .filter_map(|f| Some((f.first()?.clone(), f.get(1)?.clone())))
-        .collect()
-}
-
-/// `(code, description)` of every c_UsoCFDI entry, in catalog order (for pick lists).
-pub fn usos_cfdi() -> Vec<(String, String)> {
-    rows(USO_CFDI)
-        .filter_map(|f| Some((f.first()?.clone(), f.get(1)?.clone())))
+/// `(code, description)` of every entry of `catalog` (c_RegimenFiscal, c_UsoCFDI), in catalog
+/// order, for the admin's pick lists.
+pub fn options(catalog: &[Entry]) -> Vec<(String, String)> {
+    catalog
+        .iter()
+        .map(|e| (e.code.clone(), e.text.clone()))
         .collect()
 }
 
@@ -77,7 +118,38 @@ pub fn currency_decimals(code: &str) -> Option<u32> {
 }
 
 pub fn is_regimen(code: &str) -> bool {
-    REGIMENES.iter().any(|r| r == code)
+    regimen(code).is_some()
+}
+
+/// c_RegimenFiscal, in catalog order.
+pub fn regimenes() -> &'static [Entry] {
+    &REGIMENES
+}
+
+pub fn regimen(code: &str) -> Option<&'static Entry> {
+    REGIMENES.iter().find(|r| r.code == code)
+}
+
+/// c_UsoCFDI, in catalog order.
+pub fn usos() -> &'static [Entry] {
+    &USOS
+}
+
+pub fn uso(code: &str) -> Option<&'static Entry> {
+    USOS.iter().find(|u| u.code == code)
+}
+
+/// Whether `cp` is a código postal of c_CodigoPostal (five digits).
+pub fn is_codigo_postal(cp: &str) -> bool {
+    if cp.len() != 5 || !cp.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let Ok(n) = cp.parse::<u32>() else {
+        return false;
+    };
+    // The last run starting at or before `n` is the only one that can hold it.
+    let i = CP_RUNS.partition_point(|(first, _)| *first <= n);
+    i > 0 && n <= CP_RUNS[i - 1].1
 }
 
 pub fn is_forma_pago(code: &str) -> bool {
@@ -106,5 +178,39 @@ mod tests {
         assert_eq!(uso_allows("S01", "616"), Some(true));
         assert_eq!(uso_allows("G03", "616"), Some(false));
         assert_eq!(uso_allows("Z99", "616"), None);
+    }
+
+    #[test]
+    fn knows_who_may_use_each_regimen_and_uso() {
+        assert_eq!(regimenes().len(), 19);
+        let r601 = regimen("601").expect("601");
+        assert!(r601.applies_to(true) && !r601.applies_to(false));
+        assert_eq!(r601.text, "General de Ley Personas Morales");
+        let r626 = regimen("626").expect("626");
+        assert!(r626.applies_to(true) && r626.applies_to(false));
+        assert!(regimen("612").is_some_and(|r| !r.moral && r.fisica));
+        assert!(uso("D01").is_some_and(|u| u.fisica && !u.moral));
+        assert_eq!(
+            uso("G02").map(|u| u.text.as_str()),
+            Some("Devoluciones, descuentos o bonificaciones.")
+        );
+        assert_eq!(usos().len(), 24);
+    }
+
+    #[test]
+    fn codigos_postales_come_from_the_runs_of_the_catalog() {
+        assert_eq!(CP_RUNS.len(), 15);
+        assert!(CP_RUNS.windows(2).all(|w| w[0].1 < w[1].0), "sorted, apart");
+        for ok in [
+            "00000", "01000", "06600", "16999", "20000", "26015", "42501", "54539", "99999",
+        ] {
+            assert!(is_codigo_postal(ok), "{ok}");
+        }
+        for bad in [
+            "00001", "00999", "17000", "19999", "20640", "54538", "54540", "90751", "1234",
+            "123456", "0600a", " 0660",
+        ] {
+            assert!(!is_codigo_postal(bad), "{bad}");
+        }
     }
 }

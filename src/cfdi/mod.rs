@@ -8,6 +8,7 @@ pub mod build;
 pub mod cadena;
 pub mod catalogs;
 pub mod dom;
+pub mod fiscal;
 pub mod model;
 pub mod money;
 pub mod request;

@@ -11,8 +11,8 @@
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
-//! - `worker.rs`, `admin.rs`, `global.rs`: `[worker]`, `[admin]` and `[global]`, with their
-//!   own checks.
+//! - `worker.rs`, `admin.rs`, `global.rs`, `portal.rs`: `[worker]`, `[admin]`, `[global]` and
+//!   `[portal]`, with their own checks.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
@@ -32,6 +32,7 @@ mod exposure;
 mod global;
 mod load;
 mod pac;
+mod portal;
 mod secret;
 mod sections;
 mod validate;
@@ -48,6 +49,7 @@ use serde::Deserialize;
 pub use admin::AdminSettings;
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacKind};
+pub use portal::PortalSettings;
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
     ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings,
@@ -88,6 +90,7 @@ pub struct Settings {
     pub admin: AdminSettings,
     pub api: ApiSettings,
     pub global: GlobalSettings,
+    pub portal: PortalSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,

@@ -221,6 +221,8 @@ impl Planner {
                     "factura global of {label} ({moneda}) #{seq}: {} sales",
                     sales.len()
                 )),
+                // Customers never look a global up at the portal.
+                references: Vec::new(),
             },
             draft: OutboxDraft {
                 kind: DocumentKind::Global,

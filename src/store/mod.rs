@@ -20,6 +20,8 @@
 //! - `globals.rs`: the factura global: sales awaiting it and their recorded refunds, the
 //!   transaction that freezes a global with its members, and the lists of globals and of every
 //!   document (`invoices list`).
+//! - `portal.rs`: the self-invoicing portal: a sale by what the customer holds, the customer's
+//!   submission (the sale taken, its ingreso frozen, in one transaction), the links' key.
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
@@ -45,6 +47,7 @@ mod globals;
 mod limit;
 mod outbox;
 mod payments;
+mod portal;
 mod rows;
 mod settle;
 mod views;
@@ -61,7 +64,8 @@ pub use globals::{
     RecordedEvent, Sale,
 };
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
-pub use payments::{InvoiceRow, NewPayment, PaymentRow};
+pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
+pub use portal::{GlobalRef, PortalSubmission, Submitted};
 pub use settle::{Settle, StampedOutcome};
 pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListSort, ListView, SealedGeneration};
 
@@ -115,6 +119,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0009_factura_global.sql"),
     ),
     (
+        10,
+        "portal",
+        include_str!("../../migrations/sqlite/0010_portal.sql"),
+    ),
+    (
         11,
         "admin_search",
         include_str!("../../migrations/sqlite/0011_admin_search.sql"),
@@ -160,6 +169,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         9,
         "factura_global",
         include_str!("../../migrations/postgres/0009_factura_global.sql"),
+    ),
+    (
+        10,
+        "portal",
+        include_str!("../../migrations/postgres/0010_portal.sql"),
     ),
     (
         11,

@@ -23,6 +23,10 @@ pub struct NewPayment {
     /// `invoice_pending`, `awaiting_global` or `needs_attention`.
     pub status: String,
     pub reason: Option<String>,
+    /// Other references the customer may hold for this sale (Checkout Session id, receipt
+    /// number, order reference), for the portal's look-up; `payment_id` always is one.
+    #[sqlx(skip)]
+    pub references: Vec<String>,
 }
 
 const INSERT_PAYMENT: &str = "INSERT INTO payments \
@@ -30,6 +34,11 @@ const INSERT_PAYMENT: &str = "INSERT INTO payments \
      livemode, status, reason, created_at, updated_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
     ON CONFLICT (provider, payment_id) DO NOTHING RETURNING id";
+
+/// A [`PaymentRow`]'s columns, for a `WHERE` to follow.
+pub(super) const SELECT_PAYMENT: &str = "SELECT id, provider, payment_id, event_id, amount, \
+    currency, method, forma_pago, customer_json, paid_at, livemode, status, reason, created_at \
+    FROM payments";
 
 /// Payments with their invoice state (the sales: a factura global's own payment row is left
 /// out). The receptor's RFC is read out of the frozen JSON, which each backend does with its own
@@ -72,7 +81,34 @@ pub(super) async fn insert_payment_in(
         .bind(now)
         .fetch_optional_in(tx, "insert the payment")
         .await?;
-    Ok(row.map(|r| r.0))
+    let Some((id,)) = row else {
+        return Ok(None);
+    };
+    for reference in lookup_references(p) {
+        stmt("INSERT INTO payment_refs (reference, payment_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+            .bind(reference)
+            .bind(id)
+            .execute_in(tx, "record a reference of the payment")
+            .await?;
+    }
+    Ok(Some(id))
+}
+
+/// A reference as it is stored and looked up: trimmed, without a leading `#`, in capitals.
+pub fn normalize_reference(r: &str) -> String {
+    r.trim().trim_start_matches('#').trim().to_uppercase()
+}
+
+/// The payment id and every other reference of `p`, normalized, each once.
+fn lookup_references(p: &NewPayment) -> Vec<String> {
+    let mut refs: Vec<String> = std::iter::once(&p.payment_id)
+        .chain(&p.references)
+        .map(|r| normalize_reference(r))
+        .filter(|r| !r.is_empty())
+        .collect();
+    refs.sort();
+    refs.dedup();
+    refs
 }
 
 impl Db {
@@ -85,9 +121,7 @@ impl Db {
     }
 
     pub async fn payment(&self, id: i64) -> Result<Option<PaymentRow>, StoreError> {
-        const SQL: &str = "SELECT id, provider, payment_id, event_id, amount, currency, method, forma_pago, \
-            customer_json, paid_at, livemode, status, reason, created_at FROM payments WHERE id = $1";
-        stmt(SQL)
+        stmt(format!("{SELECT_PAYMENT} WHERE id = $1"))
             .bind(id)
             .fetch_optional(self, "read a payment")
             .await

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::ingest::{CustomerData, Method, PaymentFacts};
+use crate::ingest::{self, CustomerData, Method, PaymentFacts};
 
 pub const PROVIDER: &str = "mercadopago";
 
@@ -199,6 +199,12 @@ impl Payment {
             livemode: self.live_mode.or(notification_live).unwrap_or(true),
             customer,
             description: self.description.clone(),
+            references: self
+                .external_reference
+                .iter()
+                .cloned()
+                .chain(ingest::order_reference(self.metadata.as_ref()))
+                .collect(),
         }))
     }
 }

@@ -23,7 +23,7 @@ pub enum SignatureError {
     NoSecret(&'static str),
 }
 
-fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
+pub(crate) fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
     hex::encode(mac(key, parts).finalize().into_bytes())
 }
 
@@ -39,7 +39,7 @@ fn mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
 
 /// Constant-time check of a hex signature against the HMAC of `parts`. Non-hex candidates are
 /// simply not matches.
-fn matches(key: &[u8], parts: &[&[u8]], candidate_hex: &str) -> bool {
+pub(crate) fn matches(key: &[u8], parts: &[&[u8]], candidate_hex: &str) -> bool {
     match hex::decode(candidate_hex) {
         Ok(tag) => mac(key, parts).verify_slice(&tag).is_ok(),
         Err(_) => false,

@@ -169,18 +169,24 @@ fn payment_intent(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>
         email: s(o, "receipt_email"),
         ..CustomerData::default()
     };
-    facts(ev, o, id, amount, customer, s(o, "description"))
+    // The receipt number is on the charge, present only when it came expanded.
+    let receipt = o.get("latest_charge").and_then(|c| s(c, "receipt_number"));
+    facts(ev, o, id, amount, customer, s(o, "description"), receipt)
 }
 
 fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>, String)> {
     let session = s(o, "id").ok_or((None, "checkout session without id".into()))?;
     // The PaymentIntent id, when there is one, so the same sale seen through
     // payment_intent.succeeded is recognised as the same payment.
-    let id = id_of(o, "payment_intent").unwrap_or(session);
+    let id = id_of(o, "payment_intent").unwrap_or_else(|| session.clone());
     let amount = amount(o, &["amount_total"], &id)?;
+    // What the customer typed for the invoice (custom fields) first; then what Checkout
+    // collects for itself (the mx_rfc tax id, the business or customer name, the billing
+    // postal code); then the metadata.
     let mut customer = CustomerData::default();
+    customer.fill_from_custom_fields(o.get("custom_fields"));
     if let Some(cd) = o.get("customer_details") {
-        customer.rfc = cd
+        let tax_id = cd
             .get("tax_ids")
             .and_then(Value::as_array)
             .and_then(|ids| {
@@ -189,17 +195,21 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
             })
             .and_then(|t| s(t, "value"))
             .map(|v| v.trim().to_uppercase());
-        customer.nombre = s(cd, "business_name")
+        ingest::fill(&mut customer.rfc, tax_id);
+        let name = s(cd, "business_name")
             .or_else(|| s(cd, "name"))
             .filter(|n| !n.trim().is_empty());
-        customer.codigo_postal = cd.get("address").and_then(|a| s(a, "postal_code"));
+        ingest::fill(&mut customer.nombre, name);
+        let cp = cd.get("address").and_then(|a| s(a, "postal_code"));
+        ingest::fill(&mut customer.codigo_postal, cp);
         customer.email = s(cd, "email");
     }
-    facts(ev, o, id, amount, customer, None)
+    facts(ev, o, id, amount, customer, None, Some(session))
 }
 
 /// The facts of a paid sale read from `o` (a payment intent or a checkout session) of `ev`;
-/// the customer's metadata fills what the object itself did not say.
+/// the customer's metadata fills what the object itself did not say. `reference` is one more
+/// the customer may hold (the Checkout Session id, the receipt number).
 fn facts(
     ev: &Event,
     o: &Value,
@@ -207,8 +217,13 @@ fn facts(
     (amount, currency): (rust_decimal::Decimal, String),
     mut customer: CustomerData,
     description: Option<String>,
+    reference: Option<String>,
 ) -> Result<PaymentFacts, (Option<String>, String)> {
     customer.fill_from_metadata(o.get("metadata"));
+    let references = reference
+        .into_iter()
+        .chain(ingest::order_reference(o.get("metadata")))
+        .collect();
     Ok(PaymentFacts {
         provider: PROVIDER,
         payment_id,
@@ -220,6 +235,7 @@ fn facts(
         livemode: ev.livemode,
         customer,
         description,
+        references,
     })
 }
 

@@ -202,7 +202,6 @@ impl Worker {
     }
 
     pub(super) fn past_window(&self, req: &InvoiceRequest) -> bool {
-
         let Some(end) = self.window_end(req) else {
             return false;
         };

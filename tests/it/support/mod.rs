@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod pg;
+pub mod portal;
 pub mod rows;
 pub mod sales;
 pub mod sim;

@@ -251,6 +251,28 @@ impl Driver {
         .await;
     }
 
+    /// Empties a text field.
+    pub async fn clear(&self, e: &Element) {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{}/clear", e.0),
+            Some(json!({})),
+        )
+        .await;
+    }
+
+    /// An element's attribute (or property, as WebDriver reads it), e.g. a link's `href`.
+    pub async fn attribute(&self, e: &Element, name: &str) -> Option<String> {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/element/{}/attribute/{name}", e.0),
+            None,
+        )
+        .await
+        .as_str()
+        .map(str::to_owned)
+    }
+
     pub async fn text(&self, e: &Element) -> String {
         self.call(
             reqwest::Method::GET,
