@@ -407,7 +407,24 @@ async fn postgres_connects_over_tls_with_sslmode_require() {
         .await
         .expect("pg_stat_ssl");
     assert!(on, "sslmode=require gave an unencrypted connection");
-    tls.migrate().await.expect("migrations run over TLS");
+    // Migrations over TLS, on a database of the test's own: the server's shared one may hold
+    // another checkout's later migrations.
+    let name = format!("af_tls_{}", uuid::Uuid::new_v4().simple());
+    store::create_postgres_database(&url, &name)
+        .await
+        .expect("create a database for the TLS check");
+    let own = store::connect(&settings(with_param(
+        &store::postgres_url_with_database(&url, &name),
+        "sslmode",
+        "require",
+    )))
+    .await
+    .expect("sslmode=require connects to the new database");
+    own.migrate().await.expect("migrations run over TLS");
+    own.close().await;
+    store::drop_postgres_database(&url, &name)
+        .await
+        .expect("drop the TLS check's database");
     // verify-full checks the certificate: a self-signed one nobody vouches for is refused.
     let err = store::connect(&settings(with_param(&url, "sslmode", "verify-full")))
         .await
