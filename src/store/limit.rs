@@ -7,8 +7,7 @@
 use chrono::Utc;
 
 use super::events::{NewEvent, insert_event};
-use super::exec::stmt;
-use super::outbox::{INSERT_OUTBOX, OutboxDraft};
+use super::outbox::{OutboxDraft, insert_outbox, request_json};
 use super::payments::{NewPayment, insert_payment_in};
 use super::{Db, StoreError};
 
@@ -21,8 +20,7 @@ impl Db {
         draft: &OutboxDraft,
     ) -> Result<(), StoreError> {
         let now = Utc::now();
-        let request_json = serde_json::to_string(&draft.request)
-            .map_err(|e| StoreError::Other(format!("cannot serialize the invoice request: {e}")))?;
+        let request_json = request_json(draft)?;
         let mut tx = self.begin().await?;
         insert_event(event, now)
             .execute_in(&mut tx, "insert the webhook event")
@@ -30,21 +28,7 @@ impl Db {
         let payment_row = insert_payment_in(&mut tx, payment, now)
             .await?
             .ok_or_else(|| StoreError::Other("the payment id was not new".into()))?;
-        stmt(INSERT_OUTBOX)
-            .bind(payment_row)
-            .bind(draft.kind)
-            .bind(draft.stamp_key.as_str())
-            .bind(&request_json)
-            .bind(draft.state)
-            .bind(now)
-            .bind(&draft.error_code)
-            .bind(&draft.error_message)
-            .bind(draft.test_mode)
-            .bind(draft.request.fecha)
-            .bind(draft.request.serie.as_deref())
-            .bind(draft.request.folio.as_deref())
-            .bind(now)
-            .bind(now)
+        insert_outbox(payment_row, draft, &request_json, now)
             .execute_in(&mut tx, "insert the outbox row")
             .await?;
         tx.commit("commit the delivery's rows").await

@@ -14,7 +14,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use super::StoreError;
 use super::admin::audit_in;
 use super::api::queue_api_event_in;
-use super::exec::{Dialect, Dialected, Tx, column, shift_params, stmt};
+use super::exec::{Dialect, Dialected, Stmt, Tx, column, shift_params, stmt};
 pub use super::rows::ClaimedStamp;
 use super::{Db, ctx};
 use crate::cfdi::InvoiceRequest;
@@ -38,11 +38,41 @@ pub struct OutboxDraft {
     pub test_mode: bool,
 }
 
-pub(super) const INSERT_OUTBOX: &str = "INSERT INTO outbox \
+const INSERT_OUTBOX: &str = "INSERT INTO outbox \
     (payment_id, kind, stamp_key, request_json, state, attempts, run_at, last_error_code, last_error_message, \
      test_mode, fecha, serie, folio, created_at, updated_at) \
     VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
     ON CONFLICT (stamp_key) DO NOTHING RETURNING id";
+
+/// The frozen request of `draft` as stored.
+pub(super) fn request_json(draft: &OutboxDraft) -> Result<String, StoreError> {
+    serde_json::to_string(&draft.request)
+        .map_err(|e| StoreError::Other(format!("cannot serialize the invoice request: {e}")))
+}
+
+/// [`INSERT_OUTBOX`] with the arguments of `draft`, whose request is `request_json`.
+pub(super) fn insert_outbox<'a>(
+    payment_row: i64,
+    draft: &'a OutboxDraft,
+    request_json: &'a str,
+    now: DateTime<Utc>,
+) -> Stmt<'a> {
+    stmt(INSERT_OUTBOX)
+        .bind(payment_row)
+        .bind(draft.kind)
+        .bind(draft.stamp_key.as_str())
+        .bind(request_json)
+        .bind(draft.state)
+        .bind(now)
+        .bind(&draft.error_code)
+        .bind(&draft.error_message)
+        .bind(draft.test_mode)
+        .bind(draft.request.fecha)
+        .bind(draft.request.serie.as_deref())
+        .bind(draft.request.folio.as_deref())
+        .bind(now)
+        .bind(now)
+}
 
 /// In `tx`, for the payment `payment_row` (webhook ingest and the API alike): the outbox row
 /// with the frozen comprobante, its folio `explicit` or none yet (no sequence is touched here:
@@ -55,23 +85,8 @@ pub(super) async fn enqueue_in_tx(
     now: DateTime<Utc>,
 ) -> Result<Option<i64>, StoreError> {
     draft.request.folio.clone_from(&explicit);
-    let request_json = serde_json::to_string(&draft.request)
-        .map_err(|e| StoreError::Other(format!("cannot serialize the invoice request: {e}")))?;
-    let row: Option<(i64,)> = stmt(INSERT_OUTBOX)
-        .bind(payment_row)
-        .bind(draft.kind)
-        .bind(draft.stamp_key.as_str())
-        .bind(&request_json)
-        .bind(draft.state)
-        .bind(now)
-        .bind(&draft.error_code)
-        .bind(&draft.error_message)
-        .bind(draft.test_mode)
-        .bind(draft.request.fecha)
-        .bind(draft.request.serie.as_deref())
-        .bind(&explicit)
-        .bind(now)
-        .bind(now)
+    let request_json = request_json(draft)?;
+    let row: Option<(i64,)> = insert_outbox(payment_row, draft, &request_json, now)
         .fetch_optional_in(tx, "insert the outbox row")
         .await?;
     Ok(row.map(|r| r.0))
