@@ -17,7 +17,7 @@ use crate::ops::{self, TestProvider};
 )]
 pub struct Cli {
     /// Settings file (default: autofactura.toml if present, else embedded defaults).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "AUTOFACTURA_CONFIG")]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -77,6 +77,39 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
     },
+    /// Check the configuration (file, environment, `*_file` secrets): print it with secrets
+    /// redacted, or name the key that is wrong (exit 2).
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Write a consistent copy of the SQLite database to FILE while the appliance serves
+    /// (PostgreSQL: use pg_dump, docs/ops/backups.md).
+    Backup {
+        /// Where the copy goes; it must not exist yet.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// The accountant's month in one ZIP: every stamped XML whose Fecha is in the month, by
+    /// kind, a CSV with one row per document, and the cancellation acuses.
+    Export {
+        /// The month, YYYY-MM (Mexico City, like Fecha).
+        #[arg(long)]
+        month: String,
+        /// The ZIP to write; it must not exist yet.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Print an argon2 hash of a password (read from standard input) for `[admin] password_hash`.
+    HashPassword,
+    /// Ask a running instance's `/readyz` (exit 0 when ready, 1 otherwise): the container's
+    /// health check, without curl.
+    Healthcheck {
+        /// Base URL of the instance (default: http://<[server] listen>, 127.0.0.1 for 0.0.0.0).
+        #[arg(long)]
+        url: Option<String>,
+        /// Seconds to wait for the answer.
+        #[arg(long, default_value_t = 5)]
+        timeout: u64,
+    },
     /// Run the sandbox PAC as a server (SW's REST shape and Finkok's SOAP shape).
     PacSim {
         /// Address to listen on, e.g. 127.0.0.1:8089 (port 0 picks one).
@@ -94,6 +127,12 @@ pub enum Command {
         #[arg(long, default_value = "sandbox")]
         password: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the configuration and print it with secrets redacted.
+    Check,
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,6 +223,17 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
         Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
+        Some(Command::Config(ConfigCommand::Check)) => config_check(cli.config.as_deref()),
+        Some(Command::HashPassword) => hash_password(),
+        Some(Command::Backup { out }) => block_on(ops::backup(cli.config.as_deref(), &out)),
+        Some(Command::Export { month, out }) => {
+            block_on(ops::export_month(cli.config.as_deref(), &month, &out))
+        }
+        Some(Command::Healthcheck { url, timeout }) => block_on(ops::healthcheck(
+            cli.config.as_deref(),
+            url.as_deref(),
+            timeout,
+        )),
         Some(Command::Migrate) => block_on(ops::migrate(cli.config.as_deref())),
         Some(Command::Worker) => block_on(ops::worker(cli.config.as_deref())),
         Some(Command::Reconcile) => block_on(ops::reconcile(cli.config.as_deref())),
@@ -248,6 +298,40 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `config check`: the redacted configuration on stdout, or the problem (naming its key) and
+/// exit code 2.
+fn config_check(path: Option<&Path>) -> anyhow::Result<ExitCode> {
+    match crate::config::Settings::check(path) {
+        Ok(text) => {
+            println!("{text}");
+            eprintln!("configuration is valid");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// `hash-password`: one line from standard input (not an argument, which `ps` and the shell's
+/// history would show) → its argon2id PHC string.
+fn hash_password() -> anyhow::Result<ExitCode> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| anyhow::anyhow!("cannot read the password from standard input: {e}"))?;
+    let password = line.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        anyhow::bail!(
+            "no password on standard input: `echo -n 'the password' | autofactura hash-password`"
+        );
+    }
+    let hash = crate::admin::auth::hash_password(password).map_err(|e| anyhow::anyhow!(e))?;
+    println!("{hash}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs an async command on a fresh multi-threaded runtime.

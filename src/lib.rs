@@ -35,6 +35,8 @@
 //!   into a nominative CFDI instead of the factura global; `autofactura portal link`.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
 //!   refreeze, reconciliation (also `autofactura reconcile`); sessions and CSRF.
+//! - [`export`]: the accountant's month in one ZIP (stamped XMLs by kind, a CSV, the acuses),
+//!   streamed page by page (`autofactura export`, `/admin/export/month`).
 //! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
 //!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate).
 //! - [`startup`]: wiring (database, the PAC and the in-process sandbox PAC, HTTP listeners,
@@ -42,6 +44,7 @@
 //!   what handlers and loops share (they import it, not startup). [`shutdown`]: the one
 //!   cancellation token of the process, passed to every server and loop. [`health`]: `/healthz`,
 //!   `/readyz`; [`error`]: where errors become HTTP responses; [`telemetry`]: logging;
+//!   [`metrics`]: Prometheus metrics (`/metrics`, served by [`health`]);
 //!   [`proxy`]: the real client behind `[server] trusted_proxies`; [`limiter`]: attempts per
 //!   client address (admin logins, portal look-ups).
 //!
@@ -91,10 +94,12 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod export;
 pub mod global;
 pub mod health;
 pub mod ingest;
 pub mod limiter;
+pub mod metrics;
 pub mod notify;
 pub mod ops;
 pub mod pac;

@@ -26,12 +26,18 @@ fn load(config: Option<&Path>) -> anyhow::Result<(Settings, Source)> {
 
 /// `autofactura serve`: migrate, listen, print where to look, run until stopped.
 pub async fn serve(config: Option<&Path>) -> anyhow::Result<ExitCode> {
-    crate::telemetry::init();
     let (settings, source) = load(config)?;
+    let format = settings.log.format;
+    crate::telemetry::init(format);
     let listen = settings.server.listen.clone();
     let banner = banner(&settings, &source);
     let app = Application::build(settings).await?.with_workers().await?;
-    eprintln!("{banner}");
+    // In JSON the banner is a log line too, so every line of stderr parses.
+    if crate::telemetry::json(format) {
+        tracing::info!(%banner, "autofactura starting");
+    } else {
+        eprintln!("{banner}");
+    }
     tracing::info!(%listen, port = app.port(), "autofactura serving");
     app.shutdown().stop_on(Signals::TermIntAndQuit);
     app.run_until_stopped().await?;
@@ -77,8 +83,8 @@ fn banner(s: &Settings, source: &Source) -> String {
 
 /// `autofactura worker`: the worker pool without HTTP, until SIGTERM or Ctrl-C.
 pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
-    crate::telemetry::init();
     let (settings, _) = load(config)?;
+    crate::telemetry::init(settings.log.format);
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
     let services = startup::worker_services(&settings, db).await?;
@@ -499,4 +505,95 @@ pub async fn reconcile(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `autofactura healthcheck`: GET `/readyz` of a running instance (the container's health
+/// check, so the image needs no curl). Ready: exit 0; not ready or unreachable: exit 1, with
+/// why on stderr.
+pub async fn healthcheck(
+    config: Option<&Path>,
+    url: Option<&str>,
+    timeout_secs: u64,
+) -> anyhow::Result<ExitCode> {
+    let base = match url {
+        Some(u) => u.trim_end_matches('/').to_owned(),
+        None => {
+            let (settings, _) = load(config)?;
+            // A wildcard listen address is reached on loopback from inside the container.
+            let listen = settings
+                .server
+                .listen
+                .replace("0.0.0.0", "127.0.0.1")
+                .replace("[::]", "[::1]");
+            format!("http://{listen}")
+        }
+    };
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(timeout_secs))
+        .build()?;
+    match http.get(format!("{base}/readyz")).send().await {
+        Ok(r) if r.status().is_success() => {
+            println!("ready: {base}/readyz answered {}", r.status().as_u16());
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap_or_default();
+            eprintln!("not ready: {base}/readyz answered {status}: {body}");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("not ready: cannot reach {base}/readyz: {}", e.without_url());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `autofactura backup --out FILE`: a consistent online copy of the SQLite database (the
+/// appliance may be serving meanwhile). Refuses to overwrite FILE.
+pub async fn backup(config: Option<&Path>, out: &Path) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    if out.exists() {
+        anyhow::bail!(
+            "{} already exists: name a new file (a backup never overwrites one)",
+            out.display()
+        );
+    }
+    let db = store::connect(&settings.database).await?;
+    let started = std::time::Instant::now();
+    db.backup_into(out).await?;
+    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "backup of {} written to {} ({bytes} bytes, {} ms); restore: stop autofactura, put it in \
+         place of the database file, start it",
+        redact_url(settings.database.url.expose()),
+        out.display(),
+        started.elapsed().as_millis()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `autofactura export --month YYYY-MM --out FILE.zip`.
+pub async fn export_month(
+    config: Option<&Path>,
+    month: &str,
+    out: &Path,
+) -> anyhow::Result<ExitCode> {
+    crate::export::month_range(month).map_err(|e| anyhow::anyhow!(e))?;
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    // create_new: an export never overwrites a file.
+    let file = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(out)
+        .with_context(|| format!("cannot create {} (it must not exist yet)", out.display()))?;
+    let counts = crate::export::write_month(&db, month, std::io::BufWriter::new(file)).await?;
+    println!(
+        "export of {month} written to {}: {} stamped documents, {} cancellation acuses",
+        out.display(),
+        counts.documents,
+        counts.acuses
+    );
+    Ok(ExitCode::SUCCESS)
 }

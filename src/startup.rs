@@ -337,6 +337,7 @@ fn serve(
                 if routes.admin {
                     crate::api::routes(cfg, body_limit);
                     admin::routes(cfg, admin.clone());
+                    health::metrics_route(cfg);
                 }
                 if routes.mp_sandbox {
                     crate::sandbox::mp_routes(cfg);

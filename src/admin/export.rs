@@ -8,6 +8,7 @@ use super::auth::Session;
 use super::format::{Clock, local};
 use super::lists::{Asked, ListQuery, RowView};
 use crate::error::AdminError;
+use crate::export::cell;
 use crate::state::AppState;
 
 /// The most rows one export holds.
@@ -70,23 +71,48 @@ pub async fn invoices_csv(
         .body(out))
 }
 
-/// One CSV field, quoted; a text a spreadsheet would run as a formula (`=`, `+`, `-`, `@`,
-/// tab, CR) starts with `'` so it is shown, not run.
-fn cell(s: &str) -> String {
-    let risky = s.starts_with(['=', '+', '-', '@', '\t', '\r']);
-    let s = if risky { format!("'{s}") } else { s.to_owned() };
-    format!("\"{}\"", s.replace('"', "\"\""))
+/// `?month=YYYY-MM` of the month export.
+#[derive(Debug, serde::Deserialize)]
+pub struct MonthQuery {
+    month: String,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::cell;
-
-    #[test]
-    fn cells_are_quoted_and_formulas_defused() {
-        assert_eq!(cell("a\"b"), "\"a\"\"b\"");
-        assert_eq!(cell("=HYPERLINK(1)"), "\"'=HYPERLINK(1)\"");
-        assert_eq!(cell("-1"), "\"'-1\"");
-        assert_eq!(cell("116.00"), "\"116.00\"");
-    }
+/// `GET /admin/export/month?month=YYYY-MM`: the accountant's ZIP ([`crate::export`]), written
+/// to a temporary file page by page and streamed from it, so neither step holds the month in
+/// memory. The file is unlinked as soon as it is open: nothing is left behind.
+pub async fn month_zip(
+    state: web::Data<AppState>,
+    _session: Session,
+    q: web::Query<MonthQuery>,
+) -> Result<HttpResponse, AdminError> {
+    crate::export::month_range(&q.month).map_err(AdminError::Invalid)?;
+    let path = std::env::temp_dir().join(format!(
+        "autofactura-export-{}.zip",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let failed = |e: &dyn std::fmt::Display| {
+        tracing::error!(error = %e, month = %q.month, "month export failed");
+        AdminError::Refused(format!(
+            "the export of {} could not be written: {e}; try again, or run `autofactura export \
+             --month {} --out FILE.zip` on the server",
+            q.month, q.month
+        ))
+    };
+    let file = std::fs::File::create(&path).map_err(|e| failed(&e))?;
+    let written =
+        crate::export::write_month(&state.db, &q.month, std::io::BufWriter::new(file)).await;
+    let opened = tokio::fs::File::open(&path).await;
+    // Unlinked at once: the open handle keeps the bytes until the download ends.
+    let _ = std::fs::remove_file(&path);
+    let counts = written.map_err(|e| failed(&e))?;
+    let file = opened.map_err(|e| failed(&e))?;
+    tracing::info!(month = %q.month, documents = counts.documents, acuses = counts.acuses, "month export downloaded");
+    Ok(HttpResponse::Ok()
+        .content_type("application/zip")
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"autofactura-{}.zip\"", q.month),
+        ))
+        .insert_header(("Cache-Control", "no-store"))
+        .streaming(tokio_util::io::ReaderStream::new(file)))
 }

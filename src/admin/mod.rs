@@ -19,7 +19,8 @@
 //! - [`login`]: the login page, sign in and out.
 //! - [`dashboard`]: what is at risk, counts, failures by code, workers, the PAC's health.
 //! - [`operate`]: pausing and resuming the PAC, the chart of stamps and errors per minute.
-//! - [`lists`]: invoices by view, cancellations, the audit log; [`export`]: a list as CSV.
+//! - [`lists`]: invoices by view, cancellations, the audit log; [`export`]: a list as CSV, and the
+//!   accountant's month as a ZIP.
 //! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
 //! - [`cancel`]: the cancel form and request.
 //! - [`refreeze`]: the refreeze form and action; [`fix`]: the fix form of a payment that
@@ -187,6 +188,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/static/{file}", web::get().to(static_file))
             .route("/invoices", web::get().to(lists::invoices))
             .route("/invoices.csv", web::get().to(export::invoices_csv))
+            .route("/export/month", web::get().to(export::month_zip))
             .route("/errors/retry", web::post().to(dashboard::retry_group))
             .route("/pac/pause", web::post().to(operate::pause))
             .route("/pac/resume", web::post().to(operate::resume))

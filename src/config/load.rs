@@ -140,3 +140,148 @@ pub(super) fn set_path(t: &mut toml::Table, path: &[String], raw: &str) -> Resul
     cur.insert(last.clone(), value);
     Ok(())
 }
+
+/// Types the merged table into [`super::Settings`]. An environment value is a string unless a
+/// default of another type sits under its key ([`set_path`]); where the settings struct itself
+/// expects something else (a number of a key without a default, an `Option<u64>`, …), its
+/// error names the key, and the value is read again as what the struct asked for. So every key
+/// can be set from the environment, typed by the struct, not by the embedded defaults.
+pub(super) fn typed(
+    mut merged: toml::Table,
+    from_env: &[(Vec<String>, String)],
+) -> Result<super::Settings, ConfigError> {
+    // Each round retypes one environment value, so this many rounds always suffice.
+    for _ in 0..=from_env.len() {
+        let e = match merged.clone().try_into::<super::Settings>() {
+            Ok(s) => return Ok(s),
+            Err(e) => e,
+        };
+        let message = e.to_string();
+        let retyped = from_env.iter().find_map(|(path, raw)| {
+            let key = path.join(".");
+            (message.contains("invalid type: string") && message.contains(&format!("`{key}`")))
+                .then(|| as_expected(&message, raw))
+                .flatten()
+                .map(|v| (path, v))
+        });
+        match retyped {
+            Some((path, value)) => set_typed(&mut merged, path, value),
+            // Its Display names the key (`in `admin.password``); no source line, as there is no text.
+            None => {
+                return Err(ConfigError::Shape(
+                    without_values(message.trim()).replace('\n', " "),
+                ));
+            }
+        }
+    }
+    Err(ConfigError::Shape(
+        "the environment's values could not be typed".into(),
+    ))
+}
+
+/// `raw` read as what serde's `message` says was expected (`expected u64`, `a boolean`,
+/// `a sequence`, …); `None` when it cannot be read so (the error is then reported as is).
+fn as_expected(message: &str, raw: &str) -> Option<toml::Value> {
+    let expected = message.split("expected").nth(1).unwrap_or("");
+    let raw = raw.trim();
+    let value = if expected.contains("sequence") {
+        if raw.starts_with('[') {
+            format!("v = {raw}")
+                .parse::<toml::Table>()
+                .ok()?
+                .remove("v")?
+        } else {
+            toml::Value::Array(
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| toml::Value::String(s.into()))
+                    .collect(),
+            )
+        }
+    } else if expected.contains("bool") {
+        toml::Value::Boolean(raw.parse().ok()?)
+    } else if expected.contains("f32") || expected.contains("f64") || expected.contains("float") {
+        toml::Value::Float(raw.parse().ok()?)
+    } else if [
+        "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64", "isize", "integer",
+    ]
+    .iter()
+    .any(|t| expected.contains(t))
+    {
+        toml::Value::Integer(raw.parse().ok()?)
+    } else {
+        return None;
+    };
+    Some(value)
+}
+
+fn set_typed(t: &mut toml::Table, path: &[String], value: toml::Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = t;
+    for p in parents {
+        match cur.get_mut(p) {
+            Some(toml::Value::Table(inner)) => cur = inner,
+            _ => return,
+        }
+    }
+    cur.insert(last.clone(), value);
+}
+
+/// Replaces every `NAME_file = "/path"` key with `NAME` = the file's content (trailing newline
+/// removed), as container platforms mount secrets as files. Both at once is refused.
+pub(super) fn secret_files(t: &mut toml::Table) -> Result<(), ConfigError> {
+    fn walk(t: &mut toml::Table, at: &str) -> Result<(), ConfigError> {
+        let keys: Vec<String> = t.keys().cloned().collect();
+        for k in keys {
+            let here = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            if let Some(toml::Value::Table(inner)) = t.get_mut(&k) {
+                walk(inner, &here)?;
+                continue;
+            }
+            let Some(name) = k.strip_suffix("_file") else {
+                continue;
+            };
+            let Some(toml::Value::String(path)) = t.get(&k).cloned() else {
+                continue;
+            };
+            if t.contains_key(name) {
+                return Err(ConfigError::Shape(format!(
+                    "{here} and {at}{}{name} are both set: keep one",
+                    if at.is_empty() { "" } else { "." }
+                )));
+            }
+            let text = read_file(Path::new(&path))?;
+            t.remove(&k);
+            t.insert(
+                name.to_owned(),
+                toml::Value::String(text.trim_end_matches(['\n', '\r']).to_owned()),
+            );
+        }
+        Ok(())
+    }
+    walk(t, "")
+}
+
+/// Replaces every secret in `t` by `[redacted]` (keys that look secret) and the password of
+/// every URL (`postgres://user:…@host`), for `config check`.
+pub(super) fn redact(t: &mut toml::Table) {
+    for (k, v) in t.iter_mut() {
+        match v {
+            toml::Value::Table(inner) => redact(inner),
+            toml::Value::String(_) | toml::Value::Array(_) if looks_secret(k) => {
+                *v = toml::Value::String("[redacted]".into())
+            }
+            toml::Value::String(s) if s.contains("://") => {
+                *s = super::secret::redact_url(s);
+            }
+            _ => {}
+        }
+    }
+}

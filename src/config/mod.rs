@@ -39,6 +39,8 @@ mod validate;
 mod worker;
 
 #[cfg(test)]
+mod env_tests;
+#[cfg(test)]
 mod tests;
 
 use std::net::SocketAddr;
@@ -52,12 +54,12 @@ pub use pac::{PacConfig, PacKind};
 pub use portal::PortalSettings;
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
-    ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings,
-    MercadoPagoSettings, ServerSettings, StripeSettings,
+    ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings, LogFormat,
+    LogSettings, MercadoPagoSettings, ServerSettings, StripeSettings,
 };
 pub use worker::WorkerSettings;
 
-use load::{merge, read_file, set_path, syntax_error, without_values};
+use load::{merge, read_file, secret_files, set_path, syntax_error, typed};
 
 /// The file `serve` reads when `--config` is not given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "autofactura.toml";
@@ -91,6 +93,7 @@ pub struct Settings {
     pub api: ApiSettings,
     pub global: GlobalSettings,
     pub portal: PortalSettings,
+    pub log: LogSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,
@@ -138,6 +141,31 @@ impl Settings {
 
     /// Defaults, then the TOML text `file`, then the `AUTOFACTURA__…` pairs in `env`.
     pub fn from_parts(file: Option<&str>, env: &[(String, String)]) -> Result<Self, ConfigError> {
+        Self::layered(file, env).map(|(s, _)| s)
+    }
+
+    /// `autofactura config check`: loads and validates `path` (or the default file) with the
+    /// environment, and gives the merged configuration as TOML with every secret redacted.
+    pub fn check(path: Option<&Path>) -> Result<String, ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let file = match path {
+            Some(p) => Some(read_file(p)?),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                Some(read_file(Path::new(DEFAULT_CONFIG_FILE))?)
+            }
+            None => None,
+        };
+        let (_, mut merged) = Self::layered(file.as_deref(), &env)?;
+        load::redact(&mut merged);
+        toml::to_string_pretty(&merged)
+            .map_err(|e| ConfigError::Shape(format!("cannot print the configuration: {e}")))
+    }
+
+    /// The settings and the merged table they were typed from.
+    fn layered(
+        file: Option<&str>,
+        env: &[(String, String)],
+    ) -> Result<(Self, toml::Table), ConfigError> {
         let mut merged: toml::Table = DEFAULTS
             .parse()
             .map_err(|e: toml::de::Error| syntax_error("(embedded defaults)", DEFAULTS, &e))?;
@@ -147,23 +175,22 @@ impl Settings {
                 .map_err(|e: toml::de::Error| syntax_error("config", text, &e))?;
             merge(&mut merged, t);
         }
+        let mut from_env = Vec::new();
         for (k, v) in env {
             if let Some(rest) = k.strip_prefix(ENV_PREFIX) {
                 let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
                 set_path(&mut merged, &path, v)?;
+                from_env.push((path, v.clone()));
             }
         }
+        secret_files(&mut merged)?;
+        let shown = merged.clone();
         let unknown_pac_kind = pac::take_unknown_kind(&mut merged);
-        let mut s: Settings = merged
-            .try_into()
-            // Its Display names the key (`in `admin.password``); no source line, as there is no text.
-            .map_err(|e: toml::de::Error| {
-                ConfigError::Shape(without_values(e.to_string().trim()).replace('\n', " "))
-            })?;
+        let mut s: Settings = typed(merged, &from_env)?;
         s.unknown_pac_kind = unknown_pac_kind;
         s.apply_sandbox_defaults();
         s.validate()?;
-        Ok(s)
+        Ok((s, shown))
     }
 
     /// Embedded defaults only (no file, no environment).

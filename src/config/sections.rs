@@ -146,3 +146,20 @@ pub struct FormaPagoSettings {
     /// Mercado Pago `payment_type_id` → FormaPago.
     pub mercadopago: BTreeMap<String, String>,
 }
+
+/// `[log]`: how log lines are written (to stderr; the filter is `RUST_LOG`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+}
+
+/// `[log] format`: `auto` (JSON when stderr is not a terminal, as under a container platform
+/// or systemd; text on a terminal), `text` or `json` (one JSON object per line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Auto,
+    Text,
+    Json,
+}

@@ -124,6 +124,7 @@ impl Sender {
         let error = match sent {
             Ok(r) if r.status().is_success() => {
                 info!(event = %w.event_type, invoice = %inv.public_id, "merchant webhook delivered");
+                crate::metrics::merchant_webhook("delivered");
                 self.db
                     .settle_api_webhook(w.id, "delivered", Utc::now(), None)
                     .await?;
@@ -131,6 +132,7 @@ impl Sender {
             }
             Ok(r) if r.status() == reqwest::StatusCode::GONE => {
                 warn!(event = %w.event_type, "merchant endpoint answered 410 Gone: webhook dropped");
+                crate::metrics::merchant_webhook("gone");
                 self.db
                     .settle_api_webhook(w.id, "failed", Utc::now(), Some("410 Gone"))
                     .await?;
@@ -146,12 +148,14 @@ impl Sender {
                 let jitter = delay.mul_f64(rand::random_range(0.9..1.1));
                 let at = Utc::now() + chrono::Duration::from_std(jitter).unwrap_or_default();
                 warn!(event = %w.event_type, attempts = w.attempts, %error, "merchant webhook will be retried");
+                crate::metrics::merchant_webhook("retry");
                 self.db
                     .settle_api_webhook(w.id, "pending", at, Some(&error))
                     .await?;
             }
             None => {
                 warn!(event = %w.event_type, attempts = w.attempts, %error, "merchant webhook given up");
+                crate::metrics::merchant_webhook("given_up");
                 self.db
                     .settle_api_webhook(w.id, "failed", Utc::now(), Some(&error))
                     .await?;

@@ -57,12 +57,26 @@ impl<'a> From<&AdminPacCall<'a>> for Attempt<'a> {
     }
 }
 
+/// Counts a PAC call in the metrics. Every call, the workers' and the admin's, is logged
+/// through [`bind_attempt`] (or, for PostgreSQL's batched settles, the arrays of
+/// `settle_stamped_many`, which call this for each): counted there, once, whether or not its
+/// log row commits, since the call was made either way.
+pub(super) fn counted(a: &Attempt<'_>) {
+    crate::metrics::pac_request(
+        a.pac,
+        a.operation,
+        a.outcome,
+        std::time::Duration::from_millis(u64::try_from(a.latency_ms).unwrap_or(0)),
+    );
+}
+
 /// Appends one call; its twelve arguments are bound by [`bind_attempt`].
 pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, http_status, \
      code, message, latency_ms, uuid, worker, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// Binds an [`Attempt`] and the time (the twelve arguments of [`INSERT_ATTEMPT`]) to `q`.
 pub(super) fn bind_attempt<'a>(q: Stmt<'a>, a: &Attempt<'a>, now: DateTime<Utc>) -> Stmt<'a> {
+    counted(a);
     q.bind(a.outbox_id)
         .bind(a.cancellation_id)
         .bind(a.operation)

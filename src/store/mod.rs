@@ -26,6 +26,9 @@
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
+//! - `backup.rs`: the online copy of the SQLite database (`autofactura backup`).
+//! - `export.rs`: the month's stamped documents and acuses, a page at a time (the
+//!   accountant's export).
 //! - `limit.rs`: the rows of one delivery written bare, the ingest benchmark's ceiling.
 //! - `views.rs`: read-only views of the admin pages and reconciliation that join several
 //!   aggregates (documents = payment + outbox row, lists, dashboard figures); apart because
@@ -33,15 +36,19 @@
 //!
 //! Who may import it: anything outside `store/` uses [`Db`] and the types re-exported here
 //! (and `store::api`'s, for the invoicing API). Files in this folder name each other freely,
-//! and import outside it only plain data types (`config`, `cfdi`, `domain`). Transactions never span a network call: callers fetch
+//! and import outside it only plain data types (`config`, `cfdi`, `domain`) and the metrics
+//! counters (`crate::metrics`, a leaf: every PAC call the attempt log records is counted
+//! there, once). Transactions never span a network call: callers fetch
 //! first, then hand complete values to one short transaction here.
 
 mod admin;
 pub mod api;
 mod attempts;
+mod backup;
 mod cancellations;
 mod events;
 mod exec;
+mod export;
 mod folios;
 mod globals;
 mod limit;
@@ -59,6 +66,7 @@ pub use events::{EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use exec::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
 };
+pub use export::{ExportAcuse, ExportDoc};
 pub use globals::{
     DocumentListing, Frozen, GLOBAL_PROVIDER, GlobalRow, NewGlobal, PendingSubstitution,
     RecordedEvent, Sale,

@@ -172,7 +172,8 @@ static CLAIM_EXPIRED: Dialected = Dialected::new(
      WHERE id IN (SELECT id FROM outbox{EXPIRED_INDEX} WHERE state = 'stamping' \
      AND lease_expires_at <= $3 {NOT_PAUSED} ORDER BY lease_expires_at, id LIMIT $4{LOCK}) \
      RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route, \
-     COALESCE(serie, '') AS serie, folio",
+     COALESCE(serie, '') AS serie, folio, \
+     (SELECT p.payment_id FROM payments p WHERE p.id = outbox.payment_id) AS payment_ref",
     INDEXED_BY,
 );
 /// Second kind: rows due now.
@@ -182,7 +183,8 @@ static CLAIM_DUE: Dialected = Dialected::new(
      WHERE id IN (SELECT id FROM outbox{DUE_INDEX} WHERE state IN ('pending', 'retry_scheduled', \
      'unknown') AND run_at <= $3 {NOT_PAUSED} ORDER BY run_at, id LIMIT $4{LOCK}) \
      RETURNING id, claimed_from, stamp_key, request_json, sealed_xml, attempts, test_mode, pac_route, \
-     COALESCE(serie, '') AS serie, folio",
+     COALESCE(serie, '') AS serie, folio, \
+     (SELECT p.payment_id FROM payments p WHERE p.id = outbox.payment_id) AS payment_ref",
     INDEXED_BY,
 );
 

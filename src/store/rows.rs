@@ -281,6 +281,9 @@ pub struct ClaimedStamp {
     /// `None` until assigned ([`super::Db::assign_folios`]); then the folio the row is sealed
     /// with, whatever its frozen request says.
     pub folio: Option<String>,
+    /// The provider's payment id (`pi_…`, Mercado Pago's number; a global's own reference),
+    /// for the logs.
+    pub payment_ref: Option<String>,
 }
 
 /// A stored notification whose payment must still be fetched.

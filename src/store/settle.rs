@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 
 use super::api::API_EVENT;
-use super::attempts::{Attempt, INSERT_ATTEMPT, bind_attempt};
+use super::attempts::{Attempt, INSERT_ATTEMPT, bind_attempt, counted};
 use super::exec::{Dialect, Stmt, column, shift_params, stmt};
 use super::{Db, StoreError, ctx};
 use crate::domain::DocumentState;
@@ -341,24 +341,29 @@ impl Db {
                 .sqlite_script_ids(self, what)
                 .await
             }
-            Db::Postgres(pool) => sqlx::query_scalar(SETTLE_STAMPED_MANY_PG)
-                .bind(column(outcomes, |o| o.id))
-                .bind(column(outcomes, |o| o.uuid.as_str()))
-                .bind(column(outcomes, |o| o.tfd_xml.as_str()))
-                .bind(column(outcomes, |o| o.stamped_xml.as_slice()))
-                .bind(column(outcomes, |o| o.fecha_timbrado.as_str()))
-                .bind(column(outcomes, |o| o.flag.as_deref()))
-                .bind(column(outcomes, |o| o.pac.as_str()))
-                .bind(column(outcomes, |o| o.outcome.as_str()))
-                .bind(column(outcomes, |o| o.code.as_deref()))
-                .bind(column(outcomes, |o| o.http_status))
-                .bind(column(outcomes, |o| o.latency_ms))
-                .bind(owner)
-                .bind(now)
-                .bind(owner)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx(what)),
+            Db::Postgres(pool) => {
+                for o in outcomes {
+                    counted(&o.attempt(owner));
+                }
+                sqlx::query_scalar(SETTLE_STAMPED_MANY_PG)
+                    .bind(column(outcomes, |o| o.id))
+                    .bind(column(outcomes, |o| o.uuid.as_str()))
+                    .bind(column(outcomes, |o| o.tfd_xml.as_str()))
+                    .bind(column(outcomes, |o| o.stamped_xml.as_slice()))
+                    .bind(column(outcomes, |o| o.fecha_timbrado.as_str()))
+                    .bind(column(outcomes, |o| o.flag.as_deref()))
+                    .bind(column(outcomes, |o| o.pac.as_str()))
+                    .bind(column(outcomes, |o| o.outcome.as_str()))
+                    .bind(column(outcomes, |o| o.code.as_deref()))
+                    .bind(column(outcomes, |o| o.http_status))
+                    .bind(column(outcomes, |o| o.latency_ms))
+                    .bind(owner)
+                    .bind(now)
+                    .bind(owner)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(ctx(what))
+            }
         }
     }
 }

@@ -263,6 +263,27 @@ impl Db {
             .map(|r| r.map(|(t,)| t))
     }
 
+    /// `(state, kind, count)` over every outbox row (the `autofactura_documents` gauge).
+    pub async fn document_counts(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        const SQL: &str =
+            "SELECT state, kind, COUNT(*) AS n FROM outbox GROUP BY state, kind ORDER BY 1, 2";
+        stmt(SQL)
+            .fetch_all::<(String, String, i64)>(self, "count documents by state and kind")
+            .await
+    }
+
+    /// `(kind, state, oldest created_at)` of the rows still to be stamped (the age gauges).
+    pub async fn oldest_queued_by_kind(
+        &self,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
+        const SQL: &str = "SELECT kind, state, MIN(created_at) AS t FROM outbox \
+            WHERE state IN ('pending', 'stamping', 'retry_scheduled', 'unknown') \
+            GROUP BY kind, state ORDER BY 1, 2";
+        stmt(SQL)
+            .fetch_all::<(String, String, DateTime<Utc>)>(self, "find the oldest queued documents")
+            .await
+    }
+
     /// The document whose SAT window closes first among those a worker or an operator can
     /// still stamp and whose window is still open (Fecha after `open_after`, Mexico City): its
     /// Fecha, payment row and payment id.

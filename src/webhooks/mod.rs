@@ -27,9 +27,55 @@ pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {
     cfg.service(
         web::scope("/webhooks")
             .app_data(web::PayloadConfig::new(body_limit))
-            .route("/stripe", web::post().to(stripe_webhook))
-            .route("/mercadopago", web::post().to(mercadopago_webhook)),
+            .route("/stripe", web::post().to(stripe_route))
+            .route("/mercadopago", web::post().to(mercadopago_route)),
     );
+}
+
+async fn stripe_route(
+    req: HttpRequest,
+    body: web::Bytes,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, WebhookError> {
+    let t = std::time::Instant::now();
+    counted(stripe::PROVIDER, t, stripe_webhook(req, body, state).await)
+}
+
+async fn mercadopago_route(
+    req: HttpRequest,
+    body: web::Bytes,
+    query: web::Query<MpQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, WebhookError> {
+    let t = std::time::Instant::now();
+    let answer = mercadopago_webhook(req, body, query, state).await;
+    counted(mercadopago::PROVIDER, t, answer)
+}
+
+/// Counts a webhook's answer in the metrics: accepted (2xx), rejected (4xx: signature, replay,
+/// malformed) or failed (5xx: stored nothing, the provider retries).
+fn counted(
+    provider: &str,
+    since: std::time::Instant,
+    answer: Result<HttpResponse, WebhookError>,
+) -> Result<HttpResponse, WebhookError> {
+    let status = match &answer {
+        Ok(r) => r.status(),
+        Err(e) => actix_web::ResponseError::status_code(e),
+    };
+    let outcome = match status.as_u16() {
+        200..=299 => "accepted",
+        400..=499 => "rejected",
+        _ => "failed",
+    };
+    crate::metrics::webhook(provider, outcome, since.elapsed());
+    answer
+}
+
+/// The stamp key of a payment's document, for its log line (`""` when it gets none: a sale
+/// for the factura global has no document of its own).
+fn key_of(draft: Option<&crate::store::OutboxDraft>) -> String {
+    draft.map(|d| d.stamp_key.to_string()).unwrap_or_default()
 }
 
 fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
@@ -167,11 +213,12 @@ async fn stripe_webhook(
         stripe::Meaning::Paid(facts) => {
             row.payment_ref = Some(facts.payment_id.clone());
             let (payment, draft) = state.ingestor.plan(&facts);
+            let stamp_key = key_of(draft.as_ref());
             let out = state
                 .db
                 .ingest(&EventRow::Insert(Box::new(row)), &payment, draft)
                 .await?;
-            tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %payment.status, "stripe payment");
+            tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %payment.status, "stripe payment");
             // No folio: it is assigned when the worker seals the comprobante.
             return Ok(ack(
                 outcome_name(&out),
@@ -339,6 +386,7 @@ pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str,
     match payment.meaning(&p.event_id, p.livemode) {
         mercadopago::Meaning::Paid(facts) => {
             let (row, draft) = state.ingestor.plan(&facts);
+            let stamp_key = key_of(draft.as_ref());
             let out = state
                 .db
                 .ingest(
@@ -351,7 +399,7 @@ pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str,
                     draft,
                 )
                 .await?;
-            tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %row.status, "mercadopago payment");
+            tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %row.status, "mercadopago payment");
             Ok(outcome_name(&out))
         }
         mercadopago::Meaning::Record(reason) => {

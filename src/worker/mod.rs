@@ -237,6 +237,8 @@ impl Worker {
 
     async fn run(self: Arc<Self>, token: CancellationToken, health: Option<crate::health::Health>) {
         info!(worker = %self.id, concurrency = self.cfg.concurrency, pac = %self.pac_label, "worker pool started");
+        let slots = i64::try_from(self.cfg.concurrency).unwrap_or(i64::MAX);
+        crate::metrics::worker_slots("configured", slots);
         let mut loops = JoinSet::new();
         for slot in 0..self.cfg.concurrency {
             let me = self.clone();
@@ -306,6 +308,7 @@ impl Worker {
         {
             error!(error = %e, "the settler ended abnormally");
         }
+        crate::metrics::worker_slots("configured", -slots);
         self.release_unsent().await;
         match self.db.release_stamp_leases(&self.id).await {
             Ok(0) => {}

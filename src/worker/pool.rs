@@ -25,10 +25,12 @@ impl InFlight {
     /// A call starts; every [`InFlight::start`] is followed by an [`InFlight::end`].
     pub(super) fn start(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::worker_slots("in_flight", 1);
     }
 
     pub(super) fn end(&self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        crate::metrics::worker_slots("in_flight", -1);
     }
 
     pub(super) fn get(&self) -> i32 {

@@ -63,6 +63,8 @@ pub(super) struct Prepared {
     /// The stored sealed bytes: what every attempt sends.
     pub(super) sealed: Vec<u8>,
     pub(super) claimed_at: Instant,
+    /// The provider's payment id, for the logs.
+    pub(super) payment_id: String,
 }
 
 /// Half the cores, at least one (see [`Worker::sealing`]).
@@ -198,6 +200,7 @@ impl Worker {
                 req,
                 sealed: c.sealed_xml.unwrap_or_default(),
                 claimed_at,
+                payment_id: c.payment_ref.unwrap_or_default(),
             });
         }
         if !to_number.is_empty() {
@@ -248,7 +251,7 @@ impl Worker {
             }
             match seals.next() {
                 Some(Ok(s)) => {
-                    info!(outbox_id = p.id, folio = %p.folio, total = %s.total, "comprobante sealed");
+                    info!(outbox_id = p.id, payment_id = %p.payment_id, stamp_key = %p.key, folio = %p.folio, total = %s.total, "comprobante sealed");
                     p.sealed = s.xml;
                     fresh.push(p);
                 }

@@ -38,7 +38,15 @@ impl Worker {
         mut answered: Answered,
     ) -> Result<(), StoreError> {
         self.unsent_rows().remove(&p.id);
-        let span = info_span!("invoice", outbox_id = p.id, key = %p.key, slot);
+        // Every line about the document carries these; the UUID is recorded once stamped.
+        let span = info_span!(
+            "invoice",
+            outbox_id = p.id,
+            payment_id = %p.payment_id,
+            stamp_key = %p.key,
+            uuid = tracing::field::Empty,
+            slot
+        );
         // A row that waited long for its slot (the previous call was slow) gets its lease back
         // to full length before the call, so no other worker takes it meanwhile.
         if p.claimed_at.elapsed() > self.cfg.lease / 3 {
@@ -307,7 +315,9 @@ impl Worker {
         let (id, folio, sealed) = (p.id, &p.folio, &p.sealed);
         let flag = (!stamp.belongs_to(sealed)).then_some("stamp_of_other_bytes");
         let tfd_xml = String::from_utf8_lossy(&cfdi::xml::tfd_to_xml(&stamp.tfd)).into_owned();
+        tracing::Span::current().record("uuid", stamp.uuid.as_str());
         info!(%folio, uuid = %stamp.uuid, recovered, "invoice stamped");
+        crate::metrics::stamped(kind_label(&p.req));
         self.settle_logged(
             id,
             Settle::Stamped {
@@ -422,6 +432,15 @@ impl Worker {
                 worker: &self.id,
             })
             .await
+    }
+}
+
+/// The kind a stamp is counted under: `global`, `ingreso` or `egreso`.
+fn kind_label(req: &crate::cfdi::InvoiceRequest) -> &'static str {
+    match (&req.informacion_global, req.tipo) {
+        (Some(_), _) => "global",
+        (None, crate::cfdi::TipoComprobante::Ingreso) => "ingreso",
+        (None, crate::cfdi::TipoComprobante::Egreso) => "egreso",
     }
 }
 

@@ -14,13 +14,13 @@ use serde_json::Value;
 use sqlx::Connection;
 
 /// The `serve` process; killed and reaped when dropped, so a failing test leaves nothing behind.
-struct Server {
-    child: Child,
+pub struct Server {
+    pub child: Child,
     log: PathBuf,
 }
 
 impl Server {
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -34,7 +34,7 @@ impl Drop for Server {
 
 /// The binary with a clean environment for settings: no `AUTOFACTURA__…` override from the
 /// caller's shell changes what the test configured.
-fn autofactura(dir: &Path) -> Command {
+pub fn autofactura(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_autofactura"));
     c.current_dir(dir);
     for (k, _) in std::env::vars() {
@@ -45,7 +45,7 @@ fn autofactura(dir: &Path) -> Command {
     c
 }
 
-fn run(dir: &Path, args: &[&str]) -> Output {
+pub fn run(dir: &Path, args: &[&str]) -> Output {
     let out = autofactura(dir)
         .args(args)
         .output()
@@ -60,7 +60,7 @@ fn run(dir: &Path, args: &[&str]) -> Output {
 }
 
 /// `autofactura send-test-webhook` of `provider` to the server at `url`.
-fn send_test_webhook(dir: &Path, config: &str, provider: &str, url: &str) -> Output {
+pub fn send_test_webhook(dir: &Path, config: &str, provider: &str, url: &str) -> Output {
     run(
         dir,
         &[
@@ -88,7 +88,7 @@ fn free_port() -> u16 {
 }
 
 /// `GET path` over a fresh connection; the status code, `None` when nothing answers.
-fn get_status(port: u16, path: &str) -> Option<u16> {
+pub fn get_status(port: u16, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
@@ -104,13 +104,18 @@ fn get_status(port: u16, path: &str) -> Option<u16> {
 /// Writes the settings, starts `serve` and waits for `/healthz`. Retries on another port when
 /// the one picked was taken in between.
 fn start(dir: &Path, database_url: &str) -> (Server, PathBuf, u16) {
+    start_with(dir, database_url, "")
+}
+
+/// As [`start`], with `extra` TOML appended to the settings.
+pub fn start_with(dir: &Path, database_url: &str, extra: &str) -> (Server, PathBuf, u16) {
     for _ in 0..3 {
         let port = free_port();
         let config = dir.join("autofactura.toml");
         std::fs::write(
             &config,
             format!(
-                "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"{database_url}\"\nmax_connections = 4\n"
+                "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"{database_url}\"\nmax_connections = 4\n{extra}"
             ),
         )
         .expect("write settings");

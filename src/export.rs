@@ -1,0 +1,218 @@
+//! The accountant's monthly export (`autofactura export --month 2026-11 --out FILE.zip`, and
+//! `/admin/export/month` in the admin): one ZIP with
+//!
+//! - every stamped XML whose Fecha falls in the month (Mexico City), exactly as stamped, under
+//!   `{kind}/{RFC emisor}_{serie}{folio}_{UUID}.xml` (`ingreso/`, `egreso/`, `global/`);
+//! - `documentos.csv`, one row per document: UUID, serie-folio, fecha, tipo, receptor, subtotal,
+//!   descuento, taxes, total, currency, status, related UUIDs (read from the stamped XML itself);
+//! - `acuses/{UUID}.xml`: the cancellation acuses of those documents.
+//!
+//! It is written in passes over the database, a page of [`PAGE`] documents at a time, straight
+//! into the ZIP: memory holds one page and the ZIP's directory (a few hundred bytes per entry),
+//! whatever the month's size.
+//!
+//! Who may import it: `ops` (the command) and `admin` (the download). It imports the store and
+//! the document engine's XML reader.
+
+use std::io::{Seek, Write};
+
+use chrono::{NaiveDate, NaiveDateTime};
+use zip::ZipWriter;
+use zip::write::SimpleFileOptions;
+
+use crate::cfdi::dom::{Element, NS_CFDI};
+use crate::store::{Db, ExportDoc, StoreError};
+
+/// Documents read per database round trip.
+pub const PAGE: i64 = 200;
+
+/// The CSV's header (its columns, in order).
+pub const CSV_HEADER: &str = "uuid,serie_folio,fecha,tipo,kind,receptor_rfc,receptor_nombre,subtotal,descuento,impuestos_trasladados,impuestos_retenidos,total,moneda,status,uuids_relacionados\r\n";
+
+/// What an export wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub documents: usize,
+    pub acuses: usize,
+}
+
+/// `2026-11` → the first instant of that month and of the next (Mexico City, like Fecha).
+pub fn month_range(month: &str) -> Result<(NaiveDateTime, NaiveDateTime), String> {
+    let bad = || format!("`{month}` is not a month: write it as YYYY-MM, e.g. 2026-11");
+    let first = NaiveDate::parse_from_str(&format!("{month}-01"), "%Y-%m-%d").map_err(|_| bad())?;
+    let next = first
+        .checked_add_months(chrono::Months::new(1))
+        .ok_or_else(bad)?;
+    Ok((
+        first.and_hms_opt(0, 0, 0).ok_or_else(bad)?,
+        next.and_hms_opt(0, 0, 0).ok_or_else(bad)?,
+    ))
+}
+
+/// Writes the export of `month` to `out`.
+pub async fn write_month<W: Write + Seek>(db: &Db, month: &str, out: W) -> anyhow::Result<Counts> {
+    let (from, to) = month_range(month).map_err(|e| anyhow::anyhow!(e))?;
+    let mut zip = ZipWriter::new(out);
+    let opts = SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .large_file(false);
+    let mut counts = Counts::default();
+
+    let documents = async |after| db.export_documents(from, to, after, PAGE).await;
+    // Pass 1: the CSV, one row per document.
+    zip.start_file("documentos.csv", opts)?;
+    zip.write_all(CSV_HEADER.as_bytes())?;
+    each_page(
+        documents,
+        |d| d.id,
+        |d| {
+            zip.write_all(csv_row(d).as_bytes())?;
+            counts.documents += 1;
+            Ok(())
+        },
+    )
+    .await?;
+    // Pass 2: the stamped XMLs, byte for byte.
+    each_page(
+        documents,
+        |d| d.id,
+        |d| {
+            zip.start_file(xml_name(d), opts)?;
+            zip.write_all(&d.stamped_xml)?;
+            Ok(())
+        },
+    )
+    .await?;
+    // Pass 3: the cancellation acuses.
+    let acuses = async |after| db.export_acuses(from, to, after, PAGE).await;
+    each_page(
+        acuses,
+        |a| a.id,
+        |a| {
+            zip.start_file(format!("acuses/{}.xml", safe(&a.uuid)), opts)?;
+            zip.write_all(a.acuse_xml.as_bytes())?;
+            counts.acuses += 1;
+            Ok(())
+        },
+    )
+    .await?;
+    zip.finish()?.flush()?;
+    Ok(counts)
+}
+
+/// Calls `each` on every row `fetch` gives, a page at a time: `fetch(after)` answers the page
+/// after the id `after` (keyset), and an empty page ends it.
+async fn each_page<T>(
+    fetch: impl AsyncFn(i64) -> Result<Vec<T>, StoreError>,
+    id: impl Fn(&T) -> i64,
+    mut each: impl FnMut(&T) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut after = 0;
+    loop {
+        let page = fetch(after).await?;
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = id(last);
+        page.iter().try_for_each(&mut each)?;
+    }
+}
+
+/// `{kind}/{RFC emisor}_{serie}{folio}_{UUID}.xml`, the name accountants' tools expect.
+pub fn xml_name(d: &ExportDoc) -> String {
+    let root = Element::parse(&d.stamped_xml).ok();
+    let attr = |name: &str| root.as_ref().and_then(|r| r.attr(name)).unwrap_or("");
+    let rfc = root
+        .as_ref()
+        .and_then(|r| r.child_attr(NS_CFDI, "Emisor", "Rfc"))
+        .unwrap_or("");
+    format!(
+        "{}/{}_{}{}_{}.xml",
+        safe(&d.kind),
+        safe(rfc),
+        safe(attr("Serie")),
+        safe(attr("Folio")),
+        safe(&d.uuid)
+    )
+}
+
+/// Only what is safe in a file name inside the ZIP (UUIDs, RFCs, series and folios are).
+fn safe(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '&' | '_'))
+        .collect()
+}
+
+/// One CSV line of a document, read from its stamped XML.
+fn csv_row(d: &ExportDoc) -> String {
+    let root = Element::parse(&d.stamped_xml).ok();
+    let attr = |name: &str| root.as_ref().and_then(|r| r.attr(name)).unwrap_or("");
+    let child = |el: &str, name: &str| {
+        root.as_ref()
+            .and_then(|r| r.child_attr(NS_CFDI, el, name))
+            .unwrap_or("")
+    };
+    let related: Vec<&str> = root
+        .as_ref()
+        .map(|r| {
+            r.path(NS_CFDI, &["CfdiRelacionados", "CfdiRelacionado"])
+                .into_iter()
+                .filter_map(|e| e.attr("UUID"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let serie_folio = match (attr("Serie"), attr("Folio")) {
+        ("", f) => f.to_owned(),
+        (s, f) => format!("{s}-{f}"),
+    };
+    let cells = [
+        d.uuid.as_str(),
+        &serie_folio,
+        attr("Fecha"),
+        attr("TipoDeComprobante"),
+        &d.kind,
+        child("Receptor", "Rfc"),
+        child("Receptor", "Nombre"),
+        attr("SubTotal"),
+        attr("Descuento"),
+        child("Impuestos", "TotalImpuestosTrasladados"),
+        child("Impuestos", "TotalImpuestosRetenidos"),
+        attr("Total"),
+        attr("Moneda"),
+        &d.state,
+        &related.join(";"),
+    ];
+    let mut line = cells.iter().map(|c| cell(c)).collect::<Vec<_>>().join(",");
+    line.push_str("\r\n");
+    line
+}
+
+/// One CSV field, quoted; a text a spreadsheet would run as a formula (`=`, `+`, `-`, `@`,
+/// tab, CR) starts with `'` so it is shown, not run. (The admin's list export uses it too.)
+pub fn cell(s: &str) -> String {
+    let risky = s.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    let s = if risky { format!("'{s}") } else { s.to_owned() };
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cell, month_range};
+
+    #[test]
+    fn cells_are_quoted_and_formulas_defused() {
+        assert_eq!(cell("a\"b"), "\"a\"\"b\"");
+        assert_eq!(cell("=HYPERLINK(1)"), "\"'=HYPERLINK(1)\"");
+        assert_eq!(cell("-1"), "\"'-1\"");
+        assert_eq!(cell("116.00"), "\"116.00\"");
+    }
+
+    #[test]
+    fn a_month_is_its_first_instant_to_the_next_months() {
+        let (from, to) = month_range("2026-12").expect("a month");
+        assert_eq!(from.to_string(), "2026-12-01 00:00:00");
+        assert_eq!(to.to_string(), "2027-01-01 00:00:00");
+        assert!(month_range("2026-13").is_err());
+        assert!(month_range("november").is_err());
+    }
+}

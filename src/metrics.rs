@@ -1,0 +1,289 @@
+//! Prometheus metrics: the process's counters, histograms and gauges (one registry per
+//! process, as Prometheus scrapes a process), and the text of `GET /metrics` with the gauges read
+//! from the database added at scrape time ([`DocumentGauges`]). Names and meanings are listed in
+//! `docs/ops/metrics.md`; the runbook (`docs/ops/runbook.md`) says what to do about each alert.
+//!
+//! A leaf: it imports nothing of the crate, so the store, the worker, the webhooks and the PAC
+//! log can all record into it. Who reads the database for the gauges is [`crate::health`].
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The content type of [`render`]'s text (OpenMetrics, which Prometheus reads natively).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PacLabels {
+    pac: String,
+    operation: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PacOpLabels {
+    pac: String,
+    operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    provider: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DocLabels {
+    state: String,
+    kind: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Seconds, from 5 ms to about 80 s: a PAC answers in tens of milliseconds to tens of seconds.
+fn pac_buckets() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.005, 2.0, 15,
+    ))
+}
+
+/// Seconds, from 1 ms to about 4 s: a webhook is acknowledged once it is stored.
+fn ack_buckets() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.001, 2.0, 13,
+    ))
+}
+
+struct Metrics {
+    registry: Registry,
+    pac_requests: Family<PacLabels, Counter>,
+    pac_duration: Histograms<PacOpLabels>,
+    webhooks: Family<WebhookLabels, Counter>,
+    webhook_ack: Histograms<ProviderLabels>,
+    worker_slots: Family<StateLabels, Gauge>,
+    stamps: Family<KindLabels, Counter>,
+    merchant_webhooks: Family<OutcomeLabels, Counter>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::default();
+    let pac_requests = Family::<PacLabels, Counter>::default();
+    registry.register(
+        "autofactura_pac_requests",
+        "PAC calls by PAC, operation (stamp, recover, cancel, sat_status) and outcome",
+        pac_requests.clone(),
+    );
+    let pac_duration: Histograms<PacOpLabels> = Family::new_with_constructor(pac_buckets);
+    registry.register(
+        "autofactura_pac_request_duration_seconds",
+        "How long each PAC call took, by PAC and operation",
+        pac_duration.clone(),
+    );
+    let webhooks = Family::<WebhookLabels, Counter>::default();
+    registry.register(
+        "autofactura_webhooks",
+        "Payment webhooks received, by provider and outcome (accepted, rejected: 4xx, failed: 5xx)",
+        webhooks.clone(),
+    );
+    let webhook_ack: Histograms<ProviderLabels> = Family::new_with_constructor(ack_buckets);
+    registry.register(
+        "autofactura_webhook_ack_duration_seconds",
+        "How long a payment webhook took to be answered, by provider",
+        webhook_ack.clone(),
+    );
+    let worker_slots = Family::<StateLabels, Gauge>::default();
+    registry.register(
+        "autofactura_worker_slots",
+        "Worker pool slots of this process: configured, and in_flight (a PAC call out)",
+        worker_slots.clone(),
+    );
+    let stamps = Family::<KindLabels, Counter>::default();
+    registry.register(
+        "autofactura_stamps",
+        "Documents this process recorded as stamped, by kind",
+        stamps.clone(),
+    );
+    let merchant_webhooks = Family::<OutcomeLabels, Counter>::default();
+    registry.register(
+        "autofactura_merchant_webhooks",
+        "Signed webhooks to the merchant, by outcome (delivered, gone, retry, given_up)",
+        merchant_webhooks.clone(),
+    );
+    Metrics {
+        registry,
+        pac_requests,
+        pac_duration,
+        webhooks,
+        webhook_ack,
+        worker_slots,
+        stamps,
+        merchant_webhooks,
+    }
+});
+
+/// One PAC call, as the attempt log records it.
+pub fn pac_request(pac: &str, operation: &str, outcome: &str, latency: Duration) {
+    let m = &*METRICS;
+    m.pac_requests
+        .get_or_create(&PacLabels {
+            pac: pac.to_owned(),
+            operation: operation.to_owned(),
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+    m.pac_duration
+        .get_or_create(&PacOpLabels {
+            pac: pac.to_owned(),
+            operation: operation.to_owned(),
+        })
+        .observe(latency.as_secs_f64());
+}
+
+/// One payment webhook answered: `outcome` is `accepted`, `rejected` or `failed`.
+pub fn webhook(provider: &str, outcome: &str, took: Duration) {
+    let m = &*METRICS;
+    m.webhooks
+        .get_or_create(&WebhookLabels {
+            provider: provider.to_owned(),
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+    m.webhook_ack
+        .get_or_create(&ProviderLabels {
+            provider: provider.to_owned(),
+        })
+        .observe(took.as_secs_f64());
+}
+
+/// A stamp recorded for a document of `kind` (ingreso, egreso, global).
+pub fn stamped(kind: &str) {
+    METRICS
+        .stamps
+        .get_or_create(&KindLabels {
+            kind: kind.to_owned(),
+        })
+        .inc();
+}
+
+/// A merchant webhook delivery ended with `outcome`.
+pub fn merchant_webhook(outcome: &str) {
+    METRICS
+        .merchant_webhooks
+        .get_or_create(&OutcomeLabels {
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+}
+
+/// Adds `delta` to the worker slots in `state` (`configured` when a pool starts and stops,
+/// `in_flight` around each PAC call).
+pub fn worker_slots(state: &str, delta: i64) {
+    METRICS
+        .worker_slots
+        .get_or_create(&StateLabels {
+            state: state.to_owned(),
+        })
+        .inc_by(delta);
+}
+
+/// What the database says at scrape time (cached by the caller for a few seconds).
+#[derive(Debug, Clone, Default)]
+pub struct DocumentGauges {
+    /// `(state, kind, count)` of every outbox row.
+    pub documents: Vec<(String, String, i64)>,
+    /// `(kind, seconds)`: the oldest row still to be stamped (pending, stamping,
+    /// retry_scheduled, unknown), by creation.
+    pub oldest_pending: Vec<(String, i64)>,
+    /// `(kind, seconds)`: the oldest row whose outcome is unknown, by creation.
+    pub oldest_unknown: Vec<(String, i64)>,
+    /// Seconds until the SAT window of the open document closest to it closes (none open:
+    /// `None`, and the gauge is left out).
+    pub window_remaining: Option<i64>,
+}
+
+/// The whole exposition: the process's metrics, then `gauges` (when the database answered).
+pub fn render(gauges: Option<&DocumentGauges>) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail; a metric that could not be encoded is left out.
+    let _ = encode_registry(&mut out, &METRICS.registry);
+    if let Some(g) = gauges {
+        let _ = encode_registry(&mut out, &gauge_registry(g));
+    }
+    let _ = encode_eof(&mut out);
+    out
+}
+
+fn gauge_registry(g: &DocumentGauges) -> Registry {
+    let mut r = Registry::default();
+    let documents = Family::<DocLabels, Gauge>::default();
+    for (state, kind, n) in &g.documents {
+        documents
+            .get_or_create(&DocLabels {
+                state: state.clone(),
+                kind: kind.clone(),
+            })
+            .set(*n);
+    }
+    r.register(
+        "autofactura_documents",
+        "Outbox documents by state and kind (read from the database)",
+        documents,
+    );
+    for (name, help, rows) in [
+        (
+            "autofactura_oldest_pending_seconds",
+            "Age of the oldest document not yet stamped (pending, stamping, retry_scheduled, unknown), by kind",
+            &g.oldest_pending,
+        ),
+        (
+            "autofactura_oldest_unknown_seconds",
+            "Age of the oldest document whose PAC outcome is unknown, by kind",
+            &g.oldest_unknown,
+        ),
+    ] {
+        let family = Family::<KindLabels, Gauge>::default();
+        for (kind, secs) in rows {
+            family
+                .get_or_create(&KindLabels { kind: kind.clone() })
+                .set(*secs);
+        }
+        r.register(name, help, family);
+    }
+    if let Some(secs) = g.window_remaining {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(secs);
+        r.register(
+            "autofactura_window_remaining_seconds",
+            "Seconds until SAT's window closes for the open document closest to its deadline",
+            gauge,
+        );
+    }
+    r
+}
