@@ -232,6 +232,21 @@ fn secrets_come_from_files() {
         s.admin.password.as_ref().map(SecretString::expose),
         Some("from-a-file")
     );
+    // A list with a default: the file's content, comma-separated.
+    let list = dir.path().join("stripe");
+    std::fs::write(&list, "whsec_one,whsec_two\n").expect("write");
+    let env = [(
+        "AUTOFACTURA__STRIPE__WEBHOOK_SECRETS_FILE".to_owned(),
+        list.display().to_string(),
+    )];
+    let s = Settings::from_parts(None, &env).expect("settings");
+    let secrets: Vec<&str> = s
+        .stripe
+        .webhook_secrets
+        .iter()
+        .map(SecretString::expose)
+        .collect();
+    assert_eq!(secrets, ["whsec_one", "whsec_two"]);
     let both = format!("{file}webhook_secret = \"x\"\n");
     let err = Settings::from_parts(Some(&both), &[]).expect_err("both");
     assert!(

@@ -231,9 +231,14 @@ fn set_typed(t: &mut toml::Table, path: &[String], value: toml::Value) {
 }
 
 /// Replaces every `NAME_file = "/path"` key with `NAME` = the file's content (trailing newline
-/// removed), as container platforms mount secrets as files. Both at once is refused.
-pub(super) fn secret_files(t: &mut toml::Table) -> Result<(), ConfigError> {
-    fn walk(t: &mut toml::Table, at: &str) -> Result<(), ConfigError> {
+/// removed), as container platforms mount secrets as files. `NAME` set too (to anything but
+/// its embedded default, in `defaults`) is refused: which one is meant?
+pub(super) fn secret_files(t: &mut toml::Table, defaults: &toml::Table) -> Result<(), ConfigError> {
+    fn walk(
+        t: &mut toml::Table,
+        defaults: Option<&toml::Table>,
+        at: &str,
+    ) -> Result<(), ConfigError> {
         let keys: Vec<String> = t.keys().cloned().collect();
         for k in keys {
             let here = if at.is_empty() {
@@ -242,7 +247,10 @@ pub(super) fn secret_files(t: &mut toml::Table) -> Result<(), ConfigError> {
                 format!("{at}.{k}")
             };
             if let Some(toml::Value::Table(inner)) = t.get_mut(&k) {
-                walk(inner, &here)?;
+                let below = defaults
+                    .and_then(|d| d.get(&k))
+                    .and_then(toml::Value::as_table);
+                walk(inner, below, &here)?;
                 continue;
             }
             let Some(name) = k.strip_suffix("_file") else {
@@ -251,7 +259,8 @@ pub(super) fn secret_files(t: &mut toml::Table) -> Result<(), ConfigError> {
             let Some(toml::Value::String(path)) = t.get(&k).cloned() else {
                 continue;
             };
-            if t.contains_key(name) {
+            let default = defaults.and_then(|d| d.get(name));
+            if t.get(name).is_some_and(|v| Some(v) != default) {
                 return Err(ConfigError::Shape(format!(
                     "{here} and {at}{}{name} are both set: keep one",
                     if at.is_empty() { "" } else { "." }
@@ -266,7 +275,7 @@ pub(super) fn secret_files(t: &mut toml::Table) -> Result<(), ConfigError> {
         }
         Ok(())
     }
-    walk(t, "")
+    walk(t, Some(defaults), "")
 }
 
 /// Replaces every secret in `t` by `[redacted]` (keys that look secret) and the password of

@@ -166,9 +166,10 @@ impl Settings {
         file: Option<&str>,
         env: &[(String, String)],
     ) -> Result<(Self, toml::Table), ConfigError> {
-        let mut merged: toml::Table = DEFAULTS
+        let defaults: toml::Table = DEFAULTS
             .parse()
             .map_err(|e: toml::de::Error| syntax_error("(embedded defaults)", DEFAULTS, &e))?;
+        let mut merged = defaults.clone();
         if let Some(text) = file {
             let t: toml::Table = text
                 .parse()
@@ -183,7 +184,7 @@ impl Settings {
                 from_env.push((path, v.clone()));
             }
         }
-        secret_files(&mut merged)?;
+        secret_files(&mut merged, &defaults)?;
         let shown = merged.clone();
         let unknown_pac_kind = pac::take_unknown_kind(&mut merged);
         let mut s: Settings = typed(merged, &from_env)?;
