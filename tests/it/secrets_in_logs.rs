@@ -594,9 +594,13 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
     drop(serve);
     let text = strip_ansi(&std::fs::read_to_string(&log).expect("log"));
 
-    // The logs are the real thing: debug level, the flow's steps.
+    // The logs are the real thing: debug level, the flow's steps. Written to a file, they are
+    // JSON lines by default ([log] format = "auto"): the secrets are looked for in that form.
+    assert!(
+        text.contains("\"level\":\"DEBUG\""),
+        "no JSON debug line in the logs:\n{text}"
+    );
     for expected in [
-        " DEBUG ",
         "stripe payment",
         "mercadopago payment",
         "/admin/login",
