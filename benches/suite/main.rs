@@ -10,14 +10,17 @@
 //!   processes of their own, L = 0 and 50 ms): the highest rate with a flat backlog against the
 //!   lower of the ingest and drain limits, and the appliance's CPU per stamp;
 //! - `memory`: peak memory of `autofactura serve` draining 10,000 pending rows against the same
-//!   process with an empty outbox.
+//!   process with an empty outbox;
+//! - `export`: peak memory of `autofactura export` of a month of 10,000 documents against the
+//!   same command on an empty month, and the ZIP's counts.
 //!
-//! `cargo bench -- drain` (or `seal`, `ingest`, `e2e`, `memory`) runs one part; PostgreSQL parts need
+//! `cargo bench -- drain` (or `seal`, `ingest`, `e2e`, `memory`, `export`) runs one part; PostgreSQL parts need
 //! AUTOFACTURA_TEST_DATABASE_URL and print SKIP without it. The table is Markdown, ready for
 //! BENCHMARKS.md.
 
 mod drain;
 mod e2e;
+mod export;
 mod ingest;
 mod memory;
 mod procs;
@@ -161,7 +164,7 @@ async fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let parts = ["seal", "ingest", "drain", "e2e", "memory"];
+    let parts = ["seal", "ingest", "drain", "e2e", "memory", "export"];
     let run = |p: &str| {
         wanted.iter().all(|w| !parts.contains(&w.as_str())) || wanted.iter().any(|w| w == p)
     };
@@ -192,6 +195,12 @@ async fn main() {
         match memory::run().await {
             Ok(r) => rows.extend(r),
             Err(e) => println!("memory: FAILED: {e:#}"),
+        }
+    }
+    if run("export") {
+        match export::run().await {
+            Ok(r) => rows.extend(r),
+            Err(e) => println!("export: FAILED: {e:#}"),
         }
     }
     println!();

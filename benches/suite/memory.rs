@@ -17,10 +17,10 @@ use super::Row;
 use super::procs::{Proc, free_port, memory_kib, start_pac, start_serve};
 
 const ROWS: usize = 10_000;
-const SECRET: &str = "whsec_bench_memory";
+pub(super) const SECRET: &str = "whsec_bench_memory";
 const TARGET: f64 = 1.5;
 
-fn settings_text(db: &Path, port: u16, admin: u16, pac_url: &str) -> String {
+pub(super) fn settings_text(db: &Path, port: u16, admin: u16, pac_url: &str) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"sqlite://{}\"\n\
          [stripe]\nwebhook_secrets = [\"{SECRET}\"]\n[pac]\nkind = \"sandbox\"\nurl = \"{pac_url}\"\n\
@@ -30,12 +30,17 @@ fn settings_text(db: &Path, port: u16, admin: u16, pac_url: &str) -> String {
     )
 }
 
-async fn start(dir: &Path, db: &Path, name: &str, pac_url: &str) -> anyhow::Result<Proc> {
+pub(super) async fn start(
+    dir: &Path,
+    db: &Path,
+    name: &str,
+    pac_url: &str,
+) -> anyhow::Result<Proc> {
     let (port, admin) = (free_port()?, free_port()?);
     start_serve(dir, name, &settings_text(db, port, admin, pac_url), port).await
 }
 
-async fn stamped(db: &autofactura::store::Db) -> i64 {
+pub(super) async fn stamped(db: &autofactura::store::Db) -> i64 {
     db.outbox_count(autofactura::domain::DocumentState::Stamped)
         .await
         .unwrap_or(0)

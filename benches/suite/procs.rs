@@ -116,3 +116,28 @@ pub fn cpu_seconds(pid: &str) -> f64 {
         .collect();
     (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
+
+/// Runs `autofactura args…` in `dir` to its end: whether it succeeded, its standard output,
+/// and its peak resident memory in KiB (`VmHWM`, sampled every 10 ms until it exits).
+pub async fn run_measured(dir: &Path, args: &[&str]) -> anyhow::Result<(bool, String, u64)> {
+    let mut child = command()
+        .current_dir(dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("start autofactura")?;
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(memory_kib(child.id()).0);
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut stdout, &mut out)?;
+    }
+    Ok((status.success(), out, peak))
+}
