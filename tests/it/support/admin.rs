@@ -132,6 +132,17 @@ impl Browser {
         self.finish(r).await
     }
 
+    /// A GET whose body is a file (a PDF): status, headers and the exact bytes.
+    pub async fn get_bytes(&self, path: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+        let r = self
+            .req(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("GET");
+        let (status, headers) = (r.status().as_u16(), r.headers().clone());
+        (status, headers, r.bytes().await.expect("body").to_vec())
+    }
+
     pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Page {
         let body = form_body(form);
         let r = self
