@@ -196,6 +196,15 @@ async fn files_wait_for_the_stamp_and_stay_with_their_emisor(b: Backend) {
         .expect("api key");
     let r = get(&app, other.expose(), &format!("/v1/invoices/{id}/xml")).await;
     assert_eq!(r.status(), 404, "another emisor's key sees nothing");
+    let doc: Value = get(&app, &key, "/v1/openapi.json")
+        .await
+        .json()
+        .await
+        .expect("json");
+    for file in ["xml", "pdf"] {
+        let op = &doc["paths"][format!("/v1/invoices/{{id}}/{file}")]["get"];
+        assert!(op["responses"]["409"].is_object(), "{file} is documented");
+    }
 }
 
 on_both_backends!(
