@@ -149,6 +149,14 @@ pub enum InvoicesCommand {
     },
     /// Print the stamped XML of the document with this UUID.
     Xml { uuid: String },
+    /// Write the printable PDF (representación impresa, with the SAT QR) of the document with
+    /// this UUID: the same bytes the API, the admin and the email give.
+    Pdf {
+        uuid: String,
+        /// Where to write it (`-` for standard output).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -242,6 +250,9 @@ pub fn run() -> ExitCode {
         ),
         Some(Command::Invoices(InvoicesCommand::Xml { uuid })) => {
             block_on(ops::invoices_xml(cli.config.as_deref(), &uuid))
+        }
+        Some(Command::Invoices(InvoicesCommand::Pdf { uuid, out })) => {
+            block_on(ops::invoices_pdf(cli.config.as_deref(), &uuid, &out))
         }
         Some(Command::Global(GlobalCommand::Issue { through, wait })) => block_on(
             ops::global_issue(cli.config.as_deref(), through.as_deref(), wait),

@@ -350,6 +350,9 @@ pub enum ApiError {
     OutcomeUnknown { invoice: String },
     #[error("storage unavailable")]
     Store(#[from] StoreError),
+    /// Something that should not fail did (a stored stamped XML that cannot be printed).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl ApiError {
@@ -374,6 +377,7 @@ impl ApiError {
             Self::PacRejected { .. } => "PAC_REJECTED",
             Self::OutcomeUnknown { .. } => "STAMPING_OUTCOME_UNKNOWN",
             Self::Store(_) => "UNAVAILABLE",
+            Self::Internal(_) => "INTERNAL",
         }
     }
 
@@ -419,6 +423,7 @@ impl ResponseError for ApiError {
                 StatusCode::CONFLICT
             }
             Self::OutcomeUnknown { .. } | Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -426,6 +431,7 @@ impl ResponseError for ApiError {
         let status = self.status_code();
         match self {
             Self::Store(e) => tracing::error!(error = %e, "api: storage unavailable"),
+            Self::Internal(e) => tracing::error!(error = %e, "api: internal error"),
             other => tracing::info!(code = other.code(), reason = %other, "api request not done"),
         }
         let mut r = HttpResponse::build(status);

@@ -31,6 +31,8 @@
 //! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
 //! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
 //!   outbox; [`webhooks`] is inbound only.
+//! - [`pdf`]: the representación impresa (PDF with the SAT QR) of a stamped CFDI, from its
+//!   XML alone.
 //! - [`portal`]: the public self-invoicing portal (`/facturar`): a customer turns a receipt
 //!   into a nominative CFDI instead of the factura global; `autofactura portal link`.
 //! - [`admin`]: the dashboard in the browser (`/admin`): lists, detail, retry, cancel,
@@ -104,6 +106,7 @@ pub mod notify;
 pub mod ops;
 pub mod pac;
 pub mod pacsim;
+pub mod pdf;
 pub mod portal;
 pub mod proxy;
 pub mod sandbox;

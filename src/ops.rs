@@ -323,6 +323,45 @@ pub fn table(rows: &[DocumentListing]) -> String {
 /// `autofactura invoices xml UUID`: the stamped XML, byte for byte, on standard output.
 pub async fn invoices_xml(config: Option<&Path>, uuid: &str) -> anyhow::Result<ExitCode> {
     use std::io::Write;
+    let Some(xml) = stamped_xml_of(config, uuid).await?.1 else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(&xml)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `autofactura invoices pdf UUID --out FILE`: the representación impresa, as `[pdf]` prints it.
+pub async fn invoices_pdf(
+    config: Option<&Path>,
+    uuid: &str,
+    out: &Path,
+) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let (settings, xml) = stamped_xml_of(config, uuid).await?;
+    let Some(xml) = xml else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let opts = crate::pdf::PdfOptions::from_settings(&settings.pdf)?;
+    let pdf = crate::pdf::render_blocking(xml, opts).await?;
+    if out == Path::new("-") {
+        let mut o = std::io::stdout().lock();
+        o.write_all(&pdf)?;
+        o.flush()?;
+    } else {
+        std::fs::write(out, &pdf)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+        eprintln!("{}: {} bytes", out.display(), pdf.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The settings and the stamped XML of the document `uuid` (`None` after saying why).
+async fn stamped_xml_of(
+    config: Option<&Path>,
+    uuid: &str,
+) -> anyhow::Result<(Settings, Option<Vec<u8>>)> {
     let (settings, _) = load(config)?;
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
@@ -330,16 +369,12 @@ pub async fn invoices_xml(config: Option<&Path>, uuid: &str) -> anyhow::Result<E
         .document_by_uuid(uuid.trim())
         .await?
         .and_then(|d| d.stamped_xml);
-    let Some(xml) = xml else {
+    if xml.is_none() {
         eprintln!(
             "no stamped document has UUID {uuid}; `autofactura invoices list` shows the UUIDs"
         );
-        return Ok(ExitCode::FAILURE);
-    };
-    let mut out = std::io::stdout().lock();
-    out.write_all(&xml)?;
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    }
+    Ok((settings, xml))
 }
 
 /// `autofactura global issue [--through YYYY-MM-DD] [--wait S]`: one line per global frozen,

@@ -129,7 +129,9 @@ impl Application {
         );
         let body_limit = settings.server.body_limit_bytes;
         let mp_replay = webhooks::replay::ReplayWindow::new(mp_settings.tolerance_seconds);
+        let pdf = crate::pdf::PdfOptions::from_settings(&settings.pdf)?;
         let state = web::Data::new(AppState {
+            pdf,
             settings: Arc::new(settings),
             db,
             ingestor,

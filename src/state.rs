@@ -27,6 +27,8 @@ pub struct AppState {
     pub pac: Arc<PacClient>,
     /// The in-process sandbox PAC when `[pac]` asks for it (kept alive with the client).
     pub pac_sandbox: Option<crate::pacsim::SandboxHandle>,
+    /// How PDFs are printed (`[pdf]`, the logo read at start).
+    pub pdf: crate::pdf::PdfOptions,
 }
 
 impl std::fmt::Debug for AppState {

@@ -335,15 +335,49 @@ pub async fn xml(
     let d = document(&state, id).await?;
     let (bytes, name) = match which.as_str() {
         "sealed" => (d.sealed_xml, format!("{}-sealed.xml", d.stamp_key)),
-        "stamped" => (
-            d.stamped_xml,
-            format!("{}.xml", d.uuid.as_deref().unwrap_or(&d.stamp_key)),
-        ),
+        "stamped" => {
+            let name = d
+                .stamped_xml
+                .as_deref()
+                .and_then(|x| crate::pdf::file_name(x, "xml").ok())
+                .unwrap_or_else(|| format!("{}.xml", d.uuid.as_deref().unwrap_or(&d.stamp_key)));
+            (d.stamped_xml, name)
+        }
         other => return Err(AdminError::NotFound(format!("no XML `{other}`"))),
     };
     let bytes =
         bytes.ok_or_else(|| AdminError::NotFound(format!("document #{id} has no {which} XML")))?;
     xml_response(bytes, &name, q.download.is_some())
+}
+
+/// The representación impresa of a stamped document, shown or downloaded.
+pub async fn pdf(
+    state: web::Data<AppState>,
+    _session: Session,
+    id: web::Path<i64>,
+    q: web::Query<XmlQuery>,
+) -> Result<HttpResponse, AdminError> {
+    let id = id.into_inner();
+    let d = document(&state, id).await?;
+    let xml = d.stamped_xml.ok_or_else(|| {
+        AdminError::NotFound(format!("document #{id} is not stamped: no PDF yet"))
+    })?;
+    let name = crate::pdf::file_name(&xml, "pdf")
+        .map_err(|e| AdminError::Refused(format!("the PDF cannot be made: {e}")))?;
+    let bytes = crate::pdf::render_blocking(xml, state.pdf.clone())
+        .await
+        .map_err(|e| AdminError::Refused(format!("the PDF cannot be made: {e}")))?;
+    let how = if q.download.is_some() {
+        "attachment"
+    } else {
+        "inline"
+    };
+    Ok(HttpResponse::Ok()
+        .content_type("application/pdf")
+        .insert_header(("Content-Disposition", format!("{how}; filename=\"{name}\"")))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .insert_header(("Cache-Control", "no-store"))
+        .body(bytes))
 }
 
 fn xml_response(bytes: Vec<u8>, name: &str, download: bool) -> Result<HttpResponse, AdminError> {

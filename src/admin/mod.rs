@@ -198,6 +198,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/payments/{id}/fix", web::post().to(fix::fix))
             .route("/documents/{id}", web::get().to(documents::document_page))
             .route("/documents/{id}/xml/{which}", web::get().to(documents::xml))
+            .route("/documents/{id}/pdf", web::get().to(documents::pdf))
             .route("/documents/{id}/retry", web::post().to(documents::retry))
             .route("/documents/{id}/cancel", web::get().to(cancel::cancel_form))
             .route("/documents/{id}/cancel", web::post().to(cancel::cancel))

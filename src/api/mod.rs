@@ -31,15 +31,17 @@
 //!   retry, the purge of expired keys.
 //! - [`invoices`]: create (and wait for the outcome), get, list.
 //! - [`cancel`]: the cancel request of an invoice.
+//! - [`files`]: the stamped XML (byte for byte as the PAC returned it) and the PDF.
 //! - [`view`]: the invoice as the API shows it (also the `data` of the merchant webhooks).
 //! - [`keys`]: API keys (create, authenticate, the [`keys::Caller`] extractor every handler
 //!   takes) and idempotency keys (explicit or by folio).
 //!
 //! Who may import it: `startup` (to mount [`routes`] and run the purge), `ops` (`api-key`),
 //! [`crate::notify`] (the invoice's view), the fuzz targets and tests. It uses the store, the
-//! ingest's folio date, the cancel path and the document engine.
+//! ingest's folio date, the cancel path, the document engine and the PDF.
 
 pub mod cancel;
+pub mod files;
 pub mod idempotency;
 pub mod invoices;
 pub mod keys;
@@ -61,6 +63,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {
             .route("/invoices", web::post().to(invoices::create))
             .route("/invoices", web::get().to(invoices::list))
             .route("/invoices/{id}", web::get().to(invoices::get))
+            .route("/invoices/{id}/xml", web::get().to(files::xml))
+            .route("/invoices/{id}/pdf", web::get().to(files::pdf))
             .route("/invoices/{id}/cancel", web::post().to(cancel::cancel)),
     );
 }

@@ -44,7 +44,21 @@ pub fn invoice_json(inv: &ApiInvoiceRow, status: Option<&str>) -> serde_json::Va
         "stamped_at": if stamped { inv.stamped_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) } else { None },
         "error": error,
         "cancellation": if show_cancellation && stamped { inv.cancellation } else { None },
+        "links": links(&inv.public_id, stamped),
     })
+}
+
+/// Where the invoice and, once stamped, its files are (relative to the API's base URL).
+fn links(public_id: &str, stamped: bool) -> serde_json::Value {
+    let this = format!("/v1/invoices/{public_id}");
+    match stamped {
+        true => serde_json::json!({
+            "self": this,
+            "xml": format!("{this}/xml"),
+            "pdf": format!("{this}/pdf"),
+        }),
+        false => serde_json::json!({ "self": this }),
+    }
 }
 
 /// Outbox state → API status (`failed` only for a definite non-stamp).

@@ -12,7 +12,7 @@
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
 //! - `worker.rs`, `admin.rs`, `global.rs`, `portal.rs`: `[worker]`, `[admin]`, `[global]` and
-//!   `[portal]`, with their own checks.
+//!   `[portal]`, with their own checks; `deliver.rs`: `[pdf]`.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
@@ -28,6 +28,7 @@
 //! parts that consume the settings.
 
 mod admin;
+mod deliver;
 mod exposure;
 mod global;
 mod load;
@@ -49,6 +50,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use admin::AdminSettings;
+pub use deliver::{Paper, PdfSettings};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacKind};
 pub use portal::PortalSettings;
@@ -94,6 +96,7 @@ pub struct Settings {
     pub global: GlobalSettings,
     pub portal: PortalSettings,
     pub log: LogSettings,
+    pub pdf: PdfSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,

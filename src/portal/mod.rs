@@ -6,7 +6,7 @@
 //! Who may import it: only `startup` (to mount [`routes`]), `ops` (`autofactura portal link`)
 //! and the tests. It stands on the store, the ingestor (which freezes the comprobante the same
 //! way as for a webhook), the SAT checks of `cfdi::fiscal`, the real client of
-//! [`crate::proxy`] and a [`crate::limiter`]; nothing imports it back.
+//! [`crate::proxy`], a [`crate::limiter`] and [`crate::pdf`]; nothing imports it back.
 //!
 //! - [`link`]: the signed links (HMAC over the payment and an expiry).
 //! - [`pages`]: the handlers: look-up, the sale's page, the submission, the XML.
@@ -131,7 +131,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, portal: web::Data<Portal>) {
             .route("/static/portal.css", web::get().to(stylesheet))
             .route("/{token}", web::get().to(pages::sale))
             .route("/{token}", web::post().to(pages::submit))
-            .route("/{token}/xml", web::get().to(pages::xml)),
+            .route("/{token}/xml", web::get().to(pages::xml))
+            .route("/{token}/pdf", web::get().to(pages::pdf)),
     );
 }
 

@@ -1,5 +1,5 @@
 //! The portal's handlers: the look-up (reference + total → a signed link to the sale), the
-//! sale's page (its state, or the fiscal form), the submission and the stamped XML.
+//! sale's page (its state, or the fiscal form), the submission, the stamped XML and its PDF.
 //!
 //! The look-up answers "not found" the same way, in the same time, whether the reference
 //! exists or only the total is wrong: one statement runs whatever the input, and every
@@ -343,6 +343,7 @@ fn document_status(page: &mut SalePage, d: &DocFull, merchant: &str, token: &str
                 uuid: d.uuid.clone().unwrap_or_default(),
                 receptor,
                 xml_url: format!("/facturar/{token}/xml"),
+                pdf_url: format!("/facturar/{token}/pdf"),
             });
         }
         S::Pending | S::Stamping | S::RetryScheduled | S::Unknown => {
@@ -470,27 +471,62 @@ pub async fn submit(
     Ok(back)
 }
 
+/// The sale's stamped CFDI, or a 404 in Spanish while it has none.
+async fn stamped_xml(
+    state: &AppState,
+    portal: &Portal,
+    token: &str,
+) -> Result<Vec<u8>, PortalError> {
+    let p = opened(state, portal, token).await?;
+    let none = || PortalError::NotFound("Esta compra aún no tiene una factura timbrada.".into());
+    let id = state.db.ingreso_of(p.id).await?.ok_or_else(none)?;
+    let d = state.db.document(id).await?.ok_or_else(none)?;
+    match (d.stamped_xml, d.state) {
+        (Some(xml), DocumentState::Stamped) => Ok(xml),
+        _ => Err(none()),
+    }
+}
+
+/// A download named the conventional way (`{RFC}_{Serie}{Folio}_{UUID}.ext`).
+fn download(bytes: Vec<u8>, content_type: &str, name: &str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"{name}\""),
+        ))
+        .insert_header(("Cache-Control", "no-store"))
+        .body(bytes)
+}
+
+fn unprintable(e: crate::pdf::PrintError) -> PortalError {
+    tracing::error!(error = %e, "portal: a stamped CFDI cannot be printed");
+    PortalError::NotFound("La factura no se puede mostrar ahora; intente más tarde.".into())
+}
+
 /// `GET /facturar/{token}/xml`: the stamped CFDI.
 pub async fn xml(
     state: web::Data<AppState>,
     portal: web::Data<Portal>,
     token: web::Path<String>,
 ) -> Result<HttpResponse, PortalError> {
-    let p = opened(&state, &portal, &token).await?;
-    let none = || PortalError::NotFound("Esta compra aún no tiene una factura timbrada.".into());
-    let id = state.db.ingreso_of(p.id).await?.ok_or_else(none)?;
-    let d = state.db.document(id).await?.ok_or_else(none)?;
-    let (Some(xml), Some(uuid), DocumentState::Stamped) = (d.stamped_xml, d.uuid, d.state) else {
-        return Err(none());
-    };
-    Ok(HttpResponse::Ok()
-        .content_type("application/xml; charset=utf-8")
-        .insert_header((
-            "Content-Disposition",
-            format!("attachment; filename=\"{uuid}.xml\""),
-        ))
-        .insert_header(("Cache-Control", "no-store"))
-        .body(xml))
+    let xml = stamped_xml(&state, &portal, &token).await?;
+    let name = crate::pdf::file_name(&xml, "xml").map_err(unprintable)?;
+    Ok(download(xml, "application/xml; charset=utf-8", &name))
+}
+
+/// `GET /facturar/{token}/pdf`: its representación impresa.
+pub async fn pdf(
+    state: web::Data<AppState>,
+    portal: web::Data<Portal>,
+    token: web::Path<String>,
+) -> Result<HttpResponse, PortalError> {
+    let xml = stamped_xml(&state, &portal, &token).await?;
+    let name = crate::pdf::file_name(&xml, "pdf").map_err(unprintable)?;
+    let bytes = crate::pdf::render_blocking(xml, state.pdf.clone())
+        .await
+        .map_err(unprintable)?;
+    Ok(download(bytes, "application/pdf", &name))
 }
 
 #[cfg(test)]

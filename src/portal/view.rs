@@ -47,6 +47,7 @@ pub struct Stamped {
     pub uuid: String,
     pub receptor: String,
     pub xml_url: String,
+    pub pdf_url: String,
 }
 
 #[derive(Template)]

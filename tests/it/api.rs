@@ -107,7 +107,7 @@ async fn hanging_rig(b: Backend, wait_ms: u64) -> Option<Rig> {
     .await
 }
 
-fn invoice() -> Value {
+pub(crate) fn invoice() -> Value {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/fixtures/api/invoice.json"

@@ -88,7 +88,7 @@ fn samples(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Stamps a sealed document with a TFD signed by the test CSD, as a PAC would.
-fn stamp(sealed: &[u8]) -> Vec<u8> {
+pub(crate) fn stamp(sealed: &[u8]) -> Vec<u8> {
     let pac = autofactura::sandbox::csd().expect("test CSD");
     let root = Element::parse(sealed).expect("parse");
     let tfd = Tfd::issue(

@@ -93,6 +93,18 @@ async fn an_awaiting_global_sale_becomes_one_stamped_nominative_cfdi_under_concu
             .contains(".xml")
     );
     assert_eq!(r.bytes().await.expect("body").as_ref(), xml.as_bytes());
+    // Its PDF too, linked from the page, the same bytes as the API's and the admin's.
+    assert!(page.contains(&format!("{path}/pdf")), "{page}");
+    let r = client()
+        .get(format!("{}{path}/pdf", app.address))
+        .send()
+        .await
+        .expect("pdf");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/pdf");
+    let pdf = r.bytes().await.expect("body").to_vec();
+    let expected = autofactura::pdf::render(xml.as_bytes(), &app.state.pdf).expect("render");
+    assert_eq!(pdf, expected);
     // Submitting once more, after the stamp, changes nothing.
     assert_eq!(submit(&app, &path, &valid_form()).await.status(), 303);
     assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 1);

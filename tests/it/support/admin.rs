@@ -132,21 +132,15 @@ impl Browser {
         self.finish(r).await
     }
 
-    /// `GET` of a download: its status, content type and bytes as sent.
-    pub async fn get_bytes(&self, path: &str) -> (u16, String, Vec<u8>) {
+    /// A GET whose body is a file (a PDF): status, headers and the exact bytes.
+    pub async fn get_bytes(&self, path: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
         let r = self
             .req(reqwest::Method::GET, path)
             .send()
             .await
             .expect("GET");
-        let status = r.status().as_u16();
-        let ct = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        (status, ct, r.bytes().await.expect("body").to_vec())
+        let (status, headers) = (r.status().as_u16(), r.headers().clone());
+        (status, headers, r.bytes().await.expect("body").to_vec())
     }
 
     pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Page {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod pdf;
 pub mod pg;
 pub mod portal;
 pub mod rows;
