@@ -245,9 +245,11 @@ impl Application {
         let global = if self.state.settings.global.auto_issue {
             let planner = crate::global::Planner::new(&self.state.settings)
                 .map_err(|e| anyhow::anyhow!("[global]: {e}"))?;
+            let timing = crate::global::Timing::of(&self.state.settings);
             Some(tokio::spawn(crate::global::issue_loop(
                 self.state.db.clone(),
                 planner,
+                timing,
                 token.clone(),
             )))
         } else {

@@ -102,6 +102,9 @@ pub fn notice_text(key: &str) -> Option<&'static str> {
         "group_retried" => {
             "Every failed document with this code was sent back to the queue with the same bytes."
         }
+        "sent_to_global" => {
+            "The sales that could be were sent to the factura global: each goes into its period's global on the next run. Those still listed need another fix (currency, test mode)."
+        }
         "reissued" => {
             "The corrected data was frozen as a new document; a worker will seal and stamp it."
         }

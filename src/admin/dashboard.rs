@@ -149,6 +149,7 @@ pub struct DashboardPage {
     pub pac_name: String,
     pub paused: Option<super::operate::PauseView>,
     pub chart: super::operate::Chart,
+    pub deadlines: super::deadlines::Deadlines,
 }
 
 /// The PAC's health is judged on the calls of this last stretch, so that it turns green again
@@ -261,7 +262,9 @@ pub async fn dashboard(
         .sum();
     let paused = super::operate::pause_of(db, &admin).await?;
     let chart = super::operate::chart(db, now).await?;
+    let deadlines = super::deadlines::deadlines(db, &state.settings, &clock).await?;
     html(&DashboardPage {
+        deadlines,
         pac_name: admin.pac_name.clone(),
         paused,
         chart,

@@ -1,7 +1,9 @@
 //! The fix form of a payment that needs attention (an invalid or incomplete RFC, a currency
 //! the appliance does not invoice by itself): the operator types the receptor's data and, for
 //! another currency, the exchange rate; the submit freezes one document through the outbox,
-//! exactly once however often the form is sent.
+//! exactly once however often the form is sent. Or, for every such sale at once, "send to
+//! the factura global": the sales that cannot be invoiced to their customer go into their
+//! period's global instead.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -209,4 +211,32 @@ pub async fn fix(
         // Another submit of the same form got there first: its document is the one.
         None => Ok(see_other(format!("/admin/payments/{id}?notice=reissued"))),
     }
+}
+
+/// The dashboard's group action on the sales that need attention: every one that a factura
+/// global can hold (a currency the appliance invoices, not a test payment kept from a
+/// production PAC) becomes `awaiting_global`, audited; the others stay, still listed.
+pub async fn send_to_global(
+    state: web::Data<AppState>,
+    Posted(session, _form): Posted<CsrfForm>,
+) -> Result<HttpResponse, AdminError> {
+    let sandbox = state.settings.is_sandbox();
+    let eligible: Vec<i64> = state
+        .db
+        .needs_attention_sales()
+        .await?
+        .into_iter()
+        .filter(|p| {
+            let amount = p.payment.amount.parse::<Decimal>().unwrap_or_default();
+            (p.payment.livemode || sandbox)
+                && state
+                    .ingestor
+                    .invoiceable(amount, &p.payment.currency, None)
+                    .is_ok()
+        })
+        .map(|p| p.id)
+        .collect();
+    let moved = state.db.send_to_global(&eligible, &session.actor).await?;
+    tracing::info!(sales = ?moved, actor = %session.actor, "admin: sent to the factura global");
+    Ok(see_other("/admin?notice=sent_to_global".into()))
 }

@@ -127,7 +127,11 @@ impl Deadline {
         let Some(start) = crate::domain::time::from_local(fecha) else {
             return Deadline::default();
         };
-        let closes = start + window;
+        Deadline::at(start + window, at_risk, now)
+    }
+
+    /// A window that closes at `closes` (a global's SAT deadline, a receptor's answer).
+    pub fn at(closes: DateTime<Utc>, at_risk: Duration, now: DateTime<Utc>) -> Deadline {
         let left = closes - now;
         let (text, class) = if left <= Duration::zero() {
             (format!("window closed {} ago", age(closes, now)), "bad")

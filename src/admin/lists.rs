@@ -163,6 +163,26 @@ pub fn pending_states() -> String {
         .join(", ")
 }
 
+/// The counts of the tabs that open a page of their own, as those pages list by default: the
+/// open duplicate findings, the cancellations still in process.
+async fn other_counts(db: &crate::store::Db) -> Result<[(&'static str, i64); 2], AdminError> {
+    let duplicates = db
+        .open_finding_counts()
+        .await?
+        .into_iter()
+        .filter(|(kind, _)| kind == "duplicate")
+        .map(|(_, n)| n)
+        .sum();
+    let cancellations = db
+        .cancellation_counts()
+        .await?
+        .into_iter()
+        .filter(|(state, _)| crate::store::CANCELLATIONS_IN_PROCESS.contains(&state.as_str()))
+        .map(|(_, n)| n)
+        .sum();
+    Ok([("duplicates", duplicates), ("cancellations", cancellations)])
+}
+
 /// A tab as shown: its link (keeping the search and dates) and its count.
 pub struct TabView {
     pub key: &'static str,
@@ -355,6 +375,7 @@ pub async fn invoices(
         (rows, total) = state.db.list_documents(&asked.filter).await?;
     }
     let counts = state.db.list_counts(&asked.filter).await?;
+    let pages_of_their_own = other_counts(&state.db).await?;
     let page = asked.page;
     let pages = pages_of(total);
     let rows: Vec<RowView> = rows.into_iter().map(|r| RowView::of(r, &clock)).collect();
@@ -364,9 +385,13 @@ pub async fn invoices(
             key: t.key,
             label: t.label,
             href: asked.link("/admin/invoices", Some(t.key), 1, None),
-            count: t
-                .view
-                .and_then(|v| counts.iter().find(|(c, _)| *c == v).map(|(_, n)| *n)),
+            count: match t.view {
+                Some(v) => counts.iter().find(|(c, _)| *c == v).map(|(_, n)| *n),
+                None => pages_of_their_own
+                    .iter()
+                    .find(|(k, _)| *k == t.key)
+                    .map(|(_, n)| *n),
+            },
         })
         .collect();
     let tab_label = TABS

@@ -17,14 +17,15 @@
 //! - [`common`]: the page frame, the handler openings ([`common::Posted`]: session and CSRF
 //!   checked; the row or its 404) and the redirect back to a document.
 //! - [`login`]: the login page, sign in and out.
-//! - [`dashboard`]: what is at risk, counts, failures by code, workers, the PAC's health.
+//! - [`dashboard`]: what is at risk, counts, failures by code, workers, the PAC's health;
+//!   [`deadlines`]: the facturas globales due and the receptors' answers awaited.
 //! - [`operate`]: pausing and resuming the PAC, the chart of stamps and errors per minute.
 //! - [`lists`]: invoices by view, cancellations, the audit log; [`export`]: a list as CSV, and the
 //!   accountant's month as a ZIP.
 //! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
 //! - [`cancel`]: the cancel form and request.
 //! - [`refreeze`]: the refreeze form and action; [`fix`]: the fix form of a payment that
-//!   needs attention, which issues its document once.
+//!   needs attention, which issues its document once, or sends them all to the global.
 //! - [`globals`]: the facturas globales, one with its sales, its replacement (motivo 01).
 //! - [`findings`]: the reconciliation page and its actions.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
@@ -34,6 +35,7 @@ pub mod cancel;
 pub mod codes;
 pub mod common;
 pub mod dashboard;
+pub mod deadlines;
 pub mod documents;
 pub mod export;
 pub mod findings;
@@ -190,6 +192,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/invoices.csv", web::get().to(export::invoices_csv))
             .route("/export/month", web::get().to(export::month_zip))
             .route("/errors/retry", web::post().to(dashboard::retry_group))
+            .route("/errors/global", web::post().to(fix::send_to_global))
             .route("/pac/pause", web::post().to(operate::pause))
             .route("/pac/resume", web::post().to(operate::resume))
             .route("/invoices/retry", web::post().to(documents::bulk_retry))

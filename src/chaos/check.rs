@@ -1,11 +1,23 @@
 //! The verdict of a chaos run, from three lists and nothing else: the payments sent, our
-//! records, and the PAC's own list of every stamp it issued. Pure, so a test can feed it a lost
-//! payment, a duplicate or an orphan and see it counted.
+//! records (each sale's own document, and the facturas globales with their sales), and the
+//! PAC's own list of every stamp it issued. Pure, so a test can feed it a lost payment, a
+//! duplicate, a sale in two documents or an orphan and see it counted.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use crate::store::InvoiceRow;
+use crate::store::{DocumentListing, InvoiceRow};
+
+/// How a sale of the run is meant to be invoiced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaleKind {
+    /// With the customer's fiscal data: its own ingreso.
+    Nominative,
+    /// Without an RFC, in the open month: a simulated customer invoices it at the portal.
+    Portal,
+    /// Without an RFC, in a closed period: the factura global.
+    Global,
+}
 
 /// A payment the run delivered (acknowledged at least once by an instance).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +29,57 @@ pub struct SentPayment {
     /// Dated at the edge of its SAT window: it may rightly end `expired`, provided the PAC
     /// holds no stamp of it.
     pub near_window: bool,
+    pub kind: SaleKind,
+}
+
+/// A sale in a factura global, as `invoices list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub provider: String,
+    pub payment_id: String,
+    pub global_id: i64,
+}
+
+/// A factura global document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalDoc {
+    pub id: i64,
+    pub status: String,
+    pub uuid: Option<String>,
+}
+
+/// The facturas globales of the run and their sales.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Globals {
+    pub members: Vec<Member>,
+    pub documents: Vec<GlobalDoc>,
+}
+
+impl Globals {
+    /// From `invoices list`'s rows: the global documents, and the sales that name a global.
+    pub fn from_listing(rows: &[DocumentListing]) -> Globals {
+        let mut g = Globals::default();
+        for r in rows {
+            if r.kind == "global" {
+                if let Some(id) = r.id {
+                    g.documents.push(GlobalDoc {
+                        id,
+                        status: r.status.clone(),
+                        uuid: r.uuid.clone(),
+                    });
+                }
+            } else if let (Some(global_id), Some(provider), Some(payment_id)) =
+                (r.global_id, &r.provider, &r.payment_id)
+            {
+                g.members.push(Member {
+                    provider: provider.clone(),
+                    payment_id: payment_id.clone(),
+                    global_id,
+                });
+            }
+        }
+        g
+    }
 }
 
 /// One stamp in the PAC's list (`GET /_sim/stamps`).
@@ -32,6 +95,11 @@ pub struct Verdict {
     pub payments: usize,
     /// Payments with exactly one stamped UUID in our records, that UUID issued by the PAC.
     pub stamped: usize,
+    /// Of them, the sales a simulated customer invoiced at the portal.
+    pub self_invoiced: usize,
+    /// Payments in exactly one factura global, stamped with a UUID the PAC issued, and in no
+    /// other document.
+    pub in_global: usize,
     /// Near-window payments that ended `expired` while the PAC holds no stamp of them: the
     /// window closed before a stamp, rightly.
     pub expired: usize,
@@ -51,7 +119,7 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn is_ok(&self) -> bool {
-        self.stamped + self.expired == self.payments
+        self.stamped + self.in_global + self.expired == self.payments
             && self.lost == 0
             && self.duplicated == 0
             && self.orphans == 0
@@ -72,9 +140,11 @@ impl fmt::Display for Line<'_> {
         let v = self.verdict;
         write!(
             f,
-            "payments={} stamped={} expired={} lost={} duplicated={} orphans={} kills={} faults={}",
+            "payments={} stamped={} self_invoiced={} in_global={} expired={} lost={} duplicated={} orphans={} kills={} faults={}",
             v.payments,
             v.stamped,
+            v.self_invoiced,
+            v.in_global,
             v.expired,
             v.lost,
             v.duplicated,
@@ -104,6 +174,19 @@ pub fn check(
     pac: &[PacStamp],
     not_terminal: &[(String, i64)],
 ) -> Verdict {
+    check_with_globals(sent, ours, &Globals::default(), pac, not_terminal)
+}
+
+/// [`check`], with the facturas globales: a sale counts once, either by its own stamped
+/// document or by its membership in exactly one stamped global; in two documents of any kind
+/// it is duplicated.
+pub fn check_with_globals(
+    sent: &[SentPayment],
+    ours: &[InvoiceRow],
+    globals: &Globals,
+    pac: &[PacStamp],
+    not_terminal: &[(String, i64)],
+) -> Verdict {
     let mut v = Verdict {
         payments: sent.len(),
         ..Verdict::default()
@@ -123,11 +206,24 @@ pub fn check(
         }
     }
     let mut our_uuids: HashMap<String, usize> = HashMap::new();
-    for r in ours {
-        if let Some(u) = r.uuid.as_deref().filter(|u| !u.is_empty()) {
-            *our_uuids.entry(u.to_uppercase()).or_default() += 1;
-        }
+    let global_uuids = globals.documents.iter().filter_map(|g| g.uuid.as_deref());
+    for u in ours
+        .iter()
+        .filter_map(|r| r.uuid.as_deref())
+        .chain(global_uuids)
+        .filter(|u| !u.is_empty())
+    {
+        *our_uuids.entry(u.to_uppercase()).or_default() += 1;
     }
+    let mut members: HashMap<(&str, &str), Vec<i64>> = HashMap::new();
+    for m in &globals.members {
+        members
+            .entry((m.provider.as_str(), m.payment_id.as_str()))
+            .or_default()
+            .push(m.global_id);
+    }
+    let global_docs: HashMap<i64, &GlobalDoc> =
+        globals.documents.iter().map(|g| (g.id, g)).collect();
 
     let mut sent_keys = HashSet::new();
     for p in sent {
@@ -142,35 +238,47 @@ pub fn check(
             .filter_map(|r| r.uuid.as_deref().filter(|u| !u.is_empty()))
             .collect();
         let pac_stamps = pac_by_key.get(p.stamp_key.as_str()).map_or(0, Vec::len);
-        match (rows, stamped.as_slice()) {
-            ([], _) => {
-                v.lost += 1;
-                v.problems.push(format!("{name}: not in our records"));
+        let in_globals = members
+            .get(&(p.provider.as_str(), p.payment_id.as_str()))
+            .map_or(&[][..], Vec::as_slice);
+        if stamped.len() + in_globals.len() > 1 {
+            v.duplicated += stamped.len() + in_globals.len() - 1;
+            v.problems.push(format!(
+                "{name}: in {} documents: its own {stamped:?}, globals {in_globals:?}",
+                stamped.len() + in_globals.len()
+            ));
+        } else if let [g] = in_globals {
+            match global_docs.get(g) {
+                Some(GlobalDoc {
+                    status,
+                    uuid: Some(uuid),
+                    ..
+                }) if status == "stamped" && pac_uuids.contains(&uuid.to_uppercase()) => {
+                    v.in_global += 1;
+                }
+                other => {
+                    v.lost += 1;
+                    v.problems.push(format!(
+                        "{name}: in factura global #{g}, which is {}",
+                        other.map_or_else(
+                            || "not in our records".to_owned(),
+                            |d| format!("{} with UUID {:?}", d.status, d.uuid)
+                        )
+                    ));
+                }
             }
-            ([r], []) if p.near_window && r.status == "expired" && pac_stamps == 0 => {
-                v.expired += 1;
-            }
-            (_, []) => {
-                v.lost += 1;
-                let r = rows[0];
+            if p.kind != SaleKind::Global {
                 v.problems.push(format!(
-                    "{name}: {} without a UUID ({})",
-                    r.status,
-                    r.last_error.as_deref().unwrap_or("no error recorded")
+                    "{name}: a {:?} sale ended in factura global #{g}",
+                    p.kind
                 ));
             }
-            (_, [uuid]) if !pac_uuids.contains(&uuid.to_uppercase()) => {
-                v.lost += 1;
-                v.problems.push(format!(
-                    "{name}: our UUID {uuid} was never issued by the PAC"
-                ));
-            }
-            (_, [_]) => v.stamped += 1,
-            (_, many) => {
-                v.duplicated += many.len() - 1;
+        } else {
+            if p.kind == SaleKind::Global {
                 v.problems
-                    .push(format!("{name}: {} stamped rows: {many:?}", many.len()));
+                    .push(format!("{name}: not in any factura global"));
             }
+            own(&mut v, p, &name, rows, &stamped, pac_stamps, &pac_uuids);
         }
         if let Some(uuids) = pac_by_key.get(p.stamp_key.as_str())
             && uuids.len() > 1
@@ -183,7 +291,65 @@ pub fn check(
             ));
         }
     }
-    for (uuid, n) in &our_uuids {
+    rest(&mut v, sent_keys, ours, pac, &our_uuids, not_terminal);
+    v
+}
+
+/// How a sale that is in no global counts: by its own document.
+fn own(
+    v: &mut Verdict,
+    p: &SentPayment,
+    name: &str,
+    rows: &[&InvoiceRow],
+    stamped: &[&str],
+    pac_stamps: usize,
+    pac_uuids: &HashSet<String>,
+) {
+    match (rows, stamped) {
+        ([], _) => {
+            v.lost += 1;
+            v.problems.push(format!("{name}: not in our records"));
+        }
+        ([r], []) if p.near_window && r.status == "expired" && pac_stamps == 0 => {
+            v.expired += 1;
+        }
+        (_, []) => {
+            v.lost += 1;
+            let r = rows[0];
+            v.problems.push(format!(
+                "{name}: {} without a UUID ({})",
+                r.status,
+                r.last_error.as_deref().unwrap_or("no error recorded")
+            ));
+        }
+        (_, [uuid]) if !pac_uuids.contains(&uuid.to_uppercase()) => {
+            v.lost += 1;
+            v.problems.push(format!(
+                "{name}: our UUID {uuid} was never issued by the PAC"
+            ));
+        }
+        (_, [_]) => {
+            v.stamped += 1;
+            if p.kind == SaleKind::Portal {
+                v.self_invoiced += 1;
+            }
+        }
+        // Two stamped rows are counted with the globals, above.
+        (_, _) => {}
+    }
+}
+
+/// What is not about one sale: UUIDs on two rows, stamps nobody recorded, records nobody
+/// sent, folios, rows still moving.
+fn rest(
+    v: &mut Verdict,
+    sent_keys: HashSet<(&str, &str)>,
+    ours: &[InvoiceRow],
+    pac: &[PacStamp],
+    our_uuids: &HashMap<String, usize>,
+    not_terminal: &[(String, i64)],
+) {
+    for (uuid, n) in our_uuids {
         if *n > 1 {
             v.duplicated += n - 1;
             v.problems
@@ -215,7 +381,6 @@ pub fn check(
             v.problems.push(format!("{n} rows still {what}"));
         }
     }
-    v
 }
 
 /// The numbered folios of each serie must be exactly 1..=the highest: a number given twice
@@ -268,6 +433,7 @@ mod tests {
                 payment_id: format!("pi_{i}"),
                 stamp_key: format!("key-{i}"),
                 near_window: false,
+                kind: SaleKind::Nominative,
             })
             .collect()
     }
@@ -310,7 +476,7 @@ mod tests {
         assert!(v.is_ok(), "{v:?}");
         assert_eq!(
             line(&v),
-            "payments=3 stamped=3 expired=0 lost=0 duplicated=0 orphans=0 kills=3 faults=7"
+            "payments=3 stamped=3 self_invoiced=0 in_global=0 expired=0 lost=0 duplicated=0 orphans=0 kills=3 faults=7"
         );
     }
 
@@ -339,7 +505,7 @@ mod tests {
             "{v:?}"
         );
         assert!(!v.is_ok());
-        assert!(line(&v).contains("stamped=1 expired=1 lost=1"));
+        assert!(line(&v).contains("stamped=1 self_invoiced=0 in_global=0 expired=1 lost=1"));
         // An expired payment not dated at the window's edge is lost whatever the PAC holds.
         let v = check(&sent(3), &o, &pac(1), &[]);
         assert_eq!((v.expired, v.lost), (0, 2), "{v:?}");
@@ -355,7 +521,7 @@ mod tests {
         let v = check(&sent(3), &o, &p, &[]);
         assert!(!v.is_ok());
         assert_eq!((v.stamped, v.lost, v.orphans), (1, 2, 0), "{v:?}");
-        assert!(line(&v).contains("stamped=1 expired=0 lost=2"));
+        assert!(line(&v).contains("stamped=1 self_invoiced=0 in_global=0 expired=0 lost=2"));
     }
 
     #[test]
@@ -433,6 +599,105 @@ mod tests {
         let mut o = ours(4);
         o[3].folio = None;
         assert!(check(&sent(4), &o, &pac(4), &[]).problems.is_empty());
+    }
+
+    /// Three sales without an RFC: one invoiced at the portal (its own stamp), two in global
+    /// #100 (stamped as `UUID-G`).
+    fn without_rfc() -> (Vec<SentPayment>, Vec<InvoiceRow>, Globals, Vec<PacStamp>) {
+        let mut s = sent(3);
+        s[0].kind = SaleKind::Portal;
+        s[1].kind = SaleKind::Global;
+        s[2].kind = SaleKind::Global;
+        let mut o = ours(3);
+        for r in &mut o[1..] {
+            r.status = "in_global".into();
+            r.uuid = None;
+            r.folio = None;
+        }
+        let g = Globals {
+            members: (1..3)
+                .map(|i| Member {
+                    provider: "stripe".into(),
+                    payment_id: format!("pi_{i}"),
+                    global_id: 100,
+                })
+                .collect(),
+            documents: vec![GlobalDoc {
+                id: 100,
+                status: "stamped".into(),
+                uuid: Some("UUID-G".into()),
+            }],
+        };
+        let mut p = pac(1);
+        p.push(PacStamp {
+            uuid: "UUID-G".into(),
+            customid: Some("key-global".into()),
+        });
+        (s, o, g, p)
+    }
+
+    #[test]
+    fn sales_without_rfc_count_once_at_the_portal_or_in_one_stamped_global() {
+        let (s, o, g, p) = without_rfc();
+        let v = check_with_globals(&s, &o, &g, &p, &[]);
+        assert!(v.is_ok(), "{v:?}");
+        assert_eq!(
+            (v.stamped, v.self_invoiced, v.in_global),
+            (1, 1, 2),
+            "{v:?}"
+        );
+        assert!(line(&v).starts_with("payments=3 stamped=1 self_invoiced=1 in_global=2 expired=0"));
+        // The global not stamped (yet, or ever): its sales have no CFDI.
+        let mut pending = g.clone();
+        pending.documents[0].status = "failed".into();
+        pending.documents[0].uuid = None;
+        let v = check_with_globals(&s, &o, &pending, &p[..1], &[]);
+        assert_eq!((v.in_global, v.lost), (0, 2), "{v:?}");
+        assert!(!v.is_ok());
+        // A portal customer's sale left waiting: lost.
+        let mut o2 = o.clone();
+        o2[0].status = "awaiting_global".into();
+        o2[0].uuid = None;
+        let v = check_with_globals(&s, &o2, &g, &p[1..], &[]);
+        assert_eq!((v.stamped, v.lost), (0, 1), "{v:?}");
+    }
+
+    #[test]
+    fn a_sale_in_two_documents_is_duplicated() {
+        let (s, o, mut g, mut p) = without_rfc();
+        // Invoiced at the portal and also put in the global.
+        g.members.push(Member {
+            provider: "stripe".into(),
+            payment_id: "pi_0".into(),
+            global_id: 100,
+        });
+        let v = check_with_globals(&s, &o, &g, &p, &[]);
+        assert_eq!(v.duplicated, 1, "{v:?}");
+        assert!(!v.is_ok());
+        // In two globals.
+        let (s, o, mut g, _) = without_rfc();
+        g.members.push(Member {
+            provider: "stripe".into(),
+            payment_id: "pi_1".into(),
+            global_id: 101,
+        });
+        g.documents.push(GlobalDoc {
+            id: 101,
+            status: "stamped".into(),
+            uuid: Some("UUID-G2".into()),
+        });
+        p.push(PacStamp {
+            uuid: "UUID-G2".into(),
+            customid: Some("key-global-2".into()),
+        });
+        let v = check_with_globals(&s, &o, &g, &p, &[]);
+        assert_eq!(v.duplicated, 1, "{v:?}");
+        assert!(
+            v.problems.iter().any(|m| m.contains("in 2 documents")),
+            "{v:?}"
+        );
+        // A global's stamp is ours, not an orphan.
+        assert_eq!(v.orphans, 0, "{v:?}");
     }
 
     #[test]

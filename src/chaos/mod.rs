@@ -10,8 +10,14 @@
 //! sent, our records and the sandbox's list of every stamp it issued ([`check`]) and prints
 //!
 //! ```text
-//! payments=N stamped=S expired=E lost=0 duplicated=0 orphans=0 kills=K faults=F
+//! payments=N stamped=S self_invoiced=P in_global=G expired=E lost=0 duplicated=0 orphans=0 kills=K faults=F
 //! ```
+//!
+//! Some Stripe sales come without an RFC: some are paid in a closed period and must end in
+//! exactly one stamped factura global (both instances' loops issue them while being killed),
+//! the others' customers ([`customers`]) invoice them at the portal, submitting twice at once,
+//! and must end with exactly one CFDI of their own (`self_invoiced`, counted in `stamped`). A
+//! sale in two documents of any kind is `duplicated`.
 //!
 //! `kills` counts every SIGKILL (instances and the sandbox); `faults` counts the PAC calls in our
 //! attempt log that did not get an answer (5xx, 429, lost answers, the outages, the sandbox
@@ -31,6 +37,7 @@
 //! worker path alone has to get every count right.
 
 pub mod check;
+pub mod customers;
 pub mod procs;
 pub mod traffic;
 
@@ -48,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{DatabaseSettings, SecretString};
 use crate::domain::DocumentState;
 use crate::store::{self, Db};
-use check::{Line, PacStamp, TERMINAL_OUTBOX_STATES};
+use check::{Globals, Line, PacStamp, TERMINAL_OUTBOX_STATES};
 use procs::{Proc, free_port};
 use traffic::SendStats;
 
@@ -131,6 +138,13 @@ shutdown_grace_seconds = 2
 
 [admin]
 reconcile_interval_seconds = 0
+
+[global]
+grace_minutes = 0
+interval_seconds = 1
+
+[portal]
+lookups_per_window = 1000000
 "#
     )
 }
@@ -304,7 +318,13 @@ async fn run_in(
     );
 
     let now = chrono::Utc::now().timestamp();
-    let plan = traffic::plan(opts.payments, opts.rate, run_id, now, &mut rng);
+    let plan = traffic::plan(
+        opts.payments,
+        opts.rate,
+        run_id,
+        (now, last_month_noon()?.timestamp()),
+        &mut rng,
+    );
     eprintln!(
         "chaos: {} payments ({} at the window's edge), {} deliveries; sandbox killed at {:?}, outage {:?}..{:?}, lookups down {:?}..{:?}",
         plan.payments.len(),
@@ -339,9 +359,9 @@ async fn run_in(
         started,
     ));
     let give_up = Instant::now() + chaos_for * 3 + Duration::from_secs(300);
-    let errors = traffic::send_all(
+    let mut errors = traffic::send_all(
         plan.groups,
-        targets,
+        targets.clone(),
         opts.rate,
         32,
         rng.random(),
@@ -349,6 +369,9 @@ async fn run_in(
         give_up,
     )
     .await;
+    // While instances are still being killed, the customers without an RFC who want their
+    // own invoice ask for it at the portal.
+    errors.extend(customers::self_invoice_all(&plan.payments, targets, 8, give_up).await);
     let min_end = started + chaos_for;
     if Instant::now() < min_end {
         tokio::time::sleep_until(min_end.into()).await;
@@ -374,6 +397,7 @@ async fn run_in(
     reporter.abort();
 
     let ours = db.list_invoices(None).await?;
+    let globals = Globals::from_listing(&db.list_documents_and_sales(None).await?);
     let pac = sim_stamps(&http, &cast.sim.url()).await?;
     let faults: i64 = db
         .attempt_outcome_counts()
@@ -384,7 +408,7 @@ async fn run_in(
         })
         .map(|(_, _, n)| n)
         .sum();
-    let mut verdict = check::check(&plan.payments, &ours, &pac, &moving);
+    let mut verdict = check::check_with_globals(&plan.payments, &ours, &globals, &pac, &moving);
     verdict
         .problems
         .extend(errors.iter().map(|e| format!("sender: {e}")));
@@ -509,6 +533,30 @@ async fn report_loop(
 
 /// Rows still moving: outbox rows outside a terminal state, notifications whose payment was
 /// not fetched yet.
+/// The start of the current month, Mexico City.
+fn start_of_month() -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    use chrono::Datelike;
+    let first = crate::domain::time::now_in_mexico()
+        .date()
+        .with_day(1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .context("no first day of the month")?;
+    crate::domain::time::from_local(first).context("midnight is not a local time")
+}
+
+/// Noon on the last day of the previous month, Mexico City: a time in a closed period
+/// (monthly or shorter) for the sales of the factura global.
+fn last_month_noon() -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    use chrono::Datelike;
+    let today = crate::domain::time::now_in_mexico().date();
+    let noon = today
+        .with_day(1)
+        .and_then(|d| d.pred_opt())
+        .and_then(|d| d.and_hms_opt(12, 0, 0))
+        .context("no last day of the previous month")?;
+    crate::domain::time::from_local(noon).context("noon is not a local time")
+}
+
 async fn moving_rows(db: &Db) -> anyhow::Result<Vec<(String, i64)>> {
     let mut moving: Vec<(String, i64)> = db
         .outbox_counts()
@@ -517,6 +565,14 @@ async fn moving_rows(db: &Db) -> anyhow::Result<Vec<(String, i64)>> {
         .filter(|(s, _)| !TERMINAL_OUTBOX_STATES.contains(&s.as_str()))
         .map(|(s, n)| (format!("outbox {s}"), n))
         .collect();
+    // Sales of a closed period still waiting: `serve`'s loop puts them in a global.
+    let waiting = db.awaiting_global(start_of_month()?).await?.len();
+    if waiting > 0 {
+        moving.push((
+            "payments awaiting_global of a closed period".into(),
+            i64::try_from(waiting).unwrap_or(i64::MAX),
+        ));
+    }
     moving.extend(
         db.webhook_event_counts()
             .await?

@@ -12,7 +12,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::check::SentPayment;
+use super::check::{SaleKind, SentPayment};
 use crate::config::{SANDBOX_MP_SECRET, SANDBOX_STRIPE_SECRET};
 use crate::domain::StampKey;
 use crate::webhooks::{signature, stripe};
@@ -88,12 +88,28 @@ pub const NEAR_WINDOW_LEFT_SECS: i64 = 6;
 /// The share of Stripe payments dated at the window's edge.
 const NEAR_WINDOW_SHARE: f64 = 0.1;
 
+/// The shares of the other Stripe payments sold without an RFC: invoiced by their customer at
+/// the portal, or left for the factura global.
+const PORTAL_SHARE: f64 = 0.15;
+const GLOBAL_SHARE: f64 = 0.2;
+
+/// A `payment_intent.succeeded` without the customer's fiscal data (only an order reference).
+fn without_rfc(suffix: &str, paid: i64) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&stripe::sample_payment_intent(suffix, paid, false))
+            .unwrap_or_default();
+    v["data"]["object"]["metadata"] = serde_json::json!({ "order_id": format!("ORD-{suffix}") });
+    v.to_string()
+}
+
 /// Plans `n` payments, half Stripe and half Mercado Pago, sent at `rate` payments per second
 /// (slot `i` is the first delivery of payment `i`). `now` is the payments' time (Unix seconds),
 /// except for about a tenth of the Stripe ones, dated 72 hours before their first delivery
 /// (less the worker's margin and [`NEAR_WINDOW_LEFT_SECS`]): their clock starts at the edge of
-/// the SAT window, which closes a few seconds after they arrive.
-pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan {
+/// the SAT window, which closes a few seconds after they arrive. Of the rest, some are sold
+/// without an RFC: paid `now` for a customer who invoices at the portal, or paid at `closed`
+/// (a time in a closed period) for the factura global.
+pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut StdRng) -> Plan {
     let mut payments = Vec::with_capacity(n);
     let mut groups = Vec::new();
     let mut deliveries = 0;
@@ -106,23 +122,39 @@ pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan 
         let provider;
         let payment_id;
         let mut near_window = false;
+        let mut kind = SaleKind::Nominative;
         if rng.random_bool(0.5) {
             provider = stripe::PROVIDER;
             let suffix = format!("chaos{run}{i:06}");
             payment_id = format!("pi_test_{suffix}");
             near_window = rng.random_bool(NEAR_WINDOW_SHARE);
+            if !near_window {
+                let r: f64 = rng.random();
+                if r < PORTAL_SHARE {
+                    kind = SaleKind::Portal;
+                } else if r < PORTAL_SHARE + GLOBAL_SHARE {
+                    kind = SaleKind::Global;
+                }
+            }
             let paid = if near_window {
                 // 72 h before its first delivery, plus the worker's 60 s margin and a few
                 // seconds to be sent in.
                 now + (i as f64 / rate) as i64 - 72 * 3600 + 60 + NEAR_WINDOW_LEFT_SECS
+            } else if kind == SaleKind::Global {
+                closed
             } else {
                 now
             };
-            let pi: Arc<str> = stripe::sample_payment_intent(&suffix, paid, false).into();
+            let pi: Arc<str> = match kind {
+                SaleKind::Nominative => stripe::sample_payment_intent(&suffix, paid, false),
+                _ => without_rfc(&suffix, paid),
+            }
+            .into();
             for _ in 0..k {
                 ds.push(Delivery::Stripe { body: pi.clone() });
             }
-            if k >= 2 && rng.random_bool(0.25) {
+            // A Checkout Session carries the customer's fiscal data: only for sales with them.
+            if kind == SaleKind::Nominative && k >= 2 && rng.random_bool(0.25) {
                 let at = rng.random_range(0..k);
                 ds[at] = Delivery::Stripe {
                     body: checkout_session(&suffix, paid).into(),
@@ -157,6 +189,7 @@ pub fn plan(n: usize, rate: f64, run: &str, now: i64, rng: &mut StdRng) -> Plan 
             stamp_key: StampKey::derive(provider, &payment_id, "ingreso").to_string(),
             payment_id,
             near_window,
+            kind,
         });
         let slot = i as u64;
         let mut rest = ds.into_iter();
@@ -339,7 +372,7 @@ mod tests {
     #[test]
     fn every_payment_is_delivered_one_to_four_times_first_at_its_slot() {
         let mut rng = StdRng::seed_from_u64(1);
-        let p = plan(400, 20.0, "t", 1_760_000_000, &mut rng);
+        let p = plan(400, 20.0, "t", (1_760_000_000, 1_757_000_000), &mut rng);
         assert_eq!(p.payments.len(), 400);
         let sent: usize = p.groups.iter().map(|g| g.deliveries.len()).sum();
         assert_eq!(sent, p.deliveries);
@@ -366,5 +399,39 @@ mod tests {
                 .filter(|s| s.near_window)
                 .all(|s| s.provider == stripe::PROVIDER)
         );
+        let of = |k: SaleKind| p.payments.iter().filter(|s| s.kind == k).count();
+        assert!(
+            (10..=60).contains(&of(SaleKind::Portal)),
+            "{}",
+            of(SaleKind::Portal)
+        );
+        assert!(
+            (15..=70).contains(&of(SaleKind::Global)),
+            "{}",
+            of(SaleKind::Global)
+        );
+        // Sales without an RFC are never completed by a Checkout Session with one.
+        let bodies: Vec<&str> = p
+            .groups
+            .iter()
+            .flat_map(|g| &g.deliveries)
+            .filter_map(|d| match d {
+                Delivery::Stripe { body } => Some(&**body),
+                Delivery::MercadoPago { .. } => None,
+            })
+            .collect();
+        for s in p.payments.iter().filter(|s| s.kind != SaleKind::Nominative) {
+            let mine: Vec<&&str> = bodies
+                .iter()
+                .filter(|b| b.contains(&s.payment_id))
+                .collect();
+            assert!(!mine.is_empty());
+            assert!(
+                mine.iter()
+                    .all(|b| !b.contains("rfc") && !b.contains("checkout.session")),
+                "{}",
+                s.payment_id
+            );
+        }
     }
 }

@@ -69,7 +69,8 @@ fn first_of_month(d: NaiveDate) -> NaiveDate {
     d.with_day(1).unwrap_or(d)
 }
 
-fn last_of_month(d: NaiveDate) -> NaiveDate {
+/// The last day of the month of `d`.
+pub fn last_of_month(d: NaiveDate) -> NaiveDate {
     let first = first_of_month(d);
     let next = first
         .checked_add_months(chrono::Months::new(1))

@@ -16,7 +16,8 @@ use chrono::{NaiveDate, NaiveDateTime};
 use rust_decimal::Decimal;
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{Planner, Slot};
+use super::due::Timing;
+use super::plan::{Planner, Slot, tipo_cambio_of};
 use crate::domain::DocumentState;
 use crate::domain::period::Period;
 use crate::domain::time::{from_local, now_in_mexico};
@@ -88,6 +89,9 @@ pub struct Scope {
     pub closed_by: NaiveDateTime,
     /// Only periods whose last day is this date or earlier.
     pub through: Option<NaiveDate>,
+    /// `serve`'s loop: a period only once it is due ([`Timing::issue_at`]: the portal's cutoff
+    /// and the SAT's 72 hours); `None` (the command): as soon as it closed.
+    pub timing: Option<Timing>,
 }
 
 impl Scope {
@@ -96,11 +100,25 @@ impl Scope {
         Scope {
             closed_by: now_in_mexico(),
             through,
+            timing: None,
+        }
+    }
+
+    /// The loop's at local time `now`.
+    pub fn due_by(now: NaiveDateTime, timing: Timing) -> Scope {
+        Scope {
+            closed_by: now,
+            through: None,
+            timing: Some(timing),
         }
     }
 
     fn covers(&self, p: &Period) -> bool {
-        p.closed_at(self.closed_by) && self.through.is_none_or(|t| p.end <= t)
+        let due = match self.timing {
+            Some(t) => t.issue_at(p) <= self.closed_by,
+            None => p.closed_at(self.closed_by),
+        };
+        due && self.through.is_none_or(|t| p.end <= t)
     }
 
     /// Sales paid before this instant can belong to a covered period.
@@ -132,8 +150,15 @@ pub async fn issue(
             return Ok(report);
         }
         let mut replan = false;
-        'groups: for ((period, moneda), sales) in groups {
+        'groups: for ((period, moneda, _rate), sales) in groups {
             let sales = leave_out(db, planner, sales, &events, &mut report).await?;
+            if sales.is_empty() {
+                continue;
+            }
+            if let Err(why) = tipo_cambio_of(&moneda, &sales) {
+                hold(db, period, &moneda, &sales, &why, &mut report).await?;
+                continue;
+            }
             for chunk in sales.chunks(planner.settings.max_conceptos.max(1)) {
                 let rfc = planner.emisor.rfc.as_str();
                 let code = period.periodicidad.code();
@@ -199,23 +224,51 @@ pub async fn issue(
     Ok(report)
 }
 
-/// The sales of covered periods by period and currency, each group in concepto order.
-fn group(
-    planner: &Planner,
-    scope: &Scope,
-    sales: Vec<Sale>,
-) -> BTreeMap<(Period, String), Vec<Sale>> {
-    let mut groups: BTreeMap<(Period, String), Vec<Sale>> = BTreeMap::new();
+/// A group of sales that make one global (or several, at `max_conceptos`): period, currency
+/// and, for a currency other than MXN, the exchange rate its sales carry.
+type GroupKey = (Period, String, Option<String>);
+
+/// The sales of covered periods by period, currency and rate, each group in concepto order.
+fn group(planner: &Planner, scope: &Scope, sales: Vec<Sale>) -> BTreeMap<GroupKey, Vec<Sale>> {
+    let mut groups: BTreeMap<GroupKey, Vec<Sale>> = BTreeMap::new();
     for s in sales {
         let period = planner.period_of(s.paid_at);
         if scope.covers(&period) {
+            let rate = s.tipo_cambio.clone().filter(|_| s.currency != "MXN");
             groups
-                .entry((period, s.currency.clone()))
+                .entry((period, s.currency.clone(), rate))
                 .or_default()
                 .push(s);
         }
     }
     groups
+}
+
+/// Holds `sales` out of their global for `why` (no exchange rate): each keeps waiting with
+/// the reason, which `invoices list` and the admin show; the period is reported.
+async fn hold(
+    db: &Db,
+    period: Period,
+    moneda: &str,
+    sales: &[Sale],
+    why: &str,
+    report: &mut Report,
+) -> Result<(), StoreError> {
+    let label = period.label();
+    let reason = format!(
+        "held out of the factura global of {label} ({moneda}): {why}; it is issued once the \
+         sales carry one"
+    );
+    for s in sales {
+        db.hold_from_global(s.id, &reason).await?;
+    }
+    tracing::warn!(period = %label, %moneda, sales = sales.len(), %why, "factura global held");
+    report.problems.push(format!(
+        "the factura global of {label} ({moneda}) is held: {why}; its {} sales stay \
+         awaiting_global",
+        sales.len()
+    ));
+    Ok(())
 }
 
 /// `sales` without the ones that must not be in a global: refunded in full, or test-mode sales
@@ -305,20 +358,15 @@ pub async fn wait_for_stamps(
     }
 }
 
-/// `serve`'s loop: every `[global] interval_seconds`, the periods closed `grace_minutes` ago,
-/// then the motivo 01 cancellations of replaced globals whose replacement is stamped. Ends
-/// with `token`.
-pub async fn issue_loop(db: Db, planner: Planner, token: CancellationToken) {
+/// `serve`'s loop: every `[global] interval_seconds`, the periods that are due (closed
+/// `grace_minutes` ago, past the portal's cutoff, or about to miss the SAT's 72 hours: see
+/// [`Timing::issue_at`]), then the motivo 01 cancellations of replaced globals whose
+/// replacement is stamped. Ends with `token`.
+pub async fn issue_loop(db: Db, planner: Planner, timing: Timing, token: CancellationToken) {
     let every = Duration::from_secs(planner.settings.interval_seconds.max(1));
-    let grace = chrono::Duration::minutes(
-        i64::try_from(planner.settings.grace_minutes).unwrap_or(i64::MAX / 120),
-    );
     loop {
         let round = async {
-            let scope = Scope {
-                closed_by: now_in_mexico() - grace,
-                through: None,
-            };
+            let scope = Scope::due_by(now_in_mexico(), timing);
             if let Err(e) = issue(&db, &planner, scope, "global issue loop").await {
                 tracing::warn!(error = %e, "factura global: this round failed; the next one tries again");
             }

@@ -139,7 +139,7 @@ impl Planner {
             folio: Some("1".into()),
             fecha,
             moneda: moneda.to_owned(),
-            tipo_cambio: None,
+            tipo_cambio: tipo_cambio_of(moneda, sales)?,
             forma_pago,
             metodo_pago: "PUE".into(),
             condiciones_de_pago: None,
@@ -240,6 +240,31 @@ impl Planner {
     }
 }
 
+/// The TipoCambio of a global in `moneda` over `sales`: none for MXN; otherwise the one rate
+/// to MXN its sales carry (issue groups them by it). `Err` says why the global cannot have one
+/// yet; its sales are held out of it meanwhile.
+pub fn tipo_cambio_of(moneda: &str, sales: &[Sale]) -> Result<Option<Decimal>, String> {
+    if moneda == "MXN" {
+        return Ok(None);
+    }
+    let mut rates = sales.iter().map(|s| {
+        s.tipo_cambio
+            .as_deref()
+            .and_then(|t| t.trim().parse::<Decimal>().ok())
+            .filter(|t| *t > Decimal::ZERO)
+    });
+    let first = rates.next().flatten();
+    match first {
+        Some(rate) if rates.all(|r| r == Some(rate)) => Ok(Some(rate)),
+        Some(_) => Err(format!(
+            "its {moneda} sales carry different exchange rates to MXN; a global has one TipoCambio"
+        )),
+        None => Err(format!(
+            "no exchange rate to MXN (TipoCambio) is known for these {moneda} sales"
+        )),
+    }
+}
+
 /// A sale's reference as `NoIdentificacion` allows it: at most 100 characters, no `|`.
 fn reference(payment_id: &str) -> String {
     payment_id
@@ -270,7 +295,39 @@ mod tests {
                 .single()
                 .expect("time"),
             livemode: true,
+            tipo_cambio: None,
         }
+    }
+
+    #[test]
+    fn a_global_in_another_currency_takes_the_one_rate_its_sales_carry() {
+        let usd = |id: i64, rate: Option<&str>| Sale {
+            currency: "USD".into(),
+            tipo_cambio: rate.map(str::to_owned),
+            ..sale(id, "10.00", "04")
+        };
+        let p = Planner::new(&Settings::defaults().expect("settings")).expect("planner");
+        let period = p.period_of(sale(1, "1", "04").paid_at);
+        let sales = [usd(1, Some("17.2512")), usd(2, Some("17.2512"))];
+        let r = p
+            .request(&period, "USD", &sales, fecha(), None)
+            .expect("request");
+        assert_eq!(r.tipo_cambio, Some(Decimal::new(172512, 4)));
+        assert_eq!(r.moneda, "USD");
+        // MXN never has one, whatever a row says.
+        let mxn = [Sale {
+            tipo_cambio: Some("1".into()),
+            ..sale(3, "10", "04")
+        }];
+        assert_eq!(tipo_cambio_of("MXN", &mxn), Ok(None));
+        let missing = tipo_cambio_of("USD", &[usd(1, Some("17.25")), usd(2, None)]);
+        assert!(
+            missing
+                .expect_err("held")
+                .contains("different exchange rates")
+        );
+        let none = tipo_cambio_of("USD", &[usd(1, None)]);
+        assert!(none.expect_err("held").contains("no exchange rate"));
     }
 
     fn slot(period: Period, seq: i32) -> Slot<'static> {

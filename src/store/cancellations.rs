@@ -54,6 +54,16 @@ static CLAIM_CANCELLATION: Dialected = Dialected::new(
     ],
 );
 
+/// The states of a cancellation still in process: what the Cancellations page lists (and its
+/// tab counts) unless asked for all.
+pub const CANCELLATIONS_IN_PROCESS: &[&str] = &[
+    "requested",
+    "sending",
+    "retry_scheduled",
+    "unknown",
+    "pending_receiver",
+];
+
 impl Db {
     /// Claims the next due cancellation (to send, or to poll) for `owner`.
     pub async fn claim_cancellation(
@@ -243,9 +253,13 @@ impl Db {
         offset: i64,
     ) -> Result<Vec<CancellationRow>, StoreError> {
         let cond = if in_process {
-            "state IN ('requested', 'sending', 'retry_scheduled', 'unknown', 'pending_receiver')"
+            let states: Vec<String> = CANCELLATIONS_IN_PROCESS
+                .iter()
+                .map(|s| format!("'{s}'"))
+                .collect();
+            format!("state IN ({})", states.join(", "))
         } else {
-            "1 = 1"
+            "1 = 1".to_owned()
         };
         cancellations_where(&format!(
             "{cond} ORDER BY updated_at DESC, id DESC LIMIT $1 OFFSET $2"
@@ -254,6 +268,13 @@ impl Db {
         .bind(offset)
         .fetch_all::<CancellationRow>(self, "list cancellations")
         .await
+    }
+
+    /// The cancellations waiting for the receptor's answer, the oldest request first.
+    pub async fn waiting_for_receptor(&self) -> Result<Vec<CancellationRow>, StoreError> {
+        cancellations_where("state = 'pending_receiver' ORDER BY created_at, id")
+            .fetch_all::<CancellationRow>(self, "list the cancellations waiting for the receptor")
+            .await
     }
 
     /// `(state, count)` of cancellations.

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::exec::{Dialect, Dialected, Stmt, Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
-use super::payments::{NewPayment, insert_payment_in};
+use super::payments::{NewPayment, complete_payment_in, insert_payment_in};
 pub use super::rows::PendingFetch;
 use super::{Db, StoreError};
 
@@ -42,6 +42,17 @@ pub enum EventRow {
     },
 }
 
+/// What a delivery for a payment already recorded may do to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// Nothing: a redelivery or a second event with the same data.
+    None,
+    /// Its data include the customer's RFC (a Checkout Session's custom fields and tax id,
+    /// whichever of the session and its PaymentIntent arrives first): a sale still
+    /// `awaiting_global` or `needs_attention` takes them.
+    FiscalData,
+}
+
 /// What one ingest transaction did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IngestOutcome {
@@ -49,6 +60,13 @@ pub enum IngestOutcome {
     DuplicateEvent,
     /// A new event for a payment already recorded: the event is kept, nothing else.
     DuplicatePayment,
+    /// A new event for a payment already recorded that brought the customer's fiscal data
+    /// while the sale still waited for them ([`Completion::FiscalData`]): the sale took them,
+    /// with its outbox row when it can be invoiced now.
+    Completed {
+        payment_row: i64,
+        outbox_row: Option<i64>,
+    },
     /// Payment recorded, with its outbox row when it has a comprobante to stamp (numbered
     /// later, when a worker seals it).
     Recorded {
@@ -107,6 +125,7 @@ async fn ingest_in_tx(
     event: &EventRow,
     payment: &NewPayment,
     draft: Option<OutboxDraft>,
+    completion: Completion,
     now: DateTime<Utc>,
 ) -> Result<IngestOutcome, StoreError> {
     match event {
@@ -138,7 +157,20 @@ async fn ingest_in_tx(
         }
     }
     let Some(payment_row) = insert_payment_in(tx, payment, now).await? else {
-        return Ok(IngestOutcome::DuplicatePayment);
+        if completion == Completion::None {
+            return Ok(IngestOutcome::DuplicatePayment);
+        }
+        let Some(payment_row) = complete_payment_in(tx, payment, now).await? else {
+            return Ok(IngestOutcome::DuplicatePayment);
+        };
+        let outbox_row = match draft {
+            Some(mut d) => enqueue_in_tx(tx, payment_row, &mut d, None, now).await?,
+            None => None,
+        };
+        return Ok(IngestOutcome::Completed {
+            payment_row,
+            outbox_row,
+        });
     };
     let Some(mut draft) = draft else {
         return Ok(IngestOutcome::Recorded {
@@ -181,15 +213,17 @@ impl Db {
     /// `draft` is given, the outbox row with the frozen comprobante. Every insert is `ON
     /// CONFLICT DO NOTHING`, so a redelivery writes nothing. No folio is taken here (no row
     /// every webhook of a serie would wait on): the worker numbers the row when it seals it.
+    /// `completion`: what the delivery may do to the payment when it is already recorded.
     pub async fn ingest(
         &self,
         event: &EventRow,
         payment: &NewPayment,
         draft: Option<OutboxDraft>,
+        completion: Completion,
     ) -> Result<IngestOutcome, StoreError> {
         let now = Utc::now();
         let mut tx = self.begin().await?;
-        let out = ingest_in_tx(&mut tx, event, payment, draft, now).await?;
+        let out = ingest_in_tx(&mut tx, event, payment, draft, completion, now).await?;
         if out == IngestOutcome::DuplicateEvent {
             tx.rollback().await?;
         } else {

@@ -30,6 +30,9 @@ pub struct Sale {
     pub forma_pago: Option<String>,
     pub paid_at: DateTime<Utc>,
     pub livemode: bool,
+    /// The exchange rate to MXN the sale carries (decimal text; migration 0017), for a sale
+    /// in another currency.
+    pub tipo_cambio: Option<String>,
 }
 
 /// A delivery kept for a later flow (`recorded`: refunds, disputes) of a sale waiting for the
@@ -145,7 +148,7 @@ pub struct DocumentListing {
     pub payment_row: i64,
 }
 
-const AWAITING: &str = "SELECT id, provider, payment_id, amount, currency, forma_pago, paid_at, livemode \
+const AWAITING: &str = "SELECT id, provider, payment_id, amount, currency, forma_pago, paid_at, livemode, tipo_cambio \
     FROM payments WHERE status = 'awaiting_global' AND paid_at < $1 ORDER BY paid_at, id";
 
 const RECORDED_EVENTS: &str = "SELECT p.id AS payment_row, e.provider, e.event_id, e.event_type, \
@@ -253,6 +256,89 @@ impl Db {
                 "read the refunds of sales awaiting the factura global",
             )
             .await
+    }
+
+    /// When each sale waiting for the factura global was paid, and its currency (the
+    /// dashboard's globals due).
+    pub async fn awaiting_global_times(&self) -> Result<Vec<(DateTime<Utc>, String)>, StoreError> {
+        stmt("SELECT paid_at, currency FROM payments WHERE status = 'awaiting_global'")
+            .fetch_all(
+                self,
+                "read when the sales awaiting the factura global were paid",
+            )
+            .await
+    }
+
+    /// The sales that need attention and have no document (what the admin may send to the
+    /// factura global), oldest first.
+    pub async fn needs_attention_sales(&self) -> Result<Vec<super::PaymentRow>, StoreError> {
+        stmt(format!(
+            "{} WHERE status = 'needs_attention' AND provider NOT IN ('global', 'api') \
+             AND NOT EXISTS (SELECT 1 FROM outbox x WHERE x.payment_id = payments.id) \
+             ORDER BY paid_at, id",
+            super::payments::SELECT_PAYMENT
+        ))
+        .fetch_all(self, "list the sales that need attention")
+        .await
+    }
+
+    /// An operator sends sales that cannot be invoiced nominatively to the factura global, in
+    /// one transaction: each still `needs_attention` without a document becomes
+    /// `awaiting_global` (the next run puts it in its period's global), audited. Sent twice,
+    /// the second finds them moved and changes nothing. The payment rows moved.
+    pub async fn send_to_global(
+        &self,
+        payment_rows: &[i64],
+        actor: &str,
+    ) -> Result<Vec<i64>, StoreError> {
+        const MOVE: &str = "UPDATE payments SET status = 'awaiting_global', reason = $1, \
+            updated_at = $2 WHERE id = $3 AND status = 'needs_attention' \
+            AND NOT EXISTS (SELECT 1 FROM outbox x WHERE x.payment_id = payments.id)";
+        let now = Utc::now();
+        let reason =
+            format!("sent to the factura global by {actor}: it cannot be invoiced to the customer");
+        let mut moved = Vec::new();
+        let mut tx = self.begin().await?;
+        for &row in payment_rows {
+            let n = stmt(MOVE)
+                .bind(&reason)
+                .bind(now)
+                .bind(row)
+                .execute_in(&mut tx, "send a sale to the factura global")
+                .await?;
+            if n == 1 {
+                audit_in(
+                    &mut tx,
+                    actor,
+                    "send_to_global",
+                    ("payment", row),
+                    "needs_attention → awaiting_global",
+                    now,
+                )
+                .await?;
+                moved.push(row);
+            }
+        }
+        tx.commit("commit the sales sent to the factura global")
+            .await?;
+        Ok(moved)
+    }
+
+    /// Says why a sale still `awaiting_global` is held out of its period's global (e.g. no
+    /// exchange rate); it keeps waiting. `false` when it was not waiting any more.
+    pub async fn hold_from_global(
+        &self,
+        payment_row: i64,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let n = stmt(TAKE_SALE)
+            .bind("awaiting_global")
+            .bind(reason)
+            .bind(Utc::now())
+            .bind(payment_row)
+            .execute(self, "say why a sale is held out of the factura global")
+            .await?;
+        Ok(n == 1)
     }
 
     /// Leaves a sale out of the factura global (`status`, e.g. `refunded`, with `reason`);
@@ -400,7 +486,7 @@ impl Db {
     /// The sales of a global, in concepto order (when they were paid).
     pub async fn global_members(&self, outbox_id: i64) -> Result<Vec<Sale>, StoreError> {
         stmt(
-            "SELECT p.id, p.provider, p.payment_id, p.amount, p.currency, p.forma_pago, p.paid_at, p.livemode \
+            "SELECT p.id, p.provider, p.payment_id, p.amount, p.currency, p.forma_pago, p.paid_at, p.livemode, p.tipo_cambio \
              FROM global_members m JOIN payments p ON p.id = m.payment_row \
              WHERE m.outbox_id = $1 ORDER BY p.paid_at, p.id",
         )

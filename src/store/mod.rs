@@ -61,8 +61,8 @@ mod views;
 
 pub use admin::{ActionRow, AdminSession, FindingRow};
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
-pub use cancellations::{CancelConflict, CancellationRow, ClaimedCancel};
-pub use events::{EventRow, IngestOutcome, NewEvent, PendingFetch};
+pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
+pub use events::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use exec::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
 };
@@ -136,6 +136,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "admin_search",
         include_str!("../../migrations/sqlite/0011_admin_search.sql"),
     ),
+    (
+        17,
+        "global_rest",
+        include_str!("../../migrations/sqlite/0017_global_rest.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -187,6 +192,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         11,
         "admin_search",
         include_str!("../../migrations/postgres/0011_admin_search.sql"),
+    ),
+    (
+        17,
+        "global_rest",
+        include_str!("../../migrations/postgres/0017_global_rest.sql"),
     ),
 ];
 

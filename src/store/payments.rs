@@ -84,6 +84,12 @@ pub(super) async fn insert_payment_in(
     let Some((id,)) = row else {
         return Ok(None);
     };
+    insert_references_in(tx, p, id).await?;
+    Ok(Some(id))
+}
+
+/// In `tx`: every reference of `p` (see [`lookup_references`]) as one of payment `id`'s.
+async fn insert_references_in(tx: &mut Tx<'_>, p: &NewPayment, id: i64) -> Result<(), StoreError> {
     for reference in lookup_references(p) {
         stmt("INSERT INTO payment_refs (reference, payment_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
             .bind(reference)
@@ -91,6 +97,35 @@ pub(super) async fn insert_payment_in(
             .execute_in(tx, "record a reference of the payment")
             .await?;
     }
+    Ok(())
+}
+
+/// In `tx`: a later delivery of a payment already recorded brings the customer's fiscal data
+/// (a Checkout Session after its PaymentIntent): the sale, if it still waits for the factura
+/// global or for fiscal data, takes `p`'s status, reason and customer data, and its references
+/// are added. Conditional on the stored status, so the factura global's freeze, the portal and
+/// this compete for the sale and the first to commit wins. The payment row when it was taken.
+pub(super) async fn complete_payment_in(
+    tx: &mut Tx<'_>,
+    p: &NewPayment,
+    now: DateTime<Utc>,
+) -> Result<Option<i64>, StoreError> {
+    const TAKE: &str = "UPDATE payments SET status = $1, reason = $2, customer_json = $3, \
+        updated_at = $4 WHERE provider = $5 AND payment_id = $6 \
+        AND status IN ('awaiting_global', 'needs_attention') RETURNING id";
+    let row: Option<(i64,)> = stmt(TAKE)
+        .bind(&p.status)
+        .bind(&p.reason)
+        .bind(&p.customer_json)
+        .bind(now)
+        .bind(&p.provider)
+        .bind(&p.payment_id)
+        .fetch_optional_in(tx, "complete a payment's fiscal data")
+        .await?;
+    let Some((id,)) = row else {
+        return Ok(None);
+    };
+    insert_references_in(tx, p, id).await?;
     Ok(Some(id))
 }
 

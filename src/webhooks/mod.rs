@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::WebhookError;
 use crate::state::AppState;
-use crate::store::{EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
+use crate::store::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
 use tokio_util::sync::CancellationToken;
 
 /// Routes under `/webhooks`.
@@ -162,6 +162,7 @@ fn outcome_name(o: &IngestOutcome) -> &'static str {
     match o {
         IngestOutcome::DuplicateEvent => "duplicate",
         IngestOutcome::DuplicatePayment => "duplicate_payment",
+        IngestOutcome::Completed { .. } => "fiscal_data_completed",
         IngestOutcome::Recorded {
             outbox_row: Some(_),
             ..
@@ -214,9 +215,21 @@ async fn stripe_webhook(
             row.payment_ref = Some(facts.payment_id.clone());
             let (payment, draft) = state.ingestor.plan(&facts);
             let stamp_key = key_of(draft.as_ref());
+            // A Checkout Session and its PaymentIntent arrive in either order; whichever
+            // carries the customer's RFC completes the sale the other recorded first.
+            let completion = if facts.customer.rfc.is_some() {
+                Completion::FiscalData
+            } else {
+                Completion::None
+            };
             let out = state
                 .db
-                .ingest(&EventRow::Insert(Box::new(row)), &payment, draft)
+                .ingest(
+                    &EventRow::Insert(Box::new(row)),
+                    &payment,
+                    draft,
+                    completion,
+                )
                 .await?;
             tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %payment.status, "stripe payment");
             // No folio: it is assigned when the worker seals the comprobante.
@@ -397,6 +410,7 @@ pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str,
                     },
                     &row,
                     draft,
+                    Completion::None,
                 )
                 .await?;
             tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %row.status, "mercadopago payment");

@@ -1,7 +1,8 @@
 //! The admin of issue 23 in a real headless Chromium, at 1280 px and at 390 px (a phone):
 //! every page fits the phone without sideways scrolling, a 71-hour-old sale is at risk, a
 //! partial lowercase UUID is found from the Invoices page, tiles count the rows they open,
-//! and screenshots of every page at both widths land in `target/screenshots/` (`ux-*.png`).
+//! and screenshots of every page at both widths land in `target/screenshots/` (`ux-*.png`);
+//! the factura global's pages and the portal's are among them.
 
 use crate::support;
 
@@ -133,7 +134,38 @@ async fn pages(app: &TestApp, stamped_id: i64, rejected: i64) -> Vec<(String, St
         "detail-unknown".into(),
         format!("/admin/payments/{}", lost.payment_id),
     ));
+    pages.extend(global_and_portal_pages(app).await);
     pages
+}
+
+/// The factura global's admin pages and the portal's (issue 17): the globals, one global with
+/// its sales, the portal's look-up, a sale's fiscal form, and a sale already in a global.
+async fn global_and_portal_pages(app: &TestApp) -> Vec<(String, String)> {
+    use autofactura::global::{Planner, Scope, issue};
+    use support::portal::{link_of, sale_without_rfc, sale_without_rfc_at};
+    use support::sales::{at, month};
+
+    sale_without_rfc(app, "week_portal").await;
+    sale_without_rfc_at(app, "week_global", at(month(1), 5, 12)).await;
+    let planner = Planner::new(&app.settings).expect("planner");
+    let report = issue(&app.db, &planner, Scope::now_through(None), "test")
+        .await
+        .expect("issue");
+    let global = report.issued.first().expect("a global").outbox_id;
+    stamped(app, global).await;
+    vec![
+        ("globals".into(), "/admin/globals".into()),
+        ("global-detail".into(), format!("/admin/globals/{global}")),
+        ("portal-lookup".into(), "/facturar".into()),
+        (
+            "portal-form".into(),
+            link_of(app, "ORD-week_portal", "116.00").await,
+        ),
+        (
+            "portal-in-global".into(),
+            link_of(app, "ORD-week_global", "116.00").await,
+        ),
+    ]
 }
 
 /// `document.documentElement.scrollWidth` and `window.innerWidth`.

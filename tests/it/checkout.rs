@@ -171,7 +171,76 @@ async fn checkout_data_breaking_a_rule_is_corrected_at_the_portal_and_stamped(b:
     pool.shutdown().await;
 }
 
+/// Posts `body` signed and returns the acknowledgement's `outcome` and `payment_status`.
+async fn post(app: &TestApp, body: &str) -> (String, String) {
+    let r = app.post_stripe_signed(body).await;
+    assert_eq!(r.status(), 200);
+    let ack: Value = r.json().await.expect("json");
+    let field = |k: &str| ack[k].as_str().unwrap_or_default().to_owned();
+    (field("outcome"), field("payment_status"))
+}
+
+async fn session_and_payment_intent_in_either_order_give_one_sale_with_the_session_data(
+    b: Backend,
+) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    let now = chrono::Utc::now().timestamp();
+    let session = |suffix: &str| {
+        checkout_with_fields(
+            &format!("test_{suffix}"),
+            "XIQB891116QE4",
+            fiscal_fields("612", "D01", "Berenice Ximo Quezada"),
+        )
+    };
+    // The PaymentIntent first (no fiscal data: it waits for the global), then its session.
+    let pi_first = support::sales::sale_body("pifirst", now, 34800);
+    assert_eq!(
+        post(&app, &pi_first).await,
+        ("payment_recorded".into(), "awaiting_global".into())
+    );
+    assert_eq!(
+        post(&app, &session("pifirst")).await,
+        ("fiscal_data_completed".into(), "invoice_pending".into())
+    );
+    // The session first, then its PaymentIntent: nothing more to do.
+    assert_eq!(
+        post(&app, &session("csfirst")).await,
+        ("invoice_queued".into(), "invoice_pending".into())
+    );
+    let pi_later = support::sales::sale_body("csfirst", now, 34800);
+    assert_eq!(post(&app, &pi_later).await.0, "duplicate_payment");
+    // A redelivery of the session changes nothing either.
+    assert_eq!(post(&app, &session("pifirst")).await.0, "duplicate");
+
+    for suffix in ["pifirst", "csfirst"] {
+        let key = StampKey::derive("stripe", &format!("pi_test_{suffix}"), "ingreso");
+        let d = wait_document(&app, key.as_str(), "stamped").await;
+        let xml = String::from_utf8(d.stamped_xml.expect("xml")).expect("utf-8");
+        for want in [
+            "Rfc=\"XIQB891116QE4\"",
+            "Nombre=\"BERENICE XIMO QUEZADA\"",
+            "RegimenFiscalReceptor=\"612\"",
+            "UsoCFDI=\"D01\"",
+            "Total=\"348.00\"",
+        ] {
+            assert!(xml.contains(want), "{suffix}: {want} missing from {xml}");
+        }
+        // The customer finds the sale by the session id whichever came first.
+        link_of(&app, &format!("cs_test_test_{suffix}"), "348.00").await;
+    }
+    let sales = app.invoices().await;
+    assert_eq!(sales.len(), 2, "one sale each: {sales:?}");
+    assert!(sales.iter().all(|s| s.status == "stamped"), "{sales:?}");
+    let docs: Vec<(i64,)> = rows::fetch_rows(&app.db, "SELECT COUNT(*) FROM outbox", &[]).await;
+    assert_eq!(docs[0].0, 2, "one document per sale");
+    pool.shutdown().await;
+}
+
 on_both_backends!(
+    session_and_payment_intent_in_either_order_give_one_sale_with_the_session_data,
     a_checkout_sale_with_custom_fields_is_stamped_nominative,
     checkout_data_breaking_a_sat_rule_waits_for_the_customer_at_the_portal,
     checkout_data_breaking_a_rule_is_corrected_at_the_portal_and_stamped,

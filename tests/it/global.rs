@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use autofactura::domain::time::now_in_mexico;
 use autofactura::global::plan::Slot;
-use autofactura::global::{Planner, Scope, issue};
+use autofactura::global::{Planner, Scope, Timing, issue};
 use autofactura::store::{self, Frozen};
 use chrono::Datelike;
 
@@ -327,7 +327,102 @@ async fn serve_issues_a_closed_period_by_itself(b: Backend) {
     assert_ne!(sales[0], sales[1], "{members:?}");
 }
 
+/// Local midnight `days` after the last day of the month starting at `first`, plus `hours`.
+fn after_month_end(first: chrono::NaiveDate, days: u64, hours: u32) -> chrono::NaiveDateTime {
+    (month_end(first) + chrono::Days::new(days))
+        .and_hms_opt(0, 0, 0)
+        .expect("midnight")
+        + chrono::Duration::hours(i64::from(hours))
+}
+
+/// How many globals `serve`'s loop issues in a round at local time `now`.
+async fn loop_round(
+    app: &TestApp,
+    planner: &Planner,
+    now: chrono::NaiveDateTime,
+    timing: Timing,
+) -> usize {
+    let r = issue(&app.db, planner, Scope::due_by(now, timing), "loop")
+        .await
+        .expect("issue");
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    r.issued.len()
+}
+
+async fn the_loop_waits_for_the_portal_cutoff_of_days_after_month_end(b: Backend) {
+    let Some(app) = spawn_app_with(b, MANUAL).await else {
+        return;
+    };
+    let oct = month(1);
+    sell(&app, "portal1", at(oct, 4, 10), 1000).await;
+    let planner = Planner::new(&app.settings).expect("planner");
+    // Customers may self-invoice October's sales until the end of 1 November.
+    let timing = Timing {
+        grace: chrono::Duration::minutes(60),
+        portal_days: Some(1),
+    };
+    for (now, issued) in [
+        // Closed, and its grace has passed, but the portal still takes its sales.
+        (after_month_end(oct, 1, 2), 0),
+        (after_month_end(oct, 1, 23), 0),
+        // The portal closed at midnight.
+        (after_month_end(oct, 2, 0), 1),
+    ] {
+        assert_eq!(
+            loop_round(&app, &planner, now, timing).await,
+            issued,
+            "at {now}"
+        );
+    }
+    assert_eq!(memberships(&app).await.len(), 1);
+    // With the portal off, the grace alone decides.
+    sell(&app, "portal2", at(oct, 5, 10), 2000).await;
+    let off = Timing {
+        portal_days: None,
+        ..timing
+    };
+    let now = after_month_end(oct, 1, 2);
+    assert_eq!(loop_round(&app, &planner, now, off).await, 1);
+}
+
+async fn the_loop_issues_within_the_sat_72_hours_whatever_the_portal_allows(b: Backend) {
+    let Some(app) = spawn_app_with(
+        b,
+        "[global]\nauto_issue = false\nperiodicidad = \"diaria\"\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let oct = month(1);
+    // A daily global: the portal would take the sale until the month ends (and ten days
+    // more), the SAT wants the global within 72 hours of the day's close (5th, 00:00).
+    sell(&app, "day4", at(oct, 4, 10), 1000).await;
+    let planner = Planner::new(&app.settings).expect("planner");
+    let timing = Timing {
+        grace: chrono::Duration::minutes(60),
+        portal_days: Some(10),
+    };
+    let day = |d: u32, h: u32| {
+        oct.with_day(d)
+            .and_then(|d| d.and_hms_opt(h, 0, 0))
+            .expect("time")
+    };
+    for (now, issued) in [(day(5, 2), 0), (day(6, 23), 0), (day(7, 0), 1)] {
+        assert_eq!(
+            loop_round(&app, &planner, now, timing).await,
+            issued,
+            "at {now}"
+        );
+    }
+    // Frozen 24 hours before the deadline, which the dashboard shows.
+    let period = planner.period_of(chrono::DateTime::from_timestamp(at(oct, 4, 10), 0).expect("t"));
+    assert_eq!(autofactura::global::due::deadline(&period), day(8, 0));
+}
+
 on_both_backends!(
+    the_loop_waits_for_the_portal_cutoff_of_days_after_month_end,
+    the_loop_issues_within_the_sat_72_hours_whatever_the_portal_allows,
     two_processes_at_once_issue_one_global_with_every_eligible_sale,
     two_pools_at_once_split_a_large_period_and_take_no_sale_twice,
     a_sale_taken_meanwhile_rolls_the_whole_global_back,

@@ -15,6 +15,7 @@ mod support;
 
 mod admin;
 mod admin_e2e;
+mod admin_rest;
 mod admin_ux;
 mod admin_ux_e2e;
 mod admin_ux_ops;
@@ -29,6 +30,7 @@ mod fuzz_regressions;
 mod global;
 mod global_admin;
 mod global_cli;
+mod global_currency;
 mod internet;
 mod layout;
 mod ops_backup;
