@@ -11,7 +11,8 @@
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
-//! - `worker.rs`, `admin.rs`, `global.rs`, `portal.rs`: `[worker]`, `[admin]`, `[global]` and
+//! - `worker.rs`, `admin.rs`, `global.rs`, `refunds.rs`, `portal.rs`: `[worker]`, `[admin]`,
+//!   `[global]`, `[refunds]` and
 //!   `[portal]`, with their own checks.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
@@ -33,6 +34,7 @@ mod global;
 mod load;
 mod pac;
 mod portal;
+mod refunds;
 mod secret;
 mod sections;
 mod validate;
@@ -50,6 +52,7 @@ pub use admin::AdminSettings;
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacKind};
 pub use portal::PortalSettings;
+pub use refunds::{FullRefund, RefundSettings};
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
     ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings,
@@ -90,6 +93,7 @@ pub struct Settings {
     pub admin: AdminSettings,
     pub api: ApiSettings,
     pub global: GlobalSettings,
+    pub refunds: RefundSettings,
     pub portal: PortalSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
