@@ -201,8 +201,9 @@ pub fn egreso_request(
         prices_include_tax: req.prices_include_tax,
         emisor: req.emisor.clone(),
         receptor,
-        // An egreso to público en general needs no InformacionGlobal (it is not a global).
-        informacion_global: None,
+        // To público en general (a global's sale) the SAT asks for InformacionGlobal: the
+        // global's own (Apéndice 2 of the Guía de llenado, egreso aplicable a un CFDI global).
+        informacion_global: req.informacion_global.clone(),
         relacionados: vec![RelacionadosData {
             tipo_relacion: TIPO_RELACION_NOTA_DE_CREDITO.into(),
             uuids: vec![o.uuid.to_owned()],

@@ -255,6 +255,26 @@ impl Db {
             .await
     }
 
+    /// Refunds of the sales [`Db::awaiting_global`] returns for `before` that the global is to
+    /// carry less of (`global_reduced`): `(payment row, amount)`, decimal text.
+    pub async fn reductions_of_awaiting(
+        &self,
+        before: DateTime<Utc>,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        stmt(
+            "SELECT p.id, r.amount FROM refunds r \
+             JOIN payments p ON p.provider = r.provider AND p.payment_id = r.payment_ref \
+             WHERE p.status = 'awaiting_global' AND p.paid_at < $1 AND r.status = 'global_reduced' \
+             ORDER BY r.id",
+        )
+        .bind(before)
+        .fetch_all(
+            self,
+            "read the refunds of sales awaiting the factura global",
+        )
+        .await
+    }
+
     /// Leaves a sale out of the factura global (`status`, e.g. `refunded`, with `reason`);
     /// `false` when it was not `awaiting_global` any more.
     pub async fn leave_out_of_global(

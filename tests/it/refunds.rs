@@ -235,6 +235,76 @@ async fn a_refund_of_a_sale_awaiting_the_global_reduces_it_without_an_egreso(b: 
     assert!(egresos(&app).await.is_empty());
     let refunds: Vec<(String,)> = fetch_rows(&app.db, "SELECT status FROM refunds", &[]).await;
     assert_eq!(refunds, [("global_reduced".to_owned(),)]);
+    // Another sale of the month, refunded in full by two refunds: left out of the global.
+    sell(&app, "ag2", at(oct, 10, 12), 1000).await;
+    refund_event(&app, "ag2a", "refund.created", "ag2", "ag2a", 400).await;
+    refund_event(&app, "ag2b", "refund.created", "ag2", "ag2b", 600).await;
+    let (global, _) = issue_global(&app).await;
+    let xml = global.as_deref().expect("the global is stamped");
+    assert_eq!(
+        total(xml),
+        Decimal::new(5000, 2),
+        "the global carries 80.00 − 30.00"
+    );
+    assert_eq!(
+        attr(xml, "cfdi:Concepto", "NoIdentificacion"),
+        "pi_test_ag",
+        "one concepto"
+    );
+    assert!(
+        egresos(&app).await.is_empty(),
+        "no egreso for a sale refunded before its global"
+    );
+    assert_eq!(
+        crate::support::sales::payment_status(&app, "pi_test_ag2")
+            .await
+            .0,
+        "refunded"
+    );
+}
+
+/// Issues the globals of every closed period and stamps them: the last global's XML and UUID.
+async fn issue_global(app: &TestApp) -> (Option<Vec<u8>>, String) {
+    let planner = autofactura::global::Planner::new(&app.settings).expect("planner");
+    autofactura::global::issue(
+        &app.db,
+        &planner,
+        autofactura::global::Scope::now_through(None),
+        "test",
+    )
+    .await
+    .expect("issue");
+    app.drain(30).await;
+    let rows: Vec<(Option<Vec<u8>>, Option<String>)> = fetch_rows(
+        &app.db,
+        "SELECT stamped_xml, uuid FROM outbox WHERE kind = 'global' ORDER BY id DESC",
+        &[],
+    )
+    .await;
+    let (xml, uuid) = rows.into_iter().next().expect("a global");
+    (xml, uuid.expect("stamped"))
+}
+
+async fn a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let oct = month(2);
+    sell(&app, "gl", at(oct, 9, 12), 8000).await;
+    sell(&app, "gl2", at(oct, 10, 12), 2000).await;
+    let (_, global_uuid) = issue_global(&app).await;
+    let (pool, _services) = app.start_pool().await;
+    let out = refund_event(&app, "gl1", "refund.created", "gl", "gl1", 2000).await;
+    assert_eq!(out["refunds"], json!(["egreso"]), "{out}");
+    let e = wait_egresos(&app, 1).await;
+    let xml = e[0].2.as_deref().expect("xml");
+    assert_eq!(attr(xml, "cfdi:Comprobante", "TipoDeComprobante"), "E");
+    assert_eq!(attr(xml, "cfdi:Receptor", "Rfc"), "XAXX010101000");
+    assert_eq!(attr(xml, "cfdi:Receptor", "UsoCFDI"), "S01");
+    assert_eq!(attr(xml, "cfdi:CfdiRelacionado", "UUID"), global_uuid);
+    assert_eq!(attr(xml, "cfdi:Concepto", "NoIdentificacion"), "pi_test_gl");
+    assert_eq!(total(xml), Decimal::new(2000, 2));
+    pool.shutdown().await;
 }
 
 on_both_backends!(
@@ -242,4 +312,5 @@ on_both_backends!(
     redeliveries_and_reordering_give_one_egreso_per_refund,
     a_refund_before_the_ingreso_is_stamped_waits_then_is_stamped,
     a_refund_of_a_sale_awaiting_the_global_reduces_it_without_an_egreso,
+    a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general,
 );
