@@ -16,6 +16,7 @@ use crate::cfdi::money::round;
 use crate::cfdi::{
     self, InvoiceRequest, LineData, ReceptorData, RelacionadosData, TipoComprobante,
 };
+use crate::config::FullRefund;
 use crate::domain::{DocumentKind, DocumentState, StampKey};
 use crate::store::{NewPayment, NewRefund, OutboxDraft, RefundDecision, RefundSale};
 
@@ -221,6 +222,7 @@ pub fn egreso_request(
 #[derive(Debug, Clone)]
 pub struct Planner {
     serie: String,
+    full: FullRefund,
 }
 
 fn dec(text: &str) -> Option<Decimal> {
@@ -231,6 +233,7 @@ impl Planner {
     pub fn new(s: &crate::config::Settings) -> Self {
         Self {
             serie: s.refunds.serie.clone(),
+            full: s.refunds.full,
         }
     }
 
@@ -312,6 +315,25 @@ impl Planner {
                 return RefundDecision::Attention(format!("{what}'s frozen request: {e}"));
             }
         };
+        let fecha = crate::ingest::fecha_of(now);
+        if let Some(ingreso) = &v.ingreso
+            && self.full == FullRefund::Cancel
+            && !v.cancel_refused
+            && before.is_zero()
+            && amount == sale_amount
+        {
+            // Motivo 02 within the month of the sale: the income never happened, in the same
+            // monthly return (docs/refunds.md). Later, the month is declared: an egreso.
+            if request.fecha.format("%Y-%m").to_string() == fecha.format("%Y-%m").to_string() {
+                return RefundDecision::Cancel {
+                    ingreso: ingreso.outbox_id,
+                    reason: format!(
+                        "refunded in full within the month of the sale: its ingreso {uuid} is \
+                         cancelled (motivo 02) instead of credited"
+                    ),
+                };
+            }
+        }
         let lines: Vec<usize> = if v.ingreso.is_some() {
             (0..request.lines.len()).collect()
         } else {
@@ -335,7 +357,6 @@ impl Planner {
             sale_amount,
             refunded_before: before,
         };
-        let fecha = crate::ingest::fecha_of(now);
         let request = match egreso_request(&original, amount, &self.serie, fecha) {
             Ok(req) => req,
             Err(e) => return RefundDecision::Attention(e.to_string()),

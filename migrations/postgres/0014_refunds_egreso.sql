@@ -18,10 +18,14 @@ CREATE TABLE refunds (
     currency       TEXT    NOT NULL,
     refunded_at    TIMESTAMPTZ NOT NULL,
     event_id       TEXT    NOT NULL,
-    -- awaiting_original | egreso | global_reduced | canceling | needs_attention
+    -- awaiting_original | egreso | global_reduced | canceling | canceled | needs_attention
     status         TEXT    NOT NULL,
     reason         TEXT,
-    -- The egreso (outbox row), once frozen; the cancellation asked instead (policy `cancel`).
+    -- `[refunds] full = "cancel"`: the ingreso's cancellation could not be had, so the refund
+    -- is credited by an egreso after all.
+    cancel_refused BOOLEAN NOT NULL DEFAULT FALSE,
+    -- The egreso (outbox row), once frozen; with status `canceling`/`canceled`, the ingreso
+    -- cancelled instead (policy `cancel`).
     outbox_id      BIGINT  REFERENCES outbox (id),
     created_at     TIMESTAMPTZ NOT NULL,
     updated_at     TIMESTAMPTZ NOT NULL,

@@ -51,6 +51,8 @@ pub struct RefundSale {
     pub global: Option<Credited>,
     /// Decimal text of each refund of the sale already credited (egreso or global reduction).
     pub refunded_before: Vec<String>,
+    /// The policy `cancel` was tried for it and the ingreso could not be cancelled.
+    pub cancel_refused: bool,
 }
 
 /// The sale a refund refunds.
@@ -78,6 +80,9 @@ pub enum RefundDecision {
     GlobalReduced(String),
     /// Cannot be credited as it is (more than the sale, another currency): `needs_attention`.
     Attention(String),
+    /// A full refund under `[refunds] full = "cancel"`: the ingreso (this outbox row) is to be
+    /// cancelled with motivo 02 instead of credited (`canceling`).
+    Cancel { ingreso: i64, reason: String },
 }
 
 /// What one refund delivery did.
@@ -96,7 +101,7 @@ const INSERT_REFUND: &str = "INSERT INTO refunds \
     ON CONFLICT (provider, refund_id) DO NOTHING RETURNING id";
 
 /// Statuses whose amount counts as credited against the sale.
-const CREDITED: &str = "('egreso', 'global_reduced')";
+const CREDITED: &str = "('egreso', 'global_reduced', 'canceling', 'canceled')";
 
 /// In `tx`: reads what refund `refund_row` (still `awaiting_original`) refunds, asks `plan`
 /// and writes its answer. Two refunds of one sale are serialized on the sale's payment row,
@@ -104,7 +109,7 @@ const CREDITED: &str = "('egreso', 'global_reduced')";
 async fn settle_refund_in<F>(
     tx: &mut Tx<'_>,
     refund_row: i64,
-    refund: NewRefund,
+    (refund, cancel_refused): (NewRefund, bool),
     plan: &F,
     now: DateTime<Utc>,
 ) -> Result<String, StoreError>
@@ -158,17 +163,15 @@ where
         ingreso,
         global,
         refunded_before: before.into_iter().map(|r| r.0).collect(),
+        cancel_refused,
     };
     let (status, reason, outbox) = match plan(&view) {
         RefundDecision::Egreso { payment, mut draft } => {
-            let payment_row = match insert_payment_in(tx, &payment, now).await? {
-                Some(id) => id,
-                None => {
-                    return Err(StoreError::Other(format!(
-                        "refund {} already has a payment row of its own",
-                        payment.payment_id
-                    )));
-                }
+            let Some(payment_row) = insert_payment_in(tx, &payment, now).await? else {
+                return Err(StoreError::Other(format!(
+                    "refund {} already has a payment row of its own",
+                    payment.payment_id
+                )));
             };
             let outbox = enqueue_in_tx(tx, payment_row, &mut draft, None, now).await?;
             ("egreso", None, outbox)
@@ -176,6 +179,7 @@ where
         RefundDecision::Wait(r) => ("awaiting_original", Some(r), None),
         RefundDecision::GlobalReduced(r) => ("global_reduced", Some(r), None),
         RefundDecision::Attention(r) => ("needs_attention", Some(r), None),
+        RefundDecision::Cancel { ingreso, reason } => ("canceling", Some(reason), Some(ingreso)),
     };
     stmt("UPDATE refunds SET status = $1, reason = $2, outbox_id = $3, updated_at = $4 WHERE id = $5")
         .bind(status)
@@ -191,7 +195,7 @@ where
 /// Refunds waiting for their original whose sale may now be credited: its ingreso or global
 /// stamped, or the sale waiting for a global.
 const WAITING_READY: &str = "SELECT r.id, r.provider, r.refund_id, r.payment_ref, r.amount, \
-    r.currency, r.refunded_at, r.event_id FROM refunds r \
+    r.currency, r.refunded_at, r.event_id, r.cancel_refused FROM refunds r \
     JOIN payments p ON p.provider = r.provider AND p.payment_id = r.payment_ref \
     WHERE r.status = 'awaiting_original' AND (p.status = 'awaiting_global' \
     OR EXISTS (SELECT 1 FROM outbox o WHERE o.payment_id = p.id AND o.kind = 'ingreso' AND o.state = 'stamped') \
@@ -209,6 +213,20 @@ struct WaitingRow {
     currency: String,
     refunded_at: DateTime<Utc>,
     event_id: String,
+    cancel_refused: bool,
+}
+
+/// A refund whose sale's ingreso is being cancelled instead (`canceling`), with where its
+/// cancellation stands.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CancelingRefund {
+    pub id: i64,
+    pub refund_id: String,
+    /// The ingreso to cancel.
+    pub outbox_id: i64,
+    /// Its cancellation's state, once requested.
+    pub cancellation: Option<String>,
+    pub cancel_error: Option<String>,
 }
 
 impl Db {
@@ -249,7 +267,9 @@ impl Db {
                 .fetch_optional_in(&mut tx, "insert the refund")
                 .await?;
             let status = match row {
-                Some((id,)) => settle_refund_in(&mut tx, id, r.clone(), &plan, now).await?,
+                Some((id,)) => {
+                    settle_refund_in(&mut tx, id, (r.clone(), false), &plan, now).await?
+                }
                 None => "duplicate".to_owned(),
             };
             statuses.push(status);
@@ -293,12 +313,54 @@ impl Db {
                 refunded_at: w.refunded_at,
                 event_id: w.event_id,
             };
-            let status = settle_refund_in(&mut tx, w.id, refund, &plan, now).await?;
+            let status =
+                settle_refund_in(&mut tx, w.id, (refund, w.cancel_refused), &plan, now).await?;
             tx.commit("commit the released refund").await?;
             if status != "awaiting_original" {
                 released += 1;
             }
         }
         Ok(released)
+    }
+
+    /// Refunds whose ingreso is being cancelled instead of credited, with their cancellation.
+    pub async fn canceling_refunds(&self) -> Result<Vec<CancelingRefund>, StoreError> {
+        stmt(
+            "SELECT r.id, r.refund_id, r.outbox_id, c.state AS cancellation, \
+             c.last_error_message AS cancel_error FROM refunds r \
+             LEFT JOIN cancellations c ON c.outbox_id = r.outbox_id \
+             WHERE r.status = 'canceling' AND r.outbox_id IS NOT NULL ORDER BY r.id LIMIT 50",
+        )
+        .fetch_all(self, "read the refunds cancelling their ingreso")
+        .await
+    }
+
+    /// The cancellation asked for a full refund (`canceling`) ended: `canceled`, or (it could
+    /// not be had) back to `awaiting_original`, to be credited by an egreso, with `reason`.
+    pub async fn settle_refund_cancel(
+        &self,
+        refund_row: i64,
+        canceled: bool,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let (status, refused) = if canceled {
+            ("canceled", false)
+        } else {
+            ("awaiting_original", true)
+        };
+        stmt(
+            "UPDATE refunds SET status = $1, cancel_refused = $2, reason = $3, \
+             outbox_id = CASE WHEN $2 THEN NULL ELSE outbox_id END, updated_at = $4 \
+             WHERE id = $5 AND status = 'canceling'",
+        )
+        .bind(status)
+        .bind(refused)
+        .bind(reason)
+        .bind(Utc::now())
+        .bind(refund_row)
+        .writes()
+        .execute(self, "record how the refund's cancellation ended")
+        .await?;
+        Ok(())
     }
 }

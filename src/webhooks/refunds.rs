@@ -274,6 +274,9 @@ async fn release_round(
     planner: &crate::refund::Planner,
     every: std::time::Duration,
 ) {
+    if let Err(e) = cancel_round(state).await {
+        tracing::warn!(error = %e, "cannot follow the cancellations of refunded sales; retried");
+    }
     let now = Utc::now();
     match state
         .db
@@ -288,6 +291,66 @@ async fn release_round(
         Err(e) => tracing::warn!(error = %e, "cannot credit the waiting refunds; retried"),
     }
     tokio::time::sleep(every).await;
+}
+
+/// Full refunds cancelling their ingreso (`[refunds] full = "cancel"`): the cancellation (motivo
+/// 02) is asked through the one cancel path, and followed; when it cannot be had (refused by the
+/// rules, rejected by the receptor or SAT, failed) the refund goes back to be credited by an
+/// egreso.
+async fn cancel_round(state: &crate::state::AppState) -> Result<(), crate::store::StoreError> {
+    use crate::domain::DocumentState;
+    use crate::domain::cancellation::CancelFacts;
+    for c in state.db.canceling_refunds().await? {
+        let ended = match c.cancellation.as_deref() {
+            None => {
+                let facts = state
+                    .db
+                    .document(c.outbox_id)
+                    .await?
+                    .filter(|d| d.state == DocumentState::Stamped)
+                    .and_then(|d| d.stamped_xml)
+                    .and_then(|x| CancelFacts::from_stamped(&x));
+                let actor = format!("refund {}", c.refund_id);
+                let asked = match &facts {
+                    Some(f) => {
+                        crate::cancel::request(&state.db, c.outbox_id, f, "02", None, &actor)
+                            .await?
+                            .map_err(|r| format!("{r:?}"))
+                    }
+                    None => Err("the ingreso is not stamped".to_owned()),
+                };
+                match asked {
+                    Ok(()) => {
+                        tracing::info!(refund_id = %c.refund_id, outbox_id = c.outbox_id, "full refund: ingreso cancellation (motivo 02) requested");
+                        None
+                    }
+                    Err(why) => Some((false, format!("its ingreso cannot be cancelled ({why})"))),
+                }
+            }
+            Some("canceled") => Some((true, "its ingreso was cancelled (motivo 02)".to_owned())),
+            Some(s @ ("rejected" | "failed")) => Some((
+                false,
+                format!(
+                    "the ingreso's cancellation was {s} ({})",
+                    c.cancel_error.as_deref().unwrap_or("no reason given")
+                ),
+            )),
+            Some(_) => None,
+        };
+        if let Some((canceled, why)) = ended {
+            let reason = if canceled {
+                why
+            } else {
+                format!("{why}: credited by an egreso instead")
+            };
+            tracing::info!(refund_id = %c.refund_id, canceled, %reason, "full refund");
+            state
+                .db
+                .settle_refund_cancel(c.id, canceled, &reason)
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

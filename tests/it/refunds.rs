@@ -307,7 +307,64 @@ async fn a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_gener
     pool.shutdown().await;
 }
 
+/// The refund rows' statuses, oldest first.
+async fn refund_statuses(app: &TestApp) -> Vec<String> {
+    let rows: Vec<(String,)> =
+        fetch_rows(&app.db, "SELECT status FROM refunds ORDER BY id", &[]).await;
+    rows.into_iter().map(|r| r.0).collect()
+}
+
+async fn under_the_cancel_policy_a_full_refund_cancels_the_ingreso_and_a_partial_one_is_credited(
+    b: Backend,
+) {
+    let cancel =
+        "[refunds]\ninterval_seconds = 1\nfull = \"cancel\"\n[global]\nauto_issue = false\n";
+    let Some(app) = spawn_app_with(b, cancel).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    sale(&app, "cx", 11600).await;
+    sale(&app, "cp", 11600).await;
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    let full = refund_event(&app, "cx1", "refund.created", "cx", "cx1", 11600).await;
+    assert_eq!(full["refunds"], json!(["canceling"]), "{full}");
+    let part = refund_event(&app, "cp1", "refund.created", "cp", "cp1", 1000).await;
+    assert_eq!(part["refunds"], json!(["egreso"]), "{part}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while refund_statuses(&app).await[0] != "canceled" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refunds: {:?}",
+            refund_statuses(&app).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let states: Vec<(String, String)> = fetch_rows(
+        &app.db,
+        "SELECT p.payment_id, o.state FROM outbox o JOIN payments p ON p.id = o.payment_id \
+         WHERE o.kind = 'ingreso' ORDER BY p.payment_id",
+        &[],
+    )
+    .await;
+    assert_eq!(
+        states,
+        [
+            ("pi_test_cp".to_owned(), "stamped".to_owned()),
+            ("pi_test_cx".to_owned(), "canceled".to_owned())
+        ]
+    );
+    let motivo: Vec<(String,)> = fetch_rows(&app.db, "SELECT motivo FROM cancellations", &[]).await;
+    assert_eq!(motivo, [("02".to_owned(),)]);
+    let e = wait_egresos(&app, 1).await;
+    assert_eq!(
+        total(e[0].2.as_deref().expect("xml")),
+        Decimal::new(1000, 2)
+    );
+    pool.shutdown().await;
+}
+
 on_both_backends!(
+    under_the_cancel_policy_a_full_refund_cancels_the_ingreso_and_a_partial_one_is_credited,
     a_partial_refund_then_the_rest_give_two_egresos_summing_to_the_sale,
     redeliveries_and_reordering_give_one_egreso_per_refund,
     a_refund_before_the_ingreso_is_stamped_waits_then_is_stamped,
