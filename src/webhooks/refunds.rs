@@ -440,6 +440,60 @@ mod tests {
     }
 
     #[test]
+    fn mercado_pago_refunds_are_read_from_the_payment_one_each() {
+        let body = sample_payment("5466310457", "2026-08-19T09:40:03.000-06:00").replace(
+            "\"transaction_amount_refunded\": 0,",
+            "\"transaction_amount_refunded\": 30.5, \"refunds\": [\
+             {\"id\": 111, \"amount\": 20.50, \"status\": \"approved\", \"date_created\": \"2026-08-20T10:00:00.000-06:00\"},\
+             {\"id\": 112, \"amount\": 10, \"status\": \"approved\"},\
+             {\"id\": 113, \"amount\": 5, \"status\": \"rejected\"}],",
+        );
+        let p = Payment::parse(body.as_bytes()).expect("payment");
+        let r = mercadopago_refunds(&p);
+        let got: Vec<(&str, Decimal)> =
+            r.iter().map(|f| (f.refund_id.as_str(), f.amount)).collect();
+        assert_eq!(got, [("111", Decimal::new(2050, 2)), ("112", Decimal::TEN)]);
+        assert_eq!(r[0].payment_ref, "5466310457");
+        // Read as refunded without a list: one refund of the whole payment.
+        let full = sample_payment("5466310457", "2026-08-19T09:40:03.000-06:00")
+            .replace("\"status\": \"approved\"", "\"status\": \"refunded\"");
+        let p = Payment::parse(full.as_bytes()).expect("payment");
+        let r = mercadopago_refunds(&p);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].refund_id, "5466310457-full");
+        assert_eq!(Some(r[0].amount), exact_payment_amount(&p));
+    }
+
+    fn exact_payment_amount(p: &Payment) -> Option<Decimal> {
+        crate::webhooks::mercadopago::exact_decimal(p.transaction_amount.get())
+    }
+
+    #[test]
+    fn a_lost_dispute_is_a_refund_and_a_charge_refunded_lists_its_refunds() {
+        let dispute = |status: &str| {
+            serde_json::json!({"object": "dispute", "id": "dp_1", "amount": 11600,
+                "currency": "mxn", "payment_intent": "pi_1", "status": status})
+        };
+        let lost = stripe_refunds("charge.dispute.closed", 1_700_000_000, &dispute("lost"));
+        assert_eq!(lost.len(), 1);
+        assert_eq!(
+            (lost[0].refund_id.as_str(), lost[0].amount),
+            ("dp_1", Decimal::new(11600, 2))
+        );
+        assert!(stripe_refunds("charge.dispute.closed", 1, &dispute("won")).is_empty());
+        let charge = serde_json::json!({"object": "charge", "id": "ch_1", "payment_intent": "pi_1",
+            "currency": "mxn", "refunds": {"data": [
+                {"object": "refund", "id": "re_1", "amount": 100, "currency": "mxn", "status": "succeeded"},
+                {"object": "refund", "id": "re_2", "amount": 100, "currency": "mxn", "status": "pending"}]}});
+        let r = stripe_refunds("charge.refunded", 1, &charge);
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].refund_id.as_str(), r[0].payment_ref.as_str()),
+            ("re_1", "pi_1")
+        );
+    }
+
+    #[test]
     fn a_mercado_pago_payment_read_as_refunded_is_a_full_refund() {
         let body = sample_payment("5466310457", "2026-08-19T09:40:03.000-06:00")
             .replace("\"status\": \"approved\"", "\"status\": \"refunded\"");

@@ -152,6 +152,20 @@ async fn a_partial_refund_then_the_rest_give_two_egresos_summing_to_the_sale(b: 
         Decimal::new(4999, 2)
     );
     assert_eq!(sum, sale_total, "the egresos credit exactly the sale");
+    // `invoices list --json` names them and what they credit.
+    let listed = app.db.list_documents_and_sales(None).await.expect("list");
+    let listed: Vec<Value> = listed
+        .iter()
+        .map(|d| serde_json::to_value(d).expect("json"))
+        .collect();
+    let credit_notes: Vec<&Value> = listed.iter().filter(|d| d["kind"] == "egreso").collect();
+    assert_eq!(credit_notes.len(), 2, "{listed:?}");
+    assert!(
+        credit_notes
+            .iter()
+            .all(|d| d["related_uuid"] == json!(uuid)),
+        "{credit_notes:?}"
+    );
     // Nothing more can be credited: a third refund is over the sale.
     let over = refund_event(&app, "pr3", "refund.created", "pr", "pr3", 1).await;
     assert_eq!(over["refunds"], json!(["needs_attention"]), "{over}");
@@ -363,7 +377,50 @@ async fn under_the_cancel_policy_a_full_refund_cancels_the_ingreso_and_a_partial
     pool.shutdown().await;
 }
 
+/// A signed `charge.dispute.closed` of `pi_test_{suffix}` with `status`.
+async fn dispute_closed(app: &TestApp, suffix: &str, status: &str, minor: i64) -> Value {
+    let object = json!({
+        "id": format!("dp_{suffix}_{status}"), "object": "dispute", "amount": minor,
+        "currency": "mxn", "payment_intent": format!("pi_test_{suffix}"),
+        "charge": format!("ch_test_{suffix}"), "status": status, "reason": "fraudulent"
+    });
+    let body = stripe::sample_event(
+        &format!("evt_dp_{suffix}_{status}"),
+        "charge.dispute.closed",
+        chrono::Utc::now().timestamp(),
+        false,
+        object,
+    );
+    let r = app.post_stripe_signed(&body).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("json")
+}
+
+async fn a_lost_dispute_is_a_full_refund_and_a_won_one_changes_nothing(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    sale(&app, "dw", 11600).await;
+    sale(&app, "dl", 11600).await;
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    let won = dispute_closed(&app, "dw", "won", 11600).await;
+    assert_eq!(won["outcome"], "recorded", "{won}");
+    let lost = dispute_closed(&app, "dl", "lost", 11600).await;
+    assert_eq!(lost["refunds"], json!(["egreso"]), "{lost}");
+    let e = wait_egresos(&app, 1).await;
+    let xml = e[0].2.as_deref().expect("xml");
+    assert_eq!(total(xml), Decimal::new(11600, 2));
+    assert_eq!(
+        attr(xml, "cfdi:CfdiRelacionado", "UUID"),
+        ingreso_uuid(&app, "dl").await
+    );
+    assert_eq!(refund_statuses(&app).await, ["egreso"]);
+    pool.shutdown().await;
+}
+
 on_both_backends!(
+    a_lost_dispute_is_a_full_refund_and_a_won_one_changes_nothing,
     under_the_cancel_policy_a_full_refund_cancels_the_ingreso_and_a_partial_one_is_credited,
     a_partial_refund_then_the_rest_give_two_egresos_summing_to_the_sale,
     redeliveries_and_reordering_give_one_egreso_per_refund,
