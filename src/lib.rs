@@ -21,6 +21,8 @@
 //!   and migration.
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
+//! - [`refund`]: a refund or lost dispute → the egreso that credits it, cut from the original
+//!   document in proportion, to the centavo (no I/O).
 //! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.
 //! - [`global`]: the factura global: the sales without RFC of each closed period, frozen with
 //!   their members in one transaction (`autofactura global issue` and a loop in `serve`).
@@ -109,6 +111,7 @@ pub mod pacsim;
 pub mod pdf;
 pub mod portal;
 pub mod proxy;
+pub mod refund;
 pub mod sandbox;
 pub mod shutdown;
 pub mod startup;

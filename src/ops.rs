@@ -299,6 +299,9 @@ pub fn table(rows: &[DocumentListing]) -> String {
         let note = match (r.global_id, &r.global_uuid) {
             (Some(id), Some(u)) => format!("in global #{id} {u}"),
             (Some(id), None) => format!("in global #{id}"),
+            _ if r.kind == "egreso" => {
+                format!("credits {}", r.related_uuid.as_deref().unwrap_or("-"))
+            }
             _ => r.last_error.clone().unwrap_or_default(),
         };
         out.push_str(&line([

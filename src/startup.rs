@@ -233,6 +233,10 @@ impl Application {
             self.state.clone(),
             token.clone(),
         ));
+        let refunds = tokio::spawn(webhooks::refunds::release_loop(
+            self.state.clone(),
+            token.clone(),
+        ));
         let reconcile = self.admin.reconcile_interval.map(|every| {
             tokio::spawn(admin::reconcile::periodic(
                 self.state.db.clone(),
@@ -282,7 +286,7 @@ impl Application {
         };
         // A server that ended on its own stops the rest too.
         self.shutdown.cancel();
-        for task in std::iter::once(retry).chain(reconcile).chain(global) {
+        for task in [retry, refunds].into_iter().chain(reconcile).chain(global) {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a background loop ended abnormally");
             }

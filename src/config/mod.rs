@@ -11,8 +11,8 @@
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
-//! - `worker.rs`, `admin.rs`, `global.rs`, `portal.rs`: `[worker]`, `[admin]`, `[global]` and
-//!   `[portal]`, with their own checks; `deliver.rs`: `[pdf]`.
+//! - `worker.rs`, `admin.rs`, `global.rs`, `refunds.rs`, `portal.rs`: `[worker]`, `[admin]`,
+//!   `[global]`, `[refunds]` and `[portal]`, with their own checks; `deliver.rs`: `[pdf]`.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
@@ -34,6 +34,7 @@ mod global;
 mod load;
 mod pac;
 mod portal;
+mod refunds;
 mod secret;
 mod sections;
 mod validate;
@@ -54,6 +55,7 @@ pub use deliver::{Paper, PdfSettings};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacKind};
 pub use portal::PortalSettings;
+pub use refunds::{FullRefund, RefundSettings};
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
     ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings, LogFormat,
@@ -94,6 +96,7 @@ pub struct Settings {
     pub admin: AdminSettings,
     pub api: ApiSettings,
     pub global: GlobalSettings,
+    pub refunds: RefundSettings,
     pub portal: PortalSettings,
     pub log: LogSettings,
     pub pdf: PdfSettings,

@@ -200,6 +200,7 @@ impl Settings {
         }
         self.worker.check(&mut p);
         self.global.check(&self.emisor.regimen_fiscal, &mut p);
+        self.refunds.check(&mut p);
         p.extend(self.portal.problems());
         if p.is_empty() {
             Ok(())

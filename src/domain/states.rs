@@ -180,6 +180,9 @@ spelled! {
         Ingreso = "ingreso",
         /// A factura global: the sales of one period without the customer's RFC.
         Global = "global",
+        /// A credit note (CFDI de egreso): one refund of a sale, related to its ingreso (or to
+        /// the factura global that covered it) by TipoRelacion 01.
+        Egreso = "egreso",
     }
 }
 

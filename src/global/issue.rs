@@ -143,8 +143,9 @@ pub async fn issue(
         return Ok(report);
     };
     for _ in 0..REPLANS {
-        let sales = db.awaiting_global(before).await?;
+        let mut sales = db.awaiting_global(before).await?;
         let events = db.recorded_events_of_awaiting(before).await?;
+        reduce(&mut sales, &db.reductions_of_awaiting(before).await?);
         let groups = group(planner, &scope, sales);
         if groups.is_empty() {
             return Ok(report);
@@ -297,6 +298,11 @@ async fn leave_out(
         let amount: Decimal = s.amount.parse().unwrap_or(Decimal::MAX);
         let out = match refunded_in_full(amount, &recorded) {
             Some(reason) => Some(("refunded", reason)),
+            None if amount <= Decimal::ZERO => Some((
+                "refunded",
+                "refunded in full before its factura global (its refunds add up to the sale)"
+                    .to_owned(),
+            )),
             None if !s.livemode && !planner.sandbox_pac => Some((
                 "needs_attention",
                 "test-mode payment: never sent to a production PAC, nor in a factura global"
@@ -318,6 +324,22 @@ async fn leave_out(
         }
     }
     Ok(kept)
+}
+
+/// The sales less what was refunded of them while they waited (`reductions`: payment row and
+/// amount): the global carries what was kept.
+fn reduce(sales: &mut [Sale], reductions: &[(i64, String)]) {
+    for s in sales {
+        let refunded: Decimal = reductions
+            .iter()
+            .filter(|(row, _)| *row == s.id)
+            .filter_map(|(_, a)| a.parse::<Decimal>().ok())
+            .sum();
+        match s.amount.parse::<Decimal>() {
+            Ok(amount) if refunded > Decimal::ZERO => s.amount = (amount - refunded).to_string(),
+            _ => {}
+        }
+    }
 }
 
 /// Each issued global with its state, UUID and folio as stored now.

@@ -121,7 +121,7 @@ pub struct PendingSubstitution {
 pub struct DocumentListing {
     /// The document (outbox row); `null` for a sale without a document of its own.
     pub id: Option<i64>,
-    /// `ingreso` or `global` (`egreso` and `pago` once they are issued).
+    /// `ingreso`, `global` or `egreso` (`pago` once they are issued).
     pub kind: String,
     /// The provider's payment id; `null` for a global.
     pub payment_id: Option<String>,
@@ -144,6 +144,9 @@ pub struct DocumentListing {
     /// For a sale in a factura global: the global's document and its UUID once stamped.
     pub global_id: Option<i64>,
     pub global_uuid: Option<String>,
+    /// The UUID the document relates to (CfdiRelacionados): an egreso's ingreso or global, a
+    /// replacement's replaced global.
+    pub related_uuid: Option<String>,
     #[serde(skip)]
     pub payment_row: i64,
 }
@@ -176,21 +179,29 @@ static LIST_DOCUMENTS: Dialected = Dialected::new(
      CASE WHEN o.kind = 'global' THEN 'XAXX010101000' ELSE {RECEPTOR_RFC} END AS receptor_rfc, \
      p.amount AS total, p.amount, p.currency, p.paid_at, p.livemode, o.attempts, \
      COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, \
-     CAST(NULL AS BIGINT) AS global_id, CAST(NULL AS TEXT) AS global_uuid, p.id AS payment_row \
+     CAST(NULL AS BIGINT) AS global_id, CAST(NULL AS TEXT) AS global_uuid, \
+     {RELATED_UUID} AS related_uuid, p.id AS payment_row \
      FROM outbox o JOIN payments p ON p.id = o.payment_id \
      UNION ALL \
      SELECT CAST(NULL AS BIGINT), 'ingreso', p.payment_id, p.provider, p.status, CAST(NULL AS TEXT), \
      CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), p.amount, p.amount, p.currency, p.paid_at, \
-     p.livemode, 0, p.reason, CAST(NULL AS TEXT), m.outbox_id, g.uuid, p.id \
+     p.livemode, 0, p.reason, CAST(NULL AS TEXT), m.outbox_id, g.uuid, CAST(NULL AS TEXT), p.id \
      FROM payments p LEFT JOIN global_members m ON m.payment_row = p.id \
      LEFT JOIN outbox g ON g.id = m.outbox_id \
      WHERE p.provider <> 'global' AND NOT EXISTS (SELECT 1 FROM outbox x WHERE x.payment_id = p.id)\
      ) d WHERE (CAST($1 AS TEXT) IS NULL OR d.status = $1) ORDER BY d.payment_row, d.id",
-    &[(
-        "{RECEPTOR_RFC}",
-        "json_extract(o.request_json, '$.receptor.rfc')",
-        "o.request_json::jsonb #>> '{receptor,rfc}'",
-    )],
+    &[
+        (
+            "{RECEPTOR_RFC}",
+            "json_extract(o.request_json, '$.receptor.rfc')",
+            "o.request_json::jsonb #>> '{receptor,rfc}'",
+        ),
+        (
+            "{RELATED_UUID}",
+            "json_extract(o.request_json, '$.relacionados[0].uuids[0]')",
+            "o.request_json::jsonb #>> '{relacionados,0,uuids,0}'",
+        ),
+    ],
 );
 
 /// In `tx`: the members of `g` become its: taken out of `awaiting_global` (a new global) or
@@ -339,6 +350,26 @@ impl Db {
             .execute(self, "say why a sale is held out of the factura global")
             .await?;
         Ok(n == 1)
+    }
+
+    /// Refunds of the sales [`Db::awaiting_global`] returns for `before` that the global is to
+    /// carry less of (`global_reduced`): `(payment row, amount)`, decimal text.
+    pub async fn reductions_of_awaiting(
+        &self,
+        before: DateTime<Utc>,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        stmt(
+            "SELECT p.id, r.amount FROM refunds r \
+             JOIN payments p ON p.provider = r.provider AND p.payment_id = r.payment_ref \
+             WHERE p.status = 'awaiting_global' AND p.paid_at < $1 AND r.status = 'global_reduced' \
+             ORDER BY r.id",
+        )
+        .bind(before)
+        .fetch_all(
+            self,
+            "read the refunds of sales awaiting the factura global",
+        )
+        .await
     }
 
     /// Leaves a sale out of the factura global (`status`, e.g. `refunded`, with `reason`);

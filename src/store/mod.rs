@@ -20,6 +20,8 @@
 //! - `globals.rs`: the factura global: sales awaiting it and their recorded refunds, the
 //!   transaction that freezes a global with its members, and the lists of globals and of every
 //!   document (`invoices list`).
+//! - `refunds.rs`: refunds, each recorded once by its id with what it became (an egreso
+//!   frozen in the same transaction, a wait for the original, a reduced global share).
 //! - `portal.rs`: the self-invoicing portal: a sale by what the customer holds, the customer's
 //!   submission (the sale taken, its ingreso frozen, in one transaction), the links' key.
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
@@ -55,6 +57,7 @@ mod limit;
 mod outbox;
 mod payments;
 mod portal;
+mod refunds;
 mod rows;
 mod settle;
 mod views;
@@ -74,6 +77,10 @@ pub use globals::{
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
 pub use portal::{GlobalRef, PortalSubmission, Submitted};
+pub use refunds::{
+    CancelingRefund, Credited, NewRefund, RefundDecision, RefundOutcome, RefundSale,
+    SaleRow as RefundedSale,
+};
 pub use settle::{Settle, StampedOutcome};
 pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListSort, ListView, SealedGeneration};
 
@@ -137,6 +144,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0011_admin_search.sql"),
     ),
     (
+        14,
+        "refunds_egreso",
+        include_str!("../../migrations/sqlite/0014_refunds_egreso.sql"),
+    ),
+    (
         17,
         "global_rest",
         include_str!("../../migrations/sqlite/0017_global_rest.sql"),
@@ -192,6 +204,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         11,
         "admin_search",
         include_str!("../../migrations/postgres/0011_admin_search.sql"),
+    ),
+    (
+        14,
+        "refunds_egreso",
+        include_str!("../../migrations/postgres/0014_refunds_egreso.sql"),
     ),
     (
         17,

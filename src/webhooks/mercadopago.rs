@@ -90,6 +90,11 @@ pub struct Payment {
     pub payer: Option<Value>,
     pub metadata: Option<Value>,
     pub additional_info: Option<Value>,
+    /// Refunds so far (`refunds.rs`); absent in older answers.
+    #[serde(default)]
+    pub refunds: Option<Vec<Value>>,
+    #[serde(default)]
+    pub transaction_amount_refunded: Option<Box<RawValue>>,
 }
 
 /// What the fetched payment means.

@@ -241,7 +241,21 @@ async fn stripe_webhook(
         stripe::Meaning::Record {
             payment_ref,
             reason,
-        } => ("recorded", reason, payment_ref),
+        } => {
+            let facts = refunds::stripe_refunds(&ev.kind, ev.created, &ev.data.object);
+            if !facts.is_empty() {
+                row.status = "recorded".into();
+                row.reason = Some(format!("{reason}: {} refund(s) credited", facts.len()));
+                row.payment_ref = payment_ref;
+                let out = refunds::credit(&state, Some(&row), &ev.id, &facts).await?;
+                let (outcome, statuses) = match out {
+                    crate::store::RefundOutcome::DuplicateEvent => ("duplicate", Vec::new()),
+                    crate::store::RefundOutcome::Recorded(s) => ("refund_recorded", s),
+                };
+                return Ok(ack(outcome, serde_json::json!({ "refunds": statuses })));
+            }
+            ("recorded", reason, payment_ref)
+        }
         stripe::Meaning::Ignore(reason) => ("ignored", reason, None),
         stripe::Meaning::Attention {
             payment_ref,
@@ -396,6 +410,22 @@ pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str,
         }
     };
     let payment_ref = payment.id_text();
+    let outcome = resolved(state, p, &payment, payment_ref).await?;
+    // After the sale (a payment seen for the first time already refunded is invoiced first).
+    let facts = refunds::mercadopago_refunds(&payment);
+    if !facts.is_empty() {
+        refunds::credit(state, None, &p.event_id, &facts).await?;
+    }
+    Ok(outcome)
+}
+
+/// Records what the fetched `payment` means for the stored notification `p`.
+async fn resolved(
+    state: &AppState,
+    p: &PendingFetch,
+    payment: &mercadopago::Payment,
+    payment_ref: String,
+) -> Result<&'static str, StoreError> {
     match payment.meaning(&p.event_id, p.livemode) {
         mercadopago::Meaning::Paid(facts) => {
             let (row, draft) = state.ingestor.plan(&facts);

@@ -41,6 +41,7 @@ mod pac;
 mod pdf;
 mod portal;
 mod portal_e2e;
+mod refunds;
 mod secrets_in_logs;
 mod security;
 mod webhooks;

@@ -1047,9 +1047,16 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
     else {
         return;
     };
+    killed_between_answer_and_write(&rig, &key).await;
+}
+
+/// `key`'s row is due and the sandbox holds its next answer: a worker process sends it, is
+/// SIGKILLed while waiting for the answer, and a restarted one ends with the one UUID the PAC
+/// holds, asking the PAC first and sending nothing again.
+async fn killed_between_answer_and_write(rig: &Rig, key: &str) {
     let mut worker = spawn_worker_process(&rig.app.config_file);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while rig.stamps_for(&key).await.is_empty() {
+    while rig.stamps_for(key).await.is_empty() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the worker process never reached the PAC"
@@ -1058,7 +1065,7 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
     }
     worker.0.kill().expect("SIGKILL");
     worker.0.wait().expect("wait");
-    let row = rig.row(&key).await;
+    let row = rig.row(key).await;
     assert_eq!(
         (row.state.as_str(), row.uuid.as_deref()),
         ("stamping", None),
@@ -1067,7 +1074,7 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
     rig.set_faults("").await;
     let _restarted = spawn_worker_process(&rig.app.config_file);
     let done = rig
-        .wait_stamped_once(&key, 60, "one UUID after the restart")
+        .wait_stamped_once(key, 60, "one UUID after the restart")
         .await;
     let log = rig.app.db.attempts_of(done.id).await.expect("attempts");
     assert_eq!(
@@ -1077,6 +1084,32 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
         vec![("recover", "found")],
         "the killed attempt left no log line; the restarted worker asked the PAC first"
     );
+}
+
+async fn an_egreso_whose_worker_is_killed_between_the_pacs_answer_and_the_write_has_one_uuid(
+    b: Backend,
+) {
+    let Some((rig, ingreso)) = rig_paid(b, "", FAST_WORKER, "killedrefund", now()).await else {
+        return;
+    };
+    let (pool, _s) = rig.pool().await;
+    rig.wait_stamped_once(&ingreso, 20, "the ingreso").await;
+    pool.shutdown().await;
+    rig.set_faults("lose_response=1:mode=hang:hang=120s").await;
+    let out = crate::refunds::refund_event(
+        &rig.app,
+        "killedrefund",
+        "refund.created",
+        "killedrefund",
+        "killedrefund",
+        5800,
+    )
+    .await;
+    assert_eq!(out["refunds"], serde_json::json!(["egreso"]), "{out}");
+    let key = StampKey::derive("stripe", "pi_test_killedrefund", "egreso:re_killedrefund");
+    killed_between_answer_and_write(&rig, key.as_str()).await;
+    let row = rig.row(key.as_str()).await;
+    assert_eq!(row.kind.as_str(), "egreso");
 }
 
 async fn request_cancel(rig: &Rig, key: &str, total: &str, requires_acceptance: bool) -> i64 {
@@ -1190,6 +1223,7 @@ on_both_backends!(
     a_cancellation_without_acceptance_is_sent_and_ends_cancelled,
     a_cancellation_needing_acceptance_waits_for_the_receptor,
     a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_with_one_uuid,
+    an_egreso_whose_worker_is_killed_between_the_pacs_answer_and_the_write_has_one_uuid,
     a_paid_sale_is_sealed_stamped_and_logged,
     a_lost_response_is_recovered_without_a_second_stamp,
     server_errors_and_429_are_retried_with_backoff,

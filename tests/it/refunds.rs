@@ -1,0 +1,430 @@
+//! Refunds → CFDI de egreso through the real server, worker and sandbox PAC: one egreso per
+//! succeeded refund, related to the ingreso by TipoRelacion 01, in proportion, never over the
+//! sale; redeliveries and reordering change nothing; a refund before its ingreso waits.
+
+use autofactura::webhooks::stripe;
+use rust_decimal::Decimal;
+use serde_json::{Value, json};
+
+use crate::support::rows::{Bind, fetch_rows};
+use crate::support::sales::{at, month, refund as charge_refunded, sell};
+use crate::support::{Backend, TestApp, spawn_app_with};
+
+const FAST: &str = "[refunds]\ninterval_seconds = 1\n[global]\nauto_issue = false\n";
+
+/// A paid sale of `minor` centavos with the customer's RFC: `pi_test_{suffix}`.
+async fn sale(app: &TestApp, suffix: &str, minor: i64) {
+    let mut v: Value = serde_json::from_str(&stripe::sample_payment_intent(
+        suffix,
+        chrono::Utc::now().timestamp(),
+        false,
+    ))
+    .expect("sample");
+    v["data"]["object"]["amount"] = json!(minor);
+    v["data"]["object"]["amount_received"] = json!(minor);
+    let r = app.post_stripe_signed(&v.to_string()).await;
+    assert_eq!(r.status(), 200);
+}
+
+/// A signed `refund.created` / `refund.updated` of `re_{id}` for `pi_test_{suffix}`, delivered as
+/// event `evt_{event}`.
+pub async fn refund_event(
+    app: &TestApp,
+    event: &str,
+    kind: &str,
+    suffix: &str,
+    id: &str,
+    minor: i64,
+) -> Value {
+    let object = json!({
+        "id": format!("re_{id}"), "object": "refund", "amount": minor, "currency": "mxn",
+        "payment_intent": format!("pi_test_{suffix}"), "charge": format!("ch_test_{suffix}"),
+        "status": "succeeded", "created": chrono::Utc::now().timestamp()
+    });
+    let body = stripe::sample_event(
+        &format!("evt_{event}"),
+        kind,
+        chrono::Utc::now().timestamp(),
+        false,
+        object,
+    );
+    let r = app.post_stripe_signed(&body).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("json")
+}
+
+/// Each egreso: (state, uuid, stamped XML) by id.
+async fn egresos(app: &TestApp) -> Vec<(String, Option<String>, Option<Vec<u8>>)> {
+    fetch_rows(
+        &app.db,
+        "SELECT state, uuid, stamped_xml FROM outbox WHERE kind = 'egreso' ORDER BY id",
+        &[],
+    )
+    .await
+}
+
+/// The stamped ingreso of `pi_test_{suffix}`: its UUID and XML.
+async fn ingreso(app: &TestApp, suffix: &str) -> (String, Vec<u8>) {
+    let rows: Vec<(Option<String>, Option<Vec<u8>>)> = fetch_rows(
+        &app.db,
+        "SELECT o.uuid, o.stamped_xml FROM outbox o JOIN payments p ON p.id = o.payment_id \
+         WHERE p.payment_id = $1 AND o.kind = 'ingreso'",
+        &[Bind::Str(&format!("pi_test_{suffix}"))],
+    )
+    .await;
+    let (uuid, xml) = rows.into_iter().next().expect("the ingreso");
+    (uuid.expect("the ingreso is stamped"), xml.expect("its XML"))
+}
+
+async fn ingreso_uuid(app: &TestApp, suffix: &str) -> String {
+    ingreso(app, suffix).await.0
+}
+
+/// An attribute of the root (`cfdi:Comprobante`) or of the first element named `element`.
+fn attr(xml: &[u8], element: &str, name: &str) -> String {
+    let text = String::from_utf8_lossy(xml);
+    let at = text
+        .find(&format!("<{element} "))
+        .unwrap_or_else(|| panic!("{element} in {text}"));
+    let rest = &text[at..];
+    let end = rest.find('>').expect("tag end");
+    let tag = &rest[..end];
+    let key = format!(" {name}=\"");
+    let i = tag.find(&key).unwrap_or_else(|| panic!("{name} in {tag}"));
+    let v = &tag[i + key.len()..];
+    v[..v.find('"').expect("quote")].to_owned()
+}
+
+fn total(xml: &[u8]) -> Decimal {
+    attr(xml, "cfdi:Comprobante", "Total")
+        .parse()
+        .expect("Total")
+}
+
+/// Waits until `n` egresos exist and none waits for a worker (the pool is running).
+async fn wait_egresos(app: &TestApp, n: usize) -> Vec<(String, Option<String>, Option<Vec<u8>>)> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let e = egresos(app).await;
+        if e.len() == n && e.iter().all(|(s, _, _)| s == "stamped") {
+            return e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "egresos: {:?}",
+            e.iter().map(|x| &x.0).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+async fn a_partial_refund_then_the_rest_give_two_egresos_summing_to_the_sale(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    sale(&app, "pr", 11600).await;
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    let (uuid, original) = ingreso(&app, "pr").await;
+    let forma_pago = attr(&original, "cfdi:Comprobante", "FormaPago");
+    let sale_total = total(&original);
+    refund_event(&app, "pr1", "refund.created", "pr", "pr1", 4999).await;
+    let first = wait_egresos(&app, 1).await;
+    refund_event(&app, "pr2", "refund.updated", "pr", "pr2", 6601).await;
+    let both = wait_egresos(&app, 2).await;
+    assert_eq!(
+        first[0].1, both[0].1,
+        "the first egreso is the same document"
+    );
+    let mut sum = Decimal::ZERO;
+    for (_, _, xml) in &both {
+        let xml = xml.as_deref().expect("stamped XML");
+        assert_eq!(attr(xml, "cfdi:Comprobante", "TipoDeComprobante"), "E");
+        assert_eq!(attr(xml, "cfdi:Comprobante", "MetodoPago"), "PUE");
+        assert_eq!(attr(xml, "cfdi:Comprobante", "FormaPago"), forma_pago);
+        assert_eq!(attr(xml, "cfdi:CfdiRelacionados", "TipoRelacion"), "01");
+        assert_eq!(attr(xml, "cfdi:CfdiRelacionado", "UUID"), uuid);
+        assert_eq!(attr(xml, "cfdi:Receptor", "UsoCFDI"), "G02");
+        sum += total(xml);
+    }
+    assert_eq!(
+        total(both[0].2.as_deref().expect("xml")),
+        Decimal::new(4999, 2)
+    );
+    assert_eq!(sum, sale_total, "the egresos credit exactly the sale");
+    // `invoices list --json` names them and what they credit.
+    let listed = app.db.list_documents_and_sales(None).await.expect("list");
+    let listed: Vec<Value> = listed
+        .iter()
+        .map(|d| serde_json::to_value(d).expect("json"))
+        .collect();
+    let credit_notes: Vec<&Value> = listed.iter().filter(|d| d["kind"] == "egreso").collect();
+    assert_eq!(credit_notes.len(), 2, "{listed:?}");
+    assert!(
+        credit_notes
+            .iter()
+            .all(|d| d["related_uuid"] == json!(uuid)),
+        "{credit_notes:?}"
+    );
+    // Nothing more can be credited: a third refund is over the sale.
+    let over = refund_event(&app, "pr3", "refund.created", "pr", "pr3", 1).await;
+    assert_eq!(over["refunds"], json!(["needs_attention"]), "{over}");
+    pool.shutdown().await;
+}
+
+async fn redeliveries_and_reordering_give_one_egreso_per_refund(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    sale(&app, "rd", 20000).await;
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    // The same refund three times: as refund.created, its redelivery, and refund.updated.
+    let a = refund_event(&app, "rd1", "refund.created", "rd", "rd1", 5000).await;
+    let again = refund_event(&app, "rd1", "refund.created", "rd", "rd1", 5000).await;
+    let updated = refund_event(&app, "rd1u", "refund.updated", "rd", "rd1", 5000).await;
+    assert_eq!(a["refunds"], json!(["egreso"]), "{a}");
+    assert_eq!(again["outcome"], "duplicate", "{again}");
+    assert_eq!(updated["refunds"], json!(["duplicate"]), "{updated}");
+    // Two refunds whose events arrive in reverse order (the later one first).
+    refund_event(&app, "rd3", "refund.created", "rd", "rd3", 3000).await;
+    refund_event(&app, "rd2", "refund.created", "rd", "rd2", 2000).await;
+    let e = wait_egresos(&app, 3).await;
+    let totals: Vec<Decimal> = e
+        .iter()
+        .map(|(_, _, x)| total(x.as_deref().expect("xml")))
+        .collect();
+    assert_eq!(
+        totals,
+        [
+            Decimal::new(5000, 2),
+            Decimal::new(3000, 2),
+            Decimal::new(2000, 2)
+        ]
+    );
+    let uuids: std::collections::HashSet<_> = e.iter().map(|(_, u, _)| u.clone()).collect();
+    assert_eq!(uuids.len(), 3, "three distinct egresos");
+    let refunds: Vec<(String, String)> = fetch_rows(
+        &app.db,
+        "SELECT refund_id, status FROM refunds ORDER BY id",
+        &[],
+    )
+    .await;
+    assert_eq!(refunds.len(), 3, "{refunds:?}");
+    pool.shutdown().await;
+}
+
+async fn a_refund_before_the_ingreso_is_stamped_waits_then_is_stamped(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    // The refund arrives before the sale's own webhook, then the sale before any worker runs.
+    let early = refund_event(&app, "ea1", "refund.created", "ea", "ea1", 1600).await;
+    assert_eq!(early["refunds"], json!(["awaiting_original"]), "{early}");
+    sale(&app, "ea", 11600).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(
+        egresos(&app).await.is_empty(),
+        "no egreso before the ingreso is stamped"
+    );
+    let (pool, _services) = app.start_pool().await;
+    let e = wait_egresos(&app, 1).await;
+    let uuid = ingreso_uuid(&app, "ea").await;
+    let xml = e[0].2.as_deref().expect("xml");
+    assert_eq!(attr(xml, "cfdi:CfdiRelacionado", "UUID"), uuid);
+    assert_eq!(total(xml), Decimal::new(1600, 2));
+    pool.shutdown().await;
+}
+
+async fn a_refund_of_a_sale_awaiting_the_global_reduces_it_without_an_egreso(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let oct = month(2);
+    sell(&app, "ag", at(oct, 9, 12), 8000).await;
+    let out = refund_event(&app, "ag1", "refund.created", "ag", "ag1", 3000).await;
+    assert_eq!(out["refunds"], json!(["global_reduced"]), "{out}");
+    // A charge.refunded listing no refunds credits nothing more (its refund.* events do).
+    charge_refunded(&app, "ag", 8000, 3000).await;
+    assert!(egresos(&app).await.is_empty());
+    let refunds: Vec<(String,)> = fetch_rows(&app.db, "SELECT status FROM refunds", &[]).await;
+    assert_eq!(refunds, [("global_reduced".to_owned(),)]);
+    // Another sale of the month, refunded in full by two refunds: left out of the global.
+    sell(&app, "ag2", at(oct, 10, 12), 1000).await;
+    refund_event(&app, "ag2a", "refund.created", "ag2", "ag2a", 400).await;
+    refund_event(&app, "ag2b", "refund.created", "ag2", "ag2b", 600).await;
+    let (global, _) = issue_global(&app).await;
+    let xml = global.as_deref().expect("the global is stamped");
+    assert_eq!(
+        total(xml),
+        Decimal::new(5000, 2),
+        "the global carries 80.00 − 30.00"
+    );
+    assert_eq!(
+        attr(xml, "cfdi:Concepto", "NoIdentificacion"),
+        "pi_test_ag",
+        "one concepto"
+    );
+    assert!(
+        egresos(&app).await.is_empty(),
+        "no egreso for a sale refunded before its global"
+    );
+    assert_eq!(
+        crate::support::sales::payment_status(&app, "pi_test_ag2")
+            .await
+            .0,
+        "refunded"
+    );
+}
+
+/// Issues the globals of every closed period and stamps them: the last global's XML and UUID.
+async fn issue_global(app: &TestApp) -> (Option<Vec<u8>>, String) {
+    let planner = autofactura::global::Planner::new(&app.settings).expect("planner");
+    autofactura::global::issue(
+        &app.db,
+        &planner,
+        autofactura::global::Scope::now_through(None),
+        "test",
+    )
+    .await
+    .expect("issue");
+    app.drain(30).await;
+    let rows: Vec<(Option<Vec<u8>>, Option<String>)> = fetch_rows(
+        &app.db,
+        "SELECT stamped_xml, uuid FROM outbox WHERE kind = 'global' ORDER BY id DESC",
+        &[],
+    )
+    .await;
+    let (xml, uuid) = rows.into_iter().next().expect("a global");
+    (xml, uuid.expect("stamped"))
+}
+
+async fn a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let oct = month(2);
+    sell(&app, "gl", at(oct, 9, 12), 8000).await;
+    sell(&app, "gl2", at(oct, 10, 12), 2000).await;
+    let (_, global_uuid) = issue_global(&app).await;
+    let (pool, _services) = app.start_pool().await;
+    let out = refund_event(&app, "gl1", "refund.created", "gl", "gl1", 2000).await;
+    assert_eq!(out["refunds"], json!(["egreso"]), "{out}");
+    let e = wait_egresos(&app, 1).await;
+    let xml = e[0].2.as_deref().expect("xml");
+    assert_eq!(attr(xml, "cfdi:Comprobante", "TipoDeComprobante"), "E");
+    assert_eq!(attr(xml, "cfdi:Receptor", "Rfc"), "XAXX010101000");
+    assert_eq!(attr(xml, "cfdi:Receptor", "UsoCFDI"), "S01");
+    assert_eq!(attr(xml, "cfdi:CfdiRelacionado", "UUID"), global_uuid);
+    assert_eq!(attr(xml, "cfdi:Concepto", "NoIdentificacion"), "pi_test_gl");
+    assert_eq!(total(xml), Decimal::new(2000, 2));
+    pool.shutdown().await;
+}
+
+/// The refund rows' statuses, oldest first.
+async fn refund_statuses(app: &TestApp) -> Vec<String> {
+    let rows: Vec<(String,)> =
+        fetch_rows(&app.db, "SELECT status FROM refunds ORDER BY id", &[]).await;
+    rows.into_iter().map(|r| r.0).collect()
+}
+
+async fn under_the_cancel_policy_a_full_refund_cancels_the_ingreso_and_a_partial_one_is_credited(
+    b: Backend,
+) {
+    let cancel =
+        "[refunds]\ninterval_seconds = 1\nfull = \"cancel\"\n[global]\nauto_issue = false\n";
+    let Some(app) = spawn_app_with(b, cancel).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    sale(&app, "cx", 11600).await;
+    sale(&app, "cp", 11600).await;
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    let full = refund_event(&app, "cx1", "refund.created", "cx", "cx1", 11600).await;
+    assert_eq!(full["refunds"], json!(["canceling"]), "{full}");
+    let part = refund_event(&app, "cp1", "refund.created", "cp", "cp1", 1000).await;
+    assert_eq!(part["refunds"], json!(["egreso"]), "{part}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while refund_statuses(&app).await[0] != "canceled" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refunds: {:?}",
+            refund_statuses(&app).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let states: Vec<(String, String)> = fetch_rows(
+        &app.db,
+        "SELECT p.payment_id, o.state FROM outbox o JOIN payments p ON p.id = o.payment_id \
+         WHERE o.kind = 'ingreso' ORDER BY p.payment_id",
+        &[],
+    )
+    .await;
+    assert_eq!(
+        states,
+        [
+            ("pi_test_cp".to_owned(), "stamped".to_owned()),
+            ("pi_test_cx".to_owned(), "canceled".to_owned())
+        ]
+    );
+    let motivo: Vec<(String,)> = fetch_rows(&app.db, "SELECT motivo FROM cancellations", &[]).await;
+    assert_eq!(motivo, [("02".to_owned(),)]);
+    let e = wait_egresos(&app, 1).await;
+    assert_eq!(
+        total(e[0].2.as_deref().expect("xml")),
+        Decimal::new(1000, 2)
+    );
+    pool.shutdown().await;
+}
+
+/// A signed `charge.dispute.closed` of `pi_test_{suffix}` with `status`.
+async fn dispute_closed(app: &TestApp, suffix: &str, status: &str, minor: i64) -> Value {
+    let object = json!({
+        "id": format!("dp_{suffix}_{status}"), "object": "dispute", "amount": minor,
+        "currency": "mxn", "payment_intent": format!("pi_test_{suffix}"),
+        "charge": format!("ch_test_{suffix}"), "status": status, "reason": "fraudulent"
+    });
+    let body = stripe::sample_event(
+        &format!("evt_dp_{suffix}_{status}"),
+        "charge.dispute.closed",
+        chrono::Utc::now().timestamp(),
+        false,
+        object,
+    );
+    let r = app.post_stripe_signed(&body).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("json")
+}
+
+async fn a_lost_dispute_is_a_full_refund_and_a_won_one_changes_nothing(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    sale(&app, "dw", 11600).await;
+    sale(&app, "dl", 11600).await;
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    let won = dispute_closed(&app, "dw", "won", 11600).await;
+    assert_eq!(won["outcome"], "recorded", "{won}");
+    let lost = dispute_closed(&app, "dl", "lost", 11600).await;
+    assert_eq!(lost["refunds"], json!(["egreso"]), "{lost}");
+    let e = wait_egresos(&app, 1).await;
+    let xml = e[0].2.as_deref().expect("xml");
+    assert_eq!(total(xml), Decimal::new(11600, 2));
+    assert_eq!(
+        attr(xml, "cfdi:CfdiRelacionado", "UUID"),
+        ingreso_uuid(&app, "dl").await
+    );
+    assert_eq!(refund_statuses(&app).await, ["egreso"]);
+    pool.shutdown().await;
+}
+
+on_both_backends!(
+    a_lost_dispute_is_a_full_refund_and_a_won_one_changes_nothing,
+    under_the_cancel_policy_a_full_refund_cancels_the_ingreso_and_a_partial_one_is_credited,
+    a_partial_refund_then_the_rest_give_two_egresos_summing_to_the_sale,
+    redeliveries_and_reordering_give_one_egreso_per_refund,
+    a_refund_before_the_ingreso_is_stamped_waits_then_is_stamped,
+    a_refund_of_a_sale_awaiting_the_global_reduces_it_without_an_egreso,
+    a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general,
+);
