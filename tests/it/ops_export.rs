@@ -116,6 +116,13 @@ async fn the_month_export_has_every_stamped_xml_a_csv_row_each_and_the_acuses(b:
     crate::support::admin::mark_state(&app, ids[0], "canceled").await;
 
     let month = now_in_mexico().format("%Y-%m").to_string();
+    // The invoices page offers it.
+    let page = br.get("/admin/invoices").await;
+    assert!(
+        page.body.contains("action=\"/admin/export/month\""),
+        "{}",
+        page.body
+    );
     // The admin's download.
     let (status, ct, zip) = br
         .get_bytes(&format!("/admin/export/month?month={month}"))
