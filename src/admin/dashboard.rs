@@ -148,6 +148,7 @@ pub struct DashboardPage {
     pub attention: i64,
     pub pac_name: String,
     pub paused: Option<super::operate::PauseView>,
+    pub backup: Option<super::operate::BackupView>,
     pub chart: super::operate::Chart,
     pub deadlines: super::deadlines::Deadlines,
 }
@@ -260,13 +261,15 @@ pub async fn dashboard(
         .filter(|c| c.state == "needs_attention")
         .map(|c| c.count)
         .sum();
-    let paused = super::operate::pause_of(db, &admin).await?;
+    let paused = super::operate::pause_of(db, &admin.pac_name).await?;
+    let backup = super::operate::backup_of(db, &admin).await?;
     let chart = super::operate::chart(db, now).await?;
     let deadlines = super::deadlines::deadlines(db, &state.settings, &clock).await?;
     html(&DashboardPage {
         deadlines,
         pac_name: admin.pac_name.clone(),
         paused,
+        backup,
         chart,
         groups,
         attention,

@@ -121,6 +121,8 @@ pub struct Admin {
     /// The name of the PAC this appliance stamps with (`sandbox`, `sw`, `finkok`): what the
     /// admin pauses and resumes.
     pub pac_name: String,
+    /// The backup PAC's pause name (`[pac.backup]`), paused and resumed on its own.
+    pub backup_name: Option<String>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -167,6 +169,7 @@ impl Admin {
                 .pac_config()
                 .map(|c| c.kind.name().to_owned())
                 .unwrap_or_else(|_| "pac".to_owned()),
+            backup_name: settings.pac_config().ok().and_then(|c| c.backup_name()),
         })
     }
 }

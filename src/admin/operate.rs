@@ -23,18 +23,31 @@ pub struct PauseView {
     pub since: When,
 }
 
-/// The pause of this appliance's PAC, if any.
-pub async fn pause_of(db: &Db, admin: &Admin) -> Result<Option<PauseView>, AdminError> {
+/// The pause of this appliance's PAC (or of `pac`, its backup), if any.
+pub async fn pause_of(db: &Db, pac: &str) -> Result<Option<PauseView>, AdminError> {
     let now = Utc::now();
-    Ok(db
-        .pac_pause(&admin.pac_name)
-        .await?
-        .map(|(by, reason, at)| PauseView {
-            pac: admin.pac_name.clone(),
-            by,
-            reason,
-            since: When::of(at, now),
-        }))
+    Ok(db.pac_pause(pac).await?.map(|(by, reason, at)| PauseView {
+        pac: pac.to_owned(),
+        by,
+        reason,
+        since: When::of(at, now),
+    }))
+}
+
+/// The backup PAC (`[pac.backup]`) as the dashboard shows it: its name and its pause.
+pub struct BackupView {
+    pub name: String,
+    pub paused: Option<PauseView>,
+}
+
+pub async fn backup_of(db: &Db, admin: &Admin) -> Result<Option<BackupView>, AdminError> {
+    let Some(name) = &admin.backup_name else {
+        return Ok(None);
+    };
+    Ok(Some(BackupView {
+        name: name.clone(),
+        paused: pause_of(db, name).await?,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -43,6 +56,42 @@ pub struct PauseForm {
     pub csrf: String,
     #[serde(default)]
     pub reason: String,
+    /// Which PAC: empty for the primary, or the backup's name.
+    #[serde(default)]
+    pub pac: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ResumeForm {
+    #[serde(default)]
+    pub csrf: String,
+    #[serde(default)]
+    pub pac: String,
+}
+
+impl HasCsrf for ResumeForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// The PAC a form names: the primary (empty or its name) or the backup.
+fn which<'a>(admin: &'a Admin, asked: &str) -> Result<&'a str, AdminError> {
+    let asked = asked.trim();
+    if asked.is_empty() || asked == admin.pac_name {
+        return Ok(&admin.pac_name);
+    }
+    match &admin.backup_name {
+        Some(b) if b == asked => Ok(b),
+        _ => Err(AdminError::Invalid(format!(
+            "no PAC named {asked:?}: this appliance stamps with {}{}",
+            admin.pac_name,
+            admin
+                .backup_name
+                .as_ref()
+                .map_or(String::new(), |b| format!(" and {b}"))
+        ))),
+    }
 }
 
 impl HasCsrf for PauseForm {
@@ -62,32 +111,28 @@ pub async fn pause(
             "say why stamping is paused (up to 500 characters): it is shown on the dashboard and kept in the audit log".into(),
         ));
     }
-    if !state
-        .db
-        .pause_pac(&admin.pac_name, &session.actor, reason)
-        .await?
-    {
+    let pac = which(&admin, &form.pac)?;
+    if !state.db.pause_pac(pac, &session.actor, reason).await? {
         return Err(AdminError::Refused(format!(
-            "stamping at {} is already paused",
-            admin.pac_name
+            "stamping at {pac} is already paused"
         )));
     }
-    tracing::warn!(pac = %admin.pac_name, actor = %session.actor, %reason, "admin: stamping paused");
+    tracing::warn!(%pac, actor = %session.actor, %reason, "admin: stamping paused");
     Ok(see_other("/admin?notice=paused".into()))
 }
 
 pub async fn resume(
     state: web::Data<AppState>,
     admin: web::Data<Admin>,
-    Posted(session, _): Posted,
+    Posted(session, form): Posted<ResumeForm>,
 ) -> Result<HttpResponse, AdminError> {
-    if !state.db.resume_pac(&admin.pac_name, &session.actor).await? {
+    let pac = which(&admin, &form.pac)?;
+    if !state.db.resume_pac(pac, &session.actor).await? {
         return Err(AdminError::Refused(format!(
-            "stamping at {} is not paused",
-            admin.pac_name
+            "stamping at {pac} is not paused"
         )));
     }
-    tracing::warn!(pac = %admin.pac_name, actor = %session.actor, "admin: stamping resumed");
+    tracing::warn!(%pac, actor = %session.actor, "admin: stamping resumed");
     Ok(see_other("/admin?notice=resumed".into()))
 }
 

@@ -100,7 +100,14 @@ pub async fn recover(
 ) -> Result<Recovery, StoreError> {
     let started = std::time::Instant::now();
     let recovery = pac
-        .recover_logged(sealed, key, &crate::worker::DbRouteLog { db })
+        .recover_logged(
+            sealed,
+            key,
+            &crate::worker::DbRouteLog {
+                db,
+                backup_pause: None,
+            },
+        )
         .await;
     let (outcome, message, uuid) = match &recovery {
         Recovery::Found(s) => ("found", None, Some(s.uuid.as_str())),

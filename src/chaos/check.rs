@@ -655,7 +655,7 @@ mod tests {
         assert_eq!((v.in_global, v.lost), (0, 2), "{v:?}");
         assert!(!v.is_ok());
         // A portal customer's sale left waiting: lost.
-        let mut o2 = o.clone();
+        let mut o2 = o;
         o2[0].status = "awaiting_global".into();
         o2[0].uuid = None;
         let v = check_with_globals(&s, &o2, &g, &p[1..], &[]);

@@ -81,6 +81,16 @@ impl Default for PacConfig {
     }
 }
 
+impl PacConfig {
+    /// The name the backup PAC is paused under (the primary's is its kind's name), distinct
+    /// even when both are of one kind: `finkok-backup`.
+    pub fn backup_name(&self) -> Option<String> {
+        self.backup
+            .as_ref()
+            .map(|b| format!("{}-backup", b.kind.name()))
+    }
+}
+
 impl fmt::Debug for PacConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let redact = |v: &Option<String>| v.as_ref().map(|_| "[redacted]");

@@ -41,7 +41,16 @@ pub trait AttemptLog: Send + Sync {
         key: &'a StampKey,
         route: Route,
     ) -> BoxFuture<'a, Result<(), String>>;
+    /// Whether an operator paused the backup PAC: while paused nothing is sent to it, nor
+    /// asked of it, as if there were no backup. Never paused unless the log says so.
+    fn backup_paused(&self) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async { Ok(false) })
+    }
 }
+
+/// Why a document waits while the backup PAC is paused.
+pub const BACKUP_PAUSED: &str =
+    "the backup PAC is paused by an operator: nothing is sent to it until it is resumed";
 
 /// An [`AttemptLog`] in memory (lost with the process).
 #[derive(Debug, Default)]
@@ -142,7 +151,20 @@ impl Failover {
                 );
             }
         };
+        let backup_paused = match log.backup_paused().await {
+            Ok(p) => p,
+            Err(e) => {
+                return (
+                    Route::Primary,
+                    StampOutcome::retryable(format!("attempt log: {e}"), None),
+                );
+            }
+        };
         if sent.contains(&Route::Backup) {
+            if backup_paused {
+                // Nothing was sent now: the same as the PAC not processing it.
+                return (Route::Backup, StampOutcome::retryable(BACKUP_PAUSED, None));
+            }
             // The primary was definitely out when the backup got it: stay with the backup.
             return self.resume(Route::Backup, xml, key, log).await;
         }
@@ -188,6 +210,10 @@ impl Failover {
                 },
                 other => return (Route::Primary, other),
             }
+        }
+        if backup_paused {
+            let reason = format!("{primary_said}; {BACKUP_PAUSED}");
+            return (Route::Primary, StampOutcome::retryable(reason, None));
         }
         tracing::warn!(key = %key, primary = %primary_said, "the primary PAC did not stamp; failing over to the backup");
         if let Err(e) = log.before_send(key, Route::Backup).await {
@@ -236,6 +262,12 @@ impl Failover {
         match log.sent_to(key).await {
             Ok(routes) if routes.is_empty() => {
                 self.recover_by_key(xml, key, &[Route::Primary]).await
+            }
+            // The backup may hold it and cannot be asked now: not known, so never resent.
+            Ok(routes)
+                if routes.contains(&Route::Backup) && log.backup_paused().await != Ok(false) =>
+            {
+                Recovery::unresolved(BACKUP_PAUSED, None)
             }
             Ok(routes) => self.recover_by_key(xml, key, &routes).await,
             Err(e) => Recovery::unresolved(format!("attempt log: {e}"), None),

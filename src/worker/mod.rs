@@ -127,6 +127,8 @@ pub struct Worker {
     pub cfg: WorkerConfig,
     /// Label of the configured PAC in the attempt log (`sandbox`, `sw`, `finkok`).
     pub pac_label: String,
+    /// The name the backup PAC is paused under, when there is one (`[pac.backup]`).
+    pub backup_label: Option<String>,
     /// Whether the PAC issues real CFDIs: test-mode payments are never sent to it.
     pub pac_is_production: bool,
     /// This process's id in leases, heartbeats and the attempt log.
@@ -209,6 +211,7 @@ impl Worker {
             csd,
             cfg,
             pac_label: pac_label.to_owned(),
+            backup_label: None,
             pac_is_production,
             id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
             in_flight: pool::InFlight::default(),
@@ -391,14 +394,9 @@ pub fn worker_for(
         _ => crate::sandbox::csd()?,
     };
     let cfg = WorkerConfig::from_settings(&settings.worker);
-    Ok(Arc::new(Worker::new(
-        db,
-        pac,
-        Arc::new(csd),
-        cfg,
-        label,
-        production,
-    )))
+    let mut worker = Worker::new(db, pac, Arc::new(csd), cfg, label, production);
+    worker.backup_label = pac_cfg.backup_name();
+    Ok(Arc::new(worker))
 }
 
 #[cfg(test)]

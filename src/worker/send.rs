@@ -88,7 +88,10 @@ impl Worker {
         let mut attempts = p.attempts;
         if maybe_sent {
             let t = Instant::now();
-            let log = DbRouteLog { db: &self.db };
+            let log = DbRouteLog {
+                db: &self.db,
+                backup_pause: self.backup_label.as_deref(),
+            };
             let r = self.pac.recover_logged(sealed, key, &log).await;
             self.log_recovery(id, &r, t).await?;
             match r {
@@ -277,7 +280,10 @@ impl Worker {
         key: &StampKey,
     ) -> Result<(&'static str, StampOutcome, Duration), StoreError> {
         let t = Instant::now();
-        let log = DbRouteLog { db: &self.db };
+        let log = DbRouteLog {
+            db: &self.db,
+            backup_pause: self.backup_label.as_deref(),
+        };
         let call = async {
             match &*self.pac {
                 PacClient::Failover(f) => {
@@ -456,6 +462,9 @@ fn route_label(r: Route) -> &'static str {
 /// refreeze's) asks only the PACs it names.
 pub struct DbRouteLog<'a> {
     pub db: &'a Db,
+    /// The name the backup PAC is paused under; `None`: never treated as paused (an
+    /// operator's own reconciliation asks it whatever the pause).
+    pub backup_pause: Option<&'a str>,
 }
 
 impl AttemptLog for DbRouteLog<'_> {
@@ -489,6 +498,19 @@ impl AttemptLog for DbRouteLog<'_> {
             self.db
                 .add_pac_route(key.as_str(), route_label(route))
                 .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn backup_paused(&self) -> pac::failover::BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            let Some(name) = self.backup_pause else {
+                return Ok(false);
+            };
+            self.db
+                .pac_pause(name)
+                .await
+                .map(|p| p.is_some())
                 .map_err(|e| e.to_string())
         })
     }

@@ -20,6 +20,7 @@ mod admin_ux;
 mod admin_ux_e2e;
 mod admin_ux_ops;
 mod api;
+mod backup_pause;
 mod cfdi;
 mod cfdi_props;
 mod checkout;

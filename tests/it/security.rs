@@ -61,6 +61,7 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/audit", Access::Page),
     ("GET", "/invoices.csv", Access::Page),
     ("POST", "/errors/retry", Access::Form),
+    ("POST", "/errors/global", Access::Form),
     ("POST", "/pac/pause", Access::Form),
     ("POST", "/pac/resume", Access::Form),
     ("GET", "/payments/{id}/fix", Access::Page),
@@ -369,7 +370,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 30, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 31, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
@@ -419,7 +420,7 @@ async fn every_admin_form_refuses_a_missing_or_foreign_csrf_token(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 14, "every form, every bad token");
+    assert_eq!(checked, 4 * 15, "every form, every bad token");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The login form: its token is the double-submit cookie, which a forger does not have.
