@@ -13,7 +13,7 @@ use crate::cfdi::fiscal::{self, FiscalInput};
 use crate::cfdi::{
     self, EmisorData, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante,
 };
-use crate::config::{FormaPagoSettings, InvoiceSettings, Settings};
+use crate::config::{FormaPagoSettings, InvoiceSettings, PacEnvironment, Settings};
 use crate::domain::{DocumentKind, DocumentState, StampKey};
 use crate::store::{NewPayment, OutboxDraft, PaymentRow};
 
@@ -191,7 +191,7 @@ pub struct PaymentFacts {
     /// ISO 4217, uppercase.
     pub currency: String,
     pub method: Method,
-    /// When the payment succeeded (the comprobante's Fecha, in Mexico City time).
+    /// When the payment succeeded (the comprobante's Fecha, in local time at LugarExpedicion).
     pub paid_at: DateTime<Utc>,
     pub livemode: bool,
     pub customer: CustomerData,
@@ -199,7 +199,15 @@ pub struct PaymentFacts {
     /// Other references the customer may hold (Checkout Session id, receipt number, order
     /// reference): the portal finds the sale by any of them.
     pub references: Vec<String>,
+    /// The exchange rate the payment provider itself reports, MXN per unit of `currency`
+    /// (Stripe's balance transaction, Mercado Pago's conversion data); the first source of
+    /// TipoCambio ([`crate::fx`]).
+    pub provider_rate: Option<rust_decimal::Decimal>,
 }
+
+/// The TipoCambio of a sale as [`crate::fx::Rates::tipo_cambio`] found it: `None` for MXN,
+/// else the rate or why there is none.
+pub type Rated = Option<Result<Decimal, String>>;
 
 /// Turns payments into frozen invoice requests, per the settings.
 #[derive(Debug, Clone)]
@@ -210,11 +218,14 @@ pub struct Ingestor {
     tax: TaxTreatment,
     forma_pago: FormaPagoSettings,
     sandbox_pac: bool,
+    /// Whether `[pac]` stamps for real: payments of the other mode are held.
+    pac_env: PacEnvironment,
     /// Whether customers can complete their data at `/facturar` (`[portal] enabled`).
     portal: bool,
 }
 
-/// `paid_at` as the issuer's local time (America/Mexico_City), to the second.
+/// `paid_at` as Mexico City time, to the second (SAT's calendar: periods of the factura
+/// global). A Fecha is local time at the LugarExpedicion: [`Ingestor::fecha`].
 pub fn fecha_of(paid_at: DateTime<Utc>) -> NaiveDateTime {
     let local = paid_at.with_timezone(&Mexico_City).naive_local();
     local.with_nanosecond(0).unwrap_or(local)
@@ -230,7 +241,7 @@ struct Sale<'a> {
     forma_pago: String,
     description: Option<&'a str>,
     livemode: bool,
-    /// The operator's exchange rate, for a currency not configured (the admin's fix form).
+    /// MXN per unit of `currency` (none for MXN).
     tipo_cambio: Option<Decimal>,
 }
 
@@ -251,19 +262,47 @@ impl Ingestor {
                 .ok_or_else(|| format!("unknown tax {:?}", s.invoice.tax))?,
             forma_pago: s.forma_pago.clone(),
             sandbox_pac: s.is_sandbox(),
+            pac_env: s.pac_environment(),
             portal: s.portal.enabled,
         })
     }
 
-    /// What to write for `facts`: the payment row, and the outbox draft when the sale can be
-    /// invoiced now.
+    /// `t` as local time at the emisor's LugarExpedicion, to the second: the Fecha of a
+    /// document frozen for an event at `t`.
+    pub fn fecha(&self, t: DateTime<Utc>) -> NaiveDateTime {
+        crate::domain::time::to_local_at(t, &self.emisor.lugar_expedicion)
+    }
+
+    /// What to write for `facts` with only the provider's own exchange rate (no `[fx]`
+    /// source): see [`Ingestor::plan_rated`].
     pub fn plan(&self, facts: &PaymentFacts) -> (NewPayment, Option<OutboxDraft>) {
+        let rated = (facts.currency != "MXN").then(|| {
+            facts
+                .provider_rate
+                .and_then(crate::fx::as_tipo_cambio)
+                .ok_or_else(|| {
+                    format!(
+                        "no exchange rate for {}: the payment provider reported none",
+                        facts.currency
+                    )
+                })
+        });
+        self.plan_rated(facts, rated)
+    }
+
+    /// What to write for `facts`, whose TipoCambio was looked up as `rated`: the payment
+    /// row, and the outbox draft when the sale can be invoiced now.
+    pub fn plan_rated(
+        &self,
+        facts: &PaymentFacts,
+        rated: Rated,
+    ) -> (NewPayment, Option<OutboxDraft>) {
         let forma_pago = if self.invoice.metodo_pago == "PPD" {
             "99".to_owned()
         } else {
             facts.method.forma_pago(&self.forma_pago)
         };
-        self.plan_with(facts, forma_pago, None, fecha_of(facts.paid_at))
+        self.plan_with(facts, forma_pago, rated, self.fecha(facts.paid_at))
     }
 
     /// A payment that needed attention, corrected by an operator: its stored facts with the
@@ -299,12 +338,21 @@ impl Ingestor {
             description: None,
             // Recorded with the payment already; a re-plan writes no payment row.
             references: Vec::new(),
+            provider_rate: None,
         };
         let forma_pago = p
             .forma_pago
             .clone()
             .unwrap_or_else(|| self.forma_pago.default.clone());
-        let (payment, draft) = self.plan_with(&facts, forma_pago, tipo_cambio, fecha);
+        let rated = (facts.currency != "MXN").then(|| {
+            tipo_cambio.ok_or_else(|| {
+                format!(
+                    "TipoCambio: give the exchange rate of {} to MXN",
+                    facts.currency
+                )
+            })
+        });
+        let (payment, draft) = self.plan_with(&facts, forma_pago, rated, fecha);
         match (payment.status.as_str(), draft) {
             ("invoice_pending", Some(d)) => Ok(d),
             ("awaiting_global", _) => Err(
@@ -321,7 +369,7 @@ impl Ingestor {
         &self,
         facts: &PaymentFacts,
         forma_pago: String,
-        tipo_cambio: Option<Decimal>,
+        rated: Rated,
         fecha: NaiveDateTime,
     ) -> (NewPayment, Option<OutboxDraft>) {
         let mut payment = NewPayment {
@@ -344,9 +392,10 @@ impl Ingestor {
             p.reason = Some(reason);
             (p, None)
         };
-        if let Err(reason) = self.invoiceable(facts.amount, &facts.currency, tipo_cambio) {
-            return attention(payment, reason);
-        }
+        let tipo_cambio = match self.invoiceable(facts.amount, &facts.currency, rated) {
+            Ok(t) => t,
+            Err(reason) => return attention(payment, reason),
+        };
         let receptor = match self.receptor(&facts.customer) {
             Ok(Some(r)) => r,
             Ok(None) => {
@@ -391,7 +440,16 @@ impl Ingestor {
                 p.payment.amount
             )
         })?;
-        self.invoiceable(amount, &p.payment.currency, None)?;
+        let tipo_cambio = self.invoiceable(
+            amount,
+            &p.payment.currency,
+            (p.payment.currency != "MXN").then(|| {
+                Err(format!(
+                    "a sale in {} is invoiced from the admin (Fix), where its TipoCambio is given",
+                    p.payment.currency
+                ))
+            }),
+        )?;
         let sale = Sale {
             provider: &p.payment.provider,
             payment_id: &p.payment.payment_id,
@@ -404,21 +462,20 @@ impl Ingestor {
                 .unwrap_or_else(|| self.forma_pago.default.clone()),
             description: None,
             livemode: p.payment.livemode,
-            tipo_cambio: None,
+            tipo_cambio,
         };
         self.draft(&sale, receptor, fecha)
     }
 
-    /// Whether a sale in `currency` for `amount` can be invoiced at all; an operator's
-    /// exchange rate (`tipo_cambio`) makes any c_Moneda currency invoiceable.
+    /// Whether a sale in `currency` for `amount`, with the TipoCambio found as `rated`, can be
+    /// invoiced at all: the TipoCambio to write (none for MXN), or why not.
     pub fn invoiceable(
         &self,
         amount: Decimal,
         currency: &str,
-        tipo_cambio: Option<Decimal>,
-    ) -> Result<(), String> {
-        let rated = tipo_cambio.is_some() && cfdi::catalogs::currency_decimals(currency).is_some();
-        if !rated && !self.invoice.currencies.iter().any(|c| c == currency) {
+        rated: Rated,
+    ) -> Result<Option<Decimal>, String> {
+        if !self.invoice.invoices(currency) {
             return Err(format!(
                 "currency {currency} is not invoiced (configured: {})",
                 self.invoice.currencies.join(", ")
@@ -427,7 +484,19 @@ impl Ingestor {
         if amount <= Decimal::ZERO {
             return Err(format!("amount {amount} is not positive"));
         }
-        Ok(())
+        let decimals = cfdi::catalogs::currency_decimals(currency).unwrap_or(2);
+        if amount.normalize().scale() > decimals {
+            // Rounding it would make the CFDI's Total differ from what was charged.
+            return Err(format!(
+                "amount {amount} {currency} has more decimals than c_Moneda allows for {currency} ({decimals})"
+            ));
+        }
+        match (currency, rated) {
+            ("MXN", _) => Ok(None),
+            (_, Some(Ok(rate))) => Ok(Some(rate)),
+            (_, Some(Err(why))) => Err(why),
+            (c, None) => Err(format!("no exchange rate for {c}")),
+        }
     }
 
     /// The frozen ingreso of `sale` for `receptor`, dated `fecha`.
@@ -473,14 +542,17 @@ impl Ingestor {
         if let Err(e) = cfdi::build(&request, "00000000000000000000") {
             return Err(format!("the invoice cannot be built: {e}"));
         }
-        let (state, code, message) = if !sale.livemode && !self.sandbox_pac {
-            (
+        let (state, code, message) = match crate::config::environment_mismatch(
+            self.pac_env,
+            self.sandbox_pac,
+            sale.livemode,
+        ) {
+            Some((code, message)) => (
                 DocumentState::NeedsAttention,
-                Some("test_mode".to_owned()),
-                Some("test-mode payment: never sent to a production PAC".to_owned()),
-            )
-        } else {
-            (DocumentState::Pending, None, None)
+                Some(code.to_owned()),
+                Some(message.to_owned()),
+            ),
+            None => (DocumentState::Pending, None, None),
         };
         Ok(OutboxDraft {
             kind: DocumentKind::Ingreso,
@@ -567,6 +639,7 @@ mod tests {
             customer,
             description: Some("Plan | Pro".into()),
             references: Vec::new(),
+            provider_rate: None,
         }
     }
 
@@ -709,15 +782,129 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_currency_needs_attention() {
+    fn a_foreign_currency_is_invoiced_in_it_with_the_rate_or_held_without_one() {
         let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
-        let f = PaymentFacts {
+        let usd = PaymentFacts {
             currency: "USD".into(),
+            amount: Decimal::new(2999, 2),
+            provider_rate: Some("17.4512349".parse().expect("rate")),
             ..facts(full_customer())
         };
-        let (p, d) = ing.plan(&f);
+        let (p, d) = ing.plan(&usd);
+        assert_eq!(p.status, "invoice_pending", "{:?}", p.reason);
+        let d = d.expect("draft");
+        assert_eq!(d.request.moneda, "USD");
+        assert_eq!(
+            d.request.tipo_cambio.map(|t| t.to_string()).as_deref(),
+            Some("17.451235"),
+            "at most the 6 decimals of the XSD"
+        );
+        let (p, d) = ing.plan(&PaymentFacts {
+            provider_rate: None,
+            ..usd.clone()
+        });
         assert!(d.is_none());
-        assert!(p.reason.unwrap_or_default().contains("currency USD"));
+        assert_eq!(p.status, "needs_attention");
+        assert!(
+            p.reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("no exchange rate for USD"),
+            "{:?}",
+            p.reason
+        );
+        // Zero decimals in c_Moneda: a JPY amount with centavos cannot be invoiced.
+        let (p, _) = ing.plan_rated(
+            &PaymentFacts {
+                currency: "JPY".into(),
+                amount: Decimal::new(150050, 2),
+                ..usd.clone()
+            },
+            Some(Ok(Decimal::new(12, 2))),
+        );
+        assert_eq!(p.status, "needs_attention", "{:?}", p.reason);
+        let (p, d) = ing.plan_rated(
+            &PaymentFacts {
+                currency: "JPY".into(),
+                amount: Decimal::new(1500, 0),
+                ..usd.clone()
+            },
+            Some(Ok(Decimal::new(12, 2))),
+        );
+        assert_eq!(p.status, "invoice_pending", "{:?}", p.reason);
+        assert_eq!(d.expect("draft").request.moneda, "JPY");
+        // A restricted list still refuses the others.
+        let only_mxn = Settings::from_parts(Some("[invoice]\ncurrencies = [\"MXN\"]\n"), &[])
+            .expect("settings");
+        let (p, _) = Ingestor::new(&only_mxn).expect("ingestor").plan(&usd);
+        assert!(
+            p.reason
+                .unwrap_or_default()
+                .contains("currency USD is not invoiced")
+        );
+    }
+
+    #[test]
+    fn test_and_live_payments_go_only_to_their_environment() {
+        let at = |env: &str| {
+            let file = format!(
+                "[pac]\nkind = \"sw\"\nurl = \"http://127.0.0.1:9\"\nenvironment = \"{env}\"\n[emisor]\ncsd_cer = \"Cargo.toml\"\ncsd_key = \"Cargo.toml\"\ncsd_password = \"x\"\n"
+            );
+            Ingestor::new(&Settings::from_parts(Some(&file), &[]).expect("settings"))
+                .expect("ingestor")
+        };
+        let test_mode = PaymentFacts {
+            livemode: false,
+            ..facts(full_customer())
+        };
+        let live = facts(full_customer());
+        let state = |ing: &Ingestor, f: &PaymentFacts| {
+            let d = ing.plan(f).1.expect("draft");
+            (d.state, d.error_code)
+        };
+        assert_eq!(
+            state(&at("test"), &test_mode),
+            (DocumentState::Pending, None)
+        );
+        assert_eq!(
+            state(&at("test"), &live),
+            (
+                DocumentState::NeedsAttention,
+                Some("live_to_test_pac".into())
+            )
+        );
+        assert_eq!(
+            state(&at("production"), &live),
+            (DocumentState::Pending, None)
+        );
+        assert_eq!(
+            state(&at("production"), &test_mode),
+            (DocumentState::NeedsAttention, Some("test_mode".into()))
+        );
+        let sandbox = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
+        assert_eq!(state(&sandbox, &test_mode), (DocumentState::Pending, None));
+        assert_eq!(state(&sandbox, &live), (DocumentState::Pending, None));
+    }
+
+    #[test]
+    fn fecha_is_local_time_at_the_lugar_de_expedicion() {
+        let tijuana = Settings::from_parts(Some("[emisor]\nlugar_expedicion = \"22000\"\n"), &[])
+            .expect("settings");
+        let ing = Ingestor::new(&tijuana).expect("ingestor");
+        let at = |s: &str| {
+            let f = PaymentFacts {
+                paid_at: DateTime::parse_from_rfc3339(s)
+                    .expect("time")
+                    .with_timezone(&Utc),
+                ..facts(full_customer())
+            };
+            ing.plan(&f).1.expect("draft").request.fecha.to_string()
+        };
+        // PDT (UTC−7) until 2026-11-01 09:00 UTC, PST (UTC−8) after; Mexico City is UTC−6.
+        assert_eq!(at("2026-11-01T08:59:59Z"), "2026-11-01 01:59:59");
+        assert_eq!(at("2026-11-01T09:00:00Z"), "2026-11-01 01:00:00");
+        assert_eq!(at("2026-07-15T18:00:00Z"), "2026-07-15 11:00:00");
+        assert_eq!(at("2026-12-15T18:00:00Z"), "2026-12-15 10:00:00");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //!   and migration.
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
+//! - [`fx`]: exchange rates (TipoCambio): the provider's, a fixed table or Banxico's SIE API.
 //! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.
 //! - [`global`]: the factura global: the sales without RFC of each closed period, frozen with
 //!   their members in one transaction (`autofactura global issue` and a loop in `serve`).
@@ -91,6 +92,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod fx;
 pub mod global;
 pub mod health;
 pub mod ingest;

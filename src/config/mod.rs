@@ -11,8 +11,8 @@
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
-//! - `worker.rs`, `admin.rs`, `global.rs`, `portal.rs`: `[worker]`, `[admin]`, `[global]` and
-//!   `[portal]`, with their own checks.
+//! - `worker.rs`, `admin.rs`, `global.rs`, `portal.rs`, `fx.rs`: `[worker]`, `[admin]`,
+//!   `[global]`, `[portal]` and `[fx]`, with their own checks.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
@@ -29,6 +29,7 @@
 
 mod admin;
 mod exposure;
+mod fx;
 mod global;
 mod load;
 mod pac;
@@ -47,8 +48,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use admin::AdminSettings;
+pub use fx::{FxSettings, FxSource};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
-pub use pac::{PacConfig, PacKind};
+pub use pac::{PacConfig, PacEnvironment, PacKind, environment_mismatch};
 pub use portal::PortalSettings;
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
@@ -91,6 +93,7 @@ pub struct Settings {
     pub api: ApiSettings,
     pub global: GlobalSettings,
     pub portal: PortalSettings,
+    pub fx: FxSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,

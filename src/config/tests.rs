@@ -307,7 +307,7 @@ fn the_merchant_webhook_secret_is_checked_at_load_and_decoded_by_its_type() {
 #[test]
 fn the_pac_table_is_typed_at_load() {
     let s = Settings::from_parts(
-        Some("[pac]\nkind = \"sandbox\"\nrequest_timeout = 7\n[pac.backup]\nkind = \"finkok\"\n"),
+        Some("[pac]\nkind = \"sandbox\"\nrequest_timeout = 7\n[pac.backup]\nkind = \"finkok\"\nenvironment = \"test\"\n"),
         &[],
     )
     .expect("settings");
