@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{Planner, Slot};
 use crate::domain::DocumentState;
 use crate::domain::period::Period;
-use crate::domain::time::{from_local, now_in_mexico};
+use crate::domain::time::{from_local, now_at, now_in_mexico};
 use crate::store::{Db, Frozen, RecordedEvent, Sale, StoreError};
 use crate::webhooks::refunds::{Recorded, refunded_in_full};
 
@@ -139,7 +139,7 @@ pub async fn issue(
                 let code = period.periodicidad.code();
                 let start = period.start.to_string();
                 let seq = db.next_global_seq(rfc, code, &start, &moneda).await?;
-                let fecha = now_in_mexico();
+                let fecha = now_at(&planner.emisor.lugar_expedicion);
                 let g = match planner.global(
                     Slot {
                         period,
