@@ -45,7 +45,9 @@ struct Banxico {
 /// A TipoCambio as the CFDI takes it: positive, at most 6 decimals (the XSD's), trailing zeros
 /// dropped. `None` for zero, negative or absurd values.
 pub fn as_tipo_cambio(rate: Decimal) -> Option<Decimal> {
-    let r = rate.round_dp(6).normalize();
+    let r = rate
+        .round_dp_with_strategy(6, rust_decimal::RoundingStrategy::MidpointAwayFromZero)
+        .normalize();
     (r > Decimal::ZERO).then_some(r)
 }
 
@@ -101,11 +103,11 @@ impl Rates {
         let paid_on = crate::domain::time::to_local(paid_at).date();
         Some(match &self.source {
             Source::None => Err(format!(
-                "no exchange rate for {currency}: the payment provider reported none and no rate source is set ([fx] source = \"banxico\" with a token); give the TipoCambio in the admin (Fix)"
+                "no exchange rate for currency {currency}: the payment provider reported none and no rate source is set ([fx] source = \"banxico\" with a token); give the TipoCambio in the admin (Fix)"
             )),
             Source::Fixed(t) => t.get(currency).copied().and_then(as_tipo_cambio).ok_or_else(|| {
                 format!(
-                    "no exchange rate for {currency}: [fx] rates has none; add it or give the TipoCambio in the admin (Fix)"
+                    "no exchange rate for currency {currency}: [fx] rates has none; add it or give the TipoCambio in the admin (Fix)"
                 )
             }),
             Source::Banxico(b) => b.rate(currency, paid_on).await,
@@ -143,7 +145,7 @@ impl Banxico {
     async fn rate(&self, currency: &str, paid_on: NaiveDate) -> Result<Decimal, String> {
         let Some(series) = self.series.get(currency) else {
             return Err(format!(
-                "no exchange rate for {currency}: [fx.series] names no Banxico series for it; add one or give the TipoCambio in the admin (Fix)"
+                "no exchange rate for currency {currency}: [fx.series] names no Banxico series for it; add one or give the TipoCambio in the admin (Fix)"
             ));
         };
         let from = paid_on - chrono::Duration::days(LOOKBACK_DAYS);
@@ -156,7 +158,7 @@ impl Banxico {
         );
         let unreachable = |e: String| {
             format!(
-                "no exchange rate for {currency}: Banxico's SIE API failed ({e}); retry from the admin once it answers, or give the TipoCambio there (Fix)"
+                "no exchange rate for currency {currency}: Banxico's SIE API failed ({e}); retry from the admin once it answers, or give the TipoCambio there (Fix)"
             )
         };
         let resp = self
@@ -188,7 +190,7 @@ impl Banxico {
             .and_then(|(_, r)| as_tipo_cambio(r))
             .ok_or_else(|| {
                 format!(
-                    "no exchange rate for {currency}: Banxico published no {series} value between {from} and {to}; give the TipoCambio in the admin (Fix)"
+                    "no exchange rate for currency {currency}: Banxico published no {series} value between {from} and {to}; give the TipoCambio in the admin (Fix)"
                 )
             })
     }

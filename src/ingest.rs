@@ -282,7 +282,7 @@ impl Ingestor {
                 .and_then(crate::fx::as_tipo_cambio)
                 .ok_or_else(|| {
                     format!(
-                        "no exchange rate for {}: the payment provider reported none",
+                        "no exchange rate for currency {}: the payment provider reported none",
                         facts.currency
                     )
                 })
@@ -495,7 +495,7 @@ impl Ingestor {
             ("MXN", _) => Ok(None),
             (_, Some(Ok(rate))) => Ok(Some(rate)),
             (_, Some(Err(why))) => Err(why),
-            (c, None) => Err(format!("no exchange rate for {c}")),
+            (c, None) => Err(format!("no exchange rate for currency {c}")),
         }
     }
 
@@ -809,7 +809,7 @@ mod tests {
             p.reason
                 .as_deref()
                 .unwrap_or_default()
-                .contains("no exchange rate for USD"),
+                .contains("no exchange rate for currency USD"),
             "{:?}",
             p.reason
         );

@@ -23,6 +23,7 @@ mod cfdi;
 mod cfdi_props;
 mod checkout;
 mod cli_e2e;
+mod currency;
 mod folio;
 mod fuzz_regressions;
 mod global;
