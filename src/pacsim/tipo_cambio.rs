@@ -112,11 +112,15 @@ mod tests {
             code(r#"Moneda="USD" TipoCambio="18.1234567""#),
             Some("CFDI40117")
         );
-        // USD 18.50 ± 5 %: 17.575 to 19.425.
-        assert_eq!(code(r#"Moneda="USD" TipoCambio="17.575""#), None);
-        assert_eq!(code(r#"Moneda="USD" TipoCambio="19.425""#), None);
+        // USD 17.75 ± 5 %: 16.8625 to 18.6375.
+        assert_eq!(code(r#"Moneda="USD" TipoCambio="16.8625""#), None);
+        assert_eq!(code(r#"Moneda="USD" TipoCambio="18.6375""#), None);
         assert_eq!(
-            code(r#"Moneda="USD" TipoCambio="17.57""#),
+            code(r#"Moneda="USD" TipoCambio="16.86""#),
+            Some("CFDI40118")
+        );
+        assert_eq!(
+            code(r#"Moneda="USD" TipoCambio="18.64""#),
             Some("CFDI40118")
         );
         assert_eq!(code(r#"Moneda="USD" TipoCambio="25""#), Some("CFDI40118"));

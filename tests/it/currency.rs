@@ -84,7 +84,7 @@ async fn a_usd_sale_carries_moneda_usd_and_the_providers_rate(b: Backend) {
         Some("18.251235"),
         "Mercado Pago's rate, to the 6 decimals of the XSD"
     );
-    // The sandbox checks it against the published rate (USD 18.50 ± 5 %) and stamps it.
+    // The sandbox checks it against the published rate (USD 17.75 ± 5 %) and stamps it.
     app.drain(20).await;
     let doc = outbox_of(&app, "7001").await;
     assert_eq!(
@@ -221,7 +221,9 @@ async fn sw_at(
     let root = env!("CARGO_MANIFEST_DIR");
     let toml = format!(
         "[pac]\nkind = \"sw\"\nurl = \"{url}\"\nuser = \"sandbox\"\npassword = \"sandbox\"\nenvironment = \"{env}\"\n\
-         [emisor]\ncsd_cer = \"{root}/fixtures/csd/EKU9003173C9.cer\"\ncsd_key = \"{root}/fixtures/csd/EKU9003173C9.key\"\ncsd_password = \"12345678a\"\n"
+         [emisor]\ncsd_cer = \"{root}/fixtures/csd/EKU9003173C9.cer\"\ncsd_key = \"{root}/fixtures/csd/EKU9003173C9.key\"\ncsd_password = \"12345678a\"\n\
+         [admin]\npassword = \"{}\"\n",
+        crate::support::admin::PASSWORD
     );
     let app = spawn_app_with(b, &toml).await?;
     Some((app, sim, dir))
@@ -263,6 +265,23 @@ async fn a_test_mode_sale_is_stamped_in_a_test_environment_and_a_live_one_held(b
         live.last_error_message
             .unwrap_or_default()
             .contains("never sent to a test PAC"),
+    );
+    // The admin names the environment and the held document's reason and fix.
+    let browser = crate::support::admin::Browser::new(&app);
+    browser.login().await;
+    let dash = browser.get("/admin").await.body;
+    assert!(
+        dash.contains("sw (test environment): test-mode payments are stamped; live payments are held in needs_attention"),
+        "{dash}"
+    );
+    let detail = browser
+        .get(&format!("/admin/payments/{}", live.payment_id))
+        .await
+        .body;
+    assert!(
+        detail.contains("live_to_test_pac")
+            && detail.contains("Point [pac] at the production service"),
+        "{detail}"
     );
     // In production it is the other way round.
     let Some((app, _sim, _dir)) = sw_at(b, "production").await else {
