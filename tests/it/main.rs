@@ -24,6 +24,7 @@ mod cfdi_props;
 mod checkout;
 mod cli_e2e;
 mod currency;
+mod currency_props;
 mod folio;
 mod fuzz_regressions;
 mod global;
