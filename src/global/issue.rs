@@ -244,12 +244,12 @@ async fn leave_out(
         let amount: Decimal = s.amount.parse().unwrap_or(Decimal::MAX);
         let out = match refunded_in_full(amount, &recorded) {
             Some(reason) => Some(("refunded", reason)),
-            None if !s.livemode && !planner.sandbox_pac => Some((
-                "needs_attention",
-                "test-mode payment: never sent to a production PAC, nor in a factura global"
-                    .to_owned(),
-            )),
-            None => None,
+            None => crate::config::environment_mismatch(
+                planner.pac_env,
+                planner.sandbox_pac,
+                s.livemode,
+            )
+            .map(|(_, why)| ("needs_attention", format!("{why}; nor in a factura global"))),
         };
         let Some((status, reason)) = out else {
             kept.push(s);
