@@ -401,18 +401,22 @@ fn run_cfdi(cmd: CfdiCommand) -> anyhow::Result<ExitCode> {
             }
         }
         CfdiCommand::Sample { out, fecha } => {
-            let fecha = match fecha {
-                Some(f) => cfdi::verify::parse_fecha(&f)
-                    .ok_or_else(|| anyhow::anyhow!("--fecha `{f}` is not YYYY-MM-DDThh:mm:ss"))?,
-                None => crate::domain::time::now_in_mexico(),
-            };
+            // Without --fecha, now at each sample's LugarExpedicion (its Fecha's zone).
+            let fecha =
+                match fecha {
+                    Some(f) => Some(cfdi::verify::parse_fecha(&f).ok_or_else(|| {
+                        anyhow::anyhow!("--fecha `{f}` is not YYYY-MM-DDThh:mm:ss")
+                    })?),
+                    None => None,
+                };
             let csd = crate::sandbox::csd()?;
             std::fs::create_dir_all(&out)
                 .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
             for (name, json) in crate::sandbox::SAMPLE_REQUESTS {
                 let mut req: InvoiceRequest = serde_json::from_str(json)
                     .map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
-                req.fecha = fecha;
+                req.fecha = fecha
+                    .unwrap_or_else(|| crate::domain::time::now_at(&req.emisor.lugar_expedicion));
                 let sealed =
                     cfdi::seal(&req, &csd).map_err(|e| anyhow::anyhow!("sample {name}: {e}"))?;
                 let path = out.join(format!("{name}.xml"));

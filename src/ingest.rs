@@ -13,7 +13,7 @@ use crate::cfdi::fiscal::{self, FiscalInput};
 use crate::cfdi::{
     self, EmisorData, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante,
 };
-use crate::config::{FormaPagoSettings, InvoiceSettings, Settings};
+use crate::config::{FormaPagoSettings, InvoiceSettings, PacEnvironment, Settings};
 use crate::domain::{DocumentKind, DocumentState, StampKey};
 use crate::store::{NewPayment, OutboxDraft, PaymentRow};
 
@@ -191,7 +191,7 @@ pub struct PaymentFacts {
     /// ISO 4217, uppercase.
     pub currency: String,
     pub method: Method,
-    /// When the payment succeeded (the comprobante's Fecha, in Mexico City time).
+    /// When the payment succeeded (the comprobante's Fecha, in local time at LugarExpedicion).
     pub paid_at: DateTime<Utc>,
     pub livemode: bool,
     pub customer: CustomerData,
@@ -199,7 +199,15 @@ pub struct PaymentFacts {
     /// Other references the customer may hold (Checkout Session id, receipt number, order
     /// reference): the portal finds the sale by any of them.
     pub references: Vec<String>,
+    /// The exchange rate the payment provider itself reports, MXN per unit of `currency`
+    /// (Stripe's balance transaction, Mercado Pago's conversion data); the first source of
+    /// TipoCambio ([`crate::fx`]).
+    pub provider_rate: Option<rust_decimal::Decimal>,
 }
+
+/// The TipoCambio of a sale as [`crate::fx::Rates::tipo_cambio`] found it: `None` for MXN,
+/// else the rate or why there is none.
+pub type Rated = Option<Result<Decimal, String>>;
 
 /// Turns payments into frozen invoice requests, per the settings.
 #[derive(Debug, Clone)]
@@ -210,11 +218,14 @@ pub struct Ingestor {
     tax: TaxTreatment,
     forma_pago: FormaPagoSettings,
     sandbox_pac: bool,
+    /// Whether `[pac]` stamps for real: payments of the other mode are held.
+    pac_env: PacEnvironment,
     /// Whether customers can complete their data at `/facturar` (`[portal] enabled`).
     portal: bool,
 }
 
-/// `paid_at` as the issuer's local time (America/Mexico_City), to the second.
+/// `paid_at` as Mexico City time, to the second (SAT's calendar: periods of the factura
+/// global). A Fecha is local time at the LugarExpedicion: [`Ingestor::fecha`].
 pub fn fecha_of(paid_at: DateTime<Utc>) -> NaiveDateTime {
     let local = paid_at.with_timezone(&Mexico_City).naive_local();
     local.with_nanosecond(0).unwrap_or(local)
@@ -230,7 +241,7 @@ struct Sale<'a> {
     forma_pago: String,
     description: Option<&'a str>,
     livemode: bool,
-    /// The operator's exchange rate, for a currency not configured (the admin's fix form).
+    /// MXN per unit of `currency` (none for MXN).
     tipo_cambio: Option<Decimal>,
 }
 
@@ -251,19 +262,47 @@ impl Ingestor {
                 .ok_or_else(|| format!("unknown tax {:?}", s.invoice.tax))?,
             forma_pago: s.forma_pago.clone(),
             sandbox_pac: s.is_sandbox(),
+            pac_env: s.pac_environment(),
             portal: s.portal.enabled,
         })
     }
 
-    /// What to write for `facts`: the payment row, and the outbox draft when the sale can be
-    /// invoiced now.
+    /// `t` as local time at the emisor's LugarExpedicion, to the second: the Fecha of a
+    /// document frozen for an event at `t`.
+    pub fn fecha(&self, t: DateTime<Utc>) -> NaiveDateTime {
+        crate::domain::time::to_local_at(t, &self.emisor.lugar_expedicion)
+    }
+
+    /// What to write for `facts` with only the provider's own exchange rate (no `[fx]`
+    /// source): see [`Ingestor::plan_rated`].
     pub fn plan(&self, facts: &PaymentFacts) -> (NewPayment, Option<OutboxDraft>) {
+        let rated = (facts.currency != "MXN").then(|| {
+            facts
+                .provider_rate
+                .and_then(crate::fx::as_tipo_cambio)
+                .ok_or_else(|| {
+                    format!(
+                        "no exchange rate for currency {}: the payment provider reported none",
+                        facts.currency
+                    )
+                })
+        });
+        self.plan_rated(facts, rated)
+    }
+
+    /// What to write for `facts`, whose TipoCambio was looked up as `rated`: the payment
+    /// row, and the outbox draft when the sale can be invoiced now.
+    pub fn plan_rated(
+        &self,
+        facts: &PaymentFacts,
+        rated: Rated,
+    ) -> (NewPayment, Option<OutboxDraft>) {
         let forma_pago = if self.invoice.metodo_pago == "PPD" {
             "99".to_owned()
         } else {
             facts.method.forma_pago(&self.forma_pago)
         };
-        self.plan_with(facts, forma_pago, None, fecha_of(facts.paid_at))
+        self.plan_with(facts, forma_pago, rated, self.fecha(facts.paid_at))
     }
 
     /// A payment that needed attention, corrected by an operator: its stored facts with the
@@ -299,12 +338,21 @@ impl Ingestor {
             description: None,
             // Recorded with the payment already; a re-plan writes no payment row.
             references: Vec::new(),
+            provider_rate: None,
         };
         let forma_pago = p
             .forma_pago
             .clone()
             .unwrap_or_else(|| self.forma_pago.default.clone());
-        let (payment, draft) = self.plan_with(&facts, forma_pago, tipo_cambio, fecha);
+        let rated = (facts.currency != "MXN").then(|| {
+            tipo_cambio.ok_or_else(|| {
+                format!(
+                    "TipoCambio: give the exchange rate of {} to MXN",
+                    facts.currency
+                )
+            })
+        });
+        let (payment, draft) = self.plan_with(&facts, forma_pago, rated, fecha);
         match (payment.status.as_str(), draft) {
             ("invoice_pending", Some(d)) => Ok(d),
             ("awaiting_global", _) => Err(
@@ -321,7 +369,7 @@ impl Ingestor {
         &self,
         facts: &PaymentFacts,
         forma_pago: String,
-        tipo_cambio: Option<Decimal>,
+        rated: Rated,
         fecha: NaiveDateTime,
     ) -> (NewPayment, Option<OutboxDraft>) {
         let mut payment = NewPayment {
@@ -344,9 +392,10 @@ impl Ingestor {
             p.reason = Some(reason);
             (p, None)
         };
-        if let Err(reason) = self.invoiceable(facts.amount, &facts.currency, tipo_cambio) {
-            return attention(payment, reason);
-        }
+        let tipo_cambio = match self.invoiceable(facts.amount, &facts.currency, rated) {
+            Ok(t) => t,
+            Err(reason) => return attention(payment, reason),
+        };
         let receptor = match self.receptor(&facts.customer) {
             Ok(Some(r)) => r,
             Ok(None) => {
@@ -391,7 +440,16 @@ impl Ingestor {
                 p.payment.amount
             )
         })?;
-        self.invoiceable(amount, &p.payment.currency, None)?;
+        let tipo_cambio = self.invoiceable(
+            amount,
+            &p.payment.currency,
+            (p.payment.currency != "MXN").then(|| {
+                Err(format!(
+                    "a sale in {} is invoiced from the admin (Fix), where its TipoCambio is given",
+                    p.payment.currency
+                ))
+            }),
+        )?;
         let sale = Sale {
             provider: &p.payment.provider,
             payment_id: &p.payment.payment_id,
@@ -404,21 +462,20 @@ impl Ingestor {
                 .unwrap_or_else(|| self.forma_pago.default.clone()),
             description: None,
             livemode: p.payment.livemode,
-            tipo_cambio: None,
+            tipo_cambio,
         };
         self.draft(&sale, receptor, fecha)
     }
 
-    /// Whether a sale in `currency` for `amount` can be invoiced at all; an operator's
-    /// exchange rate (`tipo_cambio`) makes any c_Moneda currency invoiceable.
+    /// Whether a sale in `currency` for `amount`, with the TipoCambio found as `rated`, can be
+    /// invoiced at all: the TipoCambio to write (none for MXN), or why not.
     pub fn invoiceable(
         &self,
         amount: Decimal,
         currency: &str,
-        tipo_cambio: Option<Decimal>,
-    ) -> Result<(), String> {
-        let rated = tipo_cambio.is_some() && cfdi::catalogs::currency_decimals(currency).is_some();
-        if !rated && !self.invoice.currencies.iter().any(|c| c == currency) {
+        rated: Rated,
+    ) -> Result<Option<Decimal>, String> {
+        if !self.invoice.invoices(currency) {
             return Err(format!(
                 "currency {currency} is not invoiced (configured: {})",
                 self.invoice.currencies.join(", ")
@@ -427,7 +484,19 @@ impl Ingestor {
         if amount <= Decimal::ZERO {
             return Err(format!("amount {amount} is not positive"));
         }
-        Ok(())
+        let decimals = cfdi::catalogs::currency_decimals(currency).unwrap_or(2);
+        if amount.normalize().scale() > decimals {
+            // Rounding it would make the CFDI's Total differ from what was charged.
+            return Err(format!(
+                "amount {amount} {currency} has more decimals than c_Moneda allows for {currency} ({decimals})"
+            ));
+        }
+        match (currency, rated) {
+            ("MXN", _) => Ok(None),
+            (_, Some(Ok(rate))) => Ok(Some(rate)),
+            (_, Some(Err(why))) => Err(why),
+            (c, None) => Err(format!("no exchange rate for currency {c}")),
+        }
     }
 
     /// The frozen ingreso of `sale` for `receptor`, dated `fecha`.
@@ -473,14 +542,17 @@ impl Ingestor {
         if let Err(e) = cfdi::build(&request, "00000000000000000000") {
             return Err(format!("the invoice cannot be built: {e}"));
         }
-        let (state, code, message) = if !sale.livemode && !self.sandbox_pac {
-            (
+        let (state, code, message) = match crate::config::environment_mismatch(
+            self.pac_env,
+            self.sandbox_pac,
+            sale.livemode,
+        ) {
+            Some((code, message)) => (
                 DocumentState::NeedsAttention,
-                Some("test_mode".to_owned()),
-                Some("test-mode payment: never sent to a production PAC".to_owned()),
-            )
-        } else {
-            (DocumentState::Pending, None, None)
+                Some(code.to_owned()),
+                Some(message.to_owned()),
+            ),
+            None => (DocumentState::Pending, None, None),
         };
         Ok(OutboxDraft {
             kind: DocumentKind::Ingreso,
@@ -546,207 +618,4 @@ pub fn from_minor_units(minor: i64, currency: &str) -> Option<Decimal> {
 }
 
 #[cfg(test)]
-mod tests {
-    use chrono::TimeZone;
-
-    use super::*;
-
-    fn facts(customer: CustomerData) -> PaymentFacts {
-        PaymentFacts {
-            provider: "stripe",
-            payment_id: "pi_1".into(),
-            event_id: "evt_1".into(),
-            amount: Decimal::new(11600, 2),
-            currency: "MXN".into(),
-            method: Method::Card(Some("debit".into())),
-            paid_at: Utc
-                .with_ymd_and_hms(2026, 1, 15, 3, 30, 0)
-                .single()
-                .expect("time"),
-            livemode: true,
-            customer,
-            description: Some("Plan | Pro".into()),
-            references: Vec::new(),
-        }
-    }
-
-    fn full_customer() -> CustomerData {
-        CustomerData {
-            rfc: Some("XIQB891116QE4".into()),
-            nombre: Some("Berenice Ximo Quezada".into()),
-            regimen_fiscal: Some("612".into()),
-            codigo_postal: Some("26015".into()),
-            uso_cfdi: None,
-            email: None,
-        }
-    }
-
-    #[test]
-    fn a_complete_payment_freezes_a_request_with_fecha_in_mexico_city() {
-        let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
-        let (p, d) = ing.plan(&facts(full_customer()));
-        assert_eq!(p.status, "invoice_pending");
-        let d = d.expect("draft");
-        assert_eq!(
-            d.request.fecha.to_string(),
-            "2026-01-14 21:30:00",
-            "UTC−6 in January"
-        );
-        assert_eq!(d.request.forma_pago, "28");
-        assert_eq!(d.request.lines[0].descripcion, "Plan   Pro");
-        assert_eq!(d.stamp_key, StampKey::derive("stripe", "pi_1", "ingreso"));
-        assert_eq!(d.state, DocumentState::Pending);
-        match &d.request.receptor {
-            ReceptorData::Nominativo {
-                uso_cfdi, nombre, ..
-            } => {
-                assert_eq!(uso_cfdi, "G03");
-                assert_eq!(nombre, "BERENICE XIMO QUEZADA");
-            }
-            other => panic!("unexpected receptor {other:?}"),
-        }
-    }
-
-    #[test]
-    fn no_rfc_or_the_generic_rfc_waits_for_the_factura_global() {
-        let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
-        let (p, d) = ing.plan(&facts(CustomerData::default()));
-        assert_eq!((p.status.as_str(), d.is_none()), ("awaiting_global", true));
-        let generic = CustomerData {
-            rfc: Some("XAXX010101000".into()),
-            ..CustomerData::default()
-        };
-        assert_eq!(ing.plan(&facts(generic)).0.status, "awaiting_global");
-    }
-
-    #[test]
-    fn incomplete_or_invalid_receptor_data_needs_attention_with_a_reason() {
-        let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
-        let partial = CustomerData {
-            rfc: Some("XIQB891116QE4".into()),
-            ..CustomerData::default()
-        };
-        let (p, d) = ing.plan(&facts(partial));
-        assert!(d.is_none());
-        assert_eq!(p.status, "needs_attention");
-        assert!(
-            p.reason.as_deref().unwrap_or("").contains("régimen fiscal"),
-            "{:?}",
-            p.reason
-        );
-        let bad = CustomerData {
-            rfc: Some("NOPE".into()),
-            ..full_customer()
-        };
-        assert!(
-            ing.plan(&facts(bad))
-                .0
-                .reason
-                .unwrap_or_default()
-                .contains("not a valid RFC")
-        );
-    }
-
-    #[test]
-    fn checkout_custom_fields_fill_the_customer_data_before_anything_else() {
-        let fields = serde_json::json!([
-            { "key": "regimenfiscal", "type": "dropdown",
-              "dropdown": { "value": "612", "options": [{ "label": "612 - …", "value": "612" }] } },
-            { "key": "uso_cfdi", "type": "dropdown", "dropdown": { "value": "G03", "options": [] } },
-            { "key": "RazonSocial", "type": "text", "text": { "value": " Berenice Ximo Quezada " } },
-            { "key": "codigo-postal", "type": "numeric", "numeric": { "value": "26015" } },
-            { "key": "rfc", "type": "text", "text": { "value": null } },
-            { "key": "engraving", "type": "text", "text": { "value": "ignored" } }
-        ]);
-        let mut c = CustomerData {
-            uso_cfdi: Some("S01".into()),
-            ..CustomerData::default()
-        };
-        c.fill_from_custom_fields(Some(&fields));
-        assert_eq!(
-            c,
-            CustomerData {
-                rfc: None,
-                nombre: Some("Berenice Ximo Quezada".into()),
-                regimen_fiscal: Some("612".into()),
-                codigo_postal: Some("26015".into()),
-                uso_cfdi: Some("S01".into()),
-                email: None,
-            },
-            "an unanswered field stays empty, a value already there is kept"
-        );
-    }
-
-    #[test]
-    fn data_breaking_a_catalog_rule_sends_the_customer_to_the_portal() {
-        let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
-        // 601 is a persona moral's régimen; XIQB891116QE4 is a persona física.
-        let wrong = CustomerData {
-            regimen_fiscal: Some("601".into()),
-            ..full_customer()
-        };
-        let (p, d) = ing.plan(&facts(wrong));
-        assert!(d.is_none());
-        let reason = p.reason.unwrap_or_default();
-        assert_eq!(p.status, "needs_attention");
-        assert!(
-            reason.contains("régimen fiscal 601 does not apply to a persona física"),
-            "{reason}"
-        );
-        assert!(reason.contains("self-invoice at /facturar"), "{reason}");
-        let off = Settings::from_parts(Some("[portal]\nenabled = false\n"), &[]).expect("settings");
-        let ing = Ingestor::new(&off).expect("ingestor");
-        let unknown_cp = CustomerData {
-            codigo_postal: Some("17000".into()),
-            ..full_customer()
-        };
-        let reason = ing.plan(&facts(unknown_cp)).0.reason.unwrap_or_default();
-        assert!(
-            reason.contains("17000 is not in c_CodigoPostal"),
-            "{reason}"
-        );
-        assert!(reason.contains("portal is off"), "{reason}");
-    }
-
-    #[test]
-    fn unsupported_currency_needs_attention() {
-        let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
-        let f = PaymentFacts {
-            currency: "USD".into(),
-            ..facts(full_customer())
-        };
-        let (p, d) = ing.plan(&f);
-        assert!(d.is_none());
-        assert!(p.reason.unwrap_or_default().contains("currency USD"));
-    }
-
-    #[test]
-    fn forma_pago_follows_the_configured_table() {
-        let t = Settings::defaults().expect("settings").forma_pago;
-        assert_eq!(Method::Card(Some("credit".into())).forma_pago(&t), "04");
-        assert_eq!(Method::Card(None).forma_pago(&t), "04");
-        assert_eq!(Method::Oxxo.forma_pago(&t), "01");
-        assert_eq!(Method::Spei.forma_pago(&t), "03");
-        let mp = |ty: &str| {
-            Method::MercadoPago {
-                payment_type: ty.into(),
-                payment_method: "x".into(),
-            }
-            .forma_pago(&t)
-        };
-        assert_eq!(
-            (
-                mp("debit_card").as_str(),
-                mp("account_money").as_str(),
-                mp("new_thing").as_str()
-            ),
-            ("28", "06", "99")
-        );
-    }
-
-    #[test]
-    fn minor_units_use_the_currency_decimals() {
-        assert_eq!(from_minor_units(11600, "MXN"), Some(Decimal::new(11600, 2)));
-        assert_eq!(from_minor_units(1, "ZZZ"), None);
-    }
-}
+mod tests;

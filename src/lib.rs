@@ -23,6 +23,7 @@
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`refund`]: a refund or lost dispute → the egreso that credits it, cut from the original
 //!   document in proportion, to the centavo (no I/O).
+//! - [`fx`]: exchange rates (TipoCambio): the provider's, a fixed table or Banxico's SIE API.
 //! - [`cancel`]: a cancel request (admin or API) → the checked cancellation row.
 //! - [`global`]: the factura global: the sales without RFC of each closed period, frozen with
 //!   their members in one transaction (`autofactura global issue` and a loop in `serve`).
@@ -99,6 +100,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod export;
+pub mod fx;
 pub mod global;
 pub mod health;
 pub mod ingest;

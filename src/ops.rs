@@ -52,13 +52,16 @@ fn banner(s: &Settings, source: &Source) -> String {
         Source::File(p) => p.display().to_string(),
     };
     let mut b = format!(
-        "autofactura\n  settings:   {from}\n  listening:  http://{}\n  database:   {}\n  PAC:        {}\n  emisor:     {} {} (serie {})\n  webhooks:   POST /webhooks/stripe, POST /webhooks/mercadopago\n  health:     GET /healthz, GET /readyz",
+        "autofactura\n  settings:   {from}\n  listening:  http://{}\n  database:   {}\n  PAC:        {}\n  emisor:     {} {} (serie {})\n  Fecha:      local time at LugarExpedicion {} ({})\n  currencies: {}\n  webhooks:   POST /webhooks/stripe, POST /webhooks/mercadopago\n  health:     GET /healthz, GET /readyz",
         s.server.listen,
         redact_url(s.database.url.expose()),
-        s.pac_kind(),
+        s.pac_environment_label(),
         s.emisor.rfc,
         s.emisor.nombre,
         s.emisor.serie,
+        s.emisor.lugar_expedicion,
+        zone_label(&s.emisor.lugar_expedicion),
+        currencies_label(s),
     );
     if s.separate_admin_listener() {
         b.push_str(&format!(
@@ -79,6 +82,29 @@ fn banner(s: &Settings, source: &Source) -> String {
         );
     }
     b
+}
+
+/// The huso of LugarExpedicion `cp` and its IANA zone, for the banner.
+fn zone_label(cp: &str) -> String {
+    let huso = crate::cfdi::catalogs::huso_horario(cp).map_or("?", |h| h.name());
+    format!("{huso}, {}", crate::domain::time::zone_at(cp).name())
+}
+
+/// Which currencies are invoiced and where their TipoCambio comes from.
+fn currencies_label(s: &Settings) -> String {
+    let which = if s.invoice.currencies.iter().any(|c| c == "*") {
+        "every c_Moneda currency".to_owned()
+    } else {
+        s.invoice.currencies.join(", ")
+    };
+    let source = match s.fx.source {
+        crate::config::FxSource::None => {
+            "the provider's rate, else held in needs_attention ([fx] source = \"none\")"
+        }
+        crate::config::FxSource::Fixed => "the provider's rate, else [fx] rates",
+        crate::config::FxSource::Banxico => "the provider's rate, else Banxico's FIX (SIE API)",
+    };
+    format!("{which}; TipoCambio: {source}")
 }
 
 /// `autofactura worker`: the worker pool without HTTP, until SIGTERM or Ctrl-C.
@@ -634,4 +660,33 @@ pub async fn export_month(
         counts.acuses
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_banner_names_the_pac_environment_and_the_place_of_issue() {
+        let file = "[pac]\nkind = \"sw\"\nurl = \"https://services.test.sw.com.mx\"\nuser = \"u\"\npassword = \"p\"\n\
+                    [emisor]\nlugar_expedicion = \"22000\"\ncsd_cer = \"Cargo.toml\"\ncsd_key = \"Cargo.toml\"\ncsd_password = \"x\"\n";
+        let s = Settings::from_parts(Some(file), &[]).expect("settings");
+        let b = banner(&s, &Source::Defaults);
+        assert!(
+            b.contains("PAC:        sw (test environment): test-mode payments are stamped; live payments are held in needs_attention"),
+            "{b}"
+        );
+        assert!(
+            b.contains("LugarExpedicion 22000 (Tiempo del Noroeste, America/Tijuana)"),
+            "{b}"
+        );
+        assert!(
+            b.contains(
+                "currencies: every c_Moneda currency; TipoCambio: the provider's rate, else held"
+            ),
+            "{b}"
+        );
+        let sandbox = banner(&Settings::defaults().expect("settings"), &Source::Defaults);
+        assert!(sandbox.contains("sandbox (test environment)"), "{sandbox}");
+    }
 }

@@ -53,6 +53,11 @@ pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
         "08-escaping-and-spaces",
         include_str!("../fixtures/requests/08-escaping-and-spaces.json"),
     ),
+    // Zero decimals (c_Moneda JPY), issued in Baja California (Tiempo del Noroeste).
+    (
+        "09-jpy-tijuana",
+        include_str!("../fixtures/requests/09-jpy-tijuana.json"),
+    ),
 ];
 
 /// The sandbox's stand-in for `GET /v1/payments/{id}`: an approved MXN debit-card payment with

@@ -94,6 +94,7 @@ impl Application {
             None
         };
         let ingestor = Ingestor::new(&settings).map_err(|e| anyhow::anyhow!(e))?;
+        let fx = crate::fx::Rates::from_settings(&settings.fx).map_err(|e| anyhow::anyhow!(e))?;
         let mp_settings = &settings.mercadopago;
         // The sandbox without Mercado Pago credentials reads payments from its own stand-in
         // API, so `send-test-webhook --provider mercadopago` works on a fresh install.
@@ -136,6 +137,7 @@ impl Application {
             db,
             ingestor,
             mp,
+            fx,
             mp_replay,
             health,
             pac,

@@ -19,6 +19,8 @@ pub struct AppState {
     pub db: Db,
     pub ingestor: Ingestor,
     pub mp: mercadopago::Client,
+    /// Where the TipoCambio of a sale in another currency comes from (`[fx]`).
+    pub fx: crate::fx::Rates,
     /// Mercado Pago manifests received recently (replays are refused).
     pub mp_replay: ReplayWindow,
     /// Heartbeats of background loops, reported by `/readyz`.

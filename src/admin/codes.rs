@@ -77,6 +77,18 @@ pub const KNOWN: &[Known] = &[
         "A rounding bug in how the request was built: report it; then refreeze.",
     ),
     k(
+        "CFDI40115",
+        Sat,
+        "a currency other than MXN without TipoCambio",
+        "Give the exchange rate: refreeze after fixing the sale's TipoCambio.",
+    ),
+    k(
+        "CFDI40118",
+        Sat,
+        "TipoCambio outside the limits of the published rate",
+        "Check the rate against Banxico's FIX of the day before (c_Moneda allows 5 %); refreeze with the right TipoCambio.",
+    ),
+    k(
         "CFDI40143",
         Sat,
         "RFC not registered with the SAT",
@@ -179,6 +191,12 @@ pub const KNOWN: &[Known] = &[
         "Ask the PAC yourself by the stamp key; 'Ask the PAC now' records its answer. Never refreeze before that.",
     ),
     k(
+        "live_to_test_pac",
+        Appliance,
+        "a live payment with a PAC in its test environment",
+        "Point [pac] at the production service (or set [pac] environment = \"production\"), restart, then retry: a test stamp has no fiscal value.",
+    ),
+    k(
         "test_mode",
         Appliance,
         "a test-mode payment with a production PAC",
@@ -199,7 +217,7 @@ pub fn lookup(code: &str) -> Option<&'static Known> {
 pub fn fix(code: &str) -> Fix {
     match code {
         "CFDI40102" | "EXHAUSTED" => Fix::Retry,
-        "UNRESOLVED" | "test_mode" | "307" | "CFDI3307" => Fix::None,
+        "UNRESOLVED" | "test_mode" | "live_to_test_pac" | "307" | "CFDI3307" => Fix::None,
         "" => Fix::None,
         _ => Fix::Refreeze,
     }
@@ -220,5 +238,7 @@ mod tests {
         assert!(lookup("").is_none() && lookup("NOPE").is_none());
         assert_eq!(fix("CFDI40102"), Fix::Retry);
         assert_eq!(fix("CFDI40143"), Fix::Refreeze);
+        assert_eq!(fix("live_to_test_pac"), Fix::None);
+        assert!(lookup("live_to_test_pac").is_some_and(|k| k.hint.contains("production")));
     }
 }

@@ -147,6 +147,8 @@ pub struct DashboardPage {
     /// Payments that need attention (each has its fix form).
     pub attention: i64,
     pub pac_name: String,
+    /// Its environment and which payments it stamps (the others are held).
+    pub pac_environment: String,
     pub paused: Option<super::operate::PauseView>,
     pub backup: Option<super::operate::BackupView>,
     pub chart: super::operate::Chart,
@@ -268,6 +270,7 @@ pub async fn dashboard(
     html(&DashboardPage {
         deadlines,
         pac_name: admin.pac_name.clone(),
+        pac_environment: state.settings.pac_environment_label(),
         paused,
         backup,
         chart,

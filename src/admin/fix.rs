@@ -126,11 +126,15 @@ pub async fn fix_form(
 
 /// Fecha of the fixed document: the payment's time while SAT's window still has an hour left,
 /// else now (a document dated too long ago cannot be stamped).
-fn fecha_for(paid_at: chrono::DateTime<chrono::Utc>, clock: &Clock) -> chrono::NaiveDateTime {
+fn fecha_for(
+    ingestor: &crate::ingest::Ingestor,
+    paid_at: chrono::DateTime<chrono::Utc>,
+    clock: &Clock,
+) -> chrono::NaiveDateTime {
     if paid_at + clock.window - chrono::Duration::hours(1) > clock.now {
-        crate::domain::time::to_local(paid_at)
+        ingestor.fecha(paid_at)
     } else {
-        crate::domain::time::to_local(clock.now)
+        ingestor.fecha(clock.now)
     }
 }
 
@@ -182,7 +186,7 @@ pub async fn fix(
     if customer.rfc.is_none() {
         return refused(p, "RFC: give the customer's RFC".into());
     }
-    let fecha = fecha_for(p.payment.paid_at, &clock);
+    let fecha = fecha_for(&state.ingestor, p.payment.paid_at, &clock);
     let mut draft = match state
         .ingestor
         .replan(&p.payment, customer.clone(), tipo_cambio, fecha)

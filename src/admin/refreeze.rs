@@ -260,7 +260,7 @@ pub async fn refreeze(
     let generation = d.generation + 1;
     let mut new = old;
     new.receptor = receptor;
-    new.fecha = crate::domain::time::now_in_mexico();
+    new.fecha = crate::domain::time::now_at(&new.emisor.lugar_expedicion);
     let json = serde_json::to_string(&new)
         .map_err(|e| AdminError::Invalid(format!("cannot serialize the request: {e}")))?;
     let key = StampKey::derive(

@@ -236,7 +236,7 @@ fn build_request(
         return Err(invalid("conceptos: at least one is required".into()));
     }
     let moneda = input.moneda.clone().unwrap_or_else(|| "MXN".into());
-    if !settings.invoice.currencies.iter().any(|c| c == &moneda) {
+    if !settings.invoice.invoices(&moneda) {
         return Err(invalid(format!(
             "moneda {moneda} is not invoiced here (configured: {})",
             settings.invoice.currencies.join(", ")
@@ -288,7 +288,7 @@ fn build_request(
         tipo: TipoComprobante::Ingreso,
         serie: Some(serie.to_owned()),
         folio: input.folio.clone(),
-        fecha: crate::ingest::fecha_of(Utc::now()),
+        fecha: crate::domain::time::to_local_at(Utc::now(), &settings.emisor.lugar_expedicion),
         moneda,
         tipo_cambio,
         forma_pago: input.forma_pago.clone(),

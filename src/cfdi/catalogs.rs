@@ -10,6 +10,9 @@ const USO_CFDI: &str = include_str!("../../fixtures/sat/catalogs/c_UsoCFDI.csv")
 const REGIMEN: &str = include_str!("../../fixtures/sat/catalogs/c_RegimenFiscal.csv");
 const FORMA_PAGO: &str = include_str!("../../fixtures/sat/catalogs/c_FormaPago.csv");
 const CODIGO_POSTAL: &str = include_str!("../../fixtures/sat/catalogs/c_CodigoPostal.ranges");
+/// c_CodigoPostal's `huso_horario` as runs of sorted codes sharing one zone (also written by
+/// `scripts/sat-cp-ranges`).
+const HUSOS: &str = include_str!("../../fixtures/sat/catalogs/c_CodigoPostal.husos");
 
 /// Splits one CSV line, honouring double quotes (the catalogs quote fields with commas).
 fn fields(line: &str) -> Vec<String> {
@@ -37,6 +40,12 @@ fn rows(csv: &'static str) -> impl Iterator<Item = Vec<String>> {
 static CURRENCY_DECIMALS: LazyLock<HashMap<String, u32>> = LazyLock::new(|| {
     rows(MONEDA)
         .filter_map(|f| Some((f.first()?.clone(), f.get(2)?.parse().ok()?)))
+        .collect()
+});
+
+static CURRENCY_VARIATION: LazyLock<HashMap<String, u32>> = LazyLock::new(|| {
+    rows(MONEDA)
+        .filter_map(|f| Some((f.first()?.clone(), f.get(3)?.parse().ok()?)))
         .collect()
 });
 
@@ -97,6 +106,69 @@ static CP_RUNS: LazyLock<Vec<(u32, u32)>> = LazyLock::new(|| {
         .collect()
 });
 
+/// The time zones of c_CodigoPostal (`huso_horario`), as the SAT names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Huso {
+    /// Tiempo del Centro (UTC−6, no daylight saving since 2022).
+    Centro,
+    /// Tiempo del Centro en Frontera: the northern border strip on Central time with the US
+    /// daylight-saving dates.
+    CentroFrontera,
+    /// Tiempo del Noroeste: Baja California, UTC−8 with the US daylight-saving dates.
+    Noroeste,
+    /// Tiempo del Pacífico (UTC−7, no daylight saving).
+    Pacifico,
+    /// Tiempo del Sureste: Quintana Roo, UTC−5.
+    Sureste,
+}
+
+impl Huso {
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name.trim() {
+            "Tiempo del Centro" => Self::Centro,
+            "Tiempo del Centro en Frontera" => Self::CentroFrontera,
+            "Tiempo del Noroeste" => Self::Noroeste,
+            "Tiempo del Pacífico" => Self::Pacifico,
+            "Tiempo del Sureste" => Self::Sureste,
+            _ => return None,
+        })
+    }
+
+    /// As the catalog writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Centro => "Tiempo del Centro",
+            Self::CentroFrontera => "Tiempo del Centro en Frontera",
+            Self::Noroeste => "Tiempo del Noroeste",
+            Self::Pacifico => "Tiempo del Pacífico",
+            Self::Sureste => "Tiempo del Sureste",
+        }
+    }
+}
+
+/// `(first code of the run, zone)`, sorted.
+static HUSO_RUNS: LazyLock<Vec<(u32, Huso)>> = LazyLock::new(|| {
+    HUSOS
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (range, zone) = l.trim().split_once(' ')?;
+            let (first, _) = range.split_once('-')?;
+            Some((first.parse().ok()?, Huso::parse(zone)?))
+        })
+        .collect()
+});
+
+/// The `huso_horario` of a código postal of c_CodigoPostal; `None` for a code not in it.
+pub fn huso_horario(cp: &str) -> Option<Huso> {
+    if !is_codigo_postal(cp) {
+        return None;
+    }
+    let n: u32 = cp.parse().ok()?;
+    let i = HUSO_RUNS.partition_point(|(first, _)| *first <= n);
+    HUSO_RUNS.get(i.checked_sub(1)?).map(|(_, h)| *h)
+}
+
 static FORMAS_PAGO: LazyLock<Vec<String>> = LazyLock::new(|| {
     rows(FORMA_PAGO)
         .filter_map(|f| f.first().cloned())
@@ -110,6 +182,12 @@ pub fn options(catalog: &[Entry]) -> Vec<(String, String)> {
         .iter()
         .map(|e| (e.code.clone(), e.text.clone()))
         .collect()
+}
+
+/// `porcentaje_variacion` of a c_Moneda currency: how far (in percent) a TipoCambio may be
+/// from the published rate before a PAC asks for a Confirmacion (CFDI40118).
+pub fn currency_variation(code: &str) -> Option<u32> {
+    CURRENCY_VARIATION.get(code).copied()
 }
 
 /// Decimals of a c_Moneda currency, or `None` when the code is not in the catalog.
@@ -195,6 +273,30 @@ mod tests {
             Some("Devoluciones, descuentos o bonificaciones.")
         );
         assert_eq!(usos().len(), 24);
+    }
+
+    #[test]
+    fn husos_come_from_the_runs_of_the_catalog() {
+        assert_eq!(HUSO_RUNS.len(), 38);
+        for (cp, huso) in [
+            ("06600", Huso::Centro),
+            ("42501", Huso::Centro),
+            ("22000", Huso::Noroeste),
+            ("21000", Huso::Noroeste),
+            ("23000", Huso::Pacifico),
+            ("83000", Huso::Pacifico),
+            ("63726", Huso::Centro),
+            ("63727", Huso::Pacifico),
+            ("32000", Huso::CentroFrontera),
+            ("88000", Huso::CentroFrontera),
+            ("77500", Huso::Sureste),
+            ("99999", Huso::Centro),
+        ] {
+            assert_eq!(huso_horario(cp), Some(huso), "{cp}");
+        }
+        assert_eq!(huso_horario("17000"), None, "not in c_CodigoPostal");
+        assert_eq!(currency_variation("USD"), Some(5));
+        assert_eq!(currency_variation("XXX"), Some(0));
     }
 
     #[test]

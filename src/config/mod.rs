@@ -11,8 +11,9 @@
 //!   questions the rest of the program asks of the settings, [`ConfigError`].
 //! - `sections.rs`: one typed struct per plain table (`[server]`, `[database]`, `[api]`, …).
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
-//! - `worker.rs`, `admin.rs`, `global.rs`, `refunds.rs`, `portal.rs`: `[worker]`, `[admin]`,
-//!   `[global]`, `[refunds]` and `[portal]`, with their own checks; `deliver.rs`: `[pdf]`.
+//! - `worker.rs`, `admin.rs`, `global.rs`, `refunds.rs`, `portal.rs`, `fx.rs`: `[worker]`,
+//!   `[admin]`, `[global]`, `[refunds]`, `[portal]` and `[fx]`, with their own checks;
+//!   `deliver.rs`: `[pdf]`.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
@@ -30,6 +31,7 @@
 mod admin;
 mod deliver;
 mod exposure;
+mod fx;
 mod global;
 mod load;
 mod pac;
@@ -52,8 +54,9 @@ use serde::Deserialize;
 
 pub use admin::AdminSettings;
 pub use deliver::{Paper, PdfSettings};
+pub use fx::{FxSettings, FxSource};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
-pub use pac::{PacConfig, PacKind};
+pub use pac::{PacConfig, PacEnvironment, PacKind, environment_mismatch};
 pub use portal::PortalSettings;
 pub use refunds::{FullRefund, RefundSettings};
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
@@ -100,6 +103,7 @@ pub struct Settings {
     pub portal: PortalSettings,
     pub log: LogSettings,
     pub pdf: PdfSettings,
+    pub fx: FxSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,

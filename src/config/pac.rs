@@ -29,6 +29,66 @@ impl PacKind {
     }
 }
 
+/// Whether a PAC connection stamps for real (`production`) or only tries (`test`: SW's and
+/// Finkok's test services, the sandbox). Test-mode payments go only to test environments,
+/// live payments only to production; the sandbox takes both, being the appliance's trial mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PacEnvironment {
+    Test,
+    Production,
+}
+
+impl PacEnvironment {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Test => "test",
+            Self::Production => "production",
+        }
+    }
+}
+
+/// Why a payment is not sent to a PAC of environment `env` (`sandbox`: the sandbox, which
+/// takes both): `(error code, message)` for the held document, `None` when it may be sent.
+pub fn environment_mismatch(
+    env: PacEnvironment,
+    sandbox: bool,
+    livemode: bool,
+) -> Option<(&'static str, &'static str)> {
+    match (sandbox, env, livemode) {
+        (true, _, _) => None,
+        (false, PacEnvironment::Production, false) => Some((
+            "test_mode",
+            "test-mode payment: never sent to a production PAC ([pac] environment is production)",
+        )),
+        (false, PacEnvironment::Test, true) => Some((
+            "live_to_test_pac",
+            "live payment: never sent to a test PAC, whose stamps have no fiscal value ([pac] environment is test); point [pac] at production",
+        )),
+        _ => None,
+    }
+}
+
+/// The hosts of SW's and Finkok's services and the environment each one is.
+const KNOWN_PAC_HOSTS: &[(&str, PacEnvironment)] = &[
+    ("services.test.sw.com.mx", PacEnvironment::Test),
+    ("api.test.sw.com.mx", PacEnvironment::Test),
+    ("demo-facturacion.finkok.com", PacEnvironment::Test),
+    ("services.sw.com.mx", PacEnvironment::Production),
+    ("api.sw.com.mx", PacEnvironment::Production),
+    ("facturacion.finkok.com", PacEnvironment::Production),
+];
+
+/// The environment of a known PAC URL (exact host, any scheme, port or path).
+fn known_environment(url: &str) -> Option<PacEnvironment> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split(['/', ':', '?']).next().unwrap_or(rest);
+    KNOWN_PAC_HOSTS
+        .iter()
+        .find(|(h, _)| host.eq_ignore_ascii_case(h))
+        .map(|(_, e)| *e)
+}
+
 /// The `[pac]` configuration table (and `[pac.backup]`, same keys).
 #[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -57,6 +117,9 @@ pub struct PacConfig {
     pub sandbox_state: Option<PathBuf>,
     /// In-process sandbox: a fault spec (see [`crate::pacsim::faults`]).
     pub sandbox_faults: Option<String>,
+    /// `test` or `production`: required for `sw` and `finkok` at a URL other than their known
+    /// ones (which set it); the sandbox is always `test`.
+    pub environment: Option<PacEnvironment>,
     /// A second PAC, used only when the primary definitely did not stamp.
     pub backup: Option<Box<PacConfig>>,
 }
@@ -76,6 +139,7 @@ impl Default for PacConfig {
             stamped_wait: 12,
             sandbox_state: None,
             sandbox_faults: None,
+            environment: None,
             backup: None,
         }
     }
@@ -107,8 +171,69 @@ impl fmt::Debug for PacConfig {
             .field("stamped_wait", &self.stamped_wait)
             .field("sandbox_state", &self.sandbox_state)
             .field("sandbox_faults", &self.sandbox_faults)
+            .field("environment", &self.environment)
             .field("backup", &self.backup)
             .finish()
+    }
+}
+
+impl PacConfig {
+    /// Whether this connection is a test or a production environment: the sandbox is a test
+    /// one; SW's and Finkok's known URLs say which; any other URL needs `environment`. `Err`
+    /// says what to set.
+    pub fn environment(&self) -> Result<PacEnvironment, String> {
+        let kind = self.kind.name();
+        if self.kind == PacKind::Sandbox {
+            return match self.environment {
+                Some(PacEnvironment::Production) => Err(
+                    "environment = \"production\" with kind = \"sandbox\": the sandbox never stamps for real; remove the key"
+                        .into(),
+                ),
+                _ => Ok(PacEnvironment::Test),
+            };
+        }
+        let url = self.url.as_deref().unwrap_or("");
+        match (known_environment(url), self.environment) {
+            (Some(known), Some(set)) if known != set => Err(format!(
+                "environment = {:?} but {} is {kind}'s {} service: remove the key or fix the url",
+                set.name(),
+                super::url_for_log(url),
+                known.name()
+            )),
+            (Some(known), _) => Ok(known),
+            (None, Some(set)) => Ok(set),
+            (None, None) => Err(format!(
+                "environment = \"test\" or \"production\" is required with kind = \"{kind}\" at {}: it is not one of {kind}'s known URLs, so say which environment it is",
+                super::url_for_log(url)
+            )),
+        }
+    }
+
+    /// Pushes the problem of [`PacConfig::environment`], prefixed by the table's name.
+    pub(super) fn check_environment(&self, table: &str, p: &mut Vec<String>) {
+        if let Err(e) = self.environment() {
+            p.push(format!("{table} {e}"));
+        }
+    }
+}
+
+impl Settings {
+    /// The environment of `[pac]` (validation made sure it is known).
+    pub fn pac_environment(&self) -> PacEnvironment {
+        self.pac.environment().unwrap_or(PacEnvironment::Production)
+    }
+
+    /// `[pac] kind` and its environment, as the banner and the admin name it.
+    pub fn pac_environment_label(&self) -> String {
+        let env = self.pac_environment();
+        let rule = if self.is_sandbox() {
+            "test-mode and live payments are both stamped by the sandbox (no fiscal value)"
+        } else if env == PacEnvironment::Test {
+            "test-mode payments are stamped; live payments are held in needs_attention"
+        } else {
+            "live payments are stamped; test-mode payments are held in needs_attention"
+        };
+        format!("{} ({} environment): {rule}", self.pac_kind(), env.name())
     }
 }
 

@@ -115,7 +115,8 @@ pub struct EmisorSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InvoiceSettings {
-    /// Currencies invoiced; a payment in another is recorded as needing attention.
+    /// Currencies invoiced (`"*"`: every c_Moneda currency); a payment in another is recorded
+    /// as needing attention.
     pub currencies: Vec<String>,
     pub clave_prod_serv: String,
     pub clave_unidad: String,
@@ -128,6 +129,15 @@ pub struct InvoiceSettings {
     /// UsoCFDI when the customer gave none.
     pub uso_cfdi: String,
     pub metodo_pago: String,
+}
+
+impl InvoiceSettings {
+    /// Whether sales in `currency` are invoiced (it still needs a TipoCambio unless MXN).
+    pub fn invoices(&self, currency: &str) -> bool {
+        currency != "XXX"
+            && crate::cfdi::catalogs::currency_decimals(currency).is_some()
+            && self.currencies.iter().any(|c| c == "*" || c == currency)
+    }
 }
 
 /// Payment method → c_FormaPago (`docs/cfdi-rules.md` §5). Industry convention, so editable.

@@ -307,7 +307,7 @@ fn the_merchant_webhook_secret_is_checked_at_load_and_decoded_by_its_type() {
 #[test]
 fn the_pac_table_is_typed_at_load() {
     let s = Settings::from_parts(
-        Some("[pac]\nkind = \"sandbox\"\nrequest_timeout = 7\n[pac.backup]\nkind = \"finkok\"\n"),
+        Some("[pac]\nkind = \"sandbox\"\nrequest_timeout = 7\n[pac.backup]\nkind = \"finkok\"\nenvironment = \"test\"\n"),
         &[],
     )
     .expect("settings");
@@ -458,5 +458,67 @@ fn global_keys_are_typed_and_checked_at_load() {
             .global
             .periodicidad,
         Periodicidad::Bimestral
+    );
+}
+
+#[test]
+fn each_pac_connection_knows_its_environment() {
+    use super::PacEnvironment::{Production, Test};
+    let csd =
+        "[emisor]\ncsd_cer = \"Cargo.toml\"\ncsd_key = \"Cargo.toml\"\ncsd_password = \"x\"\n";
+    let env = |pac: &str| {
+        Settings::from_parts(Some(&format!("[pac]\n{pac}{csd}")), &[]).map(|s| s.pac_environment())
+    };
+    assert_eq!(
+        Settings::defaults().expect("defaults").pac_environment(),
+        Test
+    );
+    let known = [
+        ("sw", "https://services.test.sw.com.mx", Test),
+        ("sw", "https://services.sw.com.mx/", Production),
+        ("finkok", "https://demo-facturacion.finkok.com", Test),
+        ("finkok", "https://facturacion.finkok.com", Production),
+    ];
+    for (kind, url, want) in known {
+        let got = env(&format!("kind = \"{kind}\"\nurl = \"{url}\"\n")).expect(url);
+        assert_eq!(got, want, "{url}");
+    }
+    // Elsewhere it must be said, and it may not contradict a known URL.
+    let other = "kind = \"sw\"\nurl = \"https://pac.example.mx\"\n";
+    assert_names_all(
+        &refused(&format!("[pac]\n{other}{csd}")),
+        &[
+            "[pac] environment = \"test\" or \"production\" is required",
+            "pac.example.mx",
+        ],
+    );
+    assert_eq!(
+        env(&format!("{other}environment = \"production\"\n")).expect("set"),
+        Production
+    );
+    assert_names_all(
+        &refused(&format!(
+            "[pac]\nkind = \"sw\"\nurl = \"https://services.sw.com.mx\"\nenvironment = \"test\"\n{csd}"
+        )),
+        &["[pac] environment = \"test\" but", "production service"],
+    );
+    assert_names_all(
+        &refused(&format!(
+            "[pac]\nkind = \"sw\"\nurl = \"https://services.sw.com.mx\"\n[pac.backup]\nkind = \"finkok\"\nurl = \"https://demo-facturacion.finkok.com\"\n{csd}"
+        )),
+        &["[pac.backup] is a test environment but [pac] is a production one"],
+    );
+    // Emisor and [fx] are checked at load too.
+    assert_names_all(
+        &refused("[emisor]\nlugar_expedicion = \"17000\"\n"),
+        &["lugar_expedicion = \"17000\" is not in c_CodigoPostal"],
+    );
+    assert_names_all(
+        &refused("[fx]\nsource = \"banxico\"\n"),
+        &["[fx] source = \"banxico\" needs token"],
+    );
+    assert_names_all(
+        &refused("[fx]\nsource = \"fixed\"\nrates = { USD = \"17.1234567\", ZZZ = \"1\" }\n"),
+        &["rates.USD", "\"ZZZ\" is not a c_Moneda currency"],
     );
 }

@@ -131,6 +131,12 @@ impl Settings {
                 "[emisor] lugar_expedicion = {:?} must be a 5-digit postal code",
                 e.lugar_expedicion
             ));
+        } else if !crate::cfdi::catalogs::is_codigo_postal(&e.lugar_expedicion) {
+            // A PAC refuses it, and its huso_horario (the zone of every Fecha) is unknown.
+            p.push(format!(
+                "[emisor] lugar_expedicion = {:?} is not in c_CodigoPostal: give the postal code of the place of issue as the SAT lists it",
+                e.lugar_expedicion
+            ));
         }
         if e.serie.is_empty()
             || e.serie.len() > 25
@@ -151,9 +157,12 @@ impl Settings {
         }
         let inv = &self.invoice;
         if inv.currencies.is_empty() {
-            p.push("[invoice] currencies must list at least one currency (e.g. [\"MXN\"])".into());
+            p.push(
+                "[invoice] currencies must list at least one currency (e.g. [\"MXN\"]), or \"*\" for every c_Moneda currency"
+                    .into(),
+            );
         }
-        for c in &inv.currencies {
+        for c in inv.currencies.iter().filter(|c| *c != "*") {
             if crate::cfdi::catalogs::currency_decimals(c).is_none() {
                 p.push(format!(
                     "[invoice] currencies: {c:?} is not a c_Moneda code (uppercase, e.g. \"MXN\")"
@@ -195,6 +204,20 @@ impl Settings {
             if !crate::cfdi::catalogs::is_forma_pago(v) {
                 p.push(format!(
                     "[forma_pago] {k} = {v:?} is not in c_FormaPago (e.g. \"04\")"
+                ));
+            }
+        }
+        self.fx.check(&mut p);
+        self.pac.check_environment("[pac]", &mut p);
+        if let Some(b) = &self.pac.backup {
+            b.check_environment("[pac.backup]", &mut p);
+            if let (Ok(a), Ok(bk)) = (self.pac.environment(), b.environment())
+                && a != bk
+            {
+                p.push(format!(
+                    "[pac.backup] is a {} environment but [pac] is a {} one: a backup must stamp in the same environment",
+                    bk.name(),
+                    a.name()
                 ));
             }
         }

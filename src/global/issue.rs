@@ -20,7 +20,7 @@ use super::due::Timing;
 use super::plan::{Planner, Slot, tipo_cambio_of};
 use crate::domain::DocumentState;
 use crate::domain::period::Period;
-use crate::domain::time::{from_local, now_in_mexico};
+use crate::domain::time::{from_local, now_at, now_in_mexico};
 use crate::store::{Db, Frozen, RecordedEvent, Sale, StoreError};
 use crate::webhooks::refunds::{Recorded, refunded_in_full};
 
@@ -165,7 +165,7 @@ pub async fn issue(
                 let code = period.periodicidad.code();
                 let start = period.start.to_string();
                 let seq = db.next_global_seq(rfc, code, &start, &moneda).await?;
-                let fecha = now_in_mexico();
+                let fecha = now_at(&planner.emisor.lugar_expedicion);
                 let g = match planner.global(
                     Slot {
                         period,
@@ -303,12 +303,12 @@ async fn leave_out(
                 "refunded in full before its factura global (its refunds add up to the sale)"
                     .to_owned(),
             )),
-            None if !s.livemode && !planner.sandbox_pac => Some((
-                "needs_attention",
-                "test-mode payment: never sent to a production PAC, nor in a factura global"
-                    .to_owned(),
-            )),
-            None => None,
+            None => crate::config::environment_mismatch(
+                planner.pac_env,
+                planner.sandbox_pac,
+                s.livemode,
+            )
+            .map(|(_, why)| ("needs_attention", format!("{why}; nor in a factura global"))),
         };
         let Some((status, reason)) = out else {
             kept.push(s);

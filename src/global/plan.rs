@@ -32,6 +32,8 @@ pub struct Planner {
     default_forma_pago: String,
     /// The sandbox PAC stamps test-mode sales; a production PAC never gets them.
     pub sandbox_pac: bool,
+    /// `[pac]`'s environment: sales of the other mode stay out of its globals.
+    pub pac_env: crate::config::PacEnvironment,
 }
 
 /// Which global: number `seq` of `period` in `moneda`.
@@ -66,6 +68,7 @@ impl Planner {
             prices_include_tax: s.invoice.prices_include_tax,
             default_forma_pago: s.forma_pago.default.clone(),
             sandbox_pac: s.is_sandbox(),
+            pac_env: s.pac_environment(),
         })
     }
 
@@ -185,14 +188,16 @@ impl Planner {
         let total = cfdi::money::fixed(built.total, built.moneda_decimals);
         let test_mode = sales.iter().any(|s| !s.livemode);
         let key = self.stamp_key(period, moneda, seq);
-        let (state, code, message) = if test_mode && !self.sandbox_pac {
-            (
+        let mismatch = sales.iter().find_map(|s| {
+            crate::config::environment_mismatch(self.pac_env, self.sandbox_pac, s.livemode)
+        });
+        let (state, code, message) = match mismatch {
+            Some((code, message)) => (
                 DocumentState::NeedsAttention,
-                Some("test_mode".to_owned()),
-                Some("test-mode payments: never sent to a production PAC".to_owned()),
-            )
-        } else {
-            (DocumentState::Pending, None, None)
+                Some(code.to_owned()),
+                Some(message.to_owned()),
+            ),
+            None => (DocumentState::Pending, None, None),
         };
         let label = period.label();
         Ok(NewGlobal {

@@ -9,7 +9,7 @@ use super::plan::{Planner, Replacing, Slot};
 use crate::domain::DocumentState;
 use crate::domain::cancellation::CancelFacts;
 use crate::domain::period::{Period, Periodicidad};
-use crate::domain::time::now_in_mexico;
+use crate::domain::time::now_at;
 use crate::store::{Db, Frozen, StoreError};
 
 /// Freezes the replacement of the stamped global `outbox_id` for `actor`; its document id, or
@@ -69,7 +69,8 @@ pub async fn replace(
         moneda: &g.moneda,
         seq,
     };
-    let new = match planner.global(slot, &sales, now_in_mexico(), Some(replacing), actor) {
+    let fecha = now_at(&planner.emisor.lugar_expedicion);
+    let new = match planner.global(slot, &sales, fecha, Some(replacing), actor) {
         Ok(n) => n,
         Err(e) => return Ok(Err(format!("the replacement cannot be built: {e}"))),
     };

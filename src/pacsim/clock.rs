@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use chrono::{DateTime, Duration, Utc};
 
 // The Mexico City time and business days live in `domain`; the sandbox reads them from here too.
-pub use crate::domain::time::{add_business_days, end_of_next_business_day, from_local, to_local};
+pub use crate::domain::time::{
+    add_business_days, end_of_next_business_day, from_local, to_local, to_local_at,
+};
 
 /// Wall time shifted by a persisted offset; only ever moves forward.
 #[derive(Debug, Default)]

@@ -14,7 +14,9 @@
 //! (certificate not the emisor's, or NoCertificado not its serial), `305` La fecha de emisión no
 //! está dentro de la vigencia del CSD del emisor, `401` Fecha y hora de generación fuera de
 //! rango (older than 72 h or in the future), `CFDI40102` for a Sello that does not verify, and the
-//! amount codes of the CFDI validator (`CFDI40108`, `40119`, `40167`, `40215`, `40221`).
+//! amount codes of the CFDI validator (`CFDI40108`, `40119`, `40167`, `40215`, `40221`), and
+//! the TipoCambio codes `CFDI40114`–`CFDI40118` ([`tipo_cambio`]). Fecha is read as local time
+//! at the LugarExpedicion, which must be in `c_CodigoPostal` (`301` otherwise).
 
 pub mod clock;
 pub mod faults;
@@ -22,6 +24,7 @@ pub mod finkok;
 pub mod schema;
 pub mod server;
 pub mod state;
+pub mod tipo_cambio;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
@@ -194,7 +197,8 @@ impl Sim {
         }
         let root = Element::parse(s.xml.as_bytes()).ok()?;
         let fecha = root.attr("Fecha").and_then(parse_fecha)?;
-        Some(fecha + Duration::hours(72) - clock::to_local(s.stamped_at))
+        let lugar = root.attr("LugarExpedicion").unwrap_or_default();
+        Some(fecha + Duration::hours(72) - clock::to_local_at(s.stamped_at, lugar))
     }
 
     /// Finkok's `stamped`: the stamp of these bytes (same cadena original), once its
@@ -384,6 +388,13 @@ impl Sim {
                 detail,
             });
         }
+        if let Some((code, message, detail)) = tipo_cambio::check(root) {
+            return Some(StampAnswer::Rejected {
+                code: code.to_owned(),
+                message: format!("{code} - {message}"),
+                detail: vec![detail],
+            });
+        }
         let rfc_receptor = root
             .child_attr(NS_CFDI, "Receptor", "Rfc")
             .unwrap_or_default();
@@ -402,7 +413,8 @@ impl Sim {
                 )],
             ));
         }
-        let now_local = clock::to_local(now);
+        // Fecha is local time at the LugarExpedicion (its huso_horario in c_CodigoPostal).
+        let now_local = clock::to_local_at(now, root.attr("LugarExpedicion").unwrap_or_default());
         if fecha > now_local || now_local - fecha > Duration::hours(72) {
             return Some(reject(
                 "401",

@@ -6,9 +6,9 @@
 //!
 //! Beyond the XSD: `catCFDI.xsd` still lists régimenes and usos the CFDI 4.0 catalogs retired
 //! (609, 628–630, P01); those are refused against the 4.0 catalogs of [`crate::cfdi::catalogs`].
-//! Not checked: `LugarExpedicion` against the 95,777 codes of `c_CodigoPostal` (only its
-//! five-digit shape), and the elements' order and cardinality (the document engine writes them;
-//! [`crate::cfdi::verify`] checks the required ones).
+//! `LugarExpedicion` is checked against `c_CodigoPostal` (its runs of codes in
+//! [`crate::cfdi::catalogs`]). Not checked: the elements' order and cardinality (the document
+//! engine writes them; [`crate::cfdi::verify`] checks the required ones).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
@@ -87,7 +87,7 @@ const COMPROBANTE: &[(&str, Ty, bool)] = &[
     ("TipoDeComprobante", Cat("c_TipoDeComprobante"), true),
     ("Exportacion", Cat("c_Exportacion"), true),
     ("MetodoPago", Cat("c_MetodoPago"), false),
-    ("LugarExpedicion", Digits(5), true),
+    ("LugarExpedicion", Cat("c_CodigoPostal"), true),
     ("Confirmacion", Alnum(5, 5), false),
 ];
 const INFORMACION_GLOBAL: &[(&str, Ty, bool)] = &[
@@ -298,6 +298,10 @@ fn collapse(v: &str) -> String {
 }
 
 fn cat_ok(cat: &str, v: &str) -> bool {
+    if cat == "c_CodigoPostal" {
+        // Kept as runs of codes, not as an enumeration (95,777 of them).
+        return catalogs::is_codigo_postal(v);
+    }
     CATALOGS.get(cat).is_some_and(|codes| codes.contains(v))
 }
 

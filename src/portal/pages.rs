@@ -20,7 +20,7 @@ use crate::cfdi::ReceptorData;
 use crate::cfdi::fiscal::{self, FieldError};
 use crate::domain::DocumentState;
 use crate::error::PortalError;
-use crate::ingest::{CustomerData, fecha_of};
+use crate::ingest::CustomerData;
 use crate::state::AppState;
 use crate::store::{DocFull, PaymentRow, PortalSubmission, Submitted, normalize_reference};
 
@@ -410,10 +410,11 @@ pub async fn submit(
     if page.form.is_none() {
         return Ok(back);
     }
-    let draft = match state
-        .ingestor
-        .portal_draft(&p, receptor.clone(), fecha_of(Utc::now()))
-    {
+    let draft = match state.ingestor.portal_draft(
+        &p,
+        receptor.clone(),
+        state.ingestor.fecha(Utc::now()),
+    ) {
         Ok(d) => d,
         Err(reason) => {
             tracing::warn!(payment = %p.payment.payment_id, %reason, "portal: the sale cannot be invoiced as the customer asked");

@@ -95,6 +95,10 @@ pub struct Payment {
     pub refunds: Option<Vec<Value>>,
     #[serde(default)]
     pub transaction_amount_refunded: Option<Box<RawValue>>,
+    /// Mercado Pago's own conversion of a payment in another currency: MXN per unit of
+    /// `currency_id`, read exactly like the amount.
+    #[serde(default)]
+    pub conversion_rate: Option<Box<RawValue>>,
 }
 
 /// What the fetched payment means.
@@ -116,6 +120,16 @@ pub fn exact_decimal(text: &str) -> Option<Decimal> {
 impl Payment {
     pub fn parse(body: &[u8]) -> Result<Self, String> {
         serde_json::from_slice(body).map_err(|e| format!("unexpected payment JSON: {e}"))
+    }
+
+    /// `conversion_rate` for a payment not in MXN, when it is a real rate: Mercado Pago writes
+    /// `1` (or null) when it converted nothing, which is no rate to MXN.
+    pub fn provider_rate(&self) -> Option<Decimal> {
+        if self.currency_id.eq_ignore_ascii_case("MXN") {
+            return None;
+        }
+        let rate = exact_decimal(self.conversion_rate.as_ref()?.get())?;
+        (rate > Decimal::ZERO && rate != Decimal::ONE).then_some(rate)
     }
 
     pub fn id_text(&self) -> String {
@@ -210,6 +224,7 @@ impl Payment {
                 .cloned()
                 .chain(ingest::order_reference(self.metadata.as_ref()))
                 .collect(),
+            provider_rate: self.provider_rate(),
         }))
     }
 }

@@ -213,7 +213,7 @@ async fn stripe_webhook(
     let (status, reason, payment_ref) = match stripe::classify(&ev) {
         stripe::Meaning::Paid(facts) => {
             row.payment_ref = Some(facts.payment_id.clone());
-            let (payment, draft) = state.ingestor.plan(&facts);
+            let (payment, draft) = plan(&state, &facts).await;
             let stamp_key = key_of(draft.as_ref());
             // A Checkout Session and its PaymentIntent arrive in either order; whichever
             // carries the customer's RFC completes the sale the other recorded first.
@@ -388,6 +388,22 @@ async fn mercadopago_notification(
     Ok(ack(outcome, serde_json::json!({})))
 }
 
+/// The payment row and draft of `facts`, its TipoCambio looked up first (outside any
+/// transaction: Banxico may be asked).
+async fn plan(
+    state: &AppState,
+    facts: &crate::ingest::PaymentFacts,
+) -> (crate::store::NewPayment, Option<crate::store::OutboxDraft>) {
+    let rated = state
+        .fx
+        .tipo_cambio(&facts.currency, facts.provider_rate, facts.paid_at)
+        .await;
+    if let Some(Err(why)) = &rated {
+        tracing::warn!(payment_id = %facts.payment_id, currency = %facts.currency, reason = %why, "no exchange rate: the sale is held");
+    }
+    state.ingestor.plan_rated(facts, rated)
+}
+
 /// Seconds before the next fetch after `attempts` failures: the configured interval, doubling,
 /// at most an hour.
 fn retry_delay_seconds(state: &AppState, attempts: i32) -> i64 {
@@ -428,7 +444,7 @@ async fn resolved(
 ) -> Result<&'static str, StoreError> {
     match payment.meaning(&p.event_id, p.livemode) {
         mercadopago::Meaning::Paid(facts) => {
-            let (row, draft) = state.ingestor.plan(&facts);
+            let (row, draft) = plan(state, &facts).await;
             let stamp_key = key_of(draft.as_ref());
             let out = state
                 .db

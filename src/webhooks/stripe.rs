@@ -236,6 +236,8 @@ fn facts(
         customer,
         description,
         references,
+        // The balance transaction's rate needs the Stripe API (issue 18 §1–3).
+        provider_rate: None,
     })
 }
 

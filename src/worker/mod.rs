@@ -368,13 +368,6 @@ pub struct Services {
     pub sandbox: Option<crate::pacsim::SandboxHandle>,
 }
 
-/// Known test hosts of real PACs: documents sent there are not real CFDIs.
-const TEST_PAC_HOSTS: &[&str] = &[
-    "services.test.sw.com.mx",
-    "api.test.sw.com.mx",
-    "demo-facturacion.finkok.com",
-];
-
 /// Builds the worker around an already connected PAC (`serve` shares the application's).
 pub fn worker_for(
     settings: &crate::config::Settings,
@@ -383,11 +376,9 @@ pub fn worker_for(
 ) -> anyhow::Result<Arc<Worker>> {
     let pac_cfg = settings.pac_config()?;
     let label = pac_cfg.kind.name();
+    // Known SW/Finkok URLs or `[pac] environment` (validated at load) say which.
     let production = pac_cfg.kind != pac::PacKind::Sandbox
-        && !pac_cfg
-            .url
-            .as_deref()
-            .is_some_and(|u| TEST_PAC_HOSTS.iter().any(|h| u.contains(h)));
+        && settings.pac_environment() == crate::config::PacEnvironment::Production;
     let e = &settings.emisor;
     let csd = match (&e.csd_cer, &e.csd_key, &e.csd_password) {
         (Some(cer), Some(key), Some(pw)) => Csd::from_files(cer, key, pw.expose())?,

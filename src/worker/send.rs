@@ -3,8 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeZone, Utc};
-use chrono_tz::America::Mexico_City;
+use chrono::{DateTime, Utc};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::Worker;
@@ -221,11 +220,9 @@ impl Worker {
 
     /// When the SAT window of the frozen Fecha closes: no PAC stamps the document after it.
     fn window_end(&self, req: &InvoiceRequest) -> Option<DateTime<Utc>> {
-        let fecha = Mexico_City.from_local_datetime(&req.fecha).earliest()?;
-        Some(
-            fecha.with_timezone(&Utc)
-                + chrono::Duration::from_std(self.cfg.window).unwrap_or_default(),
-        )
+        // Fecha is local time at the place of issue (its huso_horario in c_CodigoPostal).
+        let fecha = crate::domain::time::from_local_at(req.fecha, &req.emisor.lugar_expedicion)?;
+        Some(fecha + chrono::Duration::from_std(self.cfg.window).unwrap_or_default())
     }
 
     /// A recovery the PAC could not answer. The PAC may hold a stamp, so the row stays

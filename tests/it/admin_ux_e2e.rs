@@ -404,7 +404,7 @@ async fn the_fix_form_issues_once_when_sent_twice() {
     d.click(&d.link(&usd).await).await;
     d.click(&d.find("a[id^=fix-]").await).await;
     let form = d.wait_text("TipoCambio").await;
-    assert!(form.contains("currency USD is not invoiced"), "{form}");
+    assert!(form.contains("no exchange rate for currency USD"), "{form}");
     d.type_into(&d.find("input[name=tipo_cambio]").await, "17.10")
         .await;
     d.screenshot("ux-fix-form").await;

@@ -26,6 +26,8 @@ mod cfdi_props;
 mod checkout;
 mod cli_e2e;
 mod downloads;
+mod currency;
+mod currency_props;
 mod folio;
 mod fuzz_regressions;
 mod global;

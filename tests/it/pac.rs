@@ -1443,7 +1443,9 @@ async fn every_sample_the_engine_produces_passes_the_sandbox_checks() {
     for (name, json) in SAMPLE_REQUESTS {
         let mut req: InvoiceRequest = serde_json::from_str(json).unwrap();
         req.folio = Some(format!("S{}-{name}", std::process::id()));
-        req.fecha = now_in_mexico() - ChronoDuration::minutes(1);
+        // Local time at the sample's LugarExpedicion, as the sandbox reads Fecha.
+        req.fecha = autofactura::domain::time::now_at(&req.emisor.lugar_expedicion)
+            - ChronoDuration::minutes(1);
         let xml = seal(&req);
         match sim.client().stamp(&xml, &key()).await {
             StampOutcome::Stamped(s) => assert!(s.belongs_to(&xml), "{name}"),
