@@ -7,7 +7,8 @@
 //! centavo, the centavos split over the lines by largest remainder so the lines of `share(c)` add
 //! up to exactly `c / A` of the lines' total. So the egresos of a sale refunded in any number of
 //! steps add up, line by line and to the centavo, to what the original charged, and the last one
-//! (the rest) is exactly the original minus what earlier egresos credited.
+//! (the rest) is exactly the original minus what earlier egresos credited. Document totals are
+//! rounded once per document (Anexo 20), so they may differ by that rounding (docs/refunds.md).
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rust_decimal::Decimal;

@@ -33,6 +33,7 @@ mod layout;
 mod pac;
 mod portal;
 mod portal_e2e;
+mod refund_props;
 mod refunds;
 mod secrets_in_logs;
 mod security;
