@@ -53,6 +53,14 @@ pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
         "08-escaping-and-spaces",
         include_str!("../fixtures/requests/08-escaping-and-spaces.json"),
     ),
+    (
+        "09-egreso-reembolso-parcial",
+        include_str!("../fixtures/requests/09-egreso-reembolso-parcial.json"),
+    ),
+    (
+        "10-egreso-publico-en-general",
+        include_str!("../fixtures/requests/10-egreso-publico-en-general.json"),
+    ),
 ];
 
 /// The sandbox's stand-in for `GET /v1/payments/{id}`: an approved MXN debit-card payment with
