@@ -53,10 +53,18 @@ pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
         "08-escaping-and-spaces",
         include_str!("../fixtures/requests/08-escaping-and-spaces.json"),
     ),
+    (
+        "09-egreso-reembolso-parcial",
+        include_str!("../fixtures/requests/09-egreso-reembolso-parcial.json"),
+    ),
+    (
+        "10-egreso-publico-en-general",
+        include_str!("../fixtures/requests/10-egreso-publico-en-general.json"),
+    ),
     // Zero decimals (c_Moneda JPY), issued in Baja California (Tiempo del Noroeste).
     (
-        "09-jpy-tijuana",
-        include_str!("../fixtures/requests/09-jpy-tijuana.json"),
+        "11-jpy-tijuana",
+        include_str!("../fixtures/requests/11-jpy-tijuana.json"),
     ),
 ];
 

@@ -94,6 +94,20 @@ pub struct PaymentPage {
     pub fixable: bool,
     pub customer_pretty: String,
     pub docs: Vec<DocView>,
+    /// The sale's refunds (each an egreso, a wait, a reduction of its global, …).
+    pub refunds: Vec<RefundView>,
+    /// What can still be refunded (the amount less what refunds credited), once any was.
+    pub refundable: String,
+}
+
+/// One refund on its sale's page.
+pub struct RefundView {
+    pub refund_id: String,
+    pub amount: String,
+    pub status: String,
+    pub reason: String,
+    /// Its egreso's (or cancelled ingreso's) page and state, when it has one.
+    pub document: Option<(i64, i64, String, String)>,
 }
 
 fn pretty_json(s: &str) -> String {
@@ -280,6 +294,36 @@ pub async fn payment(
     } else {
         Said::default()
     };
+    let listed = state.db.refunds_of_sale(id).await?;
+    let amount: rust_decimal::Decimal = p.amount.parse().unwrap_or_default();
+    let credited: rust_decimal::Decimal = listed
+        .iter()
+        .filter(|r| crate::store::CREDITED_STATUSES.contains(&r.status.as_str()))
+        .filter_map(|r| r.amount.parse::<rust_decimal::Decimal>().ok())
+        .sum();
+    let refundable = if listed.is_empty() {
+        String::new()
+    } else {
+        money(&(amount - credited).to_string(), &p.currency)
+    };
+    let refunds = listed
+        .into_iter()
+        .map(|r| RefundView {
+            amount: money(&r.amount, &r.currency),
+            refund_id: r.refund_id,
+            status: r.status,
+            reason: r.reason.unwrap_or_default(),
+            document: match (r.outbox_id, r.document_payment, r.document_state) {
+                (Some(o), Some(p), Some(s)) => Some((
+                    p,
+                    o,
+                    s.label().to_owned(),
+                    r.document_uuid.unwrap_or_default(),
+                )),
+                _ => None,
+            },
+        })
+        .collect();
     html(&PaymentPage {
         l: Layout::new(
             &session,
@@ -302,6 +346,8 @@ pub async fn payment(
         said,
         customer_pretty: pretty_json(&p.customer_json),
         docs,
+        refunds,
+        refundable,
     })
 }
 

@@ -183,6 +183,7 @@ pub fn check(root: &Element) -> Vec<String> {
         out.push("the root is not cfdi:Comprobante".into());
         return out;
     }
+    let mut relations = Vec::new();
     let mut at = |e: &Element, label: &str, spec: &[(&str, Ty, bool)]| {
         attrs(e, label, spec, &mut out);
     };
@@ -190,11 +191,23 @@ pub fn check(root: &Element) -> Vec<String> {
     for e in ch(root, &["InformacionGlobal"]) {
         at(e, "InformacionGlobal", INFORMACION_GLOBAL);
     }
-    for rel in ch(root, &["CfdiRelacionados"]) {
+    let groups = ch(root, &["CfdiRelacionados"]);
+    for rel in &groups {
         at(rel, "CfdiRelacionados", CFDI_RELACIONADOS);
-        for e in ch(rel, &["CfdiRelacionado"]) {
+        let related = ch(rel, &["CfdiRelacionado"]);
+        if related.is_empty() {
+            relations.push("CfdiRelacionados needs at least one CfdiRelacionado (UUID)".into());
+        }
+        for e in related {
             at(e, "CfdiRelacionado", CFDI_RELACIONADO);
         }
+    }
+    // A nota de crédito credits a stamped CFDI: PACs refuse an egreso that names none.
+    if root.attr("TipoDeComprobante") == Some("E") && groups.is_empty() {
+        relations.push(
+            "an egreso (TipoDeComprobante E) must name the CFDI it credits in CfdiRelacionados"
+                .to_owned(),
+        );
     }
     for e in ch(root, &["Emisor"]) {
         at(e, "Emisor", EMISOR);
@@ -272,6 +285,7 @@ pub fn check(root: &Element) -> Vec<String> {
             "Receptor@UsoCFDI `{v}` is not in the CFDI 4.0 c_UsoCFDI"
         ));
     }
+    out.extend(relations);
     out
 }
 
@@ -470,6 +484,46 @@ fn pedimento(v: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The structure problems about CfdiRelacionados of the egreso sample 09 after `edit`.
+    fn relacionados_problems(edit: impl Fn(String) -> String) -> Vec<String> {
+        let json = crate::sandbox::SAMPLE_REQUESTS
+            .iter()
+            .find(|(n, _)| *n == "09-egreso-reembolso-parcial")
+            .map(|(_, j)| *j)
+            .expect("sample");
+        let req: crate::cfdi::InvoiceRequest = serde_json::from_str(json).expect("request");
+        let c = crate::cfdi::build(&req, "30001000000500003416").expect("builds");
+        let xml = edit(String::from_utf8(crate::cfdi::xml::to_xml(&c)).expect("utf-8"));
+        let root = Element::parse(xml.as_bytes()).expect("parses");
+        check(&root)
+            .into_iter()
+            .filter(|p| p.contains("CfdiRelacionad"))
+            .collect()
+    }
+
+    #[test]
+    fn an_egreso_must_name_what_it_credits_with_well_formed_relacionados() {
+        assert!(relacionados_problems(|x| x).is_empty());
+        let start = |x: &str| x.find("<cfdi:CfdiRelacionados").expect("relacionados");
+        let end = |x: &str| x.find("</cfdi:CfdiRelacionados>").expect("end") + 25;
+        let without = relacionados_problems(|x| format!("{}{}", &x[..start(&x)], &x[end(&x)..]));
+        assert_eq!(without.len(), 1, "{without:?}");
+        assert!(without[0].contains("must name the CFDI it credits"));
+        let empty = relacionados_problems(|x| {
+            let inner = x.find("<cfdi:CfdiRelacionado ").expect("one");
+            let close = inner + x[inner..].find("/>").expect("empty element") + 2;
+            format!("{}{}", &x[..inner], &x[close..])
+        });
+        assert!(
+            empty
+                .iter()
+                .any(|p| p.contains("at least one CfdiRelacionado")),
+            "{empty:?}"
+        );
+        let bad = relacionados_problems(|x| x.replace("5FB2822E-396D", "NOT-A-UUID"));
+        assert!(bad.iter().any(|p| p.contains("CfdiRelacionado")), "{bad:?}");
+    }
 
     #[test]
     fn the_facets_read_as_the_xsd_says() {

@@ -78,8 +78,8 @@ pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
 pub use portal::{GlobalRef, PortalSubmission, Submitted};
 pub use refunds::{
-    CancelingRefund, Credited, NewRefund, RefundDecision, RefundOutcome, RefundSale,
-    SaleRow as RefundedSale,
+    CREDITED_STATUSES, CancelingRefund, Credited, NewRefund, RefundDecision, RefundListing,
+    RefundOutcome, RefundSale, SaleRow as RefundedSale,
 };
 pub use settle::{Settle, StampedOutcome};
 pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListSort, ListView, SealedGeneration};

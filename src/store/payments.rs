@@ -40,16 +40,16 @@ pub(super) const SELECT_PAYMENT: &str = "SELECT id, provider, payment_id, event_
     currency, method, forma_pago, customer_json, paid_at, livemode, status, reason, created_at \
     FROM payments";
 
-/// Payments with their invoice state (the sales: a factura global's own payment row is left
-/// out). The receptor's RFC is read out of the frozen JSON, which each backend does with its own
-/// function.
+/// Payments with their invoice state (the sales: the payment rows of a factura global and of an
+/// egreso are left out). The receptor's RFC is read out of the frozen JSON, which each backend
+/// does with its own function.
 static LIST_INVOICES: Dialected = Dialected::new(
     "SELECT p.provider, p.payment_id, p.amount, p.currency, p.paid_at, p.livemode, \
      COALESCE(o.state, p.status) AS status, o.serie, o.folio, o.uuid, COALESCE(o.attempts, 0) AS attempts, \
      COALESCE(o.last_error_message, p.reason) AS last_error, o.stamp_key, o.request_json, \
      {RECEPTOR_RFC} AS receptor_rfc \
      FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id AND o.kind = 'ingreso' \
-     WHERE p.provider <> 'global' \
+     WHERE p.provider NOT IN ('global', 'refund') \
      AND (CAST($1 AS TEXT) IS NULL OR COALESCE(o.state, p.status) = $1) ORDER BY p.id",
     &[(
         "{RECEPTOR_RFC}",

@@ -52,7 +52,7 @@ impl Db {
         serie_folio: Option<(&str, &str)>,
     ) -> Result<Vec<PaymentRow>, StoreError> {
         let sql = format!(
-            "{SELECT_PAYMENT} WHERE provider <> 'global' AND (\
+            "{SELECT_PAYMENT} WHERE provider NOT IN ('global', 'refund') AND (\
              id IN (SELECT payment_id FROM payment_refs WHERE reference = $1) \
              OR id IN (SELECT payment_id FROM outbox WHERE serie = $2 AND folio = $3 AND kind = 'ingreso')) \
              ORDER BY id LIMIT $4"

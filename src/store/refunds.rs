@@ -192,6 +192,9 @@ where
     Ok(status.to_owned())
 }
 
+/// Statuses of a refund whose amount no longer counts as refundable.
+pub const CREDITED_STATUSES: &[&str] = &["egreso", "global_reduced", "canceling", "canceled"];
+
 /// Refunds waiting for their original whose sale may now be credited: its ingreso or global
 /// stamped, or the sale waiting for a global.
 const WAITING_READY: &str = "SELECT r.id, r.provider, r.refund_id, r.payment_ref, r.amount, \
@@ -363,4 +366,38 @@ impl Db {
         .await?;
         Ok(())
     }
+
+    /// The refunds of the sale recorded as payment row `payment_row`, oldest first, each with
+    /// its egreso (or the ingreso it cancels) and that document's state and UUID.
+    pub async fn refunds_of_sale(
+        &self,
+        payment_row: i64,
+    ) -> Result<Vec<RefundListing>, StoreError> {
+        stmt(
+            "SELECT r.refund_id, r.amount, r.currency, r.status, r.reason, r.outbox_id, \
+             o.payment_id AS document_payment, o.state AS document_state, o.uuid AS document_uuid \
+             FROM refunds r JOIN payments p ON p.provider = r.provider AND p.payment_id = r.payment_ref \
+             LEFT JOIN outbox o ON o.id = r.outbox_id WHERE p.id = $1 ORDER BY r.id",
+        )
+        .bind(payment_row)
+        .fetch_all(self, "read the refunds of a sale")
+        .await
+    }
+}
+
+/// One refund of a sale, as the admin's payment page shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RefundListing {
+    pub refund_id: String,
+    /// Decimal text.
+    pub amount: String,
+    pub currency: String,
+    pub status: String,
+    pub reason: Option<String>,
+    /// Its egreso (or, `canceling`/`canceled`, the ingreso cancelled instead).
+    pub outbox_id: Option<i64>,
+    /// That document's payment row (an egreso's own), its state and UUID.
+    pub document_payment: Option<i64>,
+    pub document_state: Option<DocumentState>,
+    pub document_uuid: Option<String>,
 }

@@ -44,6 +44,7 @@ mod pac;
 mod pdf;
 mod portal;
 mod portal_e2e;
+mod refund_props;
 mod refunds;
 mod secrets_in_logs;
 mod security;

@@ -173,7 +173,11 @@ async fn a_partial_refund_then_the_rest_give_two_egresos_summing_to_the_sale(b: 
 }
 
 async fn redeliveries_and_reordering_give_one_egreso_per_refund(b: Backend) {
-    let Some(app) = spawn_app_with(b, FAST).await else {
+    let admin = format!(
+        "{FAST}[admin]\npassword = \"{}\"\n",
+        crate::support::admin::PASSWORD
+    );
+    let Some(app) = spawn_app_with(b, &admin).await else {
         return;
     };
     let (pool, _services) = app.start_pool().await;
@@ -211,6 +215,29 @@ async fn redeliveries_and_reordering_give_one_egreso_per_refund(b: Backend) {
     )
     .await;
     assert_eq!(refunds.len(), 3, "{refunds:?}");
+    // The sale's admin page: its ingreso, its three egresos and what remains refundable.
+    let row: Vec<(i64,)> = fetch_rows(
+        &app.db,
+        "SELECT id FROM payments WHERE payment_id = 'pi_test_rd'",
+        &[],
+    )
+    .await;
+    let browser = crate::support::admin::Browser::new(&app);
+    browser.login().await;
+    let page = browser.get(&format!("/admin/payments/{}", row[0].0)).await;
+    assert_eq!(page.status, 200);
+    for id in ["re_rd1", "re_rd2", "re_rd3"] {
+        assert!(page.body.contains(id), "{id} on the sale's page");
+    }
+    assert_eq!(page.body.matches("class=\"refund\"").count(), 3);
+    let refundable = &page.body[page.body.find("id=\"refundable\"").expect("refundable")..];
+    assert!(refundable[..40].contains("100.00"), "{}", &refundable[..40]);
+    for (_, uuid, _) in &e {
+        assert!(
+            page.body.contains(uuid.as_deref().expect("uuid")),
+            "each egreso's UUID"
+        );
+    }
     pool.shutdown().await;
 }
 
