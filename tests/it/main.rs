@@ -24,6 +24,7 @@ mod cfdi_props;
 mod checkout;
 mod cli_e2e;
 mod downloads;
+mod email;
 mod folio;
 mod fuzz_regressions;
 mod global;
