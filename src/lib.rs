@@ -34,6 +34,7 @@
 //! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
 //! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
 //!   outbox; [`webhooks`] is inbound only.
+//! - [`deliver`]: the customer's email (message with the XML and the PDF, SMTP sending).
 //! - [`pdf`]: the representación impresa (PDF with the SAT QR) of a stamped CFDI, from its
 //!   XML alone.
 //! - [`portal`]: the public self-invoicing portal (`/facturar`): a customer turns a receipt
@@ -97,6 +98,7 @@ pub mod cfdi;
 pub mod chaos;
 pub mod cli;
 pub mod config;
+pub mod deliver;
 pub mod domain;
 pub mod error;
 pub mod export;

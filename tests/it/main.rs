@@ -28,6 +28,7 @@ mod cli_e2e;
 mod downloads;
 mod currency;
 mod currency_props;
+mod email;
 mod folio;
 mod fuzz_regressions;
 mod global;

@@ -9,7 +9,7 @@ use autofactura::pdf::{self, Logo, Paper, PdfOptions};
 use crate::cfdi::stamp;
 use crate::support::pdf::{info, qr_codes, save_png, squeezed, text};
 
-fn sample(name: &str) -> InvoiceRequest {
+pub(crate) fn sample(name: &str) -> InvoiceRequest {
     let json = autofactura::sandbox::SAMPLE_REQUESTS
         .iter()
         .find(|(n, _)| *n == name)
@@ -18,7 +18,7 @@ fn sample(name: &str) -> InvoiceRequest {
     serde_json::from_str(json).expect("sample request")
 }
 
-fn stamped(req: &InvoiceRequest) -> Vec<u8> {
+pub(crate) fn stamped(req: &InvoiceRequest) -> Vec<u8> {
     let csd = autofactura::sandbox::csd().expect("test CSD");
     stamp(&cfdi::seal(req, &csd).expect("seal").xml)
 }

@@ -9,6 +9,7 @@ pub mod portal;
 pub mod rows;
 pub mod sales;
 pub mod sim;
+pub mod smtp;
 pub mod ux;
 pub mod webdriver;
 
