@@ -118,6 +118,8 @@ impl Application {
             Duration::from_secs(mp_settings.fetch_timeout_seconds),
         )
         .map_err(|e| anyhow::anyhow!(e))?;
+        let stripe = webhooks::stripe_api::Client::from_settings(&settings.stripe)
+            .map_err(|e| anyhow::anyhow!(e))?;
         let health = Health::default();
         health.register(
             health::MP_FETCH_RETRY,
@@ -134,6 +136,7 @@ impl Application {
             db,
             ingestor,
             mp,
+            stripe,
             mp_replay,
             health,
             pac,

@@ -99,6 +99,7 @@ pub async fn create(
             status: "invoice_pending".into(),
             reason: None,
             references: Vec::new(),
+            lines_json: None,
         },
         draft: OutboxDraft {
             kind: DocumentKind::Ingreso,

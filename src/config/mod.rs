@@ -15,6 +15,8 @@
 //!   `[portal]`, with their own checks.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
+//! - `products.rs`: `[invoice.products]` and `[invoice.shipping]`, the SAT keys of what is
+//!   sold, checked against the catalogs.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
 //!   of URLs.
 //! - `validate.rs`: every problem of a loaded configuration, each naming its key and the fix.
@@ -33,6 +35,7 @@ mod global;
 mod load;
 mod pac;
 mod portal;
+mod products;
 mod secret;
 mod sections;
 mod validate;
@@ -50,6 +53,7 @@ pub use admin::AdminSettings;
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacKind};
 pub use portal::PortalSettings;
+pub use products::{ProductKeys, ShippingSettings, key_problems};
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{
     ApiSettings, DatabaseSettings, EmisorSettings, FormaPagoSettings, InvoiceSettings,

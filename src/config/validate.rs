@@ -201,6 +201,7 @@ impl Settings {
         self.worker.check(&mut p);
         self.global.check(&self.emisor.regimen_fiscal, &mut p);
         p.extend(self.portal.problems());
+        p.extend(self.product_key_problems());
         if p.is_empty() {
             Ok(())
         } else {

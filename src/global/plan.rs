@@ -223,6 +223,7 @@ impl Planner {
                 )),
                 // Customers never look a global up at the portal.
                 references: Vec::new(),
+                lines_json: None,
             },
             draft: OutboxDraft {
                 kind: DocumentKind::Global,

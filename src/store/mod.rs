@@ -128,6 +128,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "admin_search",
         include_str!("../../migrations/sqlite/0011_admin_search.sql"),
     ),
+    (
+        12,
+        "line_items",
+        include_str!("../../migrations/sqlite/0012_line_items.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -179,6 +184,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         11,
         "admin_search",
         include_str!("../../migrations/postgres/0011_admin_search.sql"),
+    ),
+    (
+        12,
+        "line_items",
+        include_str!("../../migrations/postgres/0012_line_items.sql"),
     ),
 ];
 

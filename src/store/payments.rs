@@ -27,17 +27,21 @@ pub struct NewPayment {
     /// number, order reference), for the portal's look-up; `payment_id` always is one.
     #[sqlx(skip)]
     pub references: Vec<String>,
+    /// The sale's lines as the provider described them (JSON of `basket::SaleLine`s); `None`
+    /// for a sale of one Concepto with the `[invoice]` keys.
+    #[sqlx(default)]
+    pub lines_json: Option<String>,
 }
 
 const INSERT_PAYMENT: &str = "INSERT INTO payments \
     (provider, payment_id, event_id, amount, currency, method, forma_pago, customer_json, paid_at, \
-     livemode, status, reason, created_at, updated_at) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+     livemode, status, reason, created_at, updated_at, lines_json) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
     ON CONFLICT (provider, payment_id) DO NOTHING RETURNING id";
 
 /// A [`PaymentRow`]'s columns, for a `WHERE` to follow.
 pub(super) const SELECT_PAYMENT: &str = "SELECT id, provider, payment_id, event_id, amount, \
-    currency, method, forma_pago, customer_json, paid_at, livemode, status, reason, created_at \
+    currency, method, forma_pago, customer_json, paid_at, livemode, status, reason, created_at, lines_json \
     FROM payments";
 
 /// Payments with their invoice state (the sales: a factura global's own payment row is left
@@ -79,6 +83,7 @@ pub(super) async fn insert_payment_in(
         .bind(&p.reason)
         .bind(now)
         .bind(now)
+        .bind(&p.lines_json)
         .fetch_optional_in(tx, "insert the payment")
         .await?;
     let Some((id,)) = row else {

@@ -10,6 +10,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::ingest::{self, CustomerData, Method, PaymentFacts};
+use crate::webhooks::{Answer, get_with_bearer};
 
 pub const PROVIDER: &str = "mercadopago";
 
@@ -205,6 +206,8 @@ impl Payment {
                 .cloned()
                 .chain(ingest::order_reference(self.metadata.as_ref()))
                 .collect(),
+            lines: Vec::new(),
+            provider_rate: None,
         }))
     }
 }
@@ -257,26 +260,11 @@ impl Client {
             )));
         }
         let url = format!("{}/v1/payments/{id}", self.api_base);
-        let resp = self
-            .http
-            .get(&url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|e| FetchError::Network(e.to_string()))?;
-        let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| FetchError::Network(e.to_string()))?;
-        if !status.is_success() {
-            let body = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-            return Err(FetchError::Status {
-                status: status.as_u16(),
-                body,
-            });
+        match get_with_bearer(&self.http, &url, token).await {
+            Ok(Answer::Ok(bytes)) => Payment::parse(&bytes).map_err(FetchError::Body),
+            Ok(Answer::Refused(status, body)) => Err(FetchError::Status { status, body }),
+            Err(e) => Err(FetchError::Network(e)),
         }
-        Payment::parse(&bytes).map_err(FetchError::Body)
     }
 }
 

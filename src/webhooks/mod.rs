@@ -9,6 +9,8 @@ pub mod refunds;
 pub mod replay;
 pub mod signature;
 pub mod stripe;
+pub mod stripe_api;
+pub mod stripe_fetch;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +23,35 @@ use crate::error::WebhookError;
 use crate::state::AppState;
 use crate::store::{EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
 use tokio_util::sync::CancellationToken;
+
+/// What a provider's API answered to a `GET`, when it answered at all.
+pub(crate) enum Answer {
+    Ok(Vec<u8>),
+    /// Not a 2xx: the status and the start of the body (for the reason kept with the event).
+    Refused(u16, String),
+}
+
+/// `GET url` with `token` as the bearer; `Err` (why) when the API could not be reached.
+pub(crate) async fn get_with_bearer(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+) -> Result<Answer, String> {
+    let resp = http
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+    Ok(if status.is_success() {
+        Answer::Ok(bytes.to_vec())
+    } else {
+        let body = String::from_utf8_lossy(&bytes).chars().take(300).collect();
+        Answer::Refused(status.as_u16(), body)
+    })
+}
 
 /// Routes under `/webhooks`.
 pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {
@@ -112,7 +143,7 @@ fn ack(outcome: &str, extra: serde_json::Value) -> HttpResponse {
     HttpResponse::Ok().json(body)
 }
 
-fn outcome_name(o: &IngestOutcome) -> &'static str {
+pub(crate) fn outcome_name(o: &IngestOutcome) -> &'static str {
     match o {
         IngestOutcome::DuplicateEvent => "duplicate",
         IngestOutcome::DuplicatePayment => "duplicate_payment",
@@ -164,6 +195,12 @@ async fn stripe_webhook(
     row.api_version = ev.api_version.clone();
     row.account = ev.account.clone();
     let (status, reason, payment_ref) = match stripe::classify(&ev) {
+        // With [stripe] api_key, what the event does not carry (line items, the exchange
+        // rate) is read from the API first; the event is stored before any call.
+        stripe::Meaning::Paid(facts) if state.stripe.is_some() => {
+            let outcome = stripe_fetch::store_and_resolve(&state, row, &facts.payment_id).await?;
+            return Ok(ack(outcome, serde_json::json!({})));
+        }
         stripe::Meaning::Paid(facts) => {
             row.payment_ref = Some(facts.payment_id.clone());
             let (payment, draft) = state.ingestor.plan(&facts);
@@ -293,8 +330,13 @@ async fn mercadopago_notification(
     }
     // Stored first: from here on the notification cannot be lost, whatever the API does.
     row.status = "pending_fetch".into();
-    row.next_attempt_at =
-        Some(Utc::now() + chrono::Duration::seconds(retry_delay_seconds(state, 0)));
+    row.next_attempt_at = Some(
+        Utc::now()
+            + chrono::Duration::seconds(retry_delay_seconds(
+                state.settings.mercadopago.retry_interval_seconds,
+                0,
+            )),
+    );
     let id = match state.db.record_event(&row).await? {
         Some(id) => id,
         None => match state.db.event_status(mercadopago::PROVIDER, &key).await? {
@@ -310,26 +352,40 @@ async fn mercadopago_notification(
         livemode: n.live_mode,
         attempts: 0,
     };
-    let outcome = resolve(state, &pending).await?;
+    let outcome = resolve_mercadopago(state, &pending).await?;
     Ok(ack(outcome, serde_json::json!({})))
 }
 
-/// Seconds before the next fetch after `attempts` failures: the configured interval, doubling,
-/// at most an hour.
-fn retry_delay_seconds(state: &AppState, attempts: i32) -> i64 {
-    let base = state.settings.mercadopago.retry_interval_seconds.max(1);
+/// Seconds before the next fetch after `attempts` failures: the configured interval `base`,
+/// doubling, at most an hour.
+pub(crate) fn retry_delay_seconds(base: u64, attempts: i32) -> i64 {
+    let base = base.max(1);
     let factor = 1u64 << attempts.clamp(0, 6);
     i64::try_from((base * factor).min(3600)).unwrap_or(3600)
 }
 
+/// Completes a stored delivery (a Mercado Pago notification, a Stripe event waiting for the
+/// Stripe API) and records what it means. A failed fetch only reschedules it.
+pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str, StoreError> {
+    if p.provider == stripe::PROVIDER {
+        stripe_fetch::resolve(state, p).await
+    } else {
+        resolve_mercadopago(state, p).await
+    }
+}
+
 /// Fetches the payment a stored notification points to and records what it means. A failed
 /// fetch only reschedules: the notification stays stored as `pending_fetch`.
-pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str, StoreError> {
+async fn resolve_mercadopago(
+    state: &AppState,
+    p: &PendingFetch,
+) -> Result<&'static str, StoreError> {
     let data_id = p.payment_ref.clone().unwrap_or_default();
     let payment = match state.mp.payment(&data_id).await {
         Ok(payment) => payment,
         Err(e) => {
-            let at = Utc::now() + chrono::Duration::seconds(retry_delay_seconds(state, p.attempts));
+            let base = state.settings.mercadopago.retry_interval_seconds;
+            let at = Utc::now() + chrono::Duration::seconds(retry_delay_seconds(base, p.attempts));
             tracing::warn!(event_id = %p.event_id, error = %e, next_attempt = %at, "payment fetch failed; kept for retry");
             state.db.reschedule_fetch(p.id, at, &e.to_string()).await?;
             return Ok("stored_pending_fetch");
@@ -383,11 +439,23 @@ pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str,
     }
 }
 
-/// Background retry of notifications whose payment could not be fetched. Runs until `token`
-/// is cancelled; beats the `mp_fetch_retry` heartbeat each round.
+/// Background retry of stored deliveries whose data could not be fetched (Mercado Pago
+/// payments, the Stripe API). Runs until `token` is cancelled; beats the `mp_fetch_retry`
+/// heartbeat each round.
 pub async fn fetch_retry_loop(state: web::Data<AppState>, token: CancellationToken) {
-    let interval = Duration::from_secs(state.settings.mercadopago.retry_interval_seconds.max(1));
-    let lease = Duration::from_secs(state.settings.mercadopago.fetch_timeout_seconds * 2 + 30);
+    let s = &state.settings;
+    let interval = Duration::from_secs(
+        s.mercadopago
+            .retry_interval_seconds
+            .min(s.stripe.retry_interval_seconds)
+            .max(1),
+    );
+    // A Stripe event may take several reads (line items pages, charge, balance transaction).
+    let slowest = s
+        .mercadopago
+        .fetch_timeout_seconds
+        .max(s.stripe.fetch_timeout_seconds * 4);
+    let lease = Duration::from_secs(slowest * 2 + 30);
     // Each round races the token, so a stop ends the loop wherever it is.
     while token
         .run_until_cancelled(fetch_retry_round(&state, lease, interval))

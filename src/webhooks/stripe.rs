@@ -236,6 +236,9 @@ fn facts(
         customer,
         description,
         references,
+        // Filled from the Stripe API, when it is configured (webhooks/stripe_api.rs).
+        lines: Vec::new(),
+        provider_rate: None,
     })
 }
 

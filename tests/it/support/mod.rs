@@ -8,6 +8,7 @@ pub mod portal;
 pub mod rows;
 pub mod sales;
 pub mod sim;
+pub mod stripe_api;
 pub mod ux;
 pub mod webdriver;
 

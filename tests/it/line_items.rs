@@ -1,0 +1,264 @@
+//! Sales as merchants really sell (issue 18, sections 1–3): a Checkout sale's line items read
+//! from the Stripe API (a local fake over HTTP) become one Concepto each, with the SAT keys of
+//! the product's metadata, else of `[invoice.products]`, else the defaults; its discounts and
+//! shipping; an API outage keeps the event stored until the API answers.
+
+use crate::support;
+
+use autofactura::cfdi::InvoiceRequest;
+use autofactura::domain::StampKey;
+use serde_json::{Value, json};
+use support::stripe_api::{FakeStripe, line_item};
+use support::{Backend, TestApp, sales, spawn_app_with_env};
+
+/// `[invoice.products]` of these tests: the course is keyed by configuration, not metadata.
+const PRODUCTS_TOML: &str = "[invoice.products.prod_curso]\nclave_prod_serv = \"86111604\"\n\
+                             clave_unidad = \"E48\"\nunidad = \"Servicio\"\n";
+
+async fn spawn_with(b: Backend, fake: &FakeStripe) -> Option<TestApp> {
+    let base = fake.base.clone();
+    spawn_app_with_env(
+        b,
+        PRODUCTS_TOML,
+        &[
+            ("AUTOFACTURA__STRIPE__API_KEY", support::stripe_api::API_KEY),
+            ("AUTOFACTURA__STRIPE__API_BASE", &base),
+            ("AUTOFACTURA__STRIPE__RETRY_INTERVAL_SECONDS", "1"),
+            ("AUTOFACTURA__STRIPE__FETCH_TIMEOUT_SECONDS", "2"),
+        ],
+    )
+    .await
+}
+
+/// The Checkout Session `cs_{suffix}` (paid by `pi_{suffix}`) of three products: two mugs
+/// (keys in their metadata) with a line coupon of 20.00, a shirt (metadata), a course (keys
+/// from `[invoice.products]`); an order coupon of 100.00 that Stripe left on the order; 99.00
+/// of shipping. 2×150 + 349 + 1200 − 20 − 100 + 99 = 1828.00.
+fn basket(fake: &FakeStripe, suffix: &str, taza_clave: &str) -> Value {
+    fake.add_product(
+        "prod_taza",
+        "Taza de cerámica",
+        json!({ "sat_clave_prod_serv": taza_clave, "sat_clave_unidad": "H87", "sat_unidad": "Pieza" }),
+        None,
+    );
+    fake.add_product(
+        "prod_playera",
+        "Playera",
+        json!({ "sat_clave_prod_serv": "53102501", "sat_clave_unidad": "H87" }),
+        Some("txcd_30011000"),
+    );
+    fake.add_product("prod_curso", "Curso en línea", json!({}), None);
+    let session = json!({
+        "id": format!("cs_{suffix}"), "object": "checkout.session",
+        "payment_intent": format!("pi_{suffix}"), "payment_status": "paid", "mode": "payment",
+        "amount_subtotal": 184900, "amount_total": 182800, "currency": "mxn",
+        "payment_method_types": ["card"],
+        "total_details": { "amount_discount": 12000, "amount_shipping": 9900, "amount_tax": 0 },
+        "shipping_cost": { "amount_subtotal": 9900, "amount_tax": 0, "amount_total": 9900,
+                           "shipping_rate": "shr_estandar" },
+        "customer_details": {
+            "email": "berenice@example.mx", "name": "Berenice Ximo Quezada",
+            "address": { "country": "MX", "postal_code": "26015" },
+            "tax_ids": [{ "type": "mx_rfc", "value": "XIQB891116QE4" }]
+        },
+        "metadata": { "regimen_fiscal": "612", "uso_cfdi": "G03" }
+    });
+    fake.add_session(
+        session.clone(),
+        vec![
+            line_item(
+                &format!("li_{suffix}_1"),
+                "prod_taza",
+                "Taza de cerámica",
+                2,
+                15000,
+                2000,
+            ),
+            line_item(
+                &format!("li_{suffix}_2"),
+                "prod_playera",
+                "Playera",
+                1,
+                34900,
+                0,
+            ),
+            line_item(
+                &format!("li_{suffix}_3"),
+                "prod_curso",
+                "Curso en línea",
+                1,
+                120000,
+                0,
+            ),
+        ],
+    );
+    session
+}
+
+fn completed(suffix: &str, session: Value) -> String {
+    autofactura::webhooks::stripe::sample_event(
+        &format!("evt_cs_{suffix}"),
+        "checkout.session.completed",
+        chrono::Utc::now().timestamp(),
+        true,
+        session,
+    )
+}
+
+async fn post(app: &TestApp, body: &str) -> Value {
+    let r = app.post_stripe_signed(body).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("json")
+}
+
+/// The stamped XML of `pi_{suffix}`'s ingreso, once stamped.
+async fn stamped_xml(app: &TestApp, suffix: &str) -> String {
+    let key = StampKey::derive("stripe", &format!("pi_{suffix}"), "ingreso");
+    let d = crate::checkout::wait_document(app, key.as_str(), "stamped").await;
+    String::from_utf8(d.stamped_xml.expect("stamped XML")).expect("utf-8")
+}
+
+/// The value of `attr` on every element named `element` of `xml`, in order.
+fn attrs(xml: &str, element: &str, attr: &str) -> Vec<String> {
+    xml.split(&format!("<{element} "))
+        .skip(1)
+        .map(|e| {
+            let tag = &e[..e.find('>').unwrap_or(e.len())];
+            let at = tag
+                .find(&format!(" {attr}=\""))
+                .map(|i| i + attr.len() + 3)
+                .or_else(|| {
+                    tag.starts_with(&format!("{attr}=\""))
+                        .then_some(attr.len() + 2)
+                });
+            at.map(|i| tag[i..].split('"').next().unwrap_or("").to_owned())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The four Conceptos of [`basket`], as they must be stamped.
+fn assert_basket_cfdi(xml: &str) {
+    assert_eq!(
+        attrs(xml, "cfdi:Concepto", "ClaveProdServ"),
+        ["52151602", "53102501", "86111604", "78102203"],
+        "metadata, metadata, [invoice.products], [invoice.shipping]"
+    );
+    assert_eq!(
+        attrs(xml, "cfdi:Concepto", "ClaveUnidad"),
+        ["H87", "H87", "E48", "E48"]
+    );
+    assert_eq!(
+        attrs(xml, "cfdi:Concepto", "Cantidad"),
+        ["2", "1", "1", "1"]
+    );
+    assert_eq!(attrs(xml, "cfdi:Comprobante", "Total"), ["1828.00"]);
+    assert!(
+        attrs(xml, "cfdi:Concepto", "Descuento")[3].is_empty(),
+        "no discount on shipping"
+    );
+}
+
+/// The frozen lines' discounts (tax included, as charged): the mugs' own 20.00 plus each
+/// line's share of the 100.00 order coupon, prorated by what it still cost (280 : 349 : 1200
+/// of 1829) to the centavo, the two centavos rounding left going to the largest remainders:
+/// 15.31, 19.08, 65.61.
+async fn assert_basket_discounts(app: &TestApp) {
+    let rows = app.invoices().await;
+    assert_eq!((rows.len(), rows[0].amount.as_str()), (1, "1828.00"));
+    let req: InvoiceRequest =
+        serde_json::from_str(rows[0].request_json.as_deref().expect("json")).expect("request");
+    let discounts: Vec<String> = req
+        .lines
+        .iter()
+        .map(|l| l.discount.map(|d| d.to_string()).unwrap_or_default())
+        .collect();
+    assert_eq!(discounts, ["35.31", "19.08", "65.61", ""]);
+    assert_eq!(
+        req.lines
+            .iter()
+            .map(|l| l.descripcion.as_str())
+            .collect::<Vec<_>>(),
+        ["Taza de cerámica", "Playera", "Curso en línea", "Envío"]
+    );
+}
+
+async fn a_checkout_sale_of_three_products_with_a_coupon_and_shipping_is_four_conceptos(
+    b: Backend,
+) {
+    let fake = FakeStripe::start().await;
+    let Some(app) = spawn_with(b, &fake).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    let session = basket(&fake, "li1", "52151602");
+    let ack = post(&app, &completed("li1", session)).await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    let xml = stamped_xml(&app, "li1").await;
+    assert_basket_cfdi(&xml);
+    assert_basket_discounts(&app).await;
+    pool.shutdown().await;
+}
+
+async fn the_stripe_api_down_then_up_gives_the_same_cfdi_once(b: Backend) {
+    let fake = FakeStripe::start().await;
+    fake.set_up(false);
+    let Some(app) = spawn_with(b, &fake).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    let body = completed("li2", basket(&fake, "li2", "52151602"));
+    let ack = post(&app, &body).await;
+    assert_eq!(ack["outcome"], "stored_pending_fetch", "{ack}");
+    // Stripe redelivers while the API is still down: still stored, still nothing invoiced.
+    let ack = post(&app, &body).await;
+    assert_eq!(ack["outcome"], "stored_pending_fetch", "{ack}");
+    assert!(app.invoices().await.is_empty(), "nothing on partial data");
+    let ev = app.events().await;
+    assert_eq!((ev.len(), ev[0].status.as_str()), (1, "pending_fetch"));
+    assert!(
+        ev[0].reason.as_deref().unwrap_or("").contains("503"),
+        "{:?}",
+        ev[0].reason
+    );
+    fake.set_up(true);
+    let xml = stamped_xml(&app, "li2").await;
+    assert_basket_cfdi(&xml);
+    assert_basket_discounts(&app).await;
+    // A late redelivery and the PaymentIntent's own event change nothing.
+    let ack = post(&app, &body).await;
+    assert_eq!(ack["outcome"], "duplicate", "{ack}");
+    let pi = autofactura::webhooks::stripe::sample_payment_intent("li2x", 1_755_613_200, true)
+        .replace("pi_test_li2x", "pi_li2");
+    let ack = post(&app, &pi).await;
+    assert_eq!(ack["outcome"], "duplicate_payment", "{ack}");
+    let invoices = app.invoices().await;
+    assert_eq!(invoices.len(), 1, "one sale, one CFDI");
+    assert_eq!(app.events().await[0].status, "processed");
+    pool.shutdown().await;
+}
+
+async fn an_unknown_product_key_needs_attention_naming_the_product_and_the_key(b: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(app) = spawn_with(b, &fake).await else {
+        return;
+    };
+    let session = basket(&fake, "li3", "99999999");
+    let ack = post(&app, &completed("li3", session)).await;
+    assert_eq!(ack["outcome"], "payment_recorded", "{ack}");
+    let (status, reason) = sales::payment_status(&app, "pi_li3").await;
+    let reason = reason.unwrap_or_default();
+    assert_eq!(status, "needs_attention");
+    assert!(
+        reason.contains("\"Taza de cerámica\" (prod_taza)")
+            && reason.contains("sat_clave_prod_serv \"99999999\" is not in c_ClaveProdServ"),
+        "{reason}"
+    );
+    assert!(app.invoices_in("pending").await.is_empty());
+}
+
+on_both_backends!(
+    a_checkout_sale_of_three_products_with_a_coupon_and_shipping_is_four_conceptos,
+    the_stripe_api_down_then_up_gives_the_same_cfdi_once,
+    an_unknown_product_key_needs_attention_naming_the_product_and_the_key,
+);
