@@ -273,3 +273,137 @@ pub fn clean_text(s: &str, default: &str, max: usize) -> String {
         cleaned.to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    fn line(desc: &str, amount: i64, discount: i64) -> SaleLine {
+        SaleLine {
+            description: desc.into(),
+            quantity: Decimal::ONE,
+            amount: Decimal::new(amount, 2),
+            discount: Decimal::new(discount, 2),
+            ..SaleLine::default()
+        }
+    }
+
+    #[test]
+    fn an_order_discount_is_prorated_to_the_centavo_and_adds_up_exactly() {
+        let mut lines = vec![
+            line("a", 30000, 2000),
+            line("b", 34900, 0),
+            line("c", 120000, 0),
+        ];
+        lines.push(SaleLine {
+            shipping: true,
+            ..line("envío", 9900, 0)
+        });
+        prorate_discount(&mut lines, Decimal::new(10000, 2), 2).expect("prorate");
+        let d: Vec<String> = lines.iter().map(|l| l.discount.to_string()).collect();
+        assert_eq!(
+            d,
+            ["35.31", "19.08", "65.61", "0.00"],
+            "shipping keeps no share"
+        );
+        // Three equal lines share 0.10 as 0.04, 0.03, 0.03: the first line takes the tie.
+        let mut even = vec![line("a", 100, 0), line("b", 100, 0), line("c", 100, 0)];
+        prorate_discount(&mut even, Decimal::new(10, 2), 2).expect("prorate");
+        let d: Vec<String> = even.iter().map(|l| l.discount.to_string()).collect();
+        assert_eq!(d, ["0.04", "0.03", "0.03"]);
+        let err = prorate_discount(&mut even, Decimal::new(400, 2), 2).expect_err("too much");
+        assert!(err.contains("more than the lines cost"), "{err}");
+    }
+
+    #[test]
+    fn keys_come_from_metadata_then_the_mapping_then_the_defaults() {
+        let toml = "[invoice.products.price_b]\nclave_prod_serv = \"53102501\"\nclave_unidad = \"H87\"\n\
+                    [invoice.products.txcd_10000000]\nclave_prod_serv = \"43232408\"\nobjeto_imp = \"01\"\n";
+        let s = Settings::from_parts(Some(toml), &[]).expect("settings");
+        let meta =
+            serde_json::json!({ "sat_clave_prod_serv": "52151602", "sat_clave_unidad": "H87" });
+        let lines = vec![
+            SaleLine {
+                keys: keys_from_metadata(Some(&meta)),
+                // Metadata wins over a mapping of its price.
+                price_id: Some("price_b".into()),
+                ..line("taza", 10000, 0)
+            },
+            SaleLine {
+                price_id: Some("price_b".into()),
+                ..line("playera", 10000, 0)
+            },
+            SaleLine {
+                tax_code: Some("txcd_10000000".into()),
+                ..line("software", 10000, 0)
+            },
+            line("otro", 10000, 0),
+            SaleLine {
+                shipping: true,
+                ..line("", 9900, 0)
+            },
+        ];
+        let (c, included) = conceptos(&lines, &s.invoice, TaxTreatment::Iva16).expect("conceptos");
+        assert!(included);
+        let keys: Vec<(&str, &str, Option<&str>, TaxTreatment)> = c
+            .iter()
+            .map(|l| {
+                (
+                    l.clave_prod_serv.as_str(),
+                    l.clave_unidad.as_str(),
+                    l.unidad.as_deref(),
+                    l.tax,
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("52151602", "H87", None, TaxTreatment::Iva16),
+                ("53102501", "H87", None, TaxTreatment::Iva16),
+                ("43232408", "ACT", Some("Actividad"), TaxTreatment::NoObjeto),
+                ("01010101", "ACT", Some("Actividad"), TaxTreatment::Iva16),
+                ("78102203", "E48", Some("Servicio"), TaxTreatment::Iva16),
+            ]
+        );
+        assert_eq!(c[4].descripcion, "Envío");
+    }
+
+    #[test]
+    fn an_unknown_key_or_tax_rate_names_the_product_and_the_key() {
+        let s = Settings::defaults().expect("settings");
+        let meta = serde_json::json!({ "sat_clave_unidad": "ZZZ", "sat_objeto_imp": "09" });
+        let bad = SaleLine {
+            product_id: Some("prod_x".into()),
+            keys: keys_from_metadata(Some(&meta)),
+            ..line("Taza", 10000, 0)
+        };
+        let err = conceptos(&[bad], &s.invoice, TaxTreatment::Iva16).expect_err("unknown");
+        assert!(
+            err.contains("product \"Taza\" (prod_x) metadata: sat_clave_unidad \"ZZZ\" is not in c_ClaveUnidad")
+                && err.contains("sat_objeto_imp \"09\""),
+            "{err}"
+        );
+        let odd_rate = SaleLine {
+            tax_percent: Some(Decimal::new(105, 1)),
+            ..line("Taza", 10000, 0)
+        };
+        let err = conceptos(&[odd_rate], &s.invoice, TaxTreatment::Iva16).expect_err("rate");
+        assert!(err.contains("tax rate 10.5% is not an IVA rate"), "{err}");
+    }
+
+    #[test]
+    fn a_mapping_with_an_unknown_key_is_refused_at_load() {
+        let toml = "[invoice.products.prod_x]\nclave_prod_serv = \"12345678\"\n";
+        let err = Settings::from_parts(Some(toml), &[])
+            .expect_err("bad key")
+            .to_string();
+        assert!(
+            err.contains(
+                "[invoice.products.prod_x]: clave_prod_serv \"12345678\" is not in c_ClaveProdServ"
+            ),
+            "{err}"
+        );
+    }
+}

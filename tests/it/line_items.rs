@@ -6,7 +6,9 @@
 use crate::support;
 
 use autofactura::cfdi::InvoiceRequest;
+use autofactura::config::Settings;
 use autofactura::domain::StampKey;
+use autofactura::webhooks::stripe_api::{self, Client};
 use serde_json::{Value, json};
 use support::stripe_api::{FakeStripe, line_item};
 use support::{Backend, TestApp, sales, spawn_app_with_env};
@@ -255,6 +257,77 @@ async fn an_unknown_product_key_needs_attention_naming_the_product_and_the_key(b
         "{reason}"
     );
     assert!(app.invoices_in("pending").await.is_empty());
+}
+
+/// The client as the appliance builds it, pointed at `fake`.
+fn client(fake: &FakeStripe) -> Client {
+    let s =
+        Settings::from_parts(Some(&format!("[stripe]\n{}", fake.toml())), &[]).expect("settings");
+    Client::from_settings(&s.stripe)
+        .expect("client")
+        .expect("an api_key is set")
+}
+
+#[tokio::test]
+async fn the_client_reads_the_exchange_rate_of_the_charges_balance_transaction() {
+    let fake = FakeStripe::start().await;
+    fake.add_charge("pi_usd", "ch_usd", Some("17.854321"));
+    fake.add_charge("pi_same", "ch_same", None);
+    let c = client(&fake);
+    let rate = c.exchange_rate("pi_usd").await.expect("rate");
+    assert_eq!(
+        rate.map(|r| r.to_string()).as_deref(),
+        Some("17.854321"),
+        "exact, never through f64"
+    );
+    assert_eq!(
+        c.exchange_rate("pi_same").await.expect("rate"),
+        None,
+        "no conversion, no rate"
+    );
+    let err = c
+        .exchange_rate("pi_unknown")
+        .await
+        .expect_err("404")
+        .to_string();
+    assert!(err.contains("404"), "{err}");
+}
+
+#[tokio::test]
+async fn the_client_reads_every_page_of_line_items_with_the_products_expanded() {
+    let fake = FakeStripe::start().await;
+    fake.add_product(
+        "prod_p",
+        "Pluma",
+        json!({ "sat_clave_prod_serv": "44121701" }),
+        None,
+    );
+    let items: Vec<Value> = (0..230)
+        .map(|i| line_item(&format!("li_{i:03}"), "prod_p", "Pluma", 1, 1000, 0))
+        .collect();
+    fake.add_session(
+        json!({ "id": "cs_many", "payment_intent": "pi_many" }),
+        items,
+    );
+    let c = client(&fake);
+    let before = fake.hits();
+    let got = c.checkout_line_items("cs_many").await.expect("items");
+    assert_eq!(fake.hits() - before, 3, "pages of 100 while has_more");
+    assert_eq!(got.len(), 230);
+    assert_eq!(got[229]["id"], "li_229");
+    assert_eq!(
+        got[0]["price"]["product"]["metadata"]["sat_clave_prod_serv"],
+        "44121701"
+    );
+    let lines = stripe_api::checkout_lines(&json!({}), &got, "MXN").expect("lines");
+    assert_eq!(lines[0].keys.clave_prod_serv.as_deref(), Some("44121701"));
+    fake.set_up(false);
+    let err = c
+        .checkout_line_items("cs_many")
+        .await
+        .expect_err("down")
+        .to_string();
+    assert!(err.contains("503"), "{err}");
 }
 
 on_both_backends!(
