@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use crate::basket::{self, SaleLine};
 use crate::ingest::{self, CustomerData, Method, PaymentFacts};
-use crate::webhooks::{Answer, get_with_bearer};
+use crate::webhooks::api_get::{Answer, get_with_bearer};
 
 pub const PROVIDER: &str = "mercadopago";
 

@@ -4,6 +4,7 @@
 //! Routes read `web::Bytes` (never a JSON extractor) so the signature is checked over the exact
 //! bytes received. A 2xx is sent only once the delivery is durably stored.
 
+mod api_get;
 pub mod mercadopago;
 pub mod refunds;
 pub mod replay;
@@ -23,35 +24,6 @@ use crate::error::WebhookError;
 use crate::state::AppState;
 use crate::store::{EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
 use tokio_util::sync::CancellationToken;
-
-/// What a provider's API answered to a `GET`, when it answered at all.
-pub(crate) enum Answer {
-    Ok(Vec<u8>),
-    /// Not a 2xx: the status and the start of the body (for the reason kept with the event).
-    Refused(u16, String),
-}
-
-/// `GET url` with `token` as the bearer; `Err` (why) when the API could not be reached.
-pub(crate) async fn get_with_bearer(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-) -> Result<Answer, String> {
-    let resp = http
-        .get(url)
-        .bearer_auth(token)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = resp.status();
-    let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
-    Ok(if status.is_success() {
-        Answer::Ok(bytes.to_vec())
-    } else {
-        let body = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-        Answer::Refused(status.as_u16(), body)
-    })
-}
 
 /// Routes under `/webhooks`.
 pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {

@@ -13,8 +13,8 @@ use serde_json::value::RawValue;
 use crate::basket::{self, SaleLine};
 use crate::config::{SecretString, StripeSettings};
 use crate::ingest;
+use crate::webhooks::api_get::{Answer, get_with_bearer};
 use crate::webhooks::mercadopago::exact_decimal;
-use crate::webhooks::{Answer, get_with_bearer};
 
 /// Why something could not be read from Stripe. Every variant is retried later.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +148,37 @@ impl Client {
             .await?
             .data;
         Ok(page.into_iter().next())
+    }
+
+    /// Every line of invoice `invoice` (`GET /v1/invoices/{id}/lines`, every page).
+    pub async fn invoice_lines(&self, invoice: &str) -> Result<Vec<Value>, FetchError> {
+        let path = format!("/v1/invoices/{}/lines", plain_id(invoice)?);
+        self.list(&path, &[]).await
+    }
+
+    /// The Billing invoice a PaymentIntent paid, if any (`GET /v1/invoice_payments`).
+    pub async fn invoice_of_payment_intent(
+        &self,
+        payment_intent: &str,
+    ) -> Result<Option<Value>, FetchError> {
+        let id = plain_id(payment_intent)?;
+        let q = [
+            ("payment[type]", "payment_intent"),
+            ("payment[payment_intent]", id),
+            ("limit", "1"),
+        ];
+        let page: ListPage = self.get_json("/v1/invoice_payments", &q).await?;
+        let Some(invoice) = page.data.first().and_then(|p| id_field(p, "invoice")) else {
+            return Ok(None);
+        };
+        let path = format!("/v1/invoices/{}", plain_id(&invoice)?);
+        self.get_json(&path, &[]).await.map(Some)
+    }
+
+    /// Product `id` (for its metadata: invoice lines name their product by id only).
+    pub async fn product(&self, id: &str) -> Result<Value, FetchError> {
+        let path = format!("/v1/products/{}", plain_id(id)?);
+        self.get_json(&path, &[]).await
     }
 
     /// MXN per unit of the charge's currency, as the balance transaction of PaymentIntent
@@ -328,11 +359,102 @@ pub fn checkout_lines(
         .get("total_details")
         .and_then(|t| minor(t, "amount_discount", currency))
         .unwrap_or_default();
-    let carried: Decimal = lines.iter().map(|l| l.discount).sum();
-    if order_discount > carried {
-        let dp = crate::cfdi::catalogs::currency_decimals(currency).unwrap_or(2);
-        basket::prorate_discount(&mut lines, order_discount - carried, dp)?;
-    }
+    spread_rest(&mut lines, order_discount, currency)?;
     lines.extend(shipping_line(session, currency));
+    Ok(lines)
+}
+
+/// The sum of the `amount`s (minor units) of a list of discount amounts.
+fn sum_amounts(list: Option<&Value>, currency: &str) -> Decimal {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|d| minor(d, "amount", currency))
+        .sum()
+}
+
+/// Prorates the part of the order's discount `order` that no line carries yet.
+fn spread_rest(lines: &mut [SaleLine], order: Decimal, currency: &str) -> Result<(), String> {
+    let carried: Decimal = lines.iter().map(|l| l.discount).sum();
+    if order > carried {
+        let dp = crate::cfdi::catalogs::currency_decimals(currency).unwrap_or(2);
+        basket::prorate_discount(lines, order - carried, dp)?;
+    }
+    Ok(())
+}
+
+/// The product id of an invoice line: `pricing.price_details.product` (API 2025-03-31 and
+/// later), else `price.product`.
+pub fn invoice_line_product(line: &Value) -> Option<String> {
+    line.pointer("/pricing/price_details/product")
+        .or_else(|| line.pointer("/price/product"))
+        .and_then(id_of)
+}
+
+/// `start`–`end` (seconds) as the service period of a description, in Mexico City dates.
+fn period_text(line: &Value) -> Option<String> {
+    let day = |k: &str| {
+        let t = line.pointer(&format!("/period/{k}"))?.as_i64()?;
+        let d = chrono::DateTime::from_timestamp(t, 0)?;
+        Some(
+            d.with_timezone(&chrono_tz::America::Mexico_City)
+                .format("%d/%m/%Y")
+                .to_string(),
+        )
+    };
+    Some(format!("periodo {} al {}", day("start")?, day("end")?))
+}
+
+/// The lines of a paid Billing invoice: one per invoice line (its description with the
+/// subscription period, its discounts), the product's SAT keys from `products` (id →
+/// product object). The part of the invoice's discounts no line carries is prorated.
+pub fn invoice_lines(
+    invoice: &Value,
+    items: &[Value],
+    products: &std::collections::HashMap<String, Value>,
+    currency: &str,
+) -> Result<Vec<SaleLine>, String> {
+    if items.is_empty() {
+        return Err("the invoice has no lines".into());
+    }
+    let mut lines = Vec::new();
+    for item in items {
+        let id = item.get("id").and_then(Value::as_str).unwrap_or("?");
+        let amount = minor(item, "amount", currency)
+            .ok_or_else(|| format!("invoice line {id} has no amount"))?;
+        let discount = sum_amounts(item.get("discount_amounts"), currency);
+        let product_id = invoice_line_product(item);
+        let product = product_id.as_ref().and_then(|p| products.get(p));
+        let description = item
+            .get("description")
+            .and_then(Value::as_str)
+            .or_else(|| product.and_then(|p| p.get("name")).and_then(Value::as_str))
+            .unwrap_or("");
+        let description = match period_text(item) {
+            Some(p) => format!("{description} ({p})"),
+            None => description.to_owned(),
+        };
+        lines.push(SaleLine {
+            description,
+            quantity: Decimal::from(
+                item.get("quantity")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1)
+                    .max(1),
+            ),
+            amount,
+            discount,
+            price_id: item
+                .pointer("/pricing/price_details/price")
+                .or_else(|| item.pointer("/price/id"))
+                .and_then(id_of),
+            tax_code: product.and_then(|p| id_field(p, "tax_code")),
+            keys: basket::keys_from_metadata(product.and_then(|p| p.get("metadata"))),
+            product_id,
+            ..SaleLine::default()
+        });
+    }
+    let invoice_discount = sum_amounts(invoice.get("total_discount_amounts"), currency);
+    spread_rest(&mut lines, invoice_discount, currency)?;
     Ok(lines)
 }

@@ -139,19 +139,60 @@ async fn complete(
     facts: &mut PaymentFacts,
 ) -> Result<Result<(), String>, FetchError> {
     let o = &ev.data.object;
-    let session: Option<Value> = if ev.kind.starts_with("checkout.session.") {
-        Some(o.clone())
-    } else if ev.kind == "payment_intent.succeeded" {
-        client.session_of_payment_intent(&facts.payment_id).await?
-    } else {
-        None
+    let (session, invoice): (Option<Value>, Option<Value>) = match ev.kind.as_str() {
+        k if k.starts_with("checkout.session.") => (Some(o.clone()), None),
+        "invoice.paid" => (None, Some(o.clone())),
+        // A PaymentIntent paid through a Checkout Session or for a Billing invoice: the sale
+        // is that one, whichever of its events comes first.
+        "payment_intent.succeeded" => {
+            match client.session_of_payment_intent(&facts.payment_id).await? {
+                Some(s) => (Some(s), None),
+                None => (
+                    None,
+                    client.invoice_of_payment_intent(&facts.payment_id).await?,
+                ),
+            }
+        }
+        _ => (None, None),
     };
+    if ev.kind == "payment_intent.succeeded" {
+        let found = match (&session, &invoice) {
+            (Some(s), _) => stripe::facts_as(ev, "checkout.session.completed", s),
+            (_, Some(i)) => stripe::facts_as(ev, "invoice.paid", i),
+            _ => None,
+        };
+        // Only the same payment: the customer data of the Session or invoice it paid.
+        if let Some(f) = found.filter(|f| f.payment_id == facts.payment_id) {
+            *facts = f;
+        }
+    }
     if let Some(session) = session {
         let id = session.get("id").and_then(Value::as_str).unwrap_or("");
         let items = client.checkout_line_items(id).await?;
         match stripe_api::checkout_lines(&session, &items, &facts.currency) {
             Ok(lines) => facts.lines = lines,
             Err(reason) => return Ok(Err(format!("Checkout Session {id}: {reason}"))),
+        }
+    }
+    if let Some(invoice) = invoice {
+        let id = invoice.get("id").and_then(Value::as_str).unwrap_or("");
+        let first = invoice.pointer("/lines/data").and_then(Value::as_array);
+        let more = invoice.pointer("/lines/has_more").and_then(Value::as_bool);
+        // The lines the event carries, unless there are more: then all of them, from the API.
+        let items = match (first, more) {
+            (Some(lines), Some(false)) => lines.clone(),
+            _ => client.invoice_lines(id).await?,
+        };
+        let mut products = std::collections::HashMap::new();
+        for p in items.iter().filter_map(stripe_api::invoice_line_product) {
+            if let std::collections::hash_map::Entry::Vacant(e) = products.entry(p) {
+                let product = client.product(e.key()).await?;
+                e.insert(product);
+            }
+        }
+        match stripe_api::invoice_lines(&invoice, &items, &products, &facts.currency) {
+            Ok(lines) => facts.lines = lines,
+            Err(reason) => return Ok(Err(format!("invoice {id}: {reason}"))),
         }
     }
     if facts.currency != "MXN" && facts.payment_id.starts_with("pi_") {

@@ -97,12 +97,21 @@ fn basket(fake: &FakeStripe, suffix: &str, taza_clave: &str) -> Value {
     session
 }
 
-fn completed(suffix: &str, session: Value) -> String {
+/// A live-mode event of `kind` about `object`, created now.
+fn live_event(id: &str, kind: &str, object: Value) -> String {
     autofactura::webhooks::stripe::sample_event(
-        &format!("evt_cs_{suffix}"),
-        "checkout.session.completed",
+        id,
+        kind,
         chrono::Utc::now().timestamp(),
         true,
+        object,
+    )
+}
+
+fn completed(suffix: &str, session: Value) -> String {
+    live_event(
+        &format!("evt_cs_{suffix}"),
+        "checkout.session.completed",
         session,
     )
 }
@@ -259,6 +268,109 @@ async fn an_unknown_product_key_needs_attention_naming_the_product_and_the_key(b
     assert!(app.invoices_in("pending").await.is_empty());
 }
 
+/// A paid Billing invoice of 12 lines (a plan and 11 seats) for `pi_{suffix}`: the event
+/// carries the first 10 (`has_more`), the fake all 12; 20 % off the plan line.
+fn billing(fake: &FakeStripe, suffix: &str) -> Value {
+    fake.add_product(
+        "prod_plan",
+        "Plan Pro",
+        json!({ "sat_clave_prod_serv": "81112101", "sat_clave_unidad": "E48" }),
+        None,
+    );
+    fake.add_product("prod_seat", "Usuario adicional", json!({}), None);
+    let (start, end) = (1_764_547_200, 1_767_225_600); // 2025-12-01 .. 2026-01-01 UTC
+    let line = |n: usize, product: &str, name: &str, amount: i64, discount: i64| {
+        json!({
+            "id": format!("il_{suffix}_{n:02}"), "object": "line_item", "amount": amount, "currency": "mxn",
+            "description": format!("1 × {name}"), "quantity": 1,
+            "period": { "start": start, "end": end },
+            "discount_amounts": if discount > 0 { json!([{ "amount": discount, "discount": "di_1" }]) } else { json!([]) },
+            "pricing": { "type": "price_details",
+                         "price_details": { "price": format!("price_{product}"), "product": product } }
+        })
+    };
+    let mut lines = vec![line(0, "prod_plan", "Plan Pro", 99900, 19980)];
+    lines.extend((1..12).map(|n| line(n, "prod_seat", "Usuario adicional", 10000, 0)));
+    // 999.00 − 199.80 + 11 × 100.00 = 1899.20
+    let invoice = json!({
+        "id": format!("in_{suffix}"), "object": "invoice", "number": format!("F-{suffix}"),
+        "amount_paid": 189920, "amount_due": 189920, "currency": "mxn", "status": "paid",
+        "customer_email": "berenice@example.mx", "customer_name": "Berenice Ximo Quezada",
+        "customer_address": { "postal_code": "26015", "country": "MX" },
+        "customer_tax_ids": [{ "type": "mx_rfc", "value": "XIQB891116QE4" }],
+        "payments": { "object": "list", "has_more": false, "data": [
+            { "object": "invoice_payment", "payment": { "type": "payment_intent", "payment_intent": format!("pi_{suffix}") } }
+        ]},
+        "parent": { "type": "subscription_details",
+                    "subscription_details": { "subscription": "sub_1", "metadata": { "regimen_fiscal": "612" } } },
+        "lines": { "object": "list", "has_more": true, "data": lines[..10].to_vec() },
+        "metadata": {}
+    });
+    fake.add_invoice(invoice.clone(), lines);
+    invoice
+}
+
+async fn an_invoice_paid_of_12_lines_is_one_cfdi_even_with_its_payment_intent_event(b: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(app) = spawn_with(b, &fake).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    let invoice = billing(&fake, "bi1");
+    // The PaymentIntent's event first: the sale is found to be the invoice's, with its lines.
+    let pi = live_event(
+        "evt_pi_bi1",
+        "payment_intent.succeeded",
+        json!({ "id": "pi_bi1", "object": "payment_intent", "amount": 189920, "amount_received": 189920,
+                "currency": "mxn", "description": "Subscription update", "metadata": {},
+                "payment_method_types": ["card"], "status": "succeeded" }),
+    );
+    let ack = post(&app, &pi).await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    let paid = live_event("evt_in_bi1", "invoice.paid", invoice);
+    let ack = post(&app, &paid).await;
+    assert_eq!(ack["outcome"], "duplicate_payment", "{ack}");
+    let xml = stamped_xml(&app, "bi1").await;
+    assert_eq!(xml.matches("<cfdi:Concepto ").count(), 12, "{xml}");
+    assert_eq!(attrs(&xml, "cfdi:Comprobante", "Total"), ["1899.20"]);
+    assert_eq!(
+        attrs(&xml, "cfdi:Receptor", "Rfc"),
+        ["XIQB891116QE4"],
+        "the invoice's customer"
+    );
+    let claves = attrs(&xml, "cfdi:Concepto", "ClaveProdServ");
+    assert_eq!(
+        (claves[0].as_str(), claves[11].as_str()),
+        ("81112101", "01010101")
+    );
+    assert!(
+        xml.contains("Descripcion=\"1 × Plan Pro (periodo 30/11/2025 al 31/12/2025)\""),
+        "the subscription period, in Mexico City dates: {xml}"
+    );
+    assert_eq!(app.invoices().await.len(), 1, "one sale, one CFDI");
+    pool.shutdown().await;
+}
+
+async fn an_invoice_paid_alone_is_one_cfdi_with_every_line(b: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(app) = spawn_with(b, &fake).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    let invoice = billing(&fake, "bi2");
+    let paid = live_event("evt_in_bi2", "invoice.paid", invoice);
+    let ack = post(&app, &paid).await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    let xml = stamped_xml(&app, "bi2").await;
+    assert_eq!(
+        xml.matches("<cfdi:Concepto ").count(),
+        12,
+        "has_more: the rest fetched"
+    );
+    assert_eq!(attrs(&xml, "cfdi:Comprobante", "Total"), ["1899.20"]);
+    pool.shutdown().await;
+}
+
 /// The client as the appliance builds it, pointed at `fake`.
 fn client(fake: &FakeStripe) -> Client {
     let s =
@@ -334,4 +446,6 @@ on_both_backends!(
     a_checkout_sale_of_three_products_with_a_coupon_and_shipping_is_four_conceptos,
     the_stripe_api_down_then_up_gives_the_same_cfdi_once,
     an_unknown_product_key_needs_attention_naming_the_product_and_the_key,
+    an_invoice_paid_of_12_lines_is_one_cfdi_even_with_its_payment_intent_event,
+    an_invoice_paid_alone_is_one_cfdi_with_every_line,
 );

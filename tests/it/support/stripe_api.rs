@@ -23,8 +23,8 @@ struct Data {
     payment_intents: HashMap<String, Value>,
     charges: HashMap<String, Value>,
     balance_transactions: HashMap<String, Value>,
-    /// Invoice id → its lines.
-    invoice_lines: HashMap<String, Vec<Value>>,
+    /// Invoice id → the invoice and its lines.
+    invoices: HashMap<String, (Value, Vec<Value>)>,
 }
 
 /// The fake; clone it freely (one server behind).
@@ -125,8 +125,11 @@ impl FakeStripe {
         });
     }
 
-    pub fn add_invoice_lines(&self, invoice: &str, lines: Vec<Value>) {
-        self.with(|d| d.invoice_lines.insert(invoice.to_owned(), lines));
+    /// Billing invoice `invoice` (its webhook object, paid by the PaymentIntent it names) with
+    /// all its `lines`.
+    pub fn add_invoice(&self, invoice: Value, lines: Vec<Value>) {
+        let id = invoice["id"].as_str().expect("invoice id").to_owned();
+        self.with(|d| d.invoices.insert(id, (invoice, lines)));
     }
 }
 
@@ -217,10 +220,33 @@ async fn route(
         ["v1", "payment_intents", id] => one(&d.payment_intents, id),
         ["v1", "charges", id] => one(&d.charges, id),
         ["v1", "balance_transactions", id] => one(&d.balance_transactions, id),
-        ["v1", "invoices", id, "lines"] => match d.invoice_lines.get(*id) {
-            Some(lines) => page(lines, &q, &path),
+        ["v1", "invoices", id, "lines"] => match d.invoices.get(*id) {
+            Some((_, lines)) => page(lines, &q, &path),
             None => error(404, &format!("No such invoice: '{id}'")),
         },
+        ["v1", "invoices", id] => match d.invoices.get(*id) {
+            Some((invoice, _)) => HttpResponse::Ok().json(invoice),
+            None => error(404, &format!("No such invoice: '{id}'")),
+        },
+        ["v1", "invoice_payments"] => {
+            let pi = q
+                .iter()
+                .find(|(k, _)| k == "payment[payment_intent]")
+                .map(|(_, v)| v);
+            let found: Vec<Value> = d
+                .invoices
+                .values()
+                .filter(|(i, _)| {
+                    pi.is_some_and(|pi| {
+                        autofactura::webhooks::stripe::invoice_payment_intent(i).as_ref() == Some(pi)
+                    })
+                })
+                .map(|(i, _)| json!({ "id": format!("inpay_{}", i["id"].as_str().unwrap_or("")),
+                                      "object": "invoice_payment", "invoice": i["id"],
+                                      "payment": { "type": "payment_intent", "payment_intent": pi } }))
+                .collect();
+            page(&found, &q, &path)
+        }
         _ => error(404, &format!("Unrecognized request URL (GET: {path})")),
     }
 }
