@@ -53,6 +53,12 @@ pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
         "08-escaping-and-spaces",
         include_str!("../fixtures/requests/08-escaping-and-spaces.json"),
     ),
+    (
+        // A Checkout basket as ingest freezes it (tests/it/line_items.rs): products with their
+        // own keys, line and order discounts prorated to the centavo, shipping as a Concepto.
+        "09-basket-shipping",
+        include_str!("../fixtures/requests/09-basket-shipping.json"),
+    ),
 ];
 
 /// The sandbox's stand-in for `GET /v1/payments/{id}`: an approved MXN debit-card payment with
