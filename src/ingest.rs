@@ -9,6 +9,7 @@ use chrono_tz::America::Mexico_City;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+use crate::basket::{self, SaleLine};
 use crate::cfdi::fiscal::{self, FiscalInput};
 use crate::cfdi::{
     self, EmisorData, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante,
@@ -199,6 +200,9 @@ pub struct PaymentFacts {
     /// Other references the customer may hold (Checkout Session id, receipt number, order
     /// reference): the portal finds the sale by any of them.
     pub references: Vec<String>,
+    /// What was sold, line by line (Checkout line items, invoice lines, Mercado Pago items);
+    /// empty: one Concepto with the `[invoice]` keys.
+    pub lines: Vec<SaleLine>,
     /// The exchange rate the payment provider itself reports, MXN per unit of `currency`
     /// (Stripe's balance transaction, Mercado Pago's conversion data); the first source of
     /// TipoCambio ([`crate::fx`]).
@@ -243,6 +247,7 @@ struct Sale<'a> {
     livemode: bool,
     /// MXN per unit of `currency` (none for MXN).
     tipo_cambio: Option<Decimal>,
+    lines: &'a [SaleLine],
 }
 
 impl Ingestor {
@@ -338,6 +343,7 @@ impl Ingestor {
             description: None,
             // Recorded with the payment already; a re-plan writes no payment row.
             references: Vec::new(),
+            lines: stored_lines(p)?,
             provider_rate: None,
         };
         let forma_pago = p
@@ -386,6 +392,10 @@ impl Ingestor {
             status: "invoice_pending".into(),
             reason: None,
             references: facts.references.clone(),
+            lines_json: (!facts.lines.is_empty())
+                .then(|| serde_json::to_string(&facts.lines).ok())
+                .flatten(),
+            tipo_cambio: None,
         };
         let attention = |mut p: NewPayment, reason: String| {
             p.status = "needs_attention".into();
@@ -396,6 +406,7 @@ impl Ingestor {
             Ok(t) => t,
             Err(reason) => return attention(payment, reason),
         };
+        payment.tipo_cambio = tipo_cambio.map(|t| t.to_string());
         let receptor = match self.receptor(&facts.customer) {
             Ok(Some(r)) => r,
             Ok(None) => {
@@ -418,6 +429,7 @@ impl Ingestor {
             description: facts.description.as_deref(),
             livemode: facts.livemode,
             tipo_cambio,
+            lines: &facts.lines,
         };
         match self.draft(&sale, receptor, fecha) {
             Ok(d) => (payment, Some(d)),
@@ -443,13 +455,21 @@ impl Ingestor {
         let tipo_cambio = self.invoiceable(
             amount,
             &p.payment.currency,
+            // The rate found at ingest, when there was one; never a new one.
             (p.payment.currency != "MXN").then(|| {
-                Err(format!(
-                    "a sale in {} is invoiced from the admin (Fix), where its TipoCambio is given",
-                    p.payment.currency
-                ))
+                p.payment
+                    .tipo_cambio
+                    .as_deref()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "a sale in {} is invoiced from the admin (Fix), where its TipoCambio is given",
+                            p.payment.currency
+                        )
+                    })
             }),
         )?;
+        let lines = stored_lines(&p.payment)?;
         let sale = Sale {
             provider: &p.payment.provider,
             payment_id: &p.payment.payment_id,
@@ -463,6 +483,7 @@ impl Ingestor {
             description: None,
             livemode: p.payment.livemode,
             tipo_cambio,
+            lines: &lines,
         };
         self.draft(&sale, receptor, fecha)
     }
@@ -506,6 +527,7 @@ impl Ingestor {
         receptor: ReceptorData,
         fecha: NaiveDateTime,
     ) -> Result<OutboxDraft, String> {
+        let (lines, prices_include_tax) = self.lines(sale)?;
         let request = InvoiceRequest {
             tipo: TipoComprobante::Ingreso,
             serie: Some(self.serie.clone()),
@@ -519,28 +541,23 @@ impl Ingestor {
             metodo_pago: self.invoice.metodo_pago.clone(),
             condiciones_de_pago: None,
             exportacion: "01".into(),
-            prices_include_tax: self.invoice.prices_include_tax,
+            prices_include_tax,
             emisor: self.emisor.clone(),
             receptor,
             informacion_global: None,
             relacionados: Vec::new(),
-            lines: vec![LineData {
-                clave_prod_serv: self.invoice.clave_prod_serv.clone(),
-                no_identificacion: None,
-                cantidad: Decimal::ONE,
-                clave_unidad: self.invoice.clave_unidad.clone(),
-                unidad: Some(self.invoice.unidad.clone()),
-                descripcion: clean_text(sale.description, &self.invoice.descripcion, 1000),
-                unit_price: sale.amount,
-                discount: None,
-                tax: self.tax,
-                retenciones: Vec::new(),
-            }],
+            lines,
         };
         // Building (no signing) catches a request that could never be stamped, so it is
         // recorded with its reason instead of sitting in the outbox.
-        if let Err(e) = cfdi::build(&request, "00000000000000000000") {
-            return Err(format!("the invoice cannot be built: {e}"));
+        let built = cfdi::build(&request, "00000000000000000000")
+            .map_err(|e| format!("the invoice cannot be built: {e}"))?;
+        // Lines described by the provider must add up to what was charged, to the centavo.
+        if !sale.lines.is_empty() && built.total != sale.amount {
+            return Err(format!(
+                "the sale's lines add up to {} {} but {} was charged: invoice it by hand",
+                built.total, sale.currency, sale.amount
+            ));
         }
         let (state, code, message) = match crate::config::environment_mismatch(
             self.pac_env,
@@ -569,6 +586,31 @@ impl Ingestor {
         })
     }
 
+    /// The Conceptos of `sale` and whether their prices include the tax: its lines, or one
+    /// line for the whole amount with the `[invoice]` keys.
+    fn lines(&self, sale: &Sale<'_>) -> Result<(Vec<LineData>, bool), String> {
+        if !sale.lines.is_empty() {
+            return basket::conceptos(sale.lines, &self.invoice, self.tax);
+        }
+        let line = LineData {
+            clave_prod_serv: self.invoice.clave_prod_serv.clone(),
+            no_identificacion: None,
+            cantidad: Decimal::ONE,
+            clave_unidad: self.invoice.clave_unidad.clone(),
+            unidad: Some(self.invoice.unidad.clone()),
+            descripcion: basket::clean_text(
+                sale.description.unwrap_or(""),
+                &self.invoice.descripcion,
+                1000,
+            ),
+            unit_price: sale.amount,
+            discount: None,
+            tax: self.tax,
+            retenciones: Vec::new(),
+        };
+        Ok((vec![line], self.invoice.prices_include_tax))
+    }
+
     /// The validated receptor; `Ok(None)` = público en general (factura global). `Err` names
     /// every field that is missing or wrong, and where the sale goes from here.
     fn receptor(&self, c: &CustomerData) -> Result<Option<ReceptorData>, String> {
@@ -595,20 +637,11 @@ impl Ingestor {
     }
 }
 
-/// A description fit for the CFDI: `|` and control characters replaced, at most `max` chars.
-fn clean_text(s: Option<&str>, default: &str, max: usize) -> String {
-    let cleaned: String = s
-        .unwrap_or("")
-        .chars()
-        .map(|c| if c == '|' || c.is_control() { ' ' } else { c })
-        .take(max)
-        .collect();
-    let cleaned = cleaned.trim();
-    if cleaned.is_empty() {
-        default.to_owned()
-    } else {
-        cleaned.to_owned()
-    }
+/// The lines recorded with a payment (none for a sale of one Concepto).
+fn stored_lines(p: &NewPayment) -> Result<Vec<SaleLine>, String> {
+    p.lines_json.as_deref().map_or(Ok(Vec::new()), |j| {
+        serde_json::from_str(j).map_err(|e| format!("the recorded lines are unreadable: {e}"))
+    })
 }
 
 /// Stripe amounts are integer minor units: `11600` MXN → `116.00`.

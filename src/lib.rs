@@ -20,6 +20,8 @@
 //! - [`store`]: the database (SQLite or PostgreSQL), a file per aggregate; every SQL statement
 //!   and migration.
 //! - [`webhooks`]: Stripe and Mercado Pago deliveries: signatures, parsing, the routes.
+//! - [`basket`]: what was sold, line by line (Checkout line items, invoice lines, Mercado Pago
+//!   items) → Conceptos: SAT keys per product, discounts, shipping. No I/O.
 //! - [`ingest`]: a verified payment → the payment row and the frozen comprobante to stamp.
 //! - [`refund`]: a refund or lost dispute → the egreso that credits it, cut from the original
 //!   document in proportion, to the centavo (no I/O).
@@ -93,6 +95,7 @@ macro_rules! string_newtype {
 
 pub mod admin;
 pub mod api;
+pub mod basket;
 pub mod cancel;
 pub mod cfdi;
 pub mod chaos;

@@ -382,6 +382,8 @@ impl Planner {
                     r.refund_id, r.provider, r.payment_ref
                 )),
                 references: Vec::new(),
+                lines_json: None,
+                tipo_cambio: None,
             }),
             draft: Box::new(OutboxDraft {
                 kind,

@@ -66,6 +66,12 @@ pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
         "11-jpy-tijuana",
         include_str!("../fixtures/requests/11-jpy-tijuana.json"),
     ),
+    (
+        // A Checkout basket as ingest freezes it (tests/it/line_items.rs): products with their
+        // own keys, line and order discounts prorated to the centavo, shipping as a Concepto.
+        "12-basket-shipping",
+        include_str!("../fixtures/requests/12-basket-shipping.json"),
+    ),
 ];
 
 /// The sandbox's stand-in for `GET /v1/payments/{id}`: an approved MXN debit-card payment with

@@ -119,6 +119,8 @@ impl Application {
             Duration::from_secs(mp_settings.fetch_timeout_seconds),
         )
         .map_err(|e| anyhow::anyhow!(e))?;
+        let stripe = webhooks::stripe_api::Client::from_settings(&settings.stripe)
+            .map_err(|e| anyhow::anyhow!(e))?;
         let health = Health::default();
         health.register(
             health::MP_FETCH_RETRY,
@@ -138,6 +140,7 @@ impl Application {
             ingestor,
             mp,
             fx,
+            stripe,
             mp_replay,
             health,
             pac,

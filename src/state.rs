@@ -10,8 +10,8 @@ use crate::health::Health;
 use crate::ingest::Ingestor;
 use crate::pac::PacClient;
 use crate::store::Db;
-use crate::webhooks::mercadopago;
 use crate::webhooks::replay::ReplayWindow;
+use crate::webhooks::{mercadopago, stripe_api};
 
 /// What every request handler and background loop shares.
 pub struct AppState {
@@ -21,6 +21,8 @@ pub struct AppState {
     pub mp: mercadopago::Client,
     /// Where the TipoCambio of a sale in another currency comes from (`[fx]`).
     pub fx: crate::fx::Rates,
+    /// The Stripe API (`[stripe] api_key`); `None`: sales are invoiced from the webhook alone.
+    pub stripe: Option<stripe_api::Client>,
     /// Mercado Pago manifests received recently (replays are refused).
     pub mp_replay: ReplayWindow,
     /// Heartbeats of background loops, reported by `/readyz`.

@@ -99,6 +99,8 @@ pub async fn create(
             status: "invoice_pending".into(),
             reason: None,
             references: Vec::new(),
+            lines_json: None,
+            tipo_cambio: None,
         },
         draft: OutboxDraft {
             kind: DocumentKind::Ingreso,

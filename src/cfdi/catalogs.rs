@@ -2,7 +2,7 @@
 //! (copied byte for byte from the SAT CSVs, except c_CodigoPostal: its 3.3 MB CSV is kept as
 //! the 15 runs of consecutive codes it consists of, written by `scripts/sat-cp-ranges`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 const MONEDA: &str = include_str!("../../fixtures/sat/catalogs/c_Moneda.csv");
@@ -13,6 +13,10 @@ const CODIGO_POSTAL: &str = include_str!("../../fixtures/sat/catalogs/c_CodigoPo
 /// c_CodigoPostal's `huso_horario` as runs of sorted codes sharing one zone (also written by
 /// `scripts/sat-cp-ranges`).
 const HUSOS: &str = include_str!("../../fixtures/sat/catalogs/c_CodigoPostal.husos");
+/// The enumerations of SAT's `catCFDI.xsd`, one catalog a line: its name, then its codes
+/// (c_ClaveProdServ and c_ClaveUnidad among them). Shared by ingest (product keys) and the
+/// sandbox PAC's XSD check.
+const XSD_CODES: &str = include_str!("../../fixtures/pacsim/catCFDI-codes.txt");
 
 /// Splits one CSV line, honouring double quotes (the catalogs quote fields with commas).
 fn fields(line: &str) -> Vec<String> {
@@ -48,6 +52,26 @@ static CURRENCY_VARIATION: LazyLock<HashMap<String, u32>> = LazyLock::new(|| {
         .filter_map(|f| Some((f.first()?.clone(), f.get(3)?.parse().ok()?)))
         .collect()
 });
+
+/// Catalog name → its codes, as `catCFDI.xsd` enumerates them.
+static XSD_CATALOGS: LazyLock<HashMap<&'static str, HashSet<&'static str>>> = LazyLock::new(|| {
+    XSD_CODES
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let mut it = l.split(' ');
+            Some((it.next()?, it.collect()))
+        })
+        .collect()
+});
+
+/// Whether `code` is in the `catCFDI.xsd` enumeration `catalog` (`c_ClaveProdServ`,
+/// `c_ClaveUnidad`, `c_ObjetoImp`, …), as a PAC checks it.
+pub fn in_xsd_catalog(catalog: &str, code: &str) -> bool {
+    XSD_CATALOGS
+        .get(catalog)
+        .is_some_and(|codes| codes.contains(code))
+}
 
 /// UsoCFDI → the receptor régimenes it allows.
 static USO_REGIMENES: LazyLock<HashMap<String, Vec<String>>> = LazyLock::new(|| {

@@ -16,6 +16,8 @@
 //!   `deliver.rs`: `[pdf]`.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
+//! - `products.rs`: `[invoice.products]` and `[invoice.shipping]`, the SAT keys of what is
+//!   sold, checked against the catalogs.
 //! - `secret.rs`: [`SecretString`], [`WebhookSecret`] (the merchant's `whsec_` key), redaction
 //!   of URLs.
 //! - `validate.rs`: every problem of a loaded configuration, each naming its key and the fix.
@@ -36,6 +38,7 @@ mod global;
 mod load;
 mod pac;
 mod portal;
+mod products;
 mod refunds;
 mod secret;
 mod sections;
@@ -58,6 +61,7 @@ pub use fx::{FxSettings, FxSource};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacEnvironment, PacKind, environment_mismatch};
 pub use portal::PortalSettings;
+pub use products::{ProductKeys, ShippingSettings, key_problems};
 pub use refunds::{FullRefund, RefundSettings};
 pub use secret::{SecretString, WebhookSecret, redact_url, url_for_log};
 pub use sections::{

@@ -79,6 +79,17 @@ pub struct StripeSettings {
     pub webhook_secrets: Vec<SecretString>,
     /// Largest |now − t| accepted, in seconds (Stripe's libraries use 300).
     pub tolerance_seconds: i64,
+    /// A restricted key (`rk_…`, read access to Checkout Sessions, Products, Invoices, Charges,
+    /// PaymentIntents and Balance transactions) to read what the webhook does not carry: the
+    /// line items of a Checkout Session, the lines of an invoice, the exchange rate. Unset: a
+    /// sale is one Concepto with the `[invoice]` keys.
+    pub api_key: Option<SecretString>,
+    /// Base URL of the Stripe API (tests point it at a local server).
+    pub api_base: String,
+    pub fetch_timeout_seconds: u64,
+    /// First delay before an event whose data could not be fetched is tried again; it doubles
+    /// on every failure, up to an hour.
+    pub retry_interval_seconds: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -129,6 +140,11 @@ pub struct InvoiceSettings {
     /// UsoCFDI when the customer gave none.
     pub uso_cfdi: String,
     pub metodo_pago: String,
+    /// SAT keys by Stripe product id, price id or tax code (`txcd_…`), for products whose
+    /// metadata does not carry them.
+    #[serde(default)]
+    pub products: BTreeMap<String, super::products::ProductKeys>,
+    pub shipping: super::products::ShippingSettings,
 }
 
 impl InvoiceSettings {

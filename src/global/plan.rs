@@ -228,6 +228,8 @@ impl Planner {
                 )),
                 // Customers never look a global up at the portal.
                 references: Vec::new(),
+                lines_json: None,
+                tipo_cambio: None,
             },
             draft: OutboxDraft {
                 kind: DocumentKind::Global,

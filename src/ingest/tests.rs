@@ -20,6 +20,7 @@ fn facts(customer: CustomerData) -> PaymentFacts {
         customer,
         description: Some("Plan | Pro".into()),
         references: Vec::new(),
+        lines: Vec::new(),
         provider_rate: None,
     }
 }

@@ -1,7 +1,7 @@
 //! What SAT's XSD checks on a CFDI 4.0 comprobante's attributes (`cfdv40.xsd` with
 //! `tdCFDI.xsd` and `catCFDI.xsd`): required attributes, the `xs:pattern`, length,
 //! `fractionDigits` and `minInclusive` facets, and catalog membership (the enumerations of
-//! `catCFDI.xsd`, embedded from `fixtures/pacsim/catCFDI-codes.txt`). A PAC answers any of these
+//! `catCFDI.xsd`, [`crate::cfdi::catalogs::in_xsd_catalog`]). A PAC answers any of these
 //! with `301 - XML mal formado`.
 //!
 //! Beyond the XSD: `catCFDI.xsd` still lists régimenes and usos the CFDI 4.0 catalogs retired
@@ -10,27 +10,10 @@
 //! [`crate::cfdi::catalogs`]). Not checked: the elements' order and cardinality (the document
 //! engine writes them; [`crate::cfdi::verify`] checks the required ones).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
-
 use chrono::NaiveDateTime;
 
 use crate::cfdi::catalogs;
 use crate::cfdi::dom::{Element, NS_CFDI};
-
-const CODES: &str = include_str!("../../fixtures/pacsim/catCFDI-codes.txt");
-
-/// Catalog name → its codes.
-static CATALOGS: LazyLock<HashMap<&'static str, HashSet<&'static str>>> = LazyLock::new(|| {
-    CODES
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let mut it = l.split(' ');
-            Some((it.next()?, it.collect()))
-        })
-        .collect()
-});
 
 /// An attribute's simple type, as the XSD declares it.
 #[derive(Clone, Copy)]
@@ -316,7 +299,7 @@ fn cat_ok(cat: &str, v: &str) -> bool {
         // Kept as runs of codes, not as an enumeration (95,777 of them).
         return catalogs::is_codigo_postal(v);
     }
-    CATALOGS.get(cat).is_some_and(|codes| codes.contains(v))
+    catalogs::in_xsd_catalog(cat, v)
 }
 
 fn digits(s: &str) -> bool {

@@ -1,6 +1,6 @@
 //! Webhook deliveries (`webhook_events`): recording them, the ingest transaction that turns one
-//! into a payment and its frozen comprobante, and the Mercado Pago notifications stored to be
-//! fetched later.
+//! into a payment and its frozen comprobante, and the deliveries stored to be fetched later
+//! (Mercado Pago notifications; Stripe events whose lines or rate come from the API).
 
 use std::time::Duration;
 
@@ -230,6 +230,16 @@ impl Db {
             tx.commit("commit the ingest transaction").await?;
         }
         Ok(out)
+    }
+
+    /// The raw body of a stored delivery (a Stripe event waiting for the API is re-read from
+    /// it, exactly as it was signed).
+    pub async fn event_body(&self, id: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        let row: Option<(Vec<u8>,)> = stmt("SELECT raw_body FROM webhook_events WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self, "read a stored webhook body")
+            .await?;
+        Ok(row.map(|r| r.0))
     }
 
     /// Marks a stored notification as handled without a payment (not approved, not a

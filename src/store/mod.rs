@@ -144,6 +144,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0011_admin_search.sql"),
     ),
     (
+        12,
+        "line_items",
+        include_str!("../../migrations/sqlite/0012_line_items.sql"),
+    ),
+    (
         14,
         "refunds_egreso",
         include_str!("../../migrations/sqlite/0014_refunds_egreso.sql"),
@@ -204,6 +209,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         11,
         "admin_search",
         include_str!("../../migrations/postgres/0011_admin_search.sql"),
+    ),
+    (
+        12,
+        "line_items",
+        include_str!("../../migrations/postgres/0012_line_items.sql"),
     ),
     (
         14,

@@ -27,17 +27,26 @@ pub struct NewPayment {
     /// number, order reference), for the portal's look-up; `payment_id` always is one.
     #[sqlx(skip)]
     pub references: Vec<String>,
+    /// The sale's lines as the provider described them (JSON of `basket::SaleLine`s); `None`
+    /// for a sale of one Concepto with the `[invoice]` keys.
+    #[sqlx(default)]
+    pub lines_json: Option<String>,
+    /// The TipoCambio found at ingest for a sale not in MXN (decimal text): the factura
+    /// global and the portal invoice the sale with it later.
+    #[sqlx(default)]
+    pub tipo_cambio: Option<String>,
 }
 
 const INSERT_PAYMENT: &str = "INSERT INTO payments \
     (provider, payment_id, event_id, amount, currency, method, forma_pago, customer_json, paid_at, \
-     livemode, status, reason, created_at, updated_at) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+     livemode, status, reason, created_at, updated_at, lines_json, tipo_cambio) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
     ON CONFLICT (provider, payment_id) DO NOTHING RETURNING id";
 
 /// A [`PaymentRow`]'s columns, for a `WHERE` to follow.
 pub(super) const SELECT_PAYMENT: &str = "SELECT id, provider, payment_id, event_id, amount, \
-    currency, method, forma_pago, customer_json, paid_at, livemode, status, reason, created_at \
+    currency, method, forma_pago, customer_json, paid_at, livemode, status, reason, created_at, lines_json, \
+    tipo_cambio \
     FROM payments";
 
 /// Payments with their invoice state (the sales: the payment rows of a factura global and of an
@@ -79,6 +88,8 @@ pub(super) async fn insert_payment_in(
         .bind(&p.reason)
         .bind(now)
         .bind(now)
+        .bind(&p.lines_json)
+        .bind(&p.tipo_cambio)
         .fetch_optional_in(tx, "insert the payment")
         .await?;
     let Some((id,)) = row else {

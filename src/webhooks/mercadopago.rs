@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::basket::{self, SaleLine};
 use crate::ingest::{self, CustomerData, Method, PaymentFacts};
+use crate::webhooks::api_get::{Answer, get_with_bearer};
 
 pub const PROVIDER: &str = "mercadopago";
 
@@ -89,7 +91,11 @@ pub struct Payment {
     pub external_reference: Option<String>,
     pub payer: Option<Value>,
     pub metadata: Option<Value>,
-    pub additional_info: Option<Value>,
+    pub additional_info: Option<AdditionalInfo>,
+    /// The coupon's discount, when the buyer used one.
+    pub coupon_amount: Option<Box<RawValue>>,
+    /// Shipping charged with the payment.
+    pub shipping_amount: Option<Box<RawValue>>,
     /// Refunds so far (`refunds.rs`); absent in older answers.
     #[serde(default)]
     pub refunds: Option<Vec<Value>>,
@@ -99,6 +105,23 @@ pub struct Payment {
     /// `currency_id`, read exactly like the amount.
     #[serde(default)]
     pub conversion_rate: Option<Box<RawValue>>,
+}
+
+/// `additional_info`: what the merchant said was sold.
+#[derive(Debug, Deserialize)]
+pub struct AdditionalInfo {
+    #[serde(default)]
+    pub items: Vec<Item>,
+}
+
+/// One item sold; numbers kept as their JSON text (a number, or a string such as `"1"`).
+#[derive(Debug, Deserialize)]
+pub struct Item {
+    pub id: Option<Value>,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub quantity: Option<Box<RawValue>>,
+    pub unit_price: Option<Box<RawValue>>,
 }
 
 /// What the fetched payment means.
@@ -204,6 +227,10 @@ impl Payment {
                 *slot = v;
             }
         }
+        let lines = match self.lines() {
+            Ok(lines) => lines,
+            Err(why) => return Meaning::Attention(format!("additional_info.items: {why}")),
+        };
         Meaning::Paid(Box::new(PaymentFacts {
             provider: PROVIDER,
             payment_id: self.id_text(),
@@ -224,8 +251,73 @@ impl Payment {
                 .cloned()
                 .chain(ingest::order_reference(self.metadata.as_ref()))
                 .collect(),
+            lines,
             provider_rate: self.provider_rate(),
         }))
+    }
+}
+
+/// A number Mercado Pago sends as a JSON number or as text (`"1"`, `"58.80"`), exactly.
+fn number(v: Option<&RawValue>) -> Option<Decimal> {
+    let text = v?.get().trim();
+    let unquoted = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
+    exact_decimal(unquoted)
+}
+
+impl Payment {
+    /// The items sold (`additional_info.items`), one line each; the coupon (`coupon_amount`)
+    /// prorated over them and the shipping (`shipping_amount`) as a line of its own. None when
+    /// the payment lists no items.
+    fn lines(&self) -> Result<Vec<SaleLine>, String> {
+        let Some(items) = self
+            .additional_info
+            .as_ref()
+            .map(|a| &a.items)
+            .filter(|i| !i.is_empty())
+        else {
+            return Ok(Vec::new());
+        };
+        let mut lines = Vec::new();
+        for (n, item) in items.iter().enumerate() {
+            let quantity = number(item.quantity.as_deref()).unwrap_or(Decimal::ONE);
+            let unit = number(item.unit_price.as_deref())
+                .ok_or_else(|| format!("item {} has no readable unit_price", n + 1))?;
+            let text = |t: &Option<String>| {
+                t.as_deref()
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+            };
+            lines.push(SaleLine {
+                description: text(&item.title)
+                    .or_else(|| text(&item.description))
+                    .unwrap_or_default(),
+                quantity,
+                amount: quantity * unit,
+                // Its SAT keys come from [invoice.products] by this id (items carry no metadata).
+                product_id: item.id.as_ref().and_then(value_text),
+                ..SaleLine::default()
+            });
+        }
+        let coupon = number(self.coupon_amount.as_deref()).unwrap_or_default();
+        if coupon > Decimal::ZERO {
+            let dp = crate::cfdi::catalogs::currency_decimals(&self.currency_id.to_uppercase())
+                .unwrap_or(2);
+            basket::prorate_discount(&mut lines, coupon, dp)?;
+        }
+        let shipping = number(self.shipping_amount.as_deref()).unwrap_or_default();
+        if shipping > Decimal::ZERO {
+            lines.push(SaleLine {
+                quantity: Decimal::ONE,
+                amount: shipping,
+                shipping: true,
+                ..SaleLine::default()
+            });
+        }
+        Ok(lines)
     }
 }
 
@@ -277,26 +369,11 @@ impl Client {
             )));
         }
         let url = format!("{}/v1/payments/{id}", self.api_base);
-        let resp = self
-            .http
-            .get(&url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|e| FetchError::Network(e.to_string()))?;
-        let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| FetchError::Network(e.to_string()))?;
-        if !status.is_success() {
-            let body = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-            return Err(FetchError::Status {
-                status: status.as_u16(),
-                body,
-            });
+        match get_with_bearer(&self.http, &url, token).await {
+            Ok(Answer::Ok(bytes)) => Payment::parse(&bytes).map_err(FetchError::Body),
+            Ok(Answer::Refused(status, body)) => Err(FetchError::Status { status, body }),
+            Err(e) => Err(FetchError::Network(e)),
         }
-        Payment::parse(&bytes).map_err(FetchError::Body)
     }
 }
 
@@ -307,6 +384,9 @@ pub fn sample_payment(id: &str, date_approved: &str) -> String {
  "payment_method_id": "debvisa", "payment_type_id": "debit_card", "status": "approved", "status_detail": "accredited",
  "currency_id": "MXN", "description": "Plan Pro - agosto 2026", "live_mode": false, "transaction_amount": 116.00,
  "transaction_amount_refunded": 0, "installments": 1, "external_reference": "ORD-{id}",
+ "additional_info": {{"items": [
+   {{"id": "PLAN-PRO", "title": "Plan Pro - agosto 2026", "quantity": "1", "unit_price": "87", "category_id": "services"}},
+   {{"id": "SOPORTE", "title": "Soporte prioritario", "quantity": "1", "unit_price": 29.00, "category_id": "services"}}]}},
  "payer": {{"id": "1234567890", "email": "cliente@example.mx", "first_name": "Berenice", "last_name": "Ximo Quezada",
    "identification": {{"type": "RFC", "number": "XIQB891116QE4"}}, "type": "guest"}},
  "metadata": {{"regimen_fiscal": "612", "codigo_postal": "26015", "uso_cfdi": "G03", "razon_social": "BERENICE XIMO QUEZADA"}}}}"#

@@ -4,11 +4,14 @@
 //! Routes read `web::Bytes` (never a JSON extractor) so the signature is checked over the exact
 //! bytes received. A 2xx is sent only once the delivery is durably stored.
 
+mod api_get;
 pub mod mercadopago;
 pub mod refunds;
 pub mod replay;
 pub mod signature;
 pub mod stripe;
+pub mod stripe_api;
+pub mod stripe_fetch;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -158,7 +161,7 @@ fn ack(outcome: &str, extra: serde_json::Value) -> HttpResponse {
     HttpResponse::Ok().json(body)
 }
 
-fn outcome_name(o: &IngestOutcome) -> &'static str {
+pub(crate) fn outcome_name(o: &IngestOutcome) -> &'static str {
     match o {
         IngestOutcome::DuplicateEvent => "duplicate",
         IngestOutcome::DuplicatePayment => "duplicate_payment",
@@ -211,6 +214,12 @@ async fn stripe_webhook(
     row.api_version = ev.api_version.clone();
     row.account = ev.account.clone();
     let (status, reason, payment_ref) = match stripe::classify(&ev) {
+        // With [stripe] api_key, what the event does not carry (line items, the exchange
+        // rate) is read from the API first; the event is stored before any call.
+        stripe::Meaning::Paid(facts) if state.stripe.is_some() => {
+            let outcome = stripe_fetch::store_and_resolve(&state, row, &facts.payment_id).await?;
+            return Ok(ack(outcome, serde_json::json!({})));
+        }
         stripe::Meaning::Paid(facts) => {
             row.payment_ref = Some(facts.payment_id.clone());
             let (payment, draft) = plan(&state, &facts).await;
@@ -367,8 +376,13 @@ async fn mercadopago_notification(
     }
     // Stored first: from here on the notification cannot be lost, whatever the API does.
     row.status = "pending_fetch".into();
-    row.next_attempt_at =
-        Some(Utc::now() + chrono::Duration::seconds(retry_delay_seconds(state, 0)));
+    row.next_attempt_at = Some(
+        Utc::now()
+            + chrono::Duration::seconds(retry_delay_seconds(
+                state.settings.mercadopago.retry_interval_seconds,
+                0,
+            )),
+    );
     let id = match state.db.record_event(&row).await? {
         Some(id) => id,
         None => match state.db.event_status(mercadopago::PROVIDER, &key).await? {
@@ -384,7 +398,7 @@ async fn mercadopago_notification(
         livemode: n.live_mode,
         attempts: 0,
     };
-    let outcome = resolve(state, &pending).await?;
+    let outcome = resolve_mercadopago(state, &pending).await?;
     Ok(ack(outcome, serde_json::json!({})))
 }
 
@@ -404,22 +418,36 @@ async fn plan(
     state.ingestor.plan_rated(facts, rated)
 }
 
-/// Seconds before the next fetch after `attempts` failures: the configured interval, doubling,
-/// at most an hour.
-fn retry_delay_seconds(state: &AppState, attempts: i32) -> i64 {
-    let base = state.settings.mercadopago.retry_interval_seconds.max(1);
+/// Seconds before the next fetch after `attempts` failures: the configured interval `base`,
+/// doubling, at most an hour.
+pub(crate) fn retry_delay_seconds(base: u64, attempts: i32) -> i64 {
+    let base = base.max(1);
     let factor = 1u64 << attempts.clamp(0, 6);
     i64::try_from((base * factor).min(3600)).unwrap_or(3600)
 }
 
+/// Completes a stored delivery (a Mercado Pago notification, a Stripe event waiting for the
+/// Stripe API) and records what it means. A failed fetch only reschedules it.
+pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str, StoreError> {
+    if p.provider == stripe::PROVIDER {
+        stripe_fetch::resolve(state, p).await
+    } else {
+        resolve_mercadopago(state, p).await
+    }
+}
+
 /// Fetches the payment a stored notification points to and records what it means. A failed
 /// fetch only reschedules: the notification stays stored as `pending_fetch`.
-pub async fn resolve(state: &AppState, p: &PendingFetch) -> Result<&'static str, StoreError> {
+async fn resolve_mercadopago(
+    state: &AppState,
+    p: &PendingFetch,
+) -> Result<&'static str, StoreError> {
     let data_id = p.payment_ref.clone().unwrap_or_default();
     let payment = match state.mp.payment(&data_id).await {
         Ok(payment) => payment,
         Err(e) => {
-            let at = Utc::now() + chrono::Duration::seconds(retry_delay_seconds(state, p.attempts));
+            let base = state.settings.mercadopago.retry_interval_seconds;
+            let at = Utc::now() + chrono::Duration::seconds(retry_delay_seconds(base, p.attempts));
             tracing::warn!(event_id = %p.event_id, error = %e, next_attempt = %at, "payment fetch failed; kept for retry");
             state.db.reschedule_fetch(p.id, at, &e.to_string()).await?;
             return Ok("stored_pending_fetch");
@@ -491,11 +519,23 @@ async fn resolved(
     }
 }
 
-/// Background retry of notifications whose payment could not be fetched. Runs until `token`
-/// is cancelled; beats the `mp_fetch_retry` heartbeat each round.
+/// Background retry of stored deliveries whose data could not be fetched (Mercado Pago
+/// payments, the Stripe API). Runs until `token` is cancelled; beats the `mp_fetch_retry`
+/// heartbeat each round.
 pub async fn fetch_retry_loop(state: web::Data<AppState>, token: CancellationToken) {
-    let interval = Duration::from_secs(state.settings.mercadopago.retry_interval_seconds.max(1));
-    let lease = Duration::from_secs(state.settings.mercadopago.fetch_timeout_seconds * 2 + 30);
+    let s = &state.settings;
+    let interval = Duration::from_secs(
+        s.mercadopago
+            .retry_interval_seconds
+            .min(s.stripe.retry_interval_seconds)
+            .max(1),
+    );
+    // A Stripe event may take several reads (line items pages, charge, balance transaction).
+    let slowest = s
+        .mercadopago
+        .fetch_timeout_seconds
+        .max(s.stripe.fetch_timeout_seconds * 4);
+    let lease = Duration::from_secs(slowest * 2 + 30);
     // Each round races the token, so a stop ends the loop wherever it is.
     while token
         .run_until_cancelled(fetch_retry_round(&state, lease, interval))

@@ -82,6 +82,10 @@ pub fn classify(ev: &Event) -> Meaning {
             )),
         },
         "checkout.session.async_payment_succeeded" => paid(checkout_session(ev, o)),
+        "invoice.paid" if o.get("amount_paid").and_then(Value::as_i64) == Some(0) => {
+            Meaning::Ignore("invoice paid with nothing charged (amount_paid 0)".into())
+        }
+        "invoice.paid" => paid(invoice(ev, o)),
         k if k.starts_with("charge.refunded") || k.starts_with("refund.") => Meaning::Record {
             payment_ref: id_of(o, "payment_intent")
                 .or_else(|| id_of(o, "charge"))
@@ -93,6 +97,23 @@ pub fn classify(ev: &Event) -> Meaning {
             reason: "dispute: kept for manual review".into(),
         },
         other => Meaning::Ignore(format!("event type {other} is not invoiced")),
+    }
+}
+
+/// The facts of the sale `object` (a Checkout Session, an invoice) read as if event `ev` were
+/// of type `kind` about it: a PaymentIntent's event takes the customer data and references of
+/// the Session or invoice it paid. `None` when that object is not a paid sale.
+pub fn facts_as(ev: &Event, kind: &str, object: &Value) -> Option<PaymentFacts> {
+    let as_event = Event {
+        kind: kind.to_owned(),
+        data: EventData {
+            object: object.clone(),
+        },
+        ..ev.clone()
+    };
+    match classify(&as_event) {
+        Meaning::Paid(f) => Some(*f),
+        _ => None,
     }
 }
 
@@ -186,16 +207,7 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
     let mut customer = CustomerData::default();
     customer.fill_from_custom_fields(o.get("custom_fields"));
     if let Some(cd) = o.get("customer_details") {
-        let tax_id = cd
-            .get("tax_ids")
-            .and_then(Value::as_array)
-            .and_then(|ids| {
-                ids.iter()
-                    .find(|t| t.get("type").and_then(Value::as_str) == Some("mx_rfc"))
-            })
-            .and_then(|t| s(t, "value"))
-            .map(|v| v.trim().to_uppercase());
-        ingest::fill(&mut customer.rfc, tax_id);
+        ingest::fill(&mut customer.rfc, mx_rfc(cd.get("tax_ids")));
         let name = s(cd, "business_name")
             .or_else(|| s(cd, "name"))
             .filter(|n| !n.trim().is_empty());
@@ -205,6 +217,63 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
         customer.email = s(cd, "email");
     }
     facts(ev, o, id, amount, customer, None, Some(session))
+}
+
+/// The value of the `mx_rfc` entry of a list of tax ids, in capitals.
+fn mx_rfc(tax_ids: Option<&Value>) -> Option<String> {
+    tax_ids
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|t| t.get("type").and_then(Value::as_str) == Some("mx_rfc"))
+        .and_then(|t| s(t, "value"))
+        .map(|v| v.trim().to_uppercase())
+}
+
+/// The PaymentIntent that paid invoice `o`: `payments.data[].payment.payment_intent` (API
+/// 2025-03-31 and later), else the older `payment_intent` field.
+pub fn invoice_payment_intent(o: &Value) -> Option<String> {
+    let from_payments = o
+        .get("payments")
+        .and_then(|p| p.get("data"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find_map(|p| p.get("payment").and_then(|p| id_of(p, "payment_intent")));
+    from_payments.or_else(|| id_of(o, "payment_intent"))
+}
+
+/// A Stripe Billing invoice: the PaymentIntent id as the payment id (so its
+/// `payment_intent.succeeded` is the same payment), the customer's `mx_rfc` tax id, name and
+/// postal code, and the invoice's metadata.
+fn invoice(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<String>, String)> {
+    let invoice_id = s(o, "id").ok_or((None, "invoice without id".into()))?;
+    let id = invoice_payment_intent(o).unwrap_or_else(|| invoice_id.clone());
+    let amount = amount(o, &["amount_paid"], &id)?;
+    let mut customer = CustomerData::default();
+    ingest::fill(&mut customer.rfc, mx_rfc(o.get("customer_tax_ids")));
+    ingest::fill(&mut customer.nombre, s(o, "customer_name"));
+    let cp = o.get("customer_address").and_then(|a| s(a, "postal_code"));
+    ingest::fill(&mut customer.codigo_postal, cp);
+    customer.email = s(o, "customer_email");
+    // A subscription's metadata may carry the fiscal data too (after the invoice's own).
+    for details in [
+        o.get("subscription_details"),
+        o.pointer("/parent/subscription_details"),
+    ] {
+        let mut more = CustomerData::default();
+        more.fill_from_metadata(details.and_then(|d| d.get("metadata")));
+        for (slot, v) in [
+            (&mut customer.regimen_fiscal, more.regimen_fiscal),
+            (&mut customer.codigo_postal, more.codigo_postal),
+            (&mut customer.uso_cfdi, more.uso_cfdi),
+            (&mut customer.rfc, more.rfc),
+            (&mut customer.nombre, more.nombre),
+        ] {
+            ingest::fill(slot, v);
+        }
+    }
+    let reference = s(o, "number").or(Some(invoice_id));
+    facts(ev, o, id, amount, customer, s(o, "description"), reference)
 }
 
 /// The facts of a paid sale read from `o` (a payment intent or a checkout session) of `ev`;
@@ -236,7 +305,8 @@ fn facts(
         customer,
         description,
         references,
-        // The balance transaction's rate needs the Stripe API (issue 18 §1–3).
+        // Filled from the Stripe API, when it is configured (webhooks/stripe_api.rs).
+        lines: Vec::new(),
         provider_rate: None,
     })
 }

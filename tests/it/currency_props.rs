@@ -45,6 +45,7 @@ fn facts(currency: &str, amount: Decimal, rate: Decimal, paid_at: DateTime<Utc>)
         },
         description: Some("Venta".into()),
         references: Vec::new(),
+        lines: Vec::new(),
         provider_rate: Some(rate),
     }
 }

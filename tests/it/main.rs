@@ -5,6 +5,8 @@
 //!   webhooks, the admin session, WebDriver for Chromium, where PostgreSQL comes from).
 //! - `cfdi`, `cfdi_props`: the engine against the SAT's XSD, XSLT and an independent verifier.
 //! - `webhooks`, `api`, `worker`, `pac`, `admin`, `admin_e2e`: each part through the real server.
+//! - `line_items`: Checkout line items from a fake Stripe API, SAT keys per product,
+//!   discounts and shipping (issue 18).
 //! - `folio`: folios numbered at sealing, 1..N per serie under load, redeliveries and SIGKILL.
 //! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them.
 //! - `security`, `internet`, `fuzz_regressions`: what faces the internet (routes, limits,
@@ -25,9 +27,9 @@ mod cfdi;
 mod cfdi_props;
 mod checkout;
 mod cli_e2e;
-mod downloads;
 mod currency;
 mod currency_props;
+mod downloads;
 mod email;
 mod folio;
 mod fuzz_regressions;
@@ -37,6 +39,7 @@ mod global_cli;
 mod global_currency;
 mod internet;
 mod layout;
+mod line_items;
 mod ops_backup;
 mod ops_cli;
 mod ops_export;

@@ -511,6 +511,64 @@ async fn mercadopago_approved_payment_is_fetched_and_invoiced(b: Backend) {
     );
 }
 
+/// The sample payment lists two items (`additional_info.items`, quantity and price as text and
+/// as a number): two Conceptos, keyed by `[invoice.products]` through the item id.
+async fn mercadopago_items_become_one_concepto_each(b: Backend) {
+    let mp = fake_mp().await;
+    let Some(app) = spawn_app_with(
+        b,
+        &format!(
+            "api_base = \"{}\"\n[invoice.products.SOPORTE]\nclave_prod_serv = \"81112101\"\nclave_unidad = \"E48\"\n",
+            mp.base
+        ),
+    )
+    .await
+    else {
+        return;
+    };
+    let (s, ack) = notify(&app, "n-items", "5466310458").await;
+    assert_said(s, &ack, 200, "invoice_queued");
+    // The fake's payment is months old (past the 72-hour window): the frozen request is
+    // checked, and built as the worker would.
+    let rows = app.invoices().await;
+    let req: InvoiceRequest =
+        serde_json::from_str(rows[0].request_json.as_deref().expect("json")).expect("request");
+    let lines: Vec<(&str, &str, Option<&str>, &str, String)> = req
+        .lines
+        .iter()
+        .map(|l| {
+            (
+                l.clave_prod_serv.as_str(),
+                l.clave_unidad.as_str(),
+                l.no_identificacion.as_deref(),
+                l.descripcion.as_str(),
+                l.unit_price.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (
+                "01010101",
+                "ACT",
+                Some("PLAN-PRO"),
+                "Plan Pro - agosto 2026",
+                "87".into()
+            ),
+            (
+                "81112101",
+                "E48",
+                Some("SOPORTE"),
+                "Soporte prioritario",
+                "29.00".into()
+            ),
+        ]
+    );
+    let built = autofactura::cfdi::build(&req, "30001000000500003416").expect("build");
+    assert_eq!(built.total.to_string(), "116.00");
+}
+
 async fn mercadopago_notification_is_kept_when_the_api_is_down_and_resolved_by_the_retry(
     b: Backend,
 ) {
@@ -664,6 +722,7 @@ on_both_backends!(
     an_unavailable_database_answers_503_so_the_provider_retries,
     health_and_readiness_report_the_database_and_workers,
     mercadopago_approved_payment_is_fetched_and_invoiced,
+    mercadopago_items_become_one_concepto_each,
     mercadopago_notification_is_kept_when_the_api_is_down_and_resolved_by_the_retry,
     mercadopago_bad_signature_is_refused,
     mercadopago_stale_replayed_or_unsigned_notifications_are_refused,

@@ -10,6 +10,7 @@ pub mod rows;
 pub mod sales;
 pub mod sim;
 pub mod smtp;
+pub mod stripe_api;
 pub mod ux;
 pub mod webdriver;
 
