@@ -12,10 +12,24 @@ fn table(text: &str) -> toml::Table {
     text.parse().expect("TOML")
 }
 
+/// Maps that are empty in the defaults and the example, each given one entry so that the
+/// keys of its values are tried too.
+const MAP_ENTRIES: &str = r#"
+[invoice.products.prod_probe]
+clave_prod_serv = "86111604"
+clave_unidad = "E48"
+unidad = "Servicio"
+objeto_imp = "02"
+
+[fx.rates]
+USD = "17.5025"
+"#;
+
 /// The example file over the defaults: the base every key is set over.
 fn base() -> toml::Table {
     let mut t = table(DEFAULTS);
     merge(&mut t, table(EXAMPLE));
+    merge(&mut t, table(MAP_ENTRIES));
     t
 }
 
@@ -97,7 +111,8 @@ fn sample(base: &toml::Table, path: &[String], expected: Option<&str>) -> toml::
         (Some(toml::Value::Boolean(b)), _) => toml::Value::Boolean(!b),
         (Some(v), _) => v.clone(),
         (None, None) => toml::Value::String("zz-sample".into()),
-        (None, Some(e)) if e.contains("one of") => {
+        // Serde names the variants of an enum as "one of `a`, `b`", or "`a` or `b`" for two.
+        (None, Some(e)) if e.contains("one of") || e.starts_with('`') => {
             toml::Value::String(e.split('`').nth(1).unwrap_or("zz").to_owned())
         }
         (None, Some(e)) if e.contains("bool") => toml::Value::Boolean(true),

@@ -26,14 +26,28 @@ pub enum FxSource {
 pub struct FxSettings {
     pub source: FxSource,
     /// `fixed`: currency → MXN per unit, as a decimal string (`USD = "17.5025"`).
+    #[serde(deserialize_with = "currency_keys")]
     pub rates: BTreeMap<String, String>,
     /// `banxico`: the SIE API token (the `Bmx-Token` header).
     pub token: Option<SecretString>,
     /// `banxico`: where the SIE API is (tests point it at a local server).
     pub api_base: String,
     /// `banxico`: currency → SIE series id (USD is SF43718, the FIX).
+    #[serde(deserialize_with = "currency_keys")]
     pub series: BTreeMap<String, String>,
     pub timeout_seconds: u64,
+}
+
+/// A table keyed by currency, its codes uppercased: environment variables arrive in lowercase
+/// (`AUTOFACTURA__FX__RATES__USD` gives `usd`), and c_Moneda codes are uppercase.
+fn currency_keys<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw = BTreeMap::<String, String>::deserialize(d)?;
+    Ok(raw
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_uppercase(), v))
+        .collect())
 }
 
 impl FxSettings {
