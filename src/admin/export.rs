@@ -71,10 +71,11 @@ pub async fn invoices_csv(
         .body(out))
 }
 
-/// `?month=YYYY-MM` of the month export.
+/// `?month=YYYY-MM` of the month export. Optional to the extractor, so that a request
+/// without a session is sent to the login before its query is judged.
 #[derive(Debug, serde::Deserialize)]
 pub struct MonthQuery {
-    month: String,
+    month: Option<String>,
 }
 
 /// `GET /admin/export/month?month=YYYY-MM`: the accountant's ZIP ([`crate::export`]), written
@@ -85,33 +86,34 @@ pub async fn month_zip(
     _session: Session,
     q: web::Query<MonthQuery>,
 ) -> Result<HttpResponse, AdminError> {
-    crate::export::month_range(&q.month).map_err(AdminError::Invalid)?;
+    let month = q.into_inner().month.unwrap_or_default();
+    crate::export::month_range(&month).map_err(AdminError::Invalid)?;
     let path = std::env::temp_dir().join(format!(
         "autofactura-export-{}.zip",
         uuid::Uuid::new_v4().simple()
     ));
     let failed = |e: &dyn std::fmt::Display| {
-        tracing::error!(error = %e, month = %q.month, "month export failed");
+        tracing::error!(error = %e, month = %month, "month export failed");
         AdminError::Refused(format!(
             "the export of {} could not be written: {e}; try again, or run `autofactura export \
              --month {} --out FILE.zip` on the server",
-            q.month, q.month
+            month, month
         ))
     };
     let file = std::fs::File::create(&path).map_err(|e| failed(&e))?;
     let written =
-        crate::export::write_month(&state.db, &q.month, std::io::BufWriter::new(file)).await;
+        crate::export::write_month(&state.db, &month, std::io::BufWriter::new(file)).await;
     let opened = tokio::fs::File::open(&path).await;
     // Unlinked at once: the open handle keeps the bytes until the download ends.
     let _ = std::fs::remove_file(&path);
     let counts = written.map_err(|e| failed(&e))?;
     let file = opened.map_err(|e| failed(&e))?;
-    tracing::info!(month = %q.month, documents = counts.documents, acuses = counts.acuses, "month export downloaded");
+    tracing::info!(month = %month, documents = counts.documents, acuses = counts.acuses, "month export downloaded");
     Ok(HttpResponse::Ok()
         .content_type("application/zip")
         .insert_header((
             "Content-Disposition",
-            format!("attachment; filename=\"autofactura-{}.zip\"", q.month),
+            format!("attachment; filename=\"autofactura-{}.zip\"", month),
         ))
         .insert_header(("Cache-Control", "no-store"))
         .streaming(tokio_util::io::ReaderStream::new(file)))

@@ -45,6 +45,9 @@ fn fake_mp(currency: &'static str, conversion_rate: Option<&'static str>) -> Str
                 .expect("sample");
                 p["currency_id"] = json!(currency);
                 p["transaction_amount"] = json!(29.99);
+                // One Concepto for the whole amount: the sample's items add up to its own
+                // amount, not to this one.
+                p["additional_info"] = json!(null);
                 if let Some(r) = conversion_rate {
                     p["conversion_rate"] = serde_json::from_str(r).expect("number");
                 }

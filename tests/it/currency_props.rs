@@ -60,8 +60,9 @@ proptest! {
     fn a_sale_in_any_currency_is_invoiced_for_exactly_what_was_charged(
         which in 0..CURRENCIES.len(),
         minor in 1i64..1_000_000_000,
-        // Up to 4.9 % from the published rate, with up to 6 decimals.
-        permille in -49i64..=49,
+        // Up to 4 % from the published rate plus a jitter of up to 0.000999 in the 6th
+        // decimals: within c_Moneda's 5 % even for JPY's 0.1250 (0.000999 is 0.8 % of it).
+        permille in -40i64..=40,
         jitter in 0i64..1_000,
         tax_included in any::<bool>(),
         lugar in prop::sample::select(vec!["42501", "22000", "83000", "77500", "88000"]),

@@ -1,7 +1,7 @@
 //! The factura global per currency (issue 17): sales without RFC in MXN and USD of one period
 //! make one global per currency; a USD global takes the TipoCambio its sales carry and is
-//! stamped; USD sales that carry no rate are held out of it with the reason until they do; on
-//! SQLite and PostgreSQL.
+//! stamped; USD sales that carry no rate (recorded before rates were kept) are held out of it
+//! with the reason until they do; on SQLite and PostgreSQL.
 
 use autofactura::global::{Planner, Scope, issue};
 use serde_json::Value;
@@ -20,13 +20,13 @@ async fn sell_usd(app: &TestApp, suffix: &str, created: i64, minor: i64) {
     assert_eq!(body["payment_status"], "awaiting_global", "{body}");
 }
 
-/// As the currency engine records it at ingest (migration 0017's column).
-async fn carry_rate(app: &TestApp, suffix: &str, rate: &str) {
+/// Sets the rate a sale carries (migration 0017's column), or clears it as for a sale
+/// recorded before ingest kept its rate.
+async fn carry_rate(app: &TestApp, suffix: &str, rate: Option<&str>) {
+    let rate = rate.map_or("NULL".to_owned(), |r| format!("'{r}'"));
     exec_sql(
         &app.db,
-        &format!(
-            "UPDATE payments SET tipo_cambio = '{rate}' WHERE payment_id = 'pi_test_{suffix}'"
-        ),
+        &format!("UPDATE payments SET tipo_cambio = {rate} WHERE payment_id = 'pi_test_{suffix}'"),
     )
     .await;
 }
@@ -34,7 +34,8 @@ async fn carry_rate(app: &TestApp, suffix: &str, rate: &str) {
 async fn one_global_per_currency_with_the_rate_its_sales_carry(b: Backend) {
     let Some(app) = spawn_app_with(
         b,
-        "[global]\nauto_issue = false\n[invoice]\ncurrencies = [\"MXN\", \"USD\"]\n",
+        "[global]\nauto_issue = false\n[invoice]\ncurrencies = [\"MXN\", \"USD\"]\n\
+         [fx]\nsource = \"fixed\"\nrates = { USD = \"17.2512\" }\n",
     )
     .await
     else {
@@ -46,8 +47,15 @@ async fn one_global_per_currency_with_the_rate_its_sales_carry(b: Backend) {
     sell_usd(&app, "usd1", at(oct, 5, 9), 1000).await;
     sell_usd(&app, "usd2", at(oct, 6, 9), 2550).await;
     sell_usd(&app, "norate", at(oct, 7, 9), 700).await;
-    carry_rate(&app, "usd1", "17.2512").await;
-    carry_rate(&app, "usd2", "17.2512").await;
+    // Ingest kept the rate it found ([fx] fixed) with each sale.
+    let kept: Vec<(Option<String>,)> = fetch_rows(
+        &app.db,
+        "SELECT tipo_cambio FROM payments WHERE currency = 'USD' ORDER BY id",
+        &[],
+    )
+    .await;
+    assert_eq!(kept, vec![(Some("17.2512".to_owned()),); 3]);
+    carry_rate(&app, "norate", None).await;
 
     let planner = Planner::new(&app.settings).expect("planner");
     let r = issue(&app.db, &planner, Scope::now_through(None), "test")
@@ -90,7 +98,7 @@ async fn one_global_per_currency_with_the_rate_its_sales_carry(b: Backend) {
     assert!(xml.contains("NoIdentificacion=\"pi_test_usd2\""), "{xml}");
 
     // Once the held sale carries a rate, the next run gives it a USD global of its own.
-    carry_rate(&app, "norate", "17.30").await;
+    carry_rate(&app, "norate", Some("17.30")).await;
     let again = issue(&app.db, &planner, Scope::now_through(None), "test")
         .await
         .expect("again");

@@ -67,6 +67,8 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/payments/{id}/fix", Access::Page),
     ("POST", "/payments/{id}/fix", Access::Form),
     ("GET", "/documents/{id}", Access::Page),
+    ("GET", "/documents/{id}/pdf", Access::Page),
+    ("GET", "/export/month", Access::Page),
 ];
 
 /// The `(METHOD, path)` pairs registered by `admin::routes`, read from its source: each
@@ -370,7 +372,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 31, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 33, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
