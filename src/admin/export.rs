@@ -95,9 +95,8 @@ pub async fn month_zip(
     let failed = |e: &dyn std::fmt::Display| {
         tracing::error!(error = %e, month = %month, "month export failed");
         AdminError::Refused(format!(
-            "the export of {} could not be written: {e}; try again, or run `autofactura export \
-             --month {} --out FILE.zip` on the server",
-            month, month
+            "the export of {month} could not be written: {e}; try again, or run `autofactura export \
+             --month {month} --out FILE.zip` on the server"
         ))
     };
     let file = std::fs::File::create(&path).map_err(|e| failed(&e))?;
@@ -113,7 +112,7 @@ pub async fn month_zip(
         .content_type("application/zip")
         .insert_header((
             "Content-Disposition",
-            format!("attachment; filename=\"autofactura-{}.zip\"", month),
+            format!("attachment; filename=\"autofactura-{month}.zip\""),
         ))
         .insert_header(("Cache-Control", "no-store"))
         .streaming(tokio_util::io::ReaderStream::new(file)))
