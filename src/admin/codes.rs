@@ -41,6 +41,9 @@ pub enum Fix {
     Retry,
     /// The data must change: edit and refreeze each one.
     Refreeze,
+    /// The sale cannot be invoiced to this receptor (a generic RFC on a nominative CFDI):
+    /// send them all to the factura global.
+    Global,
     /// Nothing to press: wait, or read the document.
     None,
 }
@@ -217,6 +220,7 @@ pub fn lookup(code: &str) -> Option<&'static Known> {
 pub fn fix(code: &str) -> Fix {
     match code {
         "CFDI40102" | "EXHAUSTED" => Fix::Retry,
+        "CFDI40146" => Fix::Global,
         "UNRESOLVED" | "test_mode" | "live_to_test_pac" | "307" | "CFDI3307" => Fix::None,
         "" => Fix::None,
         _ => Fix::Refreeze,
@@ -238,6 +242,7 @@ mod tests {
         assert!(lookup("").is_none() && lookup("NOPE").is_none());
         assert_eq!(fix("CFDI40102"), Fix::Retry);
         assert_eq!(fix("CFDI40143"), Fix::Refreeze);
+        assert_eq!(fix("CFDI40146"), Fix::Global);
         assert_eq!(fix("live_to_test_pac"), Fix::None);
         assert!(lookup("live_to_test_pac").is_some_and(|k| k.hint.contains("production")));
     }

@@ -111,6 +111,7 @@ impl GroupView {
             fix: match codes::fix(&code) {
                 Fix::Retry => "retry",
                 Fix::Refreeze => "refreeze",
+                Fix::Global => "global",
                 Fix::None => "",
             },
             code,

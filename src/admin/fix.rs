@@ -217,13 +217,41 @@ pub async fn fix(
     }
 }
 
+/// The form of [`send_to_global`]: the failure code of the group, or none for the sales that
+/// need attention.
+#[derive(Debug, Deserialize)]
+pub struct GlobalForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    code: String,
+}
+
+impl HasCsrf for GlobalForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// The dashboard's group action on the sales that need attention: every one that a factura
 /// global can hold (a currency the appliance invoices, not a test payment kept from a
 /// production PAC) becomes `awaiting_global`, audited; the others stay, still listed.
+///
+/// With a `code` (a group of failures such as CFDI40146), it is the sales whose ingreso failed
+/// with that code instead: each failed document is set aside (`superseded`; the PAC stamped
+/// nothing for it) and its sale waits for the global, in one transaction.
 pub async fn send_to_global(
     state: web::Data<AppState>,
-    Posted(session, _form): Posted<CsrfForm>,
+    Posted(session, form): Posted<GlobalForm>,
 ) -> Result<HttpResponse, AdminError> {
+    if !form.code.is_empty() {
+        let moved = state
+            .db
+            .send_failed_to_global(&form.code, &session.actor)
+            .await?;
+        tracing::info!(sales = ?moved, code = %form.code, actor = %session.actor, "admin: failed sales sent to the factura global");
+        return Ok(see_other("/admin?notice=sent_to_global".into()));
+    }
     let sandbox = state.settings.is_sandbox();
     let eligible: Vec<i64> = state
         .db

@@ -335,6 +335,66 @@ impl Db {
         Ok(moved)
     }
 
+    /// The sales whose ingreso failed with `code` (the PAC stamped nothing) go to the factura
+    /// global: per sale, in one transaction, the failed document is set aside (`superseded`)
+    /// and the sale becomes `awaiting_global`, audited. API invoices are left alone (their
+    /// receptor is the merchant's to decide). The payment rows moved.
+    pub async fn send_failed_to_global(
+        &self,
+        code: &str,
+        actor: &str,
+    ) -> Result<Vec<i64>, StoreError> {
+        const FAILED: &str = "SELECT o.payment_id FROM outbox o JOIN payments p ON p.id = o.payment_id \
+            WHERE o.kind = 'ingreso' AND o.state = 'failed' AND o.last_error_code = $1 \
+            AND p.provider NOT IN ('global', 'api', 'refund') ORDER BY p.paid_at, p.id";
+        const SET_ASIDE: &str = "UPDATE outbox SET state = 'superseded', updated_at = $1, \
+            last_error_message = COALESCE(last_error_message, '') || ' (superseded: the sale was sent to the factura global)' \
+            WHERE payment_id = $2 AND kind = 'ingreso' AND state = 'failed' AND last_error_code = $3";
+        const MOVE: &str = "UPDATE payments SET status = 'awaiting_global', reason = $1, \
+            updated_at = $2 WHERE id = $3";
+        let rows: Vec<(i64,)> = stmt(FAILED)
+            .bind(code)
+            .fetch_all(self, "list the sales whose ingreso failed with a code")
+            .await?;
+        let now = Utc::now();
+        let reason =
+            format!("sent to the factura global by {actor}: its CFDI was refused with {code}");
+        let mut moved = Vec::new();
+        for (row,) in rows {
+            let mut tx = self.begin().await?;
+            let n = stmt(SET_ASIDE)
+                .bind(now)
+                .bind(row)
+                .bind(code)
+                .execute_in(&mut tx, "set a failed ingreso aside")
+                .await?;
+            if n != 1 {
+                // Retried or refrozen meanwhile: it is no longer a failure of this group.
+                tx.rollback().await?;
+                continue;
+            }
+            stmt(MOVE)
+                .bind(&reason)
+                .bind(now)
+                .bind(row)
+                .execute_in(&mut tx, "send a sale to the factura global")
+                .await?;
+            audit_in(
+                &mut tx,
+                actor,
+                "send_to_global",
+                ("payment", row),
+                &format!("ingreso failed with {code} → superseded; sale → awaiting_global"),
+                now,
+            )
+            .await?;
+            tx.commit("commit a failed sale sent to the factura global")
+                .await?;
+            moved.push(row);
+        }
+        Ok(moved)
+    }
+
     /// Says why a sale still `awaiting_global` is held out of its period's global (e.g. no
     /// exchange rate); it keeps waiting. `false` when it was not waiting any more.
     pub async fn hold_from_global(

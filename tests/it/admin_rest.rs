@@ -264,8 +264,104 @@ async fn the_duplicates_and_cancellations_tabs_count_what_their_pages_list(b: Ba
     assert_eq!(cancels.matches("<tr data-uuid=").count(), 2, "{cancels}");
 }
 
+/// A group of failures whose fix is the factura global (CFDI40146: the generic RFC on a
+/// nominative CFDI) sends its sales there from the dashboard: each failed document is set
+/// aside, its sale waits for the global, once, and the global holds it. Another code's
+/// failures stay as they are.
+async fn a_failure_group_whose_fix_is_the_global_sends_its_sales_there_once(b: Backend) {
+    let Some((app, br, csrf)) = signed_in(b).await else {
+        return;
+    };
+    let generic = pay(&app, "generic_rfc").await;
+    let other = pay(&app, "unregistered_rfc").await;
+    let fail = |row: i64, code: &str| {
+        format!(
+            "UPDATE outbox SET state = 'failed', last_error_code = '{code}', \
+             last_error_message = 'refused' WHERE payment_id = {row}"
+        )
+    };
+    sql(&app, &fail(generic, "CFDI40146")).await;
+    sql(&app, &fail(other, "CFDI40143")).await;
+    let dash = br.get("/admin").await.body;
+    let group = |code: &str| {
+        dash.split(&format!("data-code=\"{code}\""))
+            .nth(1)
+            .and_then(|g| g.split("</li>").next())
+            .unwrap_or_else(|| panic!("no {code} group: {dash}"))
+            .to_owned()
+    };
+    let g = group("CFDI40146");
+    assert!(
+        g.contains("action=\"/admin/errors/global\"")
+            && g.contains("name=\"code\" value=\"CFDI40146\""),
+        "{g}"
+    );
+    assert!(
+        !group("CFDI40143").contains("/admin/errors/global"),
+        "CFDI40143's fix is the customer's data"
+    );
+
+    let forged = br
+        .post(
+            "/admin/errors/global",
+            &[("csrf", "forged"), ("code", "CFDI40146")],
+        )
+        .await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    for _ in 0..2 {
+        let r = br
+            .post(
+                "/admin/errors/global",
+                &[("csrf", csrf.as_str()), ("code", "CFDI40146")],
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.location.as_deref()),
+            (303, Some("/admin?notice=sent_to_global"))
+        );
+    }
+    let state_of = |row: i64| {
+        format!("SELECT COUNT(*) FROM outbox WHERE payment_id = {row} AND state = 'superseded'")
+    };
+    assert_eq!(count(&app, &state_of(generic)).await, 1);
+    assert_eq!(count(&app, &state_of(other)).await, 0);
+    let (status, reason) = payment_status(&app, "pi_test_generic_rfc").await;
+    assert_eq!(status, "awaiting_global");
+    assert!(
+        reason
+            .unwrap_or_default()
+            .contains("refused with CFDI40146"),
+        "the reason says why"
+    );
+    assert_ne!(
+        payment_status(&app, "pi_test_unregistered_rfc").await.0,
+        "awaiting_global"
+    );
+    assert_eq!(
+        count(
+            &app,
+            "SELECT COUNT(*) FROM admin_actions WHERE action = 'send_to_global'"
+        )
+        .await,
+        1,
+        "audited once; the second submit moved nothing"
+    );
+    let planner = Planner::new(&app.settings).expect("planner");
+    let timing = Timing {
+        grace: chrono::Duration::zero(),
+        portal_days: None,
+    };
+    let later = autofactura::domain::time::now_in_mexico() + chrono::Duration::days(40);
+    let r = issue(&app.db, &planner, Scope::due_by(later, timing), "test")
+        .await
+        .expect("issue");
+    assert_eq!(r.issued.len(), 1, "{:?}", r.problems);
+    assert_eq!(r.issued[0].payments, 1);
+}
+
 on_both_backends!(
     the_dashboard_opens_with_the_globals_due_and_the_receptors_answers,
     sales_that_cannot_be_invoiced_nominatively_are_sent_to_the_global_once,
+    a_failure_group_whose_fix_is_the_global_sends_its_sales_there_once,
     the_duplicates_and_cancellations_tabs_count_what_their_pages_list,
 );
