@@ -169,16 +169,21 @@ async fn sales_that_cannot_be_invoiced_nominatively_are_sent_to_the_global_once(
         payment_status(&app, "pi_test_global_usd").await.0,
         "needs_attention"
     );
+    sent_once_then_in_the_global(&app, 2).await;
+}
+
+/// `sales` were each audited once as sent to the global (a second submit moved nothing), and
+/// when this month closes, its one global holds them.
+async fn sent_once_then_in_the_global(app: &TestApp, sales: usize) {
     assert_eq!(
         count(
-            &app,
+            app,
             "SELECT COUNT(*) FROM admin_actions WHERE action = 'send_to_global'"
         )
         .await,
-        2,
+        i64::try_from(sales).expect("small"),
         "each sale audited once, the second submit moved nothing"
     );
-    // When this month closes, its global holds them.
     let planner = Planner::new(&app.settings).expect("planner");
     let timing = Timing {
         grace: chrono::Duration::zero(),
@@ -189,7 +194,7 @@ async fn sales_that_cannot_be_invoiced_nominatively_are_sent_to_the_global_once(
         .await
         .expect("issue");
     assert_eq!(r.issued.len(), 1, "{:?}", r.problems);
-    assert_eq!(r.issued[0].payments, 2);
+    assert_eq!(r.issued[0].payments, sales);
 }
 
 /// `(data-tab, count)` of the invoices page's tabs.
@@ -337,26 +342,7 @@ async fn a_failure_group_whose_fix_is_the_global_sends_its_sales_there_once(b: B
         payment_status(&app, "pi_test_unregistered_rfc").await.0,
         "awaiting_global"
     );
-    assert_eq!(
-        count(
-            &app,
-            "SELECT COUNT(*) FROM admin_actions WHERE action = 'send_to_global'"
-        )
-        .await,
-        1,
-        "audited once; the second submit moved nothing"
-    );
-    let planner = Planner::new(&app.settings).expect("planner");
-    let timing = Timing {
-        grace: chrono::Duration::zero(),
-        portal_days: None,
-    };
-    let later = autofactura::domain::time::now_in_mexico() + chrono::Duration::days(40);
-    let r = issue(&app.db, &planner, Scope::due_by(later, timing), "test")
-        .await
-        .expect("issue");
-    assert_eq!(r.issued.len(), 1, "{:?}", r.problems);
-    assert_eq!(r.issued[0].payments, 1);
+    sent_once_then_in_the_global(&app, 1).await;
 }
 
 on_both_backends!(
