@@ -56,6 +56,10 @@ pub struct FixForm {
     /// TipoCambio: MXN per unit of the payment's currency; empty for MXN.
     #[serde(default)]
     pub tipo_cambio: String,
+    /// Drawn once when the form is first shown and sent with it: a second send of the same
+    /// form after its document was frozen (a double click, a resend) is shown that result.
+    #[serde(default)]
+    pub submission: String,
 }
 
 impl HasCsrf for FixForm {
@@ -93,6 +97,7 @@ fn page(
             regimen_fiscal: c.regimen_fiscal.unwrap_or_default(),
             uso_cfdi: c.uso_cfdi.unwrap_or_else(|| "G03".into()),
             email: c.email.unwrap_or_default(),
+            submission: uuid::Uuid::new_v4().simple().to_string(),
             ..FixForm::default()
         }
     });
@@ -146,7 +151,19 @@ pub async fn fix(
 ) -> Result<HttpResponse, AdminError> {
     let id = id.into_inner();
     let clock = Clock::of(&admin);
-    let p = fixable(&state, id).await?;
+    let p = match fixable(&state, id).await {
+        Ok(p) => p,
+        // This very form was already taken: show what it did, not an error.
+        Err(AdminError::Refused(_))
+            if state
+                .db
+                .submitted("reissue", ("payment", id), form.submission.trim())
+                .await? =>
+        {
+            return Ok(see_other(format!("/admin/payments/{id}?notice=reissued")));
+        }
+        Err(e) => return Err(e),
+    };
     let refused = |p: PaymentRow, error: String| {
         html_with(
             &page(p, &session, &clock, Some(form.clone()), Some(error)),
@@ -203,7 +220,14 @@ pub async fn fix(
     );
     match state
         .db
-        .reissue_payment(id, &customer_json, &mut draft, &session.actor, &detail)
+        .reissue_payment(
+            id,
+            &customer_json,
+            &mut draft,
+            &session.actor,
+            &detail,
+            form.submission.trim(),
+        )
         .await?
     {
         Some(outbox_id) => {

@@ -46,12 +46,63 @@ pub(super) async fn audit_in(
     Ok(())
 }
 
+/// [`audit_in`] for an action taken by a form that carried a `submission` token (migration
+/// 0021), so that a second send of that form can find it with [`Db::submitted`].
+pub(super) async fn audit_submitted_in(
+    tx: &mut Tx<'_>,
+    actor: &str,
+    action: &str,
+    target: (&str, i64),
+    detail: &str,
+    submission: &str,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    const SQL: &str = "INSERT INTO admin_actions \
+        (actor, action, target_kind, target_id, detail, at, submission) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    let (kind, id) = target;
+    stmt(SQL)
+        .bind(actor)
+        .bind(action)
+        .bind(kind)
+        .bind(id.to_string())
+        .bind(detail)
+        .bind(now)
+        .bind(Some(submission).filter(|s| !s.is_empty()))
+        .execute_in(tx, "record an admin action")
+        .await?;
+    Ok(())
+}
+
 const ACTION_COLUMNS: &str = "id, actor, action, target_kind, target_id, detail, at";
 
 const FINDING_COLUMNS: &str =
     "id, kind, outbox_id, uuid, stamp_key, detail, status, found_at, resolved_at";
 
 impl Db {
+    /// Whether `action` was already taken on `target` by a form that carried `submission`.
+    pub async fn submitted(
+        &self,
+        action: &str,
+        target: (&str, i64),
+        submission: &str,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "SELECT COUNT(*) FROM admin_actions \
+            WHERE target_kind = $1 AND target_id = $2 AND submission = $3 AND action = $4";
+        if submission.is_empty() {
+            return Ok(false);
+        }
+        let (kind, id) = target;
+        let (n,): (i64,) = stmt(SQL)
+            .bind(kind)
+            .bind(id.to_string())
+            .bind(submission)
+            .bind(action)
+            .fetch_one(self, "look up a form's submission")
+            .await?;
+        Ok(n > 0)
+    }
+
     /// The generated admin password hash, if one was stored.
     pub async fn admin_password_hash(&self) -> Result<Option<String>, StoreError> {
         const SQL: &str = "SELECT password_hash FROM admin_credentials WHERE id = 1";

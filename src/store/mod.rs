@@ -158,6 +158,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "global_rest",
         include_str!("../../migrations/sqlite/0017_global_rest.sql"),
     ),
+    (
+        21,
+        "form_submissions",
+        include_str!("../../migrations/sqlite/0021_form_submissions.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -224,6 +229,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         17,
         "global_rest",
         include_str!("../../migrations/postgres/0017_global_rest.sql"),
+    ),
+    (
+        21,
+        "form_submissions",
+        include_str!("../../migrations/postgres/0021_form_submissions.sql"),
     ),
 ];
 

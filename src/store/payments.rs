@@ -186,6 +186,7 @@ impl Db {
         draft: &mut super::OutboxDraft,
         actor: &str,
         detail: &str,
+        submission: &str,
     ) -> Result<Option<i64>, StoreError> {
         const FIX: &str = "UPDATE payments SET status = 'invoice_pending', reason = NULL, \
             customer_json = $1, updated_at = $2 WHERE id = $3 AND status = 'needs_attention'";
@@ -206,12 +207,13 @@ impl Db {
             tx.rollback().await?;
             return Ok(None);
         };
-        super::admin::audit_in(
+        super::admin::audit_submitted_in(
             &mut tx,
             actor,
             "reissue",
             ("payment", payment_row),
             detail,
+            submission,
             now,
         )
         .await?;

@@ -433,8 +433,9 @@ async fn the_fix_form_issues_once_when_sent_twice() {
         "{}",
         row.request_json
     );
-    // And the form, sent once more from the page, says it is done.
+    // And the form, sent once more from the page, shows what it did: no error, no new document.
     d.click(&d.find("#fix-submit").await).await;
-    let text = d.wait_text("does not need attention any more").await;
-    assert!(text.contains("does not need attention any more"), "{text}");
+    let text = d.wait_text("The corrected data was frozen").await;
+    assert!(text.contains("The corrected data was frozen"), "{text}");
+    assert!(!text.contains("does not need attention"), "{text}");
 }

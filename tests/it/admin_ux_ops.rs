@@ -133,6 +133,14 @@ async fn the_fix_form_issues_one_document_under_a_double_submit(b: Backend) {
         form.body
     );
     let path = format!("/admin/payments/{row}/fix");
+    let submission = form
+        .body
+        .split("name=\"submission\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| panic!("no submission token in the form: {}", form.body))
+        .to_owned();
     let fields = |rate: &'static str| {
         vec![
             ("csrf", csrf.clone()),
@@ -143,6 +151,7 @@ async fn the_fix_form_issues_one_document_under_a_double_submit(b: Backend) {
             ("uso_cfdi", "G03".to_owned()),
             ("email", String::new()),
             ("tipo_cambio", rate.to_owned()),
+            ("submission", submission.clone()),
         ]
     };
     let as_refs = |v: &Vec<(&'static str, String)>| -> Vec<(&'static str, String)> { v.clone() };
@@ -185,9 +194,19 @@ async fn the_fix_form_issues_one_document_under_a_double_submit(b: Backend) {
         count(&app, &format!("SELECT COUNT(*) FROM admin_actions WHERE action = 'reissue' AND target_id = '{row}'")).await,
         1
     );
-    // A third send, later, is refused: it is not in need of attention any more.
+    // The same form sent once more, later, is shown its result...
     let again = post_owned(&br, &path, &good).await;
+    assert_eq!(again.status, 303, "{}", again.body);
+    // ...while another form (another submission) is refused: no attention is needed any more.
+    let mut other = good.clone();
+    other[8].1 = "another-form".into();
+    let again = post_owned(&br, &path, &other).await;
     assert_eq!(again.status, 409, "{}", again.body);
+    assert!(
+        again.body.contains("does not need attention any more"),
+        "{}",
+        again.body
+    );
     let page = br
         .get(&format!("/admin/payments/{row}?notice=reissued"))
         .await
