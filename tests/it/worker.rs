@@ -30,6 +30,10 @@ const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_po
 /// The PAC answers a stamp, then holds the answer past the client's timeout (`request_timeout`
 /// in [`LOSES_ANSWERS`]): the stamp exists, and the worker does not know it.
 const HANG: &str = "lose_response=1:mode=hang:hang=30s";
+/// [`HANG`], and every question about the stamp (and a resend of its document) answers 503:
+/// the worker cannot learn the outcome. Set from the start, so the worker's first question,
+/// however soon it comes, already goes unanswered.
+const HANG_UNASKABLE: &str = "lose_response=1:mode=hang:hang=30s,recover_unavailable=1";
 /// `[pac]` lines that make the client give up on a held answer after 2 s.
 const LOSES_ANSWERS: &str = "request_timeout = 2\n";
 
@@ -125,13 +129,6 @@ impl Rig {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-
-    /// Waits until the sandbox has stamped `key`, then makes it answer every call with a 503,
-    /// so the worker's questions about the stamp go unanswered.
-    async fn stamped_then_unreachable(&self, key: &str) {
-        self.wait_stamped_at_pac(key).await;
-        self.set_faults("status503=1").await;
     }
 
     /// Waits until the worker has asked the PAC about the row `n` times without an answer,
@@ -492,14 +489,14 @@ async fn an_unknown_outcome_past_the_window_expires_only_once_the_pac_confirms_n
 /// stamp, and a refreeze or a new request would issue a second CFDI) and ends with that stamp.
 async fn a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered(b: Backend) {
     let worker = format!("{LOSES_ANSWERS}{FAST_WORKER}");
-    let Some(rig) = rig(b, HANG, &worker).await else {
+    let Some(rig) = rig(b, HANG_UNASKABLE, &worker).await else {
         return;
     };
     // The worker stops sending 60 s before the PAC's limit: 5 s from now.
     let key = rig.pay("edge_lost", now() - 72 * 3600 + 65).await;
     let closes = chrono::Utc::now() + chrono::Duration::seconds(5);
     let (pool, _s) = rig.pool().await;
-    rig.stamped_then_unreachable(&key).await;
+    rig.wait_stamped_at_pac(&key).await;
     rig.wait_asks_after(&key, closes).await;
     rig.set_faults("").await;
     rig.wait_stamped_once(&key, 30, "one stamp").await;
@@ -511,12 +508,12 @@ async fn a_stamp_whose_answer_was_lost_as_the_window_closed_is_recovered(b: Back
 /// final: the row is asked for past `max_attempts` and ends with the one stamp.
 async fn an_unknown_outcome_is_asked_for_past_max_attempts(b: Backend) {
     let worker = format!("{LOSES_ANSWERS}{FAST_WORKER}max_attempts = 2\n");
-    let Some(rig) = rig(b, HANG, &worker).await else {
+    let Some(rig) = rig(b, HANG_UNASKABLE, &worker).await else {
         return;
     };
     let key = rig.pay("outlasting", now()).await;
     let (pool, _s) = rig.pool().await;
-    rig.stamped_then_unreachable(&key).await;
+    rig.wait_stamped_at_pac(&key).await;
     let row = rig.wait_unresolved_asks(&key, 4).await;
     assert!(row.attempts > 2, "past max_attempts: {row:?}");
     assert!(
@@ -865,12 +862,12 @@ async fn failover_through_the_worker_follows_the_route_log(b: Backend) {
 /// there. Recovering must not ask the backup, which never had the document: asking SW means
 /// resending, so the backup would stamp it, a second CFDI.
 async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backend) {
-    let Some((rig, backup)) = failover_rig(b, HANG, "").await else {
+    let Some((rig, backup)) = failover_rig(b, HANG_UNASKABLE, "").await else {
         return;
     };
     let key = rig.pay("failover_unknown", now()).await;
     let (pool, _s) = rig.pool().await;
-    rig.stamped_then_unreachable(&key).await;
+    rig.wait_stamped_at_pac(&key).await;
     let row = rig.wait_unresolved_asks(&key, 3).await;
     assert_eq!(
         rig.app.db.pac_routes(&key).await.expect("routes"),
