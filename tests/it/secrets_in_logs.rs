@@ -585,6 +585,18 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The merchant's server sees the body before the appliance reads the reply and logs the
+    // delivery: wait for that line rather than stopping the server in between.
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("merchant webhook delivered")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the delivery of invoice.stamped was never logged"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let session = admin
         .cookies
         .iter()
