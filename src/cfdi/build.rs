@@ -266,12 +266,23 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         return Err(bad("an invoice needs at least one line"));
     }
 
-    let conceptos = req
+    let mut conceptos = req
         .lines
         .iter()
         .enumerate()
-        .map(|(i, l)| build_line(l, req.prices_include_tax).map_err(|e| prefix(i, e)))
+        .map(|(i, l)| build_line(l, req.prices_include_tax, dec).map_err(|e| prefix(i, e)))
         .collect::<Result<Vec<_>, _>>()?;
+    if req.prices_include_tax && conceptos.iter().all(|c| c.retenciones.is_empty()) {
+        let charged = req.lines.iter().try_fold(Decimal::ZERO, |acc, l| {
+            l.cantidad
+                .checked_mul(l.unit_price)
+                .map(|c| round(c, MAX_DECIMALS))
+                .and_then(|c| c.checked_sub(l.discount.unwrap_or_default()))
+                .and_then(|net| acc.checked_add(net))
+        });
+        let target = rounded("Total", computed("Total", charged)?, dec)?;
+        fit_total(&mut conceptos, target, dec)?;
+    }
 
     let subtotal = sum("SubTotal", conceptos.iter().map(|c| c.importe), dec)?;
     let has_discount = conceptos.iter().any(|c| c.descuento.is_some());
@@ -331,6 +342,123 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
     })
 }
 
+/// The Total the summary of `conceptos` comes to: SubTotal, Descuento and each traslado group are
+/// rounded on their own, as `build` and `summarize` do.
+struct Sums {
+    importes: Decimal,
+    descuento: Decimal,
+    /// Per traslado group (Impuesto, TipoFactor, Tasa): the unrounded sum of the line importes.
+    taxes: BTreeMap<TrasladoKey, Decimal>,
+}
+
+impl Sums {
+    fn of(conceptos: &[Concepto], dec: u32) -> Option<Sums> {
+        let mut taxes = BTreeMap::new();
+        let (mut importes, mut descuento) = (Decimal::ZERO, Decimal::ZERO);
+        for c in conceptos {
+            importes = importes.checked_add(c.importe)?;
+            descuento = descuento.checked_add(c.descuento.unwrap_or_default())?;
+            for t in c.traslados.iter().filter(|t| t.importe.is_some()) {
+                let e: &mut Decimal = taxes.entry(traslado_key(t)).or_default();
+                *e = e.checked_add(t.importe.unwrap_or_default())?;
+            }
+        }
+        Some(Sums {
+            importes,
+            descuento: round(descuento, dec),
+            taxes,
+        })
+    }
+
+    /// The Total once line importes move by `d_importe` and group `key`'s taxes by `d_tax`.
+    fn total(
+        &self,
+        dec: u32,
+        d_importe: Decimal,
+        key: Option<&TrasladoKey>,
+        d_tax: Decimal,
+    ) -> Decimal {
+        let taxes: Decimal = self
+            .taxes
+            .iter()
+            .map(|(k, v)| round(if Some(k) == key { *v + d_tax } else { *v }, dec))
+            .sum();
+        round(self.importes + d_importe, dec) - self.descuento + taxes
+    }
+}
+
+fn traslado_key(t: &Traslado) -> TrasladoKey {
+    (t.impuesto.clone(), t.tipo_factor.clone(), t.tasa)
+}
+
+/// Tax-included prices: every line adds back to what it charged at six decimals, but the
+/// comprobante rounds SubTotal, Descuento and each rate's traslados separately, so a basket
+/// with several rates can total a centavo more or less than was charged. This moves one line's
+/// Base (and with it its traslado, Importe and ValorUnitario) by the fewest millionths that bring
+/// the Total to `target`; each line stays within the SAT's rounding tolerances. Left as is when
+/// no such move exists: the caller then sees the difference and holds the sale.
+fn fit_total(conceptos: &mut [Concepto], target: Decimal, dec: u32) -> Result<(), CfdiError> {
+    const STEP: Decimal = Decimal::from_parts(1, 0, 0, false, 6);
+    const MAX_STEPS: i64 = 10_000; // one centavo
+    for _ in 0..3 {
+        let Some(sums) = Sums::of(conceptos, dec) else {
+            return Ok(());
+        };
+        let now = sums.total(dec, Decimal::ZERO, None, Decimal::ZERO);
+        if now == target {
+            return Ok(());
+        }
+        let gap = (now - target).abs();
+        // The first move (smallest first) that closes the gap, else the first that narrows it.
+        let mut narrowing = None;
+        let mut found = None;
+        'search: for k in 1..=MAX_STEPS {
+            for sign in [Decimal::ONE, Decimal::NEGATIVE_ONE] {
+                let delta = STEP * Decimal::from(k) * sign;
+                for (i, c) in conceptos.iter().enumerate() {
+                    let [t] = c.traslados.as_slice() else {
+                        continue;
+                    };
+                    let (Some(rate), Some(tax)) = (t.tasa, t.importe) else {
+                        continue;
+                    };
+                    let base = t.base + delta;
+                    if base <= Decimal::ZERO {
+                        continue;
+                    }
+                    let new_tax = round(base * rate, MAX_DECIMALS);
+                    let total = sums.total(dec, delta, Some(&traslado_key(t)), new_tax - tax);
+                    if total == target {
+                        found = Some((i, delta));
+                        break 'search;
+                    }
+                    if narrowing.is_none() && (total - target).abs() < gap {
+                        narrowing = Some((i, delta));
+                    }
+                }
+            }
+        }
+        let Some((i, delta)) = found.or(narrowing) else {
+            return Ok(());
+        };
+        let c = &mut conceptos[i];
+        let t = &mut c.traslados[0];
+        t.base = computed("Base", t.base.checked_add(delta))?;
+        t.importe = Some(round(t.base * t.tasa.unwrap_or_default(), MAX_DECIMALS));
+        c.importe = computed(
+            "Importe",
+            t.base.checked_add(c.descuento.unwrap_or_default()),
+        )?;
+        c.valor_unitario = computed(
+            "ValorUnitario",
+            c.importe
+                .checked_div(c.cantidad)
+                .map(|v| round(v, MAX_DECIMALS)),
+        )?;
+    }
+    Ok(())
+}
+
 fn prefix(i: usize, e: CfdiError) -> CfdiError {
     match e {
         CfdiError::Request(m) => CfdiError::Request(format!("line {}: {m}", i + 1)),
@@ -354,7 +482,7 @@ fn is_uuid(s: &str) -> bool {
             .all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
-fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
+fn build_line(l: &LineData, include_tax: bool, dec: u32) -> Result<Concepto, CfdiError> {
     check_code("ClaveProdServ", &l.clave_prod_serv, 8)?;
     if !l.clave_prod_serv.chars().all(|c| c.is_ascii_digit()) {
         return Err(bad(format!(
@@ -428,9 +556,20 @@ fn build_line(l: &LineData, include_tax: bool) -> Result<Concepto, CfdiError> {
                     .map(r6),
             )?;
             let base = computed("Base", net.checked_sub(tax))?;
+            // The Descuento in whole centavos (the currency's decimals): the summary's
+            // SubTotal − Descuento is then exactly the rounded sum of the Bases, whose
+            // sub-centavo part the traslados' sum complements, so the Total is what was
+            // charged for any basket. A Descuento with six decimals rounds on its own, and a
+            // basket could land a centavo off.
             let descuento = l
                 .discount
-                .map(|d| computed("Descuento", d.checked_div(one_plus).map(r6)))
+                .map(|d| {
+                    computed(
+                        "Descuento",
+                        d.checked_div(one_plus)
+                            .map(|x| round(x, dec.min(MAX_DECIMALS))),
+                    )
+                })
                 .transpose()?;
             let importe = computed("Importe", base.checked_add(descuento.unwrap_or_default()))?;
             (
