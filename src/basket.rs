@@ -33,6 +33,10 @@ pub struct SaleLine {
     /// The IVA rate the provider's tax engine applied (Stripe Tax), in percent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tax_percent: Option<Decimal>,
+    /// The IVA the provider's tax engine computed for the line (Stripe Tax `taxes[].amount`),
+    /// major units.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tax_amount: Option<Decimal>,
     /// Whether the price includes the tax, when the provider says (Stripe `tax_behavior`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tax_inclusive: Option<bool>,
@@ -216,6 +220,7 @@ fn concepto(l: &SaleLine, cfg: &InvoiceSettings, tax: TaxTreatment) -> Result<Li
         unit_price,
         discount: (!l.discount.is_zero()).then_some(l.discount),
         tax: tax_of(l, &keys, tax)?,
+        tax_amount: l.tax_amount,
         retenciones: Vec::new(),
     })
 }

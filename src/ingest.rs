@@ -606,6 +606,7 @@ impl Ingestor {
             unit_price: sale.amount,
             discount: None,
             tax: self.tax,
+            tax_amount: None,
             retenciones: Vec::new(),
         };
         Ok((vec![line], self.invoice.prices_include_tax))

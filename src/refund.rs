@@ -165,6 +165,8 @@ pub fn egreso_request(
             cantidad: Decimal::ONE,
             unit_price: (*a - *b).normalize(),
             discount: None,
+            // The egreso's share is cut from the document, not charged by a tax engine.
+            tax_amount: None,
             ..(*l).clone()
         })
         .collect();

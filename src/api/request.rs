@@ -280,6 +280,7 @@ fn build_request(
             unit_price,
             discount,
             tax: c.impuesto,
+            tax_amount: None,
             retenciones: Vec::new(),
         });
     }

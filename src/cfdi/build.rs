@@ -459,6 +459,13 @@ fn fit_total(conceptos: &mut [Concepto], target: Decimal, dec: u32) -> Result<()
     Ok(())
 }
 
+/// Whether `tax`, the amount a provider's tax engine charged on `base` at `rate`, is within
+/// Anexo 20's tolerance as both are written (the currency's decimals at least).
+fn charged_tax_fits(base: Decimal, rate: Decimal, tax: Decimal, dec: u32) -> bool {
+    let written = |d: Decimal| round(d, MAX_DECIMALS).normalize().scale().max(dec);
+    crate::cfdi::validate::tax_in_tolerance(base, written(base), rate, tax, written(tax))
+}
+
 fn prefix(i: usize, e: CfdiError) -> CfdiError {
     match e {
         CfdiError::Request(m) => CfdiError::Request(format!("line {}: {m}", i + 1)),
@@ -549,12 +556,15 @@ fn build_line(l: &LineData, include_tax: bool, dec: u32) -> Result<Concepto, Cfd
                 )));
             }
             let one_plus = Decimal::ONE + r;
-            let tax = computed(
-                "traslado Importe",
-                net.checked_mul(r)
-                    .and_then(|t| t.checked_div(one_plus))
-                    .map(r6),
-            )?;
+            let tax = match l.tax_amount.filter(|t| *t >= Decimal::ZERO && *t <= net) {
+                Some(t) if charged_tax_fits(net - t, r, t, dec) => t,
+                _ => computed(
+                    "traslado Importe",
+                    net.checked_mul(r)
+                        .and_then(|t| t.checked_div(one_plus))
+                        .map(r6),
+                )?,
+            };
             let base = computed("Base", net.checked_sub(tax))?;
             // The Descuento in whole centavos (the currency's decimals): the summary's
             // SubTotal − Descuento is then exactly the rounded sum of the Bases, whose
@@ -590,7 +600,10 @@ fn build_line(l: &LineData, include_tax: bool, dec: u32) -> Result<Concepto, Cfd
                 )));
             }
             let tax = rate
-                .map(|r| computed("traslado Importe", base.checked_mul(r).map(r6)))
+                .map(|r| match l.tax_amount {
+                    Some(t) if t >= Decimal::ZERO && charged_tax_fits(base, r, t, dec) => Ok(t),
+                    _ => computed("traslado Importe", base.checked_mul(r).map(r6)),
+                })
                 .transpose()?;
             (l.unit_price, importe, l.discount, base, tax)
         }

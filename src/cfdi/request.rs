@@ -118,6 +118,11 @@ pub struct LineData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discount: Option<Decimal>,
     pub tax: TaxTreatment,
+    /// The traslado's Importe as the provider's tax engine computed it for the line (Stripe
+    /// Tax), on the currency's decimals: taken when Anexo 20's tolerance accepts it against the
+    /// Base, so the CFDI carries the taxes that were charged and its Total adds up to the charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tax_amount: Option<Decimal>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retenciones: Vec<RetencionData>,
 }

@@ -122,6 +122,7 @@ impl Planner {
                 unit_price: amount,
                 discount: None,
                 tax: self.tax,
+                tax_amount: None,
                 retenciones: Vec::new(),
             });
         }

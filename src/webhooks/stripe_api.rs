@@ -267,15 +267,15 @@ fn minor(v: &Value, key: &str, currency: &str) -> Option<Decimal> {
     ingest::from_minor_units(v.get(key)?.as_i64()?, currency)
 }
 
-/// The IVA percent and whether it is included, of a line's `taxes` (Stripe Tax), when there
-/// are any.
-fn taxes_of(v: &Value) -> (Option<Decimal>, Option<bool>) {
+/// The IVA percent, amount and whether it is included, of a line's `taxes` (Stripe Tax), when
+/// there are any.
+fn taxes_of(v: &Value, currency: &str) -> Taxes {
     let Some(t) = v
         .get("taxes")
         .and_then(Value::as_array)
         .and_then(|a| a.first())
     else {
-        return (None, None);
+        return Taxes::default();
     };
     let rate = t.get("rate");
     let percent = rate
@@ -284,7 +284,19 @@ fn taxes_of(v: &Value) -> (Option<Decimal>, Option<bool>) {
     let inclusive = rate
         .and_then(|r| r.get("inclusive"))
         .and_then(Value::as_bool);
-    (percent, inclusive)
+    Taxes {
+        percent,
+        amount: minor(t, "amount", currency),
+        inclusive,
+    }
+}
+
+/// A line's tax as Stripe Tax computed it.
+#[derive(Default)]
+struct Taxes {
+    percent: Option<Decimal>,
+    amount: Option<Decimal>,
+    inclusive: Option<bool>,
 }
 
 /// A Checkout line item (its `price.product` expanded) as a sale line.
@@ -292,7 +304,7 @@ pub fn sale_line(item: &Value, currency: &str) -> Result<SaleLine, String> {
     let id = item.get("id").and_then(Value::as_str).unwrap_or("?");
     let price = item.get("price");
     let product = price.and_then(|p| p.get("product"));
-    let (tax_percent, tax_inclusive) = taxes_of(item);
+    let tax = taxes_of(item, currency);
     let amount = minor(item, "amount_subtotal", currency)
         .ok_or_else(|| format!("line item {id} has no amount_subtotal"))?;
     Ok(SaleLine {
@@ -305,8 +317,9 @@ pub fn sale_line(item: &Value, currency: &str) -> Result<SaleLine, String> {
         quantity: Decimal::from(item.get("quantity").and_then(Value::as_i64).unwrap_or(1)),
         amount,
         discount: minor(item, "amount_discount", currency).unwrap_or_default(),
-        tax_percent,
-        tax_inclusive,
+        tax_percent: tax.percent,
+        tax_amount: tax.amount,
+        tax_inclusive: tax.inclusive,
         product_id: product.and_then(id_of),
         price_id: price
             .and_then(|p| p.get("id"))
@@ -328,12 +341,13 @@ pub fn shipping_line(session: &Value, currency: &str) -> Option<SaleLine> {
     if amount.is_zero() {
         return None;
     }
-    let (tax_percent, tax_inclusive) = taxes_of(cost);
+    let tax = taxes_of(cost, currency);
     Some(SaleLine {
         quantity: Decimal::ONE,
         amount,
-        tax_percent,
-        tax_inclusive,
+        tax_percent: tax.percent,
+        tax_amount: tax.amount,
+        tax_inclusive: tax.inclusive,
         price_id: id_field(cost, "shipping_rate"),
         shipping: true,
         ..SaleLine::default()

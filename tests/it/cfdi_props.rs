@@ -10,6 +10,7 @@ use autofactura::cfdi::{
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
 
 fn dec(mantissa: i64, scale: u32) -> Decimal {
     Decimal::new(mantissa, scale)
@@ -46,6 +47,7 @@ fn line() -> impl Strategy<Value = LineData> {
             unit_price,
             discount,
             tax,
+            tax_amount: None,
             retenciones: match (ret, tax) {
                 (Some(t), TaxTreatment::Iva16 | TaxTreatment::Iva8) => {
                     vec![RetencionData { impuesto: "002".into(), tasa: t.parse().expect("rate") }]
@@ -317,9 +319,11 @@ proptest! {
     }
 }
 
-/// A random basket as a provider describes it (minor units, prices tax-included as Stripe
-/// Checkout charges them by default): lines with quantities and line discounts, an order
-/// discount left to prorate, maybe shipping; each line taxed at 16, 8 or 0 %.
+/// A random basket as a provider describes it (minor units): lines with quantities and line
+/// discounts, an order discount left to prorate, maybe shipping; each line taxed at 16, 8 or
+/// 0 %. Prices are tax-included (as Stripe Checkout charges by default) or tax-excluded, and
+/// the tax of each line is Stripe Tax's (rounded per line to the centavo, what the customer
+/// paid) or, for tax-included prices only, left to the engine.
 fn basket() -> impl Strategy<Value = (Vec<autofactura::basket::SaleLine>, i64)> {
     let item = (
         1i64..5,
@@ -327,8 +331,14 @@ fn basket() -> impl Strategy<Value = (Vec<autofactura::basket::SaleLine>, i64)> 
         0i64..100,
         prop_oneof![Just(16), Just(8), Just(0)],
     );
-    (prop::collection::vec(item, 1..8), 0i64..100, 0i64..30_000).prop_map(
-        |(items, order_pct, shipping)| {
+    let pricing = prop_oneof![Just((true, false)), Just((true, true)), Just((false, true))];
+    (
+        prop::collection::vec(item, 1..8),
+        0i64..100,
+        0i64..30_000,
+        pricing,
+    )
+        .prop_map(|(items, order_pct, shipping, (inclusive, stripe_tax))| {
             use autofactura::basket::{SaleLine, prorate_discount};
             let mut lines: Vec<SaleLine> = items
                 .iter()
@@ -339,7 +349,7 @@ fn basket() -> impl Strategy<Value = (Vec<autofactura::basket::SaleLine>, i64)> 
                     amount: dec(q * unit, 2),
                     discount: dec(q * unit * pct / 200, 2),
                     tax_percent: Some(Decimal::from(*rate)),
-                    tax_inclusive: Some(true),
+                    tax_inclusive: Some(inclusive),
                     ..SaleLine::default()
                 })
                 .collect();
@@ -355,21 +365,40 @@ fn basket() -> impl Strategy<Value = (Vec<autofactura::basket::SaleLine>, i64)> 
                 lines.push(SaleLine {
                     quantity: Decimal::ONE,
                     amount: dec(shipping, 2),
+                    // Taxed at the configured 16 % when tax-included; Stripe Tax's 16 % else.
+                    tax_percent: (!inclusive).then(|| Decimal::from(16)),
                     shipping: true,
                     ..SaleLine::default()
                 });
             }
-            (lines, net - order + shipping)
-        },
-    )
+            // Stripe Tax: each line's tax on what it costs after discounts, to the centavo.
+            let mut charged = 0;
+            for l in &mut lines {
+                let cost = l.amount - l.discount;
+                let rate = l.tax_percent.unwrap_or(Decimal::from(16)) / Decimal::from(100);
+                let tax = if inclusive {
+                    cost * rate / (Decimal::ONE + rate)
+                } else {
+                    cost * rate
+                }
+                .round_dp(2);
+                if stripe_tax {
+                    l.tax_amount = Some(tax);
+                }
+                let paid = if inclusive { cost } else { cost + tax };
+                charged += (paid * Decimal::from(100)).to_i64().expect("centavos");
+            }
+            (lines, charged)
+        })
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
-    /// Any basket (mixed rates, discounts, shipping, tax-included) is frozen as a CFDI that
-    /// totals exactly what was charged and that the sandbox accepts sealed: the engine's
-    /// per-rate rounding never lands it a centavo off, so no sale is held for it.
+    /// Any basket (mixed rates, discounts, shipping, prices with or without tax, Stripe Tax's
+    /// amounts or none) is frozen as a CFDI that totals exactly what was charged and that the
+    /// sandbox accepts sealed: the engine's per-rate rounding never lands it a centavo off, so
+    /// no sale is held for it.
     #[test]
     fn any_basket_is_frozen_for_exactly_what_was_charged((lines, charged) in basket()) {
         use autofactura::ingest::{CustomerData, Ingestor, Method, PaymentFacts};

@@ -58,11 +58,7 @@ fn basket(fake: &FakeStripe, suffix: &str, taza_clave: &str) -> Value {
         "total_details": { "amount_discount": 12000, "amount_shipping": 9900, "amount_tax": 0 },
         "shipping_cost": { "amount_subtotal": 9900, "amount_tax": 0, "amount_total": 9900,
                            "shipping_rate": "shr_estandar" },
-        "customer_details": {
-            "email": "berenice@example.mx", "name": "Berenice Ximo Quezada",
-            "address": { "country": "MX", "postal_code": "26015" },
-            "tax_ids": [{ "type": "mx_rfc", "value": "XIQB891116QE4" }]
-        },
+        "customer_details": customer_details(),
         "metadata": { "regimen_fiscal": "612", "uso_cfdi": "G03" }
     });
     fake.add_session(
@@ -95,6 +91,15 @@ fn basket(fake: &FakeStripe, suffix: &str, taza_clave: &str) -> Value {
         ],
     );
     session
+}
+
+/// The customer of these sessions, with an RFC.
+fn customer_details() -> Value {
+    json!({
+        "email": "berenice@example.mx", "name": "Berenice Ximo Quezada",
+        "address": { "country": "MX", "postal_code": "26015" },
+        "tax_ids": [{ "type": "mx_rfc", "value": "XIQB891116QE4" }]
+    })
 }
 
 /// A live-mode event of `kind` about `object`, created now.
@@ -246,6 +251,67 @@ async fn the_stripe_api_down_then_up_gives_the_same_cfdi_once(b: Backend) {
     let invoices = app.invoices().await;
     assert_eq!(invoices.len(), 1, "one sale, one CFDI");
     assert_eq!(app.events().await[0].status, "processed");
+    pool.shutdown().await;
+}
+
+/// `item` with Stripe Tax's tax on top (a tax-exclusive price): `rate` percent, `tax` centavos
+/// as Stripe rounded it for this line.
+fn taxed(mut item: Value, rate: i64, tax: i64) -> Value {
+    item["price"]["tax_behavior"] = json!("exclusive");
+    item["amount_tax"] = json!(tax);
+    item["amount_total"] = json!(item["amount_total"].as_i64().expect("total") + tax);
+    item["taxes"] = json!([{
+        "amount": tax, "taxability_reason": "standard_rated", "taxable_amount": item["amount_total"],
+        "rate": { "id": format!("txr_{rate}"), "object": "tax_rate", "percentage": rate as f64,
+                  "inclusive": false, "country": "MX", "tax_type": "vat" }
+    }]);
+    item
+}
+
+/// Stripe Tax rounds each line's tax to the centavo: 100.03 and 200.03 at 16 % pay 16.00 and
+/// 32.00, 348.06 in all, where the engine's own sum (48.0096) would make 48.01. The CFDI
+/// carries the taxes that were charged, line by line, and totals the charge.
+async fn stripe_tax_amounts_are_the_cfdi_taxes_line_by_line(b: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(app) = spawn_with(b, &fake).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    fake.add_product("prod_a", "Cuaderno", json!({}), None);
+    fake.add_product("prod_b", "Libreta", json!({}), None);
+    let session = json!({
+        "id": "cs_tax", "object": "checkout.session", "payment_intent": "pi_tax",
+        "payment_status": "paid", "mode": "payment", "currency": "mxn",
+        "amount_subtotal": 30006, "amount_total": 34806, "payment_method_types": ["card"],
+        "total_details": { "amount_discount": 0, "amount_shipping": 0, "amount_tax": 4800 },
+        "customer_details": customer_details(),
+        "metadata": { "regimen_fiscal": "612", "uso_cfdi": "G03" }
+    });
+    fake.add_session(
+        session.clone(),
+        vec![
+            taxed(
+                line_item("li_tax_1", "prod_a", "Cuaderno", 1, 10003, 0),
+                16,
+                1600,
+            ),
+            taxed(
+                line_item("li_tax_2", "prod_b", "Libreta", 1, 20003, 0),
+                16,
+                3200,
+            ),
+        ],
+    );
+    let ack = post(&app, &completed("tax", session)).await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    let xml = stamped_xml(&app, "tax").await;
+    assert_eq!(
+        attrs(&xml, "cfdi:Traslado", "Importe"),
+        ["16.00", "32.00", "48.00"],
+        "each line's tax as Stripe charged it, then their sum"
+    );
+    assert_eq!(attrs(&xml, "cfdi:Comprobante", "SubTotal"), ["300.06"]);
+    assert_eq!(attrs(&xml, "cfdi:Comprobante", "Total"), ["348.06"]);
     pool.shutdown().await;
 }
 
@@ -448,4 +514,5 @@ on_both_backends!(
     an_unknown_product_key_needs_attention_naming_the_product_and_the_key,
     an_invoice_paid_of_12_lines_is_one_cfdi_even_with_its_payment_intent_event,
     an_invoice_paid_alone_is_one_cfdi_with_every_line,
+    stripe_tax_amounts_are_the_cfdi_taxes_line_by_line,
 );

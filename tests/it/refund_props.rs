@@ -45,6 +45,7 @@ fn line() -> impl Strategy<Value = LineData> {
                     .map(|p| cfdi::money::round(gross * Decimal::new(p, 2) / Decimal::TWO, 2))
                     .filter(|d| *d > Decimal::ZERO && *d < gross),
                 tax,
+                tax_amount: None,
                 retenciones: vec![],
             }
         })
