@@ -93,7 +93,7 @@ impl Rates {
         currency: &str,
         provider_rate: Option<Decimal>,
         paid_at: DateTime<Utc>,
-    ) -> Option<Result<Decimal, String>> {
+    ) -> Option<Result<Decimal, RateError>> {
         if currency == "MXN" {
             return None;
         }
@@ -101,18 +101,30 @@ impl Rates {
             return Some(Ok(r));
         }
         let paid_on = crate::domain::time::to_local(paid_at).date();
+        let settled = |reason: String| RateError {
+            reason,
+            outage: false,
+        };
         Some(match &self.source {
-            Source::None => Err(format!(
+            Source::None => Err(settled(format!(
                 "no exchange rate for currency {currency}: the payment provider reported none and no rate source is set ([fx] source = \"banxico\" with a token); give the TipoCambio in the admin (Fix)"
-            )),
+            ))),
             Source::Fixed(t) => t.get(currency).copied().and_then(as_tipo_cambio).ok_or_else(|| {
-                format!(
+                settled(format!(
                     "no exchange rate for currency {currency}: [fx] rates has none; add it or give the TipoCambio in the admin (Fix)"
-                )
+                ))
             }),
             Source::Banxico(b) => b.rate(currency, paid_on).await,
         })
     }
+}
+
+/// Why a sale has no TipoCambio. `outage`: the source did not answer (network, HTTP error,
+/// unreadable body), so asking again later may give one; not when it answered that it has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateError {
+    pub reason: String,
+    pub outage: bool,
 }
 
 /// `GET /series/{id}/datos/{from}/{to}` of the SIE API.
@@ -142,11 +154,15 @@ struct SieDato {
 
 impl Banxico {
     /// The last published value of the currency's series strictly before `paid_on`.
-    async fn rate(&self, currency: &str, paid_on: NaiveDate) -> Result<Decimal, String> {
+    async fn rate(&self, currency: &str, paid_on: NaiveDate) -> Result<Decimal, RateError> {
+        let settled = |reason: String| RateError {
+            reason,
+            outage: false,
+        };
         let Some(series) = self.series.get(currency) else {
-            return Err(format!(
+            return Err(settled(format!(
                 "no exchange rate for currency {currency}: [fx.series] names no Banxico series for it; add one or give the TipoCambio in the admin (Fix)"
-            ));
+            )));
         };
         let from = paid_on - chrono::Duration::days(LOOKBACK_DAYS);
         let to = paid_on - chrono::Duration::days(1);
@@ -156,10 +172,11 @@ impl Banxico {
             from.format("%Y-%m-%d"),
             to.format("%Y-%m-%d")
         );
-        let unreachable = |e: String| {
-            format!(
+        let unreachable = |e: String| RateError {
+            reason: format!(
                 "no exchange rate for currency {currency}: Banxico's SIE API failed ({e}); retry from the admin once it answers, or give the TipoCambio there (Fix)"
-            )
+            ),
+            outage: true,
         };
         let resp = self
             .http
@@ -189,9 +206,9 @@ impl Banxico {
             .max_by_key(|(day, _)| *day)
             .and_then(|(_, r)| as_tipo_cambio(r))
             .ok_or_else(|| {
-                format!(
+                settled(format!(
                     "no exchange rate for currency {currency}: Banxico published no {series} value between {from} and {to}; give the TipoCambio in the admin (Fix)"
-                )
+                ))
             })
     }
 }

@@ -36,6 +36,9 @@ pub struct FxSettings {
     #[serde(deserialize_with = "currency_keys")]
     pub series: BTreeMap<String, String>,
     pub timeout_seconds: u64,
+    /// How many times a stored sale waits for a rate source that does not answer before it
+    /// is held (the waits back off from the provider's retry interval).
+    pub outage_retries: i32,
 }
 
 /// A table keyed by currency, its codes uppercased: environment variables arrive in lowercase
@@ -90,6 +93,9 @@ impl FxSettings {
         }
         if self.timeout_seconds == 0 {
             p.push("[fx] timeout_seconds must be at least 1".into());
+        }
+        if self.outage_retries < 0 {
+            p.push("[fx] outage_retries must not be negative (0 holds a sale at once)".into());
         }
     }
 }

@@ -222,7 +222,10 @@ async fn stripe_webhook(
         }
         stripe::Meaning::Paid(facts) => {
             row.payment_ref = Some(facts.payment_id.clone());
-            let (payment, draft) = plan(&state, &facts).await;
+            let (payment, draft, outage) = plan(&state, &facts).await;
+            if let Some(why) = outage {
+                tracing::warn!(payment_id = %facts.payment_id, currency = %facts.currency, reason = %why, "exchange rate source down: the sale is held");
+            }
             let stamp_key = key_of(draft.as_ref());
             // A Checkout Session and its PaymentIntent arrive in either order; whichever
             // carries the customer's RFC completes the sale the other recorded first.
@@ -403,19 +406,48 @@ async fn mercadopago_notification(
 }
 
 /// The payment row and draft of `facts`, its TipoCambio looked up first (outside any
-/// transaction: Banxico may be asked).
+/// transaction: Banxico may be asked). A sale without a rate is held; the third part says
+/// the rate source did not answer, so a stored event can wait and ask again instead (see
+/// [`wait_for_rate`]).
 async fn plan(
     state: &AppState,
     facts: &crate::ingest::PaymentFacts,
-) -> (crate::store::NewPayment, Option<crate::store::OutboxDraft>) {
+) -> (
+    crate::store::NewPayment,
+    Option<crate::store::OutboxDraft>,
+    Option<String>,
+) {
     let rated = state
         .fx
         .tipo_cambio(&facts.currency, facts.provider_rate, facts.paid_at)
         .await;
-    if let Some(Err(why)) = &rated {
-        tracing::warn!(payment_id = %facts.payment_id, currency = %facts.currency, reason = %why, "no exchange rate: the sale is held");
-    }
-    state.ingestor.plan_rated(facts, rated)
+    let outage = match &rated {
+        Some(Err(e)) => e.outage.then(|| e.reason.clone()),
+        _ => None,
+    };
+    let (payment, draft) = state
+        .ingestor
+        .plan_rated(facts, rated.map(|r| r.map_err(|e| e.reason)));
+    (payment, draft, outage)
+}
+
+/// When the rate source did not answer (`outage`) and stored event `p` has waited fewer than
+/// `[fx] outage_retries` times, reschedules it after `base` seconds, backing off, and says so:
+/// the sale is planned again when the source answers, nobody has to retry it by hand. After
+/// that the sale is held for a TipoCambio given in the admin.
+async fn wait_for_rate(
+    state: &AppState,
+    p: &PendingFetch,
+    outage: Option<String>,
+    base: u64,
+) -> Result<Option<&'static str>, StoreError> {
+    let Some(why) = outage.filter(|_| p.attempts < state.settings.fx.outage_retries) else {
+        return Ok(None);
+    };
+    let at = Utc::now() + chrono::Duration::seconds(retry_delay_seconds(base, p.attempts));
+    tracing::warn!(event_id = %p.event_id, payment_id = ?p.payment_ref, reason = %why, next_attempt = %at, attempt = p.attempts + 1, "exchange rate source down; event kept for retry");
+    state.db.reschedule_fetch(p.id, at, &why).await?;
+    Ok(Some("stored_pending_fetch"))
 }
 
 /// Seconds before the next fetch after `attempts` failures: the configured interval `base`,
@@ -472,7 +504,11 @@ async fn resolved(
 ) -> Result<&'static str, StoreError> {
     match payment.meaning(&p.event_id, p.livemode) {
         mercadopago::Meaning::Paid(facts) => {
-            let (row, draft) = plan(state, &facts).await;
+            let (row, draft, outage) = plan(state, &facts).await;
+            let base = state.settings.mercadopago.retry_interval_seconds;
+            if let Some(waiting) = wait_for_rate(state, p, outage, base).await? {
+                return Ok(waiting);
+            }
             let stamp_key = key_of(draft.as_ref());
             let out = state
                 .db

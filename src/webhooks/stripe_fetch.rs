@@ -108,7 +108,13 @@ async fn plan(
     facts: &PaymentFacts,
     problem: Option<String>,
 ) -> Result<&'static str, StoreError> {
-    let (mut payment, mut draft) = super::plan(state, facts).await;
+    let (mut payment, mut draft, outage) = super::plan(state, facts).await;
+    if problem.is_none() {
+        let base = state.settings.stripe.retry_interval_seconds;
+        if let Some(waiting) = super::wait_for_rate(state, p, outage, base).await? {
+            return Ok(waiting);
+        }
+    }
     if let Some(reason) = problem {
         payment.status = "needs_attention".into();
         payment.reason = Some(reason);

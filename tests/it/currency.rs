@@ -156,7 +156,12 @@ fn fake_banxico(up: Arc<AtomicBool>, calls: Arc<AtomicUsize>) -> String {
     })
 }
 
-async fn a_usd_sale_is_rated_by_banxicos_fix_over_http_and_held_while_it_is_down(b: Backend) {
+/// A Mercado Pago app rating USD by a fake Banxico (down until `up`), retrying stored
+/// notifications every second, waiting out a Banxico outage `retries` times.
+async fn with_banxico(
+    b: Backend,
+    retries: i32,
+) -> Option<(TestApp, Arc<AtomicBool>, Arc<AtomicUsize>)> {
     let mp = fake_mp("USD", None);
     let (up, calls) = (
         Arc::new(AtomicBool::new(false)),
@@ -164,29 +169,82 @@ async fn a_usd_sale_is_rated_by_banxicos_fix_over_http_and_held_while_it_is_down
     );
     let banxico = fake_banxico(up.clone(), calls.clone());
     let fx = format!(
-        "[fx]\nsource = \"banxico\"\ntoken = \"tok\"\napi_base = \"{banxico}\"\ntimeout_seconds = 2\n"
+        "retry_interval_seconds = 1\n[fx]\nsource = \"banxico\"\ntoken = \"tok\"\napi_base = \"{banxico}\"\ntimeout_seconds = 2\noutage_retries = {retries}\n"
     );
-    let Some(app) = spawn(b, &mp, &fx).await else {
+    let app = spawn(b, &mp, &fx).await?;
+    Some((app, up, calls))
+}
+
+/// Waits (20 s at most) until the stored notification of `data_id` is no longer waiting.
+async fn settled(app: &TestApp, data_id: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while app
+        .events()
+        .await
+        .iter()
+        .any(|e| e.payment_ref.as_deref() == Some(data_id) && e.status == "pending_fetch")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{data_id} still waits"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// Banxico down: the notification is kept and asked again, not held; once Banxico answers,
+/// the sale is frozen with the FIX, nobody retrying it by hand.
+async fn a_usd_sale_is_rated_by_banxicos_fix_over_http_and_waits_while_it_is_down(b: Backend) {
+    let Some((app, up, calls)) = with_banxico(b, 8).await else {
         return;
     };
-    notify(&app, "7003").await;
-    assert_eq!(payment_status(&app, "7003").await.0, "needs_attention");
-    let reason = payment_status(&app, "7003").await.1.unwrap_or_default();
+    let ack = notify(&app, "7003").await;
+    assert_eq!(ack["outcome"], "stored_pending_fetch", "{ack}");
+    let ev = app.events().await;
+    assert_eq!(ev[0].status, "pending_fetch");
+    let reason = ev[0].reason.clone().unwrap_or_default();
     assert!(
         reason.contains("Banxico's SIE API failed (HTTP 503)"),
         "{reason}"
     );
+    assert!(
+        app.invoices().await.is_empty(),
+        "nothing held, nothing frozen yet"
+    );
     up.store(true, Ordering::SeqCst);
-    let ack = notify(&app, "7004").await;
-    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    settled(&app, "7003").await;
+    assert_eq!(payment_status(&app, "7003").await.0, "invoice_pending");
     let req: InvoiceRequest =
-        serde_json::from_str(&outbox_of(&app, "7004").await.request_json).expect("request");
+        serde_json::from_str(&outbox_of(&app, "7003").await.request_json).expect("request");
     assert_eq!(
         (req.moneda.as_str(), req.tipo_cambio.map(|t| t.to_string())),
         ("USD", Some("18.3456".into())),
         "the last FIX published before the day of the payment"
     );
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(calls.load(Ordering::SeqCst) >= 2, "asked again");
+}
+
+/// Banxico down longer than `[fx] outage_retries` waits: the sale is then held, saying why
+/// and what to do.
+async fn a_usd_sale_is_held_once_banxico_stays_down_past_its_retries(b: Backend) {
+    let Some((app, _up, calls)) = with_banxico(b, 1).await else {
+        return;
+    };
+    let ack = notify(&app, "7005").await;
+    assert_eq!(ack["outcome"], "stored_pending_fetch", "{ack}");
+    settled(&app, "7005").await;
+    let (status, reason) = payment_status(&app, "7005").await;
+    assert_eq!(status, "needs_attention");
+    let reason = reason.unwrap_or_default();
+    assert!(
+        reason.contains("Banxico's SIE API failed (HTTP 503)") && reason.contains("(Fix)"),
+        "{reason}"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "asked once more, then held"
+    );
 }
 
 /// Runs the pool until the document of `payment_id` leaves the queue (20 s at most).
@@ -362,7 +420,8 @@ async fn an_emisor_in_tijuana_freezes_fecha_in_tijuana_time_on_both_sides_of_day
 on_both_backends!(
     a_usd_sale_carries_moneda_usd_and_the_providers_rate,
     a_usd_sale_without_a_rate_source_is_held_with_its_reason,
-    a_usd_sale_is_rated_by_banxicos_fix_over_http_and_held_while_it_is_down,
+    a_usd_sale_is_rated_by_banxicos_fix_over_http_and_waits_while_it_is_down,
+    a_usd_sale_is_held_once_banxico_stays_down_past_its_retries,
     a_test_mode_sale_is_stamped_in_a_test_environment_and_a_live_one_held,
     an_emisor_in_tijuana_freezes_fecha_in_tijuana_time_on_both_sides_of_daylight_saving,
 );
