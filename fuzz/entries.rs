@@ -181,7 +181,7 @@ pub fn api_invoice_accepted(data: &[u8]) -> bool {
     };
     let settings = api_settings();
     let serie = body.input.serie(settings);
-    let Ok((request, total)) = api::freeze(settings, &body.input, &serie) else {
+    let Ok((request, total)) = api::freeze(settings, &body.input, &serie, None) else {
         return false;
     };
     let json = serde_json::to_string(&request).expect("a frozen request is JSON");

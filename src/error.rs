@@ -348,6 +348,10 @@ pub enum ApiError {
         "the PAC did not confirm invoice {invoice} in time; it is being asked what happened. Retry with the same idempotency key to get the outcome; do not use a new key"
     )]
     OutcomeUnknown { invoice: String },
+    /// No `tipo_cambio` was sent and the configured rate source (`[fx]`) did not answer;
+    /// nothing was written.
+    #[error("{0}; send tipo_cambio, or retry later with the same idempotency key")]
+    RateUnavailable(String),
     #[error("storage unavailable")]
     Store(#[from] StoreError),
     /// Something that should not fail did (a stored stamped XML that cannot be printed).
@@ -376,6 +380,7 @@ impl ApiError {
             Self::Conflict(_) => "CONFLICT",
             Self::PacRejected { .. } => "PAC_REJECTED",
             Self::OutcomeUnknown { .. } => "STAMPING_OUTCOME_UNKNOWN",
+            Self::RateUnavailable(_) => "RATE_UNAVAILABLE",
             Self::Store(_) => "UNAVAILABLE",
             Self::Internal(_) => "INTERNAL",
         }
@@ -422,7 +427,9 @@ impl ResponseError for ApiError {
             Self::InProgress { .. } | Self::FolioConflict(_) | Self::Conflict(_) => {
                 StatusCode::CONFLICT
             }
-            Self::OutcomeUnknown { .. } | Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::OutcomeUnknown { .. } | Self::RateUnavailable(_) | Self::Store(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -438,6 +445,9 @@ impl ResponseError for ApiError {
         match self {
             Self::InProgress { .. } | Self::FolioConflict(_) | Self::OutcomeUnknown { .. } => {
                 r.insert_header(("Retry-After", "2"));
+            }
+            Self::RateUnavailable(_) => {
+                r.insert_header(("Retry-After", "60"));
             }
             Self::Store(_) => {
                 r.insert_header(("Retry-After", "30"));

@@ -6,11 +6,12 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::Utc;
+use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::idempotency::{KeyState, key_answer, key_state, stored_201};
 use super::keys::{self, Caller, RequestKey};
-use super::request::{CreateBody, freeze, read_create_body};
+use super::request::{CreateBody, CreateInvoice, freeze, read_create_body};
 use super::view::{invoice_json, json_response};
 use crate::cfdi::TipoComprobante;
 use crate::domain::StampKey;
@@ -68,7 +69,8 @@ pub async fn create(
             other => return key_answer(other, k),
         }
     }
-    let (request, total) = freeze(settings, &input, &serie)?;
+    let rate = rate_of(&state, &input).await?;
+    let (request, total) = freeze(settings, &input, &serie, rate)?;
     let public_id = format!("inv_{}", uuid::Uuid::new_v4().simple());
     let now = Utc::now();
     let retention =
@@ -100,7 +102,7 @@ pub async fn create(
             reason: None,
             references: Vec::new(),
             lines_json: None,
-            tipo_cambio: None,
+            tipo_cambio: request.tipo_cambio.map(|t| t.to_string()),
         },
         draft: OutboxDraft {
             kind: DocumentKind::Ingreso,
@@ -131,6 +133,21 @@ pub async fn create(
     };
     tracing::info!(invoice = %public_id, keyed = key.is_some(), "api invoice queued");
     wait_and_answer(&state, &caller, key.as_ref(), invoice_id).await
+}
+
+/// The TipoCambio `[fx]` gives an invoice in another currency that was sent without one
+/// (looked up before anything is written). A source that did not answer is a 503 to retry;
+/// one that has no rate leaves it to [`freeze`], which says the TipoCambio is needed.
+async fn rate_of(state: &AppState, input: &CreateInvoice) -> Result<Option<Decimal>, ApiError> {
+    let moneda = input.moneda.as_deref().unwrap_or("MXN");
+    if input.tipo_cambio.is_some() || !state.settings.invoice.invoices(moneda) {
+        return Ok(None);
+    }
+    match state.fx.tipo_cambio(moneda, None, Utc::now()).await {
+        Some(Ok(rate)) => Ok(Some(rate)),
+        Some(Err(e)) if e.outage => Err(ApiError::RateUnavailable(e.reason)),
+        _ => Ok(None),
+    }
 }
 
 /// Waits (bounded) for the worker's outcome and answers with it.

@@ -144,14 +144,19 @@ impl CreateInvoice {
     }
 }
 
-/// The frozen comprobante of a request and its total. Every problem is a 422
-/// `VALIDATION_ERROR` (naming the field when it is one) and nothing is written.
+/// The frozen comprobante of a request and its total; `rate` is the TipoCambio `[fx]` gave
+/// when the request sent none. Every problem is a 422 `VALIDATION_ERROR` (naming the field
+/// when it is one) and nothing is written.
 pub fn freeze(
     settings: &crate::config::Settings,
     input: &CreateInvoice,
     serie: &str,
+    rate: Option<Decimal>,
 ) -> Result<(InvoiceRequest, Decimal), ApiError> {
-    let request = build_request(settings, input, serie)?;
+    let mut request = build_request(settings, input, serie)?;
+    if request.tipo_cambio.is_none() && request.moneda != "MXN" {
+        request.tipo_cambio = rate;
+    }
     let total = cfdi::build(&request, "00000000000000000000")
         .map_err(|e| ApiError::Validation(format!("the invoice cannot be built: {e}")))?
         .total;

@@ -247,6 +247,62 @@ async fn a_usd_sale_is_held_once_banxico_stays_down_past_its_retries(b: Backend)
     );
 }
 
+/// An API invoice in USD sent without tipo_cambio takes `[fx]`'s: Banxico down is a 503 to
+/// retry, with nothing written; once Banxico answers, the same request freezes the FIX.
+async fn an_api_invoice_without_tipo_cambio_takes_the_fx_rate(b: Backend) {
+    let (up, calls) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let banxico = fake_banxico(up.clone(), calls.clone());
+    let toml = format!(
+        "[invoice]\ncurrencies = [\"MXN\", \"USD\"]\n[fx]\nsource = \"banxico\"\ntoken = \"tok\"\napi_base = \"{banxico}\"\ntimeout_seconds = 2\n"
+    );
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let key = autofactura::api::keys::create_api_key(&app.db, "tests", "EKU9003173C9")
+        .await
+        .expect("api key");
+    let mut body = crate::api::invoice();
+    body["moneda"] = json!("USD");
+    let post = || {
+        app.http
+            .post(format!("{}/v1/invoices", app.address))
+            .bearer_auth(key.expose())
+            .header("Idempotency-Key", "usd-fx-1")
+            .json(&body)
+            .send()
+    };
+    let r = post().await.expect("send");
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|h| h.to_str().ok()),
+        Some("60")
+    );
+    let err: Value = r.json().await.expect("json");
+    assert_eq!(err["error"]["code"], "RATE_UNAVAILABLE", "{err}");
+    let message = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("Banxico's SIE API failed (HTTP 503)")
+            && message.contains("send tipo_cambio"),
+        "{message}"
+    );
+    assert!(app.invoices().await.is_empty(), "nothing written");
+    up.store(true, Ordering::SeqCst);
+    let r = post().await.expect("send");
+    assert!(matches!(r.status().as_u16(), 201 | 202), "{}", r.status());
+    let rows = app.invoices().await;
+    assert_eq!(rows.len(), 1);
+    let req: InvoiceRequest =
+        serde_json::from_str(rows[0].request_json.as_deref().expect("json")).expect("request");
+    assert_eq!(
+        (req.moneda.as_str(), req.tipo_cambio.map(|t| t.to_string())),
+        ("USD", Some("18.3456".into()))
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
 /// Runs the pool until the document of `payment_id` leaves the queue (20 s at most).
 async fn stamped(app: &TestApp, payment_id: &str) -> autofactura::store::DocFull {
     let (pool, _services) = app.start_pool().await;
@@ -422,6 +478,7 @@ on_both_backends!(
     a_usd_sale_without_a_rate_source_is_held_with_its_reason,
     a_usd_sale_is_rated_by_banxicos_fix_over_http_and_waits_while_it_is_down,
     a_usd_sale_is_held_once_banxico_stays_down_past_its_retries,
+    an_api_invoice_without_tipo_cambio_takes_the_fx_rate,
     a_test_mode_sale_is_stamped_in_a_test_environment_and_a_live_one_held,
     an_emisor_in_tijuana_freezes_fecha_in_tijuana_time_on_both_sides_of_daylight_saving,
 );

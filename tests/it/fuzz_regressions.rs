@@ -199,7 +199,8 @@ mod found {
         let settings = autofactura::config::Settings::defaults().expect("defaults");
         let read = autofactura::api::read_create_body(body, None).expect("an invoice request");
         let serie = read.input.serie(&settings);
-        let err = autofactura::api::freeze(&settings, &read.input, &serie).expect_err("refused");
+        let err =
+            autofactura::api::freeze(&settings, &read.input, &serie, None).expect_err("refused");
         assert_eq!(
             actix_web::ResponseError::status_code(&err).as_u16(),
             422,
