@@ -393,14 +393,13 @@ fn traslado_key(t: &Traslado) -> TrasladoKey {
 
 /// Tax-included prices: every line adds back to what it charged at six decimals, but the
 /// comprobante rounds SubTotal, Descuento and each rate's traslados separately, so a basket
-/// with several rates can total a centavo more or less than was charged. This moves one line's
-/// Base (and with it its traslado, Importe and ValorUnitario) by the fewest millionths that bring
-/// the Total to `target`; each line stays within the SAT's rounding tolerances. Left as is when
-/// no such move exists: the caller then sees the difference and holds the sale.
+/// with several rates can total a unit (centavo, yen) more or less than was charged. This moves
+/// one line's Base (and with it its traslado, Importe and ValorUnitario) by the smallest amount,
+/// in millionths, that brings the Total to `target`, a unit at a time; each line stays within
+/// the SAT's rounding tolerances. Left as is when no such move exists: the caller then sees the
+/// difference and holds the sale.
 fn fit_total(conceptos: &mut [Concepto], target: Decimal, dec: u32) -> Result<(), CfdiError> {
-    const STEP: Decimal = Decimal::from_parts(1, 0, 0, false, 6);
-    const MAX_STEPS: i64 = 10_000; // one centavo
-    for _ in 0..3 {
+    for _ in 0..5 {
         let Some(sums) = Sums::of(conceptos, dec) else {
             return Ok(());
         };
@@ -409,33 +408,41 @@ fn fit_total(conceptos: &mut [Concepto], target: Decimal, dec: u32) -> Result<()
             return Ok(());
         }
         let gap = (now - target).abs();
-        // The first move (smallest first) that closes the gap, else the first that narrows it.
+        // Every line's moves that just cross a rounding boundary, smallest first: the first
+        // that closes the gap, else the first that narrows it.
+        let mut moves: Vec<(usize, Decimal)> = Vec::new();
+        for (i, c) in conceptos.iter().enumerate() {
+            if let [t] = c.traslados.as_slice()
+                && let (Some(rate), Some(_)) = (t.tasa, t.importe)
+            {
+                let group = sums
+                    .taxes
+                    .get(&traslado_key(t))
+                    .copied()
+                    .unwrap_or_default();
+                moves.extend(crossings(sums.importes, group, rate, dec).map(|d| (i, d)));
+            }
+        }
+        moves.sort_by_key(|(i, d)| (d.abs(), *i));
         let mut narrowing = None;
         let mut found = None;
-        'search: for k in 1..=MAX_STEPS {
-            for sign in [Decimal::ONE, Decimal::NEGATIVE_ONE] {
-                let delta = STEP * Decimal::from(k) * sign;
-                for (i, c) in conceptos.iter().enumerate() {
-                    let [t] = c.traslados.as_slice() else {
-                        continue;
-                    };
-                    let (Some(rate), Some(tax)) = (t.tasa, t.importe) else {
-                        continue;
-                    };
-                    let base = t.base + delta;
-                    if base <= Decimal::ZERO {
-                        continue;
-                    }
-                    let new_tax = round(base * rate, MAX_DECIMALS);
-                    let total = sums.total(dec, delta, Some(&traslado_key(t)), new_tax - tax);
-                    if total == target {
-                        found = Some((i, delta));
-                        break 'search;
-                    }
-                    if narrowing.is_none() && (total - target).abs() < gap {
-                        narrowing = Some((i, delta));
-                    }
-                }
+        for &(i, delta) in &moves {
+            let t = &conceptos[i].traslados[0];
+            let (Some(rate), Some(tax)) = (t.tasa, t.importe) else {
+                continue;
+            };
+            let base = t.base + delta;
+            if base <= Decimal::ZERO {
+                continue;
+            }
+            let new_tax = round(base * rate, MAX_DECIMALS);
+            let total = sums.total(dec, delta, Some(&traslado_key(t)), new_tax - tax);
+            if total == target {
+                found = Some((i, delta));
+                break;
+            }
+            if narrowing.is_none() && (total - target).abs() < gap {
+                narrowing = Some((i, delta));
             }
         }
         let Some((i, delta)) = found.or(narrowing) else {
@@ -457,6 +464,33 @@ fn fit_total(conceptos: &mut [Concepto], target: Decimal, dec: u32) -> Result<()
         )?;
     }
     Ok(())
+}
+
+/// The moves of a line's Base (at `rate`) that take the SubTotal's unrounded sum `importes`, or
+/// its traslado group's `taxes`, just across one of the two nearest rounding boundaries either
+/// way, each a millionth or two to either side (the tax is rounded to six decimals).
+fn crossings(
+    importes: Decimal,
+    taxes: Decimal,
+    rate: Decimal,
+    dec: u32,
+) -> impl Iterator<Item = Decimal> {
+    let unit = Decimal::new(1, dec.min(MAX_DECIMALS));
+    let half = unit / Decimal::TWO;
+    // The boundaries (odd multiples of half a unit) around `x`, as moves of `x`.
+    let around = move |x: Decimal| {
+        let m = ((x - half) / unit).floor();
+        [-1i64, 0, 1, 2].map(move |n| (m + Decimal::from(n)) * unit + half - x)
+    };
+    let step = Decimal::new(1, MAX_DECIMALS);
+    let mut moves: Vec<Decimal> = around(importes).to_vec();
+    if rate > Decimal::ZERO {
+        moves.extend(around(taxes).map(|d| d / rate));
+    }
+    moves.into_iter().flat_map(move |d| {
+        let d = round(d, MAX_DECIMALS);
+        [-2i64, -1, 0, 1, 2].map(move |k| d + step * Decimal::from(k))
+    })
 }
 
 /// Whether `tax`, the amount a provider's tax engine charged on `base` at `rate`, is within

@@ -319,12 +319,16 @@ proptest! {
     }
 }
 
-/// A random basket as a provider describes it (minor units): lines with quantities and line
-/// discounts, an order discount left to prorate, maybe shipping; each line taxed at 16, 8 or
-/// 0 %. Prices are tax-included (as Stripe Checkout charges by default) or tax-excluded, and
-/// the tax of each line is Stripe Tax's (rounded per line to the centavo, what the customer
-/// paid) or, for tax-included prices only, left to the engine.
-fn basket() -> impl Strategy<Value = (Vec<autofactura::basket::SaleLine>, i64)> {
+/// A sale's currency: its code, c_Moneda decimals, and the provider's rate (within the
+/// sandbox's published one): two, zero and three decimals.
+type Currency = (&'static str, u32, &'static str);
+
+/// A random basket as a provider describes it (minor units of a random currency): lines with
+/// quantities and line discounts, an order discount left to prorate, maybe shipping; each line
+/// taxed at 16, 8 or 0 %. Prices are tax-included (as Stripe Checkout charges by default) or
+/// tax-excluded, and the tax of each line is Stripe Tax's (rounded per line to the currency's
+/// unit, what the customer paid) or, for tax-included prices only, left to the engine.
+fn basket() -> impl Strategy<Value = (Vec<autofactura::basket::SaleLine>, i64, Currency)> {
     let item = (
         1i64..5,
         1i64..500_000,
@@ -332,75 +336,88 @@ fn basket() -> impl Strategy<Value = (Vec<autofactura::basket::SaleLine>, i64)> 
         prop_oneof![Just(16), Just(8), Just(0)],
     );
     let pricing = prop_oneof![Just((true, false)), Just((true, true)), Just((false, true))];
+    let currency = prop_oneof![
+        3 => Just(("MXN", 2, "1")),
+        1 => Just(("USD", 2, "17.75")),
+        1 => Just(("JPY", 0, "0.1250")),
+        1 => Just(("BHD", 3, "47.1")),
+    ];
     (
         prop::collection::vec(item, 1..8),
         0i64..100,
         0i64..30_000,
         pricing,
+        currency,
     )
-        .prop_map(|(items, order_pct, shipping, (inclusive, stripe_tax))| {
-            use autofactura::basket::{SaleLine, prorate_discount};
-            let mut lines: Vec<SaleLine> = items
-                .iter()
-                .enumerate()
-                .map(|(i, (q, unit, pct, rate))| SaleLine {
-                    description: format!("Producto {i}"),
-                    quantity: Decimal::from(*q),
-                    amount: dec(q * unit, 2),
-                    discount: dec(q * unit * pct / 200, 2),
-                    tax_percent: Some(Decimal::from(*rate)),
-                    tax_inclusive: Some(inclusive),
-                    ..SaleLine::default()
-                })
-                .collect();
-            let net: i64 = items
-                .iter()
-                .map(|(q, u, pct, _)| q * u - q * u * pct / 200)
-                .sum();
-            let order = net * order_pct / 200;
-            if order > 0 {
-                prorate_discount(&mut lines, dec(order, 2), 2).expect("prorate");
-            }
-            if shipping > 0 {
-                lines.push(SaleLine {
-                    quantity: Decimal::ONE,
-                    amount: dec(shipping, 2),
-                    // Taxed at the configured 16 % when tax-included; Stripe Tax's 16 % else.
-                    tax_percent: (!inclusive).then(|| Decimal::from(16)),
-                    shipping: true,
-                    ..SaleLine::default()
-                });
-            }
-            // Stripe Tax: each line's tax on what it costs after discounts, to the centavo.
-            let mut charged = 0;
-            for l in &mut lines {
-                let cost = l.amount - l.discount;
-                let rate = l.tax_percent.unwrap_or(Decimal::from(16)) / Decimal::from(100);
-                let tax = if inclusive {
-                    cost * rate / (Decimal::ONE + rate)
-                } else {
-                    cost * rate
+        .prop_map(
+            |(items, order_pct, shipping, (inclusive, stripe_tax), currency)| {
+                let dp = currency.1;
+                use autofactura::basket::{SaleLine, prorate_discount};
+                let mut lines: Vec<SaleLine> = items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (q, unit, pct, rate))| SaleLine {
+                        description: format!("Producto {i}"),
+                        quantity: Decimal::from(*q),
+                        amount: dec(q * unit, dp),
+                        discount: dec(q * unit * pct / 200, dp),
+                        tax_percent: Some(Decimal::from(*rate)),
+                        tax_inclusive: Some(inclusive),
+                        ..SaleLine::default()
+                    })
+                    .collect();
+                let net: i64 = items
+                    .iter()
+                    .map(|(q, u, pct, _)| q * u - q * u * pct / 200)
+                    .sum();
+                let order = net * order_pct / 200;
+                if order > 0 {
+                    prorate_discount(&mut lines, dec(order, dp), dp).expect("prorate");
                 }
-                .round_dp(2);
-                if stripe_tax {
-                    l.tax_amount = Some(tax);
+                if shipping > 0 {
+                    lines.push(SaleLine {
+                        quantity: Decimal::ONE,
+                        amount: dec(shipping, dp),
+                        // Taxed at the configured 16 % when tax-included; Stripe Tax's 16 % else.
+                        tax_percent: (!inclusive).then(|| Decimal::from(16)),
+                        shipping: true,
+                        ..SaleLine::default()
+                    });
                 }
-                let paid = if inclusive { cost } else { cost + tax };
-                charged += (paid * Decimal::from(100)).to_i64().expect("centavos");
-            }
-            (lines, charged)
-        })
+                // Stripe Tax: each line's tax on what it costs after discounts, to the currency's unit.
+                let mut charged = 0;
+                for l in &mut lines {
+                    let cost = l.amount - l.discount;
+                    let rate = l.tax_percent.unwrap_or(Decimal::from(16)) / Decimal::from(100);
+                    let tax = if inclusive {
+                        cost * rate / (Decimal::ONE + rate)
+                    } else {
+                        cost * rate
+                    }
+                    .round_dp(dp);
+                    if stripe_tax {
+                        l.tax_amount = Some(tax);
+                    }
+                    let paid = if inclusive { cost } else { cost + tax };
+                    charged += (paid * Decimal::from(10i64.pow(dp)))
+                        .to_i64()
+                        .expect("minor units");
+                }
+                (lines, charged, currency)
+            },
+        )
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     /// Any basket (mixed rates, discounts, shipping, prices with or without tax, Stripe Tax's
-    /// amounts or none) is frozen as a CFDI that totals exactly what was charged and that the
+    /// amounts or none, in currencies of two, zero and three decimals) is frozen as a CFDI that totals exactly what was charged and that the
     /// sandbox accepts sealed: the engine's per-rate rounding never lands it a centavo off, so
     /// no sale is held for it.
     #[test]
-    fn any_basket_is_frozen_for_exactly_what_was_charged((lines, charged) in basket()) {
+    fn any_basket_is_frozen_for_exactly_what_was_charged((lines, charged, currency) in basket()) {
+        let (moneda, dp, rate) = currency;
         use autofactura::ingest::{CustomerData, Ingestor, Method, PaymentFacts};
         let settings = autofactura::config::Settings::defaults().expect("settings");
         let ingestor = Ingestor::new(&settings).expect("ingestor");
@@ -408,8 +425,8 @@ proptest! {
             provider: "stripe",
             payment_id: "pi_basket".into(),
             event_id: "evt_basket".into(),
-            amount: dec(charged, 2),
-            currency: "MXN".into(),
+            amount: dec(charged, dp),
+            currency: moneda.into(),
             method: Method::Card(Some("credit".into())),
             paid_at: chrono::Utc::now(),
             livemode: true,
@@ -424,7 +441,7 @@ proptest! {
             description: None,
             references: Vec::new(),
             lines,
-            provider_rate: None,
+            provider_rate: (moneda != "MXN").then(|| rate.parse().expect("rate")),
         };
         let (payment, draft) = ingestor.plan(&facts);
         match draft {
@@ -435,7 +452,7 @@ proptest! {
                 prop_assert!(check_amounts(&root).is_empty());
                 let sandbox = autofactura::pacsim::schema::check(&root);
                 prop_assert!(sandbox.is_empty(), "the sandbox refuses: {sandbox:?}");
-                prop_assert_eq!(attr(&root, "Total"), dec(charged, 2));
+                prop_assert_eq!(attr(&root, "Total"), dec(charged, dp));
             }
             None => {
                 let reason = payment.reason.unwrap_or_default();
