@@ -315,6 +315,36 @@ async fn stripe_tax_amounts_are_the_cfdi_taxes_line_by_line(b: Backend) {
     pool.shutdown().await;
 }
 
+/// A sale charged in USD: the CFDI is in USD at the rate of the charge's balance transaction,
+/// read from the Stripe API (within the published rate's 5 %, so the sandbox stamps it).
+async fn a_usd_sale_carries_the_balance_transactions_rate(b: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(app) = spawn_with(b, &fake).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    fake.add_charge("pi_test_usd1", "ch_test_usd1", Some("17.854321"));
+    let mut pi: Value =
+        serde_json::from_str(&autofactura::webhooks::stripe::sample_payment_intent(
+            "usd1",
+            chrono::Utc::now().timestamp(),
+            true,
+        ))
+        .expect("event");
+    pi["data"]["object"]["currency"] = json!("usd");
+    pi["data"]["object"]["amount"] = json!(2999);
+    pi["data"]["object"]["amount_received"] = json!(2999);
+    let ack = post(&app, &pi.to_string()).await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    let key = StampKey::derive("stripe", "pi_test_usd1", "ingreso");
+    let d = crate::checkout::wait_document(&app, key.as_str(), "stamped").await;
+    let xml = String::from_utf8(d.stamped_xml.expect("stamped XML")).expect("utf-8");
+    assert_eq!(attrs(&xml, "cfdi:Comprobante", "Moneda"), ["USD"]);
+    assert_eq!(attrs(&xml, "cfdi:Comprobante", "TipoCambio"), ["17.854321"]);
+    assert_eq!(attrs(&xml, "cfdi:Comprobante", "Total"), ["29.99"]);
+    pool.shutdown().await;
+}
+
 async fn an_unknown_product_key_needs_attention_naming_the_product_and_the_key(b: Backend) {
     let fake = FakeStripe::start().await;
     let Some(app) = spawn_with(b, &fake).await else {
@@ -515,4 +545,5 @@ on_both_backends!(
     an_invoice_paid_of_12_lines_is_one_cfdi_even_with_its_payment_intent_event,
     an_invoice_paid_alone_is_one_cfdi_with_every_line,
     stripe_tax_amounts_are_the_cfdi_taxes_line_by_line,
+    a_usd_sale_carries_the_balance_transactions_rate,
 );
