@@ -145,7 +145,8 @@ pub async fn issue(
     for _ in 0..REPLANS {
         let mut sales = db.awaiting_global(before).await?;
         let events = db.recorded_events_of_awaiting(before).await?;
-        reduce(&mut sales, &db.reductions_of_awaiting(before).await?);
+        let reductions = db.reductions_of_awaiting(before).await?;
+        reduce(&mut sales, &reductions);
         let groups = group(planner, &scope, sales);
         if groups.is_empty() {
             return Ok(report);
@@ -166,7 +167,7 @@ pub async fn issue(
                 let start = period.start.to_string();
                 let seq = db.next_global_seq(rfc, code, &start, &moneda).await?;
                 let fecha = now_at(&planner.emisor.lugar_expedicion);
-                let g = match planner.global(
+                let mut g = match planner.global(
                     Slot {
                         period,
                         moneda: &moneda,
@@ -190,6 +191,10 @@ pub async fn issue(
                         continue 'groups;
                     }
                 };
+                g.reductions = reductions
+                    .iter()
+                    .filter(|(row, _)| chunk.iter().any(|s| s.id == *row))
+                    .count();
                 match db.freeze_global(&g).await? {
                     Frozen::Global { outbox_id } => {
                         let issued = Issued {

@@ -244,6 +244,8 @@ impl Planner {
             replaces: replacing.map(|r| r.outbox_id),
             actor: actor.to_owned(),
             member_reason: format!("in the factura global of {label} ({moneda})"),
+            // Set by the caller that reduced the sales (see `issue::reduce`).
+            reductions: 0,
         })
     }
 }

@@ -71,6 +71,10 @@ pub struct NewGlobal {
     pub actor: String,
     /// The reason the members carry once in it.
     pub member_reason: String,
+    /// How many refunds of the members (`global_reduced`) the amounts were reduced by, as
+    /// read when planning: a refund recorded since then rolls the freeze back, so the global
+    /// never carries a sale at more than was kept.
+    pub reductions: usize,
 }
 
 /// What freezing a global did.
@@ -540,6 +544,26 @@ impl Db {
         if let Err(why) = take_members_in(&mut tx, g, outbox_id, now).await? {
             tx.rollback().await?;
             return Ok(Frozen::Changed(why));
+        }
+        // The members' rows are locked now (taken above), and a refund decides under that
+        // lock: one that committed between the plan's read and here is counted.
+        if g.replaces.is_none() {
+            let (n,): (i64,) = stmt(
+                "SELECT COUNT(*) FROM refunds r \
+                 JOIN payments p ON p.provider = r.provider AND p.payment_id = r.payment_ref \
+                 JOIN global_members m ON m.payment_row = p.id \
+                 WHERE m.outbox_id = $1 AND r.status = 'global_reduced'",
+            )
+            .bind(outbox_id)
+            .fetch_one_in(&mut tx, "count the refunds the global's sales carry")
+            .await?;
+            if usize::try_from(n).ok() != Some(g.reductions) {
+                tx.rollback().await?;
+                return Ok(Frozen::Changed(format!(
+                    "a refund of one of its sales was recorded meanwhile ({n} now, {} planned)",
+                    g.reductions
+                )));
+            }
         }
         if let Some(old) = g.replaces {
             let detail = format!("replaced by global #{outbox_id} (motivo 01)");

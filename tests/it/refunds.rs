@@ -349,6 +349,43 @@ async fn a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_gener
 }
 
 /// The refund rows' statuses, oldest first.
+/// A refund recorded between the global's read of its sales and its freeze: the freeze rolls
+/// back (the global would carry the sale unreduced), and the next plan carries what was kept.
+async fn a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back(b: Backend) {
+    use autofactura::global::Planner;
+    use autofactura::global::plan::Slot;
+    use autofactura::store::Frozen;
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    sell(&app, "rg", at(month(2), 9, 12), 8000).await;
+    let planner = Planner::new(&app.settings).expect("planner");
+    let sales = app
+        .db
+        .awaiting_global(chrono::Utc::now())
+        .await
+        .expect("sales");
+    let slot = Slot {
+        period: planner.period_of(sales[0].paid_at),
+        moneda: "MXN",
+        seq: 1,
+    };
+    let now = autofactura::domain::time::now_in_mexico();
+    let g = planner
+        .global(slot, &sales, now, None, "test")
+        .expect("global");
+    let out = refund_event(&app, "rg1", "refund.created", "rg", "rg1", 3000).await;
+    assert_eq!(out["refunds"], json!(["global_reduced"]), "{out}");
+    match app.db.freeze_global(&g).await.expect("freeze") {
+        Frozen::Changed(why) => assert!(why.contains("recorded meanwhile"), "{why}"),
+        other => panic!("froze 80.00 over a sale refunded 30.00 meanwhile: {other:?}"),
+    }
+    let (global, _) = issue_global(&app).await;
+    let xml = global.as_deref().expect("the global is stamped");
+    assert_eq!(total(xml), Decimal::new(5000, 2), "80.00 − 30.00");
+    assert!(egresos(&app).await.is_empty());
+}
+
 async fn refund_statuses(app: &TestApp) -> Vec<String> {
     let rows: Vec<(String,)> =
         fetch_rows(&app.db, "SELECT status FROM refunds ORDER BY id", &[]).await;
@@ -454,4 +491,5 @@ on_both_backends!(
     a_refund_before_the_ingreso_is_stamped_waits_then_is_stamped,
     a_refund_of_a_sale_awaiting_the_global_reduces_it_without_an_egreso,
     a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general,
+    a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back,
 );
