@@ -6,8 +6,6 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use autofactura::domain::time::now_in_mexico;
-use autofactura::global::plan::Slot;
 use autofactura::global::{Planner, Scope, Timing, issue};
 use autofactura::store::{self, Frozen};
 use chrono::Datelike;
@@ -253,19 +251,7 @@ async fn a_sale_taken_meanwhile_rolls_the_whole_global_back(b: Backend) {
     sell(&app, "kept", at(oct, 4, 10), 1000).await;
     sell(&app, "taken", at(oct, 5, 10), 2000).await;
     let planner = Planner::new(&app.settings).expect("planner");
-    let sales = app
-        .db
-        .awaiting_global(chrono::Utc::now())
-        .await
-        .expect("sales");
-    let slot = Slot {
-        period: planner.period_of(sales[0].paid_at),
-        moneda: "MXN",
-        seq: 1,
-    };
-    let g = planner
-        .global(slot, &sales, now_in_mexico(), None, "test")
-        .expect("global");
+    let g = crate::support::sales::planned_global(&app).await;
     // As the portal does when a customer asks for a nominative invoice first.
     exec_sql(
         &app.db,

@@ -352,28 +352,12 @@ async fn a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_gener
 /// A refund recorded between the global's read of its sales and its freeze: the freeze rolls
 /// back (the global would carry the sale unreduced), and the next plan carries what was kept.
 async fn a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back(b: Backend) {
-    use autofactura::global::Planner;
-    use autofactura::global::plan::Slot;
     use autofactura::store::Frozen;
     let Some(app) = spawn_app_with(b, FAST).await else {
         return;
     };
     sell(&app, "rg", at(month(2), 9, 12), 8000).await;
-    let planner = Planner::new(&app.settings).expect("planner");
-    let sales = app
-        .db
-        .awaiting_global(chrono::Utc::now())
-        .await
-        .expect("sales");
-    let slot = Slot {
-        period: planner.period_of(sales[0].paid_at),
-        moneda: "MXN",
-        seq: 1,
-    };
-    let now = autofactura::domain::time::now_in_mexico();
-    let g = planner
-        .global(slot, &sales, now, None, "test")
-        .expect("global");
+    let g = crate::support::sales::planned_global(&app).await;
     let out = refund_event(&app, "rg1", "refund.created", "rg", "rg1", 3000).await;
     assert_eq!(out["refunds"], json!(["global_reduced"]), "{out}");
     match app.db.freeze_global(&g).await.expect("freeze") {

@@ -113,3 +113,23 @@ pub async fn payment_status(app: &TestApp, payment_id: &str) -> (String, Option<
     .await;
     rows.into_iter().next().expect("the payment")
 }
+
+/// The factura global of every sale awaiting one (all in MXN and one period), planned as
+/// `global issue` plans it, not frozen yet.
+pub async fn planned_global(app: &TestApp) -> autofactura::store::NewGlobal {
+    let planner = autofactura::global::Planner::new(&app.settings).expect("planner");
+    let sales = app
+        .db
+        .awaiting_global(chrono::Utc::now())
+        .await
+        .expect("sales");
+    let slot = autofactura::global::plan::Slot {
+        period: planner.period_of(sales[0].paid_at),
+        moneda: "MXN",
+        seq: 1,
+    };
+    let now = autofactura::domain::time::now_in_mexico();
+    planner
+        .global(slot, &sales, now, None, "test")
+        .expect("global")
+}
