@@ -370,6 +370,98 @@ async fn a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back(b: 
     assert!(egresos(&app).await.is_empty());
 }
 
+/// Waits (30 s at most) until `sql`'s single text column reads `want`.
+async fn wait_for(app: &TestApp, sql: &str, want: &str) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let rows: Vec<(String,)> = fetch_rows(&app.db, sql, &[]).await;
+        if rows.first().is_some_and(|r| r.0 == want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{sql}: {rows:?}, not {want}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// Under `full = "cancel"`, a full refund whose cancellation the receptor must accept, and
+/// rejects: the ingreso stays vigente and the refund is credited by an egreso instead.
+async fn a_cancellation_the_receptor_rejects_falls_back_to_an_egreso(b: Backend) {
+    use autofactura::pacsim::Sandbox;
+    use autofactura::pacsim::faults::FaultSpec;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, _sim) = Sandbox::start_in_process(
+        &dir.path().join("sim.jsonl"),
+        FaultSpec::parse("").expect("faults"),
+    )
+    .await
+    .expect("sandbox");
+    let toml = format!(
+        "[pac]\nkind = \"sandbox\"\nurl = \"{url}\"\n[worker]\nlease_seconds = 2\n\
+         idle_poll_ms = 50\nbackoff_base_seconds = 1\nbackoff_cap_seconds = 1\n\
+         [refunds]\ninterval_seconds = 1\nfull = \"cancel\"\n[global]\nauto_issue = false\n"
+    );
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    sale(&app, "rj", 250_000).await;
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    // Five days later, 2,500.00 MXN: the SAT asks the receptor.
+    crate::support::sim::advance_clock(&app.http, &url, 5 * 86_400).await;
+    let full = refund_event(&app, "rj1", "refund.created", "rj", "rj1", 250_000).await;
+    assert_eq!(full["refunds"], json!(["canceling"]), "{full}");
+    wait_for(&app, "SELECT state FROM cancellations", "pending_receiver").await;
+    let (uuid,): (String,) = fetch_rows(
+        &app.db,
+        "SELECT uuid FROM outbox WHERE kind = 'ingreso'",
+        &[],
+    )
+    .await
+    .remove(0);
+    let r = app
+        .http
+        .post(format!("{url}/_sim/cancellations/{uuid}/reject"))
+        .send()
+        .await
+        .expect("sim");
+    assert!(r.status().is_success(), "{}", r.status());
+    // The egreso is frozen and sent. (The sandbox's clock, moved five days on to need the
+    // receptor, then finds its Fecha past the 72 hours: it ends `expired` rather than stamped,
+    // which the test accepts; a real clock does not jump.)
+    wait_for(
+        &app,
+        "SELECT CASE WHEN state IN ('stamped', 'expired') THEN 'sent' ELSE state END \
+         FROM outbox WHERE kind = 'egreso'",
+        "sent",
+    )
+    .await;
+    assert_eq!(refund_statuses(&app).await, ["egreso"]);
+    wait_for(&app, "SELECT state FROM cancellations", "rejected").await;
+    wait_for(
+        &app,
+        "SELECT state FROM outbox WHERE kind = 'ingreso'",
+        "stamped",
+    )
+    .await;
+    let (request, amount): (String, String) = fetch_rows(
+        &app.db,
+        "SELECT o.request_json, p.amount FROM outbox o JOIN payments p ON p.id = o.payment_id \
+         WHERE o.kind = 'egreso'",
+        &[],
+    )
+    .await
+    .remove(0);
+    assert!(
+        request.contains(&uuid),
+        "the egreso relates the ingreso it credits"
+    );
+    assert_eq!(amount, "2500.00", "the whole sale");
+    pool.shutdown().await;
+}
+
 async fn refund_statuses(app: &TestApp) -> Vec<String> {
     let rows: Vec<(String,)> =
         fetch_rows(&app.db, "SELECT status FROM refunds ORDER BY id", &[]).await;
@@ -476,4 +568,5 @@ on_both_backends!(
     a_refund_of_a_sale_awaiting_the_global_reduces_it_without_an_egreso,
     a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general,
     a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back,
+    a_cancellation_the_receptor_rejects_falls_back_to_an_egreso,
 );
