@@ -16,19 +16,7 @@ use crate::support::admin::outbox_of;
 use crate::support::sales::payment_status;
 use crate::support::{Backend, TestApp, spawn_app_with};
 
-/// Serves `routes` on 127.0.0.1:0 over real HTTP; its base URL.
-fn serve(routes: impl Fn(&mut actix_web::web::ServiceConfig) + Send + Clone + 'static) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let server =
-        actix_web::HttpServer::new(move || actix_web::App::new().configure(routes.clone()))
-            .workers(1)
-            .listen(listener)
-            .expect("listen")
-            .run();
-    tokio::spawn(server);
-    format!("http://127.0.0.1:{port}")
-}
+use crate::support::sales::serve;
 
 /// A Mercado Pago API whose payments are `amount` `currency`, approved a minute ago, with
 /// `conversion_rate` when given.
@@ -64,12 +52,8 @@ async fn spawn(b: Backend, mp: &str, extra: &str) -> Option<TestApp> {
 }
 
 async fn notify(app: &TestApp, data_id: &str) -> Value {
-    let body = json!({ "id": format!("n-{data_id}"), "live_mode": false, "type": "payment",
-        "action": "payment.created", "data": { "id": data_id } })
-    .to_string();
-    let r = app.post_mp_signed(data_id, &body).await;
-    assert_eq!(r.status(), 200);
-    r.json().await.expect("json")
+    let n = format!("n-{data_id}");
+    crate::support::sales::mp_notify(app, &n, "payment.created", data_id).await
 }
 
 async fn a_usd_sale_carries_moneda_usd_and_the_providers_rate(b: Backend) {

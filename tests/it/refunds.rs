@@ -462,6 +462,83 @@ async fn a_cancellation_the_receptor_rejects_falls_back_to_an_egreso(b: Backend)
     pool.shutdown().await;
 }
 
+/// A Mercado Pago API over HTTP answering payment `id` (116.00 MXN, the sample) with the
+/// refunds in `refunds` so far.
+fn fake_mp(refunds: std::sync::Arc<std::sync::Mutex<Vec<Value>>>) -> String {
+    crate::support::sales::serve(move |cfg| {
+        let refunds = refunds.clone();
+        cfg.route(
+            "/v1/payments/{id}",
+            actix_web::web::get().to(move |id: actix_web::web::Path<String>| {
+                let refunds = refunds.lock().expect("refunds").clone();
+                async move {
+                    let approved = (chrono::Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+                    let mut p: Value = serde_json::from_str(
+                        &autofactura::webhooks::mercadopago::sample_payment(&id, &approved),
+                    )
+                    .expect("sample");
+                    let refunded: Decimal = refunds
+                        .iter()
+                        .map(|r| r["amount"].to_string().parse::<Decimal>().expect("amount"))
+                        .sum();
+                    p["transaction_amount_refunded"] =
+                        serde_json::from_str(&refunded.to_string()).expect("number");
+                    if refunded == Decimal::new(11600, 2) {
+                        p["status"] = json!("refunded");
+                    }
+                    p["refunds"] = json!(refunds);
+                    actix_web::HttpResponse::Ok().json(p)
+                }
+            }),
+        );
+    })
+}
+
+/// Mercado Pago notification `n` that payment `data_id` changed; the answer.
+async fn mp_notify(app: &TestApp, n: &str, data_id: &str) -> Value {
+    crate::support::sales::mp_notify(app, n, "payment.updated", data_id).await
+}
+
+/// A Mercado Pago sale refunded in two parts, through the server and its API: one egreso per
+/// approved refund, the two summing to the sale; a notification delivered again credits
+/// nothing more.
+async fn a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos(b: Backend) {
+    let refunds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mp = fake_mp(refunds.clone());
+    let toml = format!("api_base = \"{mp}\"\n{FAST}");
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    let ack = mp_notify(&app, "n-1", "9101").await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    let refund = |id: i64, amount: &str| {
+        json!({ "id": id, "amount": serde_json::from_str::<Value>(amount).expect("n"),
+                "status": "approved", "date_created": chrono::Utc::now().to_rfc3339() })
+    };
+    refunds.lock().expect("refunds").push(refund(5101, "16.00"));
+    mp_notify(&app, "n-2", "9101").await;
+    wait_egresos(&app, 1).await;
+    // Delivered again: nothing more is credited.
+    mp_notify(&app, "n-2", "9101").await;
+    mp_notify(&app, "n-3", "9101").await;
+    refunds
+        .lock()
+        .expect("refunds")
+        .push(refund(5102, "100.00"));
+    mp_notify(&app, "n-4", "9101").await;
+    let e = wait_egresos(&app, 2).await;
+    let sum: Decimal = e.iter().map(|x| total(x.2.as_deref().expect("xml"))).sum();
+    assert_eq!(
+        sum,
+        Decimal::new(11600, 2),
+        "the egresos credit the whole sale"
+    );
+    assert_eq!(refund_statuses(&app).await, ["egreso", "egreso"]);
+    pool.shutdown().await;
+}
+
 async fn refund_statuses(app: &TestApp) -> Vec<String> {
     let rows: Vec<(String,)> =
         fetch_rows(&app.db, "SELECT status FROM refunds ORDER BY id", &[]).await;
@@ -569,4 +646,5 @@ on_both_backends!(
     a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general,
     a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back,
     a_cancellation_the_receptor_rejects_falls_back_to_an_egreso,
+    a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos,
 );

@@ -133,3 +133,29 @@ pub async fn planned_global(app: &TestApp) -> autofactura::store::NewGlobal {
         .global(slot, &sales, now, None, "test")
         .expect("global")
 }
+
+/// Posts signed Mercado Pago notification `n` (`action`) about payment `data_id`: the answer.
+pub async fn mp_notify(app: &TestApp, n: &str, action: &str, data_id: &str) -> serde_json::Value {
+    let body = serde_json::json!({ "id": n, "live_mode": false, "type": "payment",
+        "action": action, "data": { "id": data_id } })
+    .to_string();
+    let r = app.post_mp_signed(data_id, &body).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("json")
+}
+
+/// Serves `routes` on 127.0.0.1:0 over real HTTP; its base URL.
+pub fn serve(
+    routes: impl Fn(&mut actix_web::web::ServiceConfig) + Send + Clone + 'static,
+) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server =
+        actix_web::HttpServer::new(move || actix_web::App::new().configure(routes.clone()))
+            .workers(1)
+            .listen(listener)
+            .expect("listen")
+            .run();
+    tokio::spawn(server);
+    format!("http://127.0.0.1:{port}")
+}
