@@ -30,6 +30,9 @@ pub struct SentPayment {
     /// holds no stamp of it.
     pub near_window: bool,
     pub kind: SaleKind,
+    /// A partial refund of the sale the run delivered too (decimal text): it must end as one
+    /// stamped egreso for that amount, related to the sale's UUID.
+    pub refund: Option<String>,
 }
 
 /// A sale in a factura global, as `invoices list` shows it.
@@ -48,11 +51,23 @@ pub struct GlobalDoc {
     pub uuid: Option<String>,
 }
 
-/// The facturas globales of the run and their sales.
+/// An egreso (a refund's nota de crédito), as `invoices list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgresoDoc {
+    pub status: String,
+    pub uuid: Option<String>,
+    /// The UUID of the document it credits.
+    pub related_uuid: Option<String>,
+    /// Decimal text: the refund's amount.
+    pub total: String,
+}
+
+/// The facturas globales of the run and their sales, and the egresos.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Globals {
     pub members: Vec<Member>,
     pub documents: Vec<GlobalDoc>,
+    pub egresos: Vec<EgresoDoc>,
 }
 
 impl Globals {
@@ -60,7 +75,14 @@ impl Globals {
     pub fn from_listing(rows: &[DocumentListing]) -> Globals {
         let mut g = Globals::default();
         for r in rows {
-            if r.kind == "global" {
+            if r.kind == "egreso" {
+                g.egresos.push(EgresoDoc {
+                    status: r.status.clone(),
+                    uuid: r.uuid.clone(),
+                    related_uuid: r.related_uuid.clone(),
+                    total: r.total.clone(),
+                });
+            } else if r.kind == "global" {
                 if let Some(id) = r.id {
                     g.documents.push(GlobalDoc {
                         id,
@@ -113,6 +135,11 @@ pub struct Verdict {
     pub orphans: usize,
     /// Rows still outside a terminal state.
     pub not_terminal: usize,
+    /// Payments the run also refunded in part, and of them those credited by exactly one
+    /// stamped egreso for the refund's amount (missing, extra or other amounts are problems;
+    /// an extra egreso counts as duplicated too).
+    pub refunds: usize,
+    pub credited: usize,
     /// One line per problem, for the operator.
     pub problems: Vec<String>,
 }
@@ -124,6 +151,7 @@ impl Verdict {
             && self.duplicated == 0
             && self.orphans == 0
             && self.not_terminal == 0
+            && self.credited == self.refunds
             && self.problems.is_empty()
     }
 }
@@ -140,7 +168,7 @@ impl fmt::Display for Line<'_> {
         let v = self.verdict;
         write!(
             f,
-            "payments={} stamped={} self_invoiced={} in_global={} expired={} lost={} duplicated={} orphans={} kills={} faults={}",
+            "payments={} stamped={} self_invoiced={} in_global={} expired={} lost={} duplicated={} orphans={} refunds={} credited={} kills={} faults={}",
             v.payments,
             v.stamped,
             v.self_invoiced,
@@ -149,6 +177,8 @@ impl fmt::Display for Line<'_> {
             v.lost,
             v.duplicated,
             v.orphans,
+            v.refunds,
+            v.credited,
             self.kills,
             self.faults
         )
@@ -207,10 +237,12 @@ pub fn check_with_globals(
     }
     let mut our_uuids: HashMap<String, usize> = HashMap::new();
     let global_uuids = globals.documents.iter().filter_map(|g| g.uuid.as_deref());
+    let egreso_uuids = globals.egresos.iter().filter_map(|e| e.uuid.as_deref());
     for u in ours
         .iter()
         .filter_map(|r| r.uuid.as_deref())
         .chain(global_uuids)
+        .chain(egreso_uuids)
         .filter(|u| !u.is_empty())
     {
         *our_uuids.entry(u.to_uppercase()).or_default() += 1;
@@ -279,6 +311,16 @@ pub fn check_with_globals(
                     .push(format!("{name}: not in any factura global"));
             }
             own(&mut v, p, &name, rows, &stamped, pac_stamps, &pac_uuids);
+        }
+        if let Some(amount) = &p.refund {
+            super::credit::credit(
+                &mut v,
+                &name,
+                amount,
+                &stamped,
+                &globals.egresos,
+                &pac_uuids,
+            );
         }
         if let Some(uuids) = pac_by_key.get(p.stamp_key.as_str())
             && uuids.len() > 1
@@ -434,6 +476,7 @@ mod tests {
                 stamp_key: format!("key-{i}"),
                 near_window: false,
                 kind: SaleKind::Nominative,
+                refund: None,
             })
             .collect()
     }
@@ -476,7 +519,7 @@ mod tests {
         assert!(v.is_ok(), "{v:?}");
         assert_eq!(
             line(&v),
-            "payments=3 stamped=3 self_invoiced=0 in_global=0 expired=0 lost=0 duplicated=0 orphans=0 kills=3 faults=7"
+            "payments=3 stamped=3 self_invoiced=0 in_global=0 expired=0 lost=0 duplicated=0 orphans=0 refunds=0 credited=0 kills=3 faults=7"
         );
     }
 
@@ -627,6 +670,7 @@ mod tests {
                 status: "stamped".into(),
                 uuid: Some("UUID-G".into()),
             }],
+            egresos: Vec::new(),
         };
         let mut p = pac(1);
         p.push(PacStamp {

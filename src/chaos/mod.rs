@@ -37,6 +37,7 @@
 //! worker path alone has to get every count right.
 
 pub mod check;
+mod credit;
 pub mod customers;
 pub mod procs;
 pub mod traffic;
@@ -573,6 +574,14 @@ async fn moving_rows(db: &Db) -> anyhow::Result<Vec<(String, i64)>> {
             i64::try_from(waiting).unwrap_or(i64::MAX),
         ));
     }
+    // Refunds not credited yet: waiting for their sale's ingreso, or cancelling it.
+    moving.extend(
+        db.refund_counts()
+            .await?
+            .into_iter()
+            .filter(|(s, _)| s == "awaiting_original" || s == "canceling")
+            .map(|(s, n)| (format!("refunds {s}"), n)),
+    );
     moving.extend(
         db.webhook_event_counts()
             .await?

@@ -93,6 +93,30 @@ const NEAR_WINDOW_SHARE: f64 = 0.1;
 const PORTAL_SHARE: f64 = 0.15;
 const GLOBAL_SHARE: f64 = 0.2;
 
+/// The share of nominative Stripe sales also refunded in part, and of those the share whose
+/// refund is delivered before the sale itself.
+const REFUND_SHARE: f64 = 0.15;
+const REFUND_FIRST_SHARE: f64 = 0.3;
+
+/// What those refunds give back of the sample's 116.00.
+const REFUND_MINOR: i64 = 3000;
+
+/// A Stripe `refund.created` (succeeded) of [`REFUND_MINOR`] for the PaymentIntent of `suffix`.
+fn refund_created(suffix: &str, created: i64) -> String {
+    let object = serde_json::json!({
+        "id": format!("re_test_{suffix}"), "object": "refund", "amount": REFUND_MINOR,
+        "currency": "mxn", "payment_intent": format!("pi_test_{suffix}"),
+        "charge": format!("ch_test_{suffix}"), "status": "succeeded", "created": created
+    });
+    stripe::sample_event(
+        &format!("evt_test_{suffix}_re"),
+        "refund.created",
+        created,
+        false,
+        object,
+    )
+}
+
 /// A `payment_intent.succeeded` without the customer's fiscal data (only an order reference).
 fn without_rfc(suffix: &str, paid: i64) -> String {
     let mut v: serde_json::Value =
@@ -123,6 +147,7 @@ pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut
         let payment_id;
         let mut near_window = false;
         let mut kind = SaleKind::Nominative;
+        let mut refund = None;
         if rng.random_bool(0.5) {
             provider = stripe::PROVIDER;
             let suffix = format!("chaos{run}{i:06}");
@@ -160,6 +185,23 @@ pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut
                     body: checkout_session(&suffix, paid).into(),
                 };
             }
+            // A partial refund, delivered once or twice: some before the sale itself (it then
+            // waits for the sale's ingreso).
+            if kind == SaleKind::Nominative && !near_window && rng.random_bool(REFUND_SHARE) {
+                let body: Arc<str> = refund_created(&suffix, paid).into();
+                for _ in 0..rng.random_range(1..=2) {
+                    let d = Delivery::Stripe { body: body.clone() };
+                    if rng.random_bool(REFUND_FIRST_SHARE) {
+                        ds.insert(0, d);
+                    } else {
+                        ds.push(d);
+                    }
+                }
+                refund = Some(
+                    crate::ingest::from_minor_units(REFUND_MINOR, "MXN")
+                        .map_or_else(String::new, |d| d.to_string()),
+                );
+            }
         } else {
             provider = crate::webhooks::mercadopago::PROVIDER;
             // The sandbox's stand-in payments API reads the approval time from the id: Unix
@@ -190,6 +232,7 @@ pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut
             payment_id,
             near_window,
             kind,
+            refund,
         });
         let slot = i as u64;
         let mut rest = ds.into_iter();

@@ -233,6 +233,13 @@ pub struct CancelingRefund {
 }
 
 impl Db {
+    /// Refunds per status (the chaos run waits for those still on their way to an egreso).
+    pub async fn refund_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        stmt("SELECT status AS state, COUNT(*) AS n FROM refunds GROUP BY status ORDER BY status")
+            .fetch_all(self, "count refunds")
+            .await
+    }
+
     /// In one transaction: the delivery `event` (when given; a redelivery writes nothing), each
     /// refund not recorded yet, and what `plan` makes of it (an egreso is frozen here). A
     /// refund recorded earlier is left as it is.
