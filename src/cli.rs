@@ -97,6 +97,10 @@ pub enum Command {
         /// The ZIP to write; it must not exist yet.
         #[arg(long)]
         out: PathBuf,
+        /// Leave the PDFs out (only the XMLs, the CSV and the acuses): faster for a very large
+        /// month, as every PDF is printed from its XML.
+        #[arg(long)]
+        without_pdf: bool,
     },
     /// Print an argon2 hash of a password (read from standard input) for `[admin] password_hash`.
     HashPassword,
@@ -234,9 +238,16 @@ pub fn run() -> ExitCode {
         Some(Command::Config(ConfigCommand::Check)) => config_check(cli.config.as_deref()),
         Some(Command::HashPassword) => hash_password(),
         Some(Command::Backup { out }) => block_on(ops::backup(cli.config.as_deref(), &out)),
-        Some(Command::Export { month, out }) => {
-            block_on(ops::export_month(cli.config.as_deref(), &month, &out))
-        }
+        Some(Command::Export {
+            month,
+            out,
+            without_pdf,
+        }) => block_on(ops::export_month(
+            cli.config.as_deref(),
+            &month,
+            &out,
+            !without_pdf,
+        )),
         Some(Command::Healthcheck { url, timeout }) => block_on(ops::healthcheck(
             cli.config.as_deref(),
             url.as_deref(),

@@ -2,7 +2,9 @@
 //! `/admin/export/month` in the admin): one ZIP with
 //!
 //! - every stamped XML whose Fecha falls in the month (Mexico City), exactly as stamped, under
-//!   `{kind}/{RFC emisor}_{serie}{folio}_{UUID}.xml` (`ingreso/`, `egreso/`, `global/`);
+//!   `{kind}/{RFC emisor}_{serie}{folio}_{UUID}.xml` (`ingreso/`, `egreso/`, `global/`), and its
+//!   PDF (the representación impresa, printed from that XML as everywhere else) beside it as
+//!   `….pdf`, unless left out (`--without-pdf`: a faster export of a very large month);
 //! - `documentos.csv`, one row per document: UUID, serie-folio, fecha, tipo, receptor, subtotal,
 //!   descuento, taxes, total, currency, status, related UUIDs (read from the stamped XML itself);
 //! - `acuses/{UUID}.xml`: the cancellation acuses of those documents.
@@ -21,6 +23,7 @@ use zip::ZipWriter;
 use zip::write::SimpleFileOptions;
 
 use crate::cfdi::dom::{Element, NS_CFDI};
+use crate::pdf::PdfOptions;
 use crate::store::{Db, ExportDoc, StoreError};
 
 /// Documents read per database round trip.
@@ -34,6 +37,9 @@ pub const CSV_HEADER: &str = "uuid,serie_folio,fecha,tipo,kind,receptor_rfc,rece
 pub struct Counts {
     pub documents: usize,
     pub acuses: usize,
+    /// PDFs written (one per document unless left out; a document that cannot be printed is
+    /// logged and left without one).
+    pub pdfs: usize,
 }
 
 /// `2026-11` → the first instant of that month and of the next (Mexico City, like Fecha).
@@ -49,8 +55,14 @@ pub fn month_range(month: &str) -> Result<(NaiveDateTime, NaiveDateTime), String
     ))
 }
 
-/// Writes the export of `month` to `out`.
-pub async fn write_month<W: Write + Seek>(db: &Db, month: &str, out: W) -> anyhow::Result<Counts> {
+/// Writes the export of `month` to `out`, with each document's PDF printed with `pdf` when
+/// given.
+pub async fn write_month<W: Write + Seek>(
+    db: &Db,
+    month: &str,
+    out: W,
+    pdf: Option<&PdfOptions>,
+) -> anyhow::Result<Counts> {
     let (from, to) = month_range(month).map_err(|e| anyhow::anyhow!(e))?;
     let mut zip = ZipWriter::new(out);
     let opts = SimpleFileOptions::default()
@@ -72,17 +84,34 @@ pub async fn write_month<W: Write + Seek>(db: &Db, month: &str, out: W) -> anyho
         },
     )
     .await?;
-    // Pass 2: the stamped XMLs, byte for byte.
-    each_page(
-        documents,
-        |d| d.id,
-        |d| {
-            zip.start_file(xml_name(d), opts)?;
+    // Pass 2: the stamped XMLs, byte for byte, each with its PDF (printed off the async
+    // threads, one at a time: memory stays one page and one PDF).
+    let mut after = 0;
+    loop {
+        let page = documents(after).await?;
+        let Some(last) = page.last() else {
+            break;
+        };
+        after = last.id;
+        for d in &page {
+            let name = xml_name(d);
+            zip.start_file(name.as_str(), opts)?;
             zip.write_all(&d.stamped_xml)?;
-            Ok(())
-        },
-    )
-    .await?;
+            let Some(pdf) = pdf else {
+                continue;
+            };
+            match crate::pdf::render_blocking(d.stamped_xml.clone(), pdf.clone()).await {
+                Ok(bytes) => {
+                    zip.start_file(format!("{}.pdf", name.trim_end_matches(".xml")), opts)?;
+                    zip.write_all(&bytes)?;
+                    counts.pdfs += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(uuid = %d.uuid, error = %e, "month export: this document cannot be printed; its XML goes without a PDF");
+                }
+            }
+        }
+    }
     // Pass 3: the cancellation acuses.
     let acuses = async |after| db.export_acuses(from, to, after, PAGE).await;
     each_page(

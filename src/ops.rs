@@ -642,9 +642,13 @@ pub async fn export_month(
     config: Option<&Path>,
     month: &str,
     out: &Path,
+    with_pdf: bool,
 ) -> anyhow::Result<ExitCode> {
     crate::export::month_range(month).map_err(|e| anyhow::anyhow!(e))?;
     let (settings, _) = load(config)?;
+    let pdf = with_pdf
+        .then(|| crate::pdf::PdfOptions::from_settings(&settings.pdf))
+        .transpose()?;
     let db = store::connect(&settings.database).await?;
     // create_new: an export never overwrites a file.
     let file = std::fs::File::options()
@@ -652,11 +656,13 @@ pub async fn export_month(
         .create_new(true)
         .open(out)
         .with_context(|| format!("cannot create {} (it must not exist yet)", out.display()))?;
-    let counts = crate::export::write_month(&db, month, std::io::BufWriter::new(file)).await?;
+    let counts =
+        crate::export::write_month(&db, month, std::io::BufWriter::new(file), pdf.as_ref()).await?;
     println!(
-        "export of {month} written to {}: {} stamped documents, {} cancellation acuses",
+        "export of {month} written to {}: {} stamped documents ({} with their PDF), {} cancellation acuses",
         out.display(),
         counts.documents,
+        counts.pdfs,
         counts.acuses
     );
     Ok(ExitCode::SUCCESS)

@@ -100,14 +100,19 @@ pub async fn month_zip(
         ))
     };
     let file = std::fs::File::create(&path).map_err(|e| failed(&e))?;
-    let written =
-        crate::export::write_month(&state.db, &month, std::io::BufWriter::new(file)).await;
+    let written = crate::export::write_month(
+        &state.db,
+        &month,
+        std::io::BufWriter::new(file),
+        Some(&state.pdf),
+    )
+    .await;
     let opened = tokio::fs::File::open(&path).await;
     // Unlinked at once: the open handle keeps the bytes until the download ends.
     let _ = std::fs::remove_file(&path);
     let counts = written.map_err(|e| failed(&e))?;
     let file = opened.map_err(|e| failed(&e))?;
-    tracing::info!(month = %month, documents = counts.documents, acuses = counts.acuses, "month export downloaded");
+    tracing::info!(month = %month, documents = counts.documents, pdfs = counts.pdfs, acuses = counts.acuses, "month export downloaded");
     Ok(HttpResponse::Ok()
         .content_type("application/zip")
         .insert_header((

@@ -40,7 +40,7 @@ fn check(zip: &[u8], docs: &BTreeMap<String, Vec<u8>>, canceled: &str, acuse: &s
     let files = entries(zip);
     let xmls: BTreeMap<&str, &Vec<u8>> = files
         .iter()
-        .filter(|(n, _)| n.starts_with("ingreso/"))
+        .filter(|(n, _)| n.starts_with("ingreso/") && n.ends_with(".xml"))
         .map(|(n, b)| (n.as_str(), b))
         .collect();
     assert_eq!(xmls.len(), docs.len(), "{:?}", files.keys());
@@ -51,6 +51,14 @@ fn check(zip: &[u8], docs: &BTreeMap<String, Vec<u8>>, canceled: &str, acuse: &s
             .unwrap_or_else(|| panic!("{uuid} missing: {:?}", files.keys()));
         assert!(name.starts_with("ingreso/EKU9003173C9_A"), "{name}");
         assert_eq!(*bytes, xml, "{name} byte-exact");
+        // Its PDF beside it, printed from that XML: the same bytes the admin offers.
+        let pdf = &files[&name.replace(".xml", ".pdf")];
+        let opts = autofactura::pdf::PdfOptions::default();
+        assert_eq!(
+            pdf,
+            &autofactura::pdf::render(xml, &opts).expect("printable"),
+            "{name}'s PDF"
+        );
     }
     let csv = String::from_utf8(files["documentos.csv"].clone()).expect("UTF-8");
     let lines: Vec<&str> = csv.lines().collect();
@@ -159,7 +167,7 @@ async fn the_month_export_has_every_stamped_xml_a_csv_row_each_and_the_acuses(b:
     };
     let (said, out) = export(&month, "month.zip");
     assert!(
-        said.contains("12 stamped documents, 1 cancellation acuses"),
+        said.contains("12 stamped documents (12 with their PDF), 1 cancellation acuses"),
         "{said}"
     );
     check(&std::fs::read(&out).expect("zip"), &docs, &canceled, acuse);
