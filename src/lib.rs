@@ -95,6 +95,8 @@ macro_rules! string_newtype {
 
 pub mod admin;
 pub mod api;
+pub mod arca;
+pub mod arcasim;
 pub mod basket;
 pub mod cancel;
 pub mod cfdi;

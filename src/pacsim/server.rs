@@ -170,7 +170,7 @@ impl MessageBody for Dropped {
     }
 }
 
-pub(super) fn dropped() -> HttpResponse {
+pub fn dropped() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(Dropped)
