@@ -272,6 +272,34 @@ pub fn valid_cuit(cuit: i64) -> bool {
 }
 
 impl VoucherInput {
+    /// A sale of products in pesos to a consumidor final without identification, `total`
+    /// including IVA at one `alicuota` (the common Mercado Pago sale, Factura B).
+    pub fn consumidor_final(total: Decimal, alicuota: Alicuota) -> Self {
+        let neto = (total / (Decimal::ONE + alicuota.rate())).round_dp(2);
+        VoucherInput {
+            concepto: Concepto::Productos,
+            doc_tipo: DocTipo::SinIdentificar,
+            doc_nro: 0,
+            imp_total: total,
+            imp_tot_conc: Decimal::ZERO,
+            imp_neto: neto,
+            imp_op_ex: Decimal::ZERO,
+            imp_trib: Decimal::ZERO,
+            imp_iva: total - neto,
+            fch_serv_desde: None,
+            fch_serv_hasta: None,
+            fch_vto_pago: None,
+            mon_id: "PES".into(),
+            mon_cotiz: Decimal::ONE,
+            condicion_iva_receptor: 5,
+            iva: vec![AlicIva {
+                alicuota,
+                base_imp: neto,
+                importe: total - neto,
+            }],
+        }
+    }
+
     /// SHA-256 of the canonical JSON: an idempotency key reused with another input differs.
     pub fn hash(&self) -> String {
         let json = serde_json::to_vec(self).expect("a voucher input serializes");
@@ -396,31 +424,8 @@ impl VoucherInput {
 mod tests {
     use super::*;
 
-    fn consumidor_final(total: i64) -> VoucherInput {
-        let total = Decimal::new(total, 2);
-        let neto = (total / Decimal::new(121, 2)).round_dp(2);
-        VoucherInput {
-            concepto: Concepto::Productos,
-            doc_tipo: DocTipo::SinIdentificar,
-            doc_nro: 0,
-            imp_total: total,
-            imp_tot_conc: Decimal::ZERO,
-            imp_neto: neto,
-            imp_op_ex: Decimal::ZERO,
-            imp_trib: Decimal::ZERO,
-            imp_iva: total - neto,
-            fch_serv_desde: None,
-            fch_serv_hasta: None,
-            fch_vto_pago: None,
-            mon_id: "PES".into(),
-            mon_cotiz: Decimal::ONE,
-            condicion_iva_receptor: 5,
-            iva: vec![AlicIva {
-                alicuota: Alicuota::Veintiuno,
-                base_imp: neto,
-                importe: total - neto,
-            }],
-        }
+    fn consumidor_final(cents: i64) -> VoucherInput {
+        VoucherInput::consumidor_final(Decimal::new(cents, 2), Alicuota::Veintiuno)
     }
 
     #[test]
