@@ -442,3 +442,115 @@ fn parse_found(g: &Element) -> Result<Found, String> {
         cae,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(cab: &str, det: &str, rest: &str) -> Element {
+        let xml = format!(
+            "<FECAESolicitarResult xmlns=\"{NS}\"><FeCabResp><Resultado>{cab}</Resultado></FeCabResp>\
+             <FeDetResp><FECAEDetResponse>{det}</FECAEDetResponse></FeDetResp>{rest}\
+             </FECAESolicitarResult>"
+        );
+        Element::parse(xml.as_bytes()).expect("xml")
+    }
+
+    #[test]
+    fn an_approval_carries_its_cae_due_date_and_observations() {
+        let r = result(
+            "A",
+            "<CbteDesde>7</CbteDesde><Resultado>A</Resultado><Observaciones><Obs><Code>10217</Code>\
+             <Msg>credito fiscal</Msg></Obs></Observaciones><CAE>71263951827464</CAE>\
+             <CAEFchVto>20210711</CAEFchVto>",
+            "",
+        );
+        let Ok(Solicit::Approved { cae, observations }) = parse_solicit(&r, 7) else {
+            panic!("approved")
+        };
+        assert_eq!(cae.code, "71263951827464");
+        assert_eq!(cae.due, NaiveDate::from_ymd_opt(2021, 7, 11).expect("date"));
+        assert_eq!(observations, [Message::new(10217, "credito fiscal")]);
+    }
+
+    #[test]
+    fn a_rejection_keeps_arca_s_codes() {
+        let r = result(
+            "R",
+            "<CbteDesde>7</CbteDesde><Resultado>R</Resultado><CAE/><CAEFchVto/>",
+            "<Errors><Err><Code>10016</Code><Msg>El numero o fecha</Msg></Err></Errors>",
+        );
+        let Ok(Solicit::Rejected { errors, .. }) = parse_solicit(&r, 7) else {
+            panic!("rejected")
+        };
+        assert_eq!(errors, [Message::new(10016, "El numero o fecha")]);
+    }
+
+    #[test]
+    fn contradictory_answers_are_not_answers() {
+        let cae = "<CAE>71263951827464</CAE><CAEFchVto>20210711</CAEFchVto>";
+        for (cab, det, nro) in [
+            (
+                "R",
+                format!("<CbteDesde>7</CbteDesde><Resultado>A</Resultado>{cae}"),
+                7,
+            ),
+            (
+                "A",
+                "<CbteDesde>7</CbteDesde><Resultado>A</Resultado>".to_owned(),
+                7,
+            ),
+            (
+                "R",
+                format!("<CbteDesde>7</CbteDesde><Resultado>R</Resultado>{cae}"),
+                7,
+            ),
+            (
+                "A",
+                format!("<CbteDesde>8</CbteDesde><Resultado>A</Resultado>{cae}"),
+                7,
+            ),
+        ] {
+            let r = result(cab, &det, "");
+            assert!(parse_solicit(&r, nro).is_err(), "{cab} {det}");
+        }
+    }
+
+    #[test]
+    fn the_detail_follows_the_wsdl_order_with_two_decimals() {
+        let req = Request {
+            pto_vta: 4000,
+            cbte_tipo: CbteTipo::FacturaB,
+            number: 1836,
+            cbte_fch: NaiveDate::from_ymd_opt(2021, 7, 1).expect("date"),
+            input: VoucherInput::consumidor_final(
+                Decimal::new(121, 0),
+                crate::arca::model::Alicuota::Veintiuno,
+            ),
+        };
+        let x = detail_xml(&req);
+        let order = [
+            "<Concepto>1",
+            "<DocTipo>99",
+            "<DocNro>0",
+            "<CbteDesde>1836",
+            "<CbteHasta>1836",
+            "<CbteFch>20210701",
+            "<ImpTotal>121.00",
+            "<ImpTotConc>0.00",
+            "<ImpNeto>100.00",
+            "<ImpOpEx>0.00",
+            "<ImpTrib>0.00",
+            "<ImpIVA>21.00",
+            "<MonId>PES",
+            "<MonCotiz>1",
+            "<CondicionIVAReceptorId>5",
+            "<Iva><AlicIva><Id>5</Id><BaseImp>100.00",
+        ];
+        let at: Vec<usize> = order
+            .iter()
+            .map(|t| x.find(t).unwrap_or_else(|| panic!("{t} in {x}")))
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{x}");
+    }
+}

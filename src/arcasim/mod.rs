@@ -14,7 +14,8 @@
 //! outside ARCA's window, the `FEParamGet*` catalogs, latency and outage windows.
 //!
 //! Who may import it: the CLI and tests. It imports [`crate::arca`] (the model and the
-//! envelopes' readers) and the dropped-connection body of [`crate::pacsim::server`].
+//! envelopes' readers) and the server handle and the dropped-connection body of
+//! [`crate::pacsim::server`].
 
 pub mod server;
 
@@ -39,19 +40,10 @@ pub struct SimVoucher {
     pub pto_vta: i32,
     pub cbte_tipo: i32,
     pub number: i64,
-    pub concepto: i32,
-    pub doc_tipo: i32,
-    pub doc_nro: i64,
     /// `yyyymmdd`.
     pub cbte_fch: String,
-    pub imp_total: Decimal,
-    pub imp_tot_conc: Decimal,
-    pub imp_neto: Decimal,
-    pub imp_op_ex: Decimal,
-    pub imp_trib: Decimal,
-    pub imp_iva: Decimal,
-    pub mon_id: String,
-    pub mon_cotiz: Decimal,
+    /// What was sent, as the sandbox read it.
+    pub input: VoucherInput,
     pub cae: String,
     /// `yyyymmdd`.
     pub cae_due: String,
@@ -249,18 +241,8 @@ impl ArcaSim {
             pto_vta,
             cbte_tipo: tipo,
             number,
-            concepto: input.concepto.code(),
-            doc_tipo: input.doc_tipo.code(),
-            doc_nro: input.doc_nro,
             cbte_fch: fch,
-            imp_total: input.imp_total,
-            imp_tot_conc: input.imp_tot_conc,
-            imp_neto: input.imp_neto,
-            imp_op_ex: input.imp_op_ex,
-            imp_trib: input.imp_trib,
-            imp_iva: input.imp_iva,
-            mon_id: input.mon_id,
-            mon_cotiz: input.mon_cotiz,
+            input,
             cae: format!("{}", 71_000_000_000_000 + state.caes),
             cae_due: yyyymmdd(due),
             fch_proceso: Utc::now().format("%Y%m%d%H%M%S").to_string(),

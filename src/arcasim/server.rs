@@ -12,54 +12,29 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use actix_web::web::{self, Bytes, Data};
-use actix_web::{App, HttpResponse, HttpServer};
+use actix_web::{App, HttpResponse};
 use serde_json::json;
 
 use super::{ArcaSim, DetAnswer, SimError, SimVoucher};
 use crate::arca::model::{Message, codes};
 use crate::arca::wsfe::{NS, find, find_all, number, text};
 use crate::cfdi::dom::Element;
+use crate::pacsim::server::{SandboxHandle, dropped};
 
-/// A running sandbox.
-pub struct ArcaSimHandle {
-    url: String,
-    server: actix_web::dev::ServerHandle,
-    sim: Arc<ArcaSim>,
-}
+/// A running sandbox ARCA.
+pub type ArcaSimHandle = SandboxHandle<ArcaSim>;
 
-impl std::fmt::Debug for ArcaSimHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("ArcaSimHandle").field(&self.url).finish()
-    }
-}
-
-impl ArcaSimHandle {
-    /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
+impl SandboxHandle<ArcaSim> {
     /// The WSFEv1 endpoint.
     pub fn wsfe_url(&self) -> String {
-        format!("{}/wsfev1/service.asmx", self.url)
-    }
-
-    pub fn sim(&self) -> &Arc<ArcaSim> {
-        &self.sim
-    }
-
-    /// Stops accepting requests and waits for the server to finish.
-    pub async fn stop(self) {
-        self.server.stop(false).await;
+        format!("{}/wsfev1/service.asmx", self.url())
     }
 }
 
 /// Starts the sandbox on `addr` (the caller's tokio runtime drives it).
 pub fn start(sim: Arc<ArcaSim>, addr: &str) -> Result<ArcaSimHandle, SimError> {
-    let listener = std::net::TcpListener::bind(addr).map_err(SimError::Listen)?;
-    let local = listener.local_addr().map_err(SimError::Listen)?;
     let data = Data::from(sim.clone());
-    let server = HttpServer::new(move || {
+    SandboxHandle::serve(sim, addr, move || {
         App::new()
             .app_data(data.clone())
             .route("/wsfev1/service.asmx", web::post().to(wsfe))
@@ -67,19 +42,7 @@ pub fn start(sim: Arc<ArcaSim>, addr: &str) -> Result<ArcaSimHandle, SimError> {
             .route("/_sim/stats", web::get().to(stats))
             .route("/_sim/faults", web::put().to(faults))
     })
-    .workers(2)
-    .disable_signals()
-    .shutdown_timeout(1)
-    .listen(listener)
-    .map_err(SimError::Listen)?
-    .run();
-    let handle = server.handle();
-    tokio::spawn(server);
-    Ok(ArcaSimHandle {
-        url: format!("http://{local}"),
-        server: handle,
-        sim,
-    })
+    .map_err(SimError::Listen)
 }
 
 async fn vouchers(sim: Data<ArcaSim>) -> HttpResponse {
@@ -206,6 +169,7 @@ fn consultar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
         );
         return soap("FECompConsultar", &list("Errors", "Err", &[err]));
     };
+    let i = &v.input;
     // Amounts unformatted, as ARCA echoes them (`122`, not `122.00`).
     let r = format!(
         "<ResultGet><Concepto>{}</Concepto><DocTipo>{}</DocTipo><DocNro>{}</DocNro>\
@@ -215,18 +179,18 @@ fn consultar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
          <MonCotiz>{}</MonCotiz><Resultado>A</Resultado><CodAutorizacion>{}</CodAutorizacion>\
          <EmisionTipo>CAE</EmisionTipo><FchVto>{}</FchVto><FchProceso>{}</FchProceso>\
          <PtoVta>{}</PtoVta><CbteTipo>{}</CbteTipo></ResultGet>",
-        v.concepto,
-        v.doc_tipo,
-        v.doc_nro,
+        i.concepto.code(),
+        i.doc_tipo.code(),
+        i.doc_nro,
         v.cbte_fch,
-        v.imp_total.normalize(),
-        v.imp_tot_conc.normalize(),
-        v.imp_neto.normalize(),
-        v.imp_op_ex.normalize(),
-        v.imp_trib.normalize(),
-        v.imp_iva.normalize(),
-        v.mon_id,
-        v.mon_cotiz.normalize(),
+        i.imp_total.normalize(),
+        i.imp_tot_conc.normalize(),
+        i.imp_neto.normalize(),
+        i.imp_op_ex.normalize(),
+        i.imp_trib.normalize(),
+        i.imp_iva.normalize(),
+        i.mon_id,
+        i.mon_cotiz.normalize(),
         v.cae,
         v.cae_due,
         v.fch_proceso,
@@ -302,7 +266,7 @@ fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
     };
     if approved > 0 && sim.take_loss() {
         // Authorized and written down; the answer never arrives.
-        return crate::pacsim::server::dropped();
+        return dropped();
     }
     let now = chrono::Utc::now().format("%Y%m%d%H%M%S");
     soap(

@@ -11,7 +11,8 @@ use std::time::Duration;
 use autofactura::arca::model::codes;
 use autofactura::arca::wsfe::{Request, Solicit};
 use autofactura::arca::{
-    Alicuota, Auth, CbteTipo, DocTipo, Environment, IssueError, Issuer, Outcome, VoucherInput, Wsfe,
+    Alicuota, Auth, CbteTipo, DocTipo, Environment, IssueError, Issuer, Outcome, VoucherInput,
+    Wsfe, WsfeError,
 };
 use autofactura::arcasim::server::{ArcaSimHandle, start};
 use autofactura::arcasim::{ArcaSim, SimVoucher};
@@ -35,13 +36,18 @@ struct Rig {
     _dir: tempfile::TempDir,
 }
 
-fn wsfe(sim: &ArcaSimHandle) -> Wsfe {
+/// A WSFEv1 client of the sandbox whose WSFEv1 endpoint is `url`.
+fn wsfe_at(url: &str) -> Wsfe {
     let auth = Auth {
         token: "sandbox-token".into(),
         sign: "sandbox-sign".into(),
         cuit: CUIT,
     };
-    Wsfe::new(&sim.wsfe_url(), auth, TIMEOUT).expect("client")
+    Wsfe::new(url, auth, TIMEOUT).expect("client")
+}
+
+fn wsfe(sim: &ArcaSimHandle) -> Wsfe {
+    wsfe_at(&sim.wsfe_url())
 }
 
 fn issuer(db: &Db, sim: &ArcaSimHandle) -> Issuer {
@@ -348,7 +354,7 @@ async fn two_drainers_on_one_database_number_consecutively(b: Backend) {
         assert_eq!(&v.cae, cae, "{key}: the CAE ARCA gave number {number}");
         let cents: i64 = key[4..].parse().expect("sale");
         assert_eq!(
-            v.imp_total,
+            v.input.imp_total,
             Decimal::new(1_000 + cents, 2),
             "{key} at {number}"
         );
@@ -517,4 +523,34 @@ async fn the_sandbox_enforces_numbering_and_amounts_and_keeps_its_vouchers() {
         .expect_err("no token");
     assert!(e.to_string().contains(&codes::AUTH.to_string()), "{e}");
     sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_arca_sim_command_loses_an_answer_and_survives_kill_9() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("arcasim.json");
+    let args = [
+        "--state".as_ref(),
+        state.as_os_str(),
+        "--faults".as_ref(),
+        "lose_next=1".as_ref(),
+    ];
+    let (mut child, url) = support::sim::spawn_sandbox("arca-sim", &args);
+    let client = |url: &str| wsfe_at(&format!("{url}/wsfev1/service.asmx"));
+    let lost = client(&url).solicit(&request(1, sale(1_000))).await;
+    assert!(matches!(lost, Err(WsfeError::Transport(_))), "{lost:?}");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+
+    let (mut child, url) = support::sim::spawn_sandbox("arca-sim", &args[..2]);
+    let w = client(&url);
+    let found = w.consult(PTO_VTA, CbteTipo::FacturaB, 1).await;
+    let last = w.last_authorized(PTO_VTA, CbteTipo::FacturaB).await;
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let found = found
+        .expect("consult")
+        .expect("authorized before the answer was lost");
+    assert!(found.matches(&request(1, sale(1_000))));
+    assert_eq!(last.expect("last"), 1);
 }
