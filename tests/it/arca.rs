@@ -16,9 +16,9 @@ use autofactura::arca::{
 };
 use autofactura::arcasim::server::{ArcaSimHandle, start};
 use autofactura::arcasim::{ArcaSim, SimVoucher};
-use autofactura::store::{self, ArcaSeq, ArcaTicketRow, Db, arca_state};
+use autofactura::store::{self, ArcaSeq, ArcaTicketRow, Db, NewReservation, Reserve, arca_state};
 use rust_decimal::Decimal;
-use support::{Backend, TestApp, spawn_app};
+use support::{Backend, TestApp, exec_sql, spawn_app};
 
 const CUIT: i64 = 20_267_565_393;
 const PTO_VTA: i32 = 7;
@@ -298,6 +298,81 @@ async fn a_foreign_voucher_on_our_number_is_a_conflict(b: Backend) {
     assert_eq!(number, 3);
 }
 
+async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend) {
+    let Some(r) = rig(b).await else { return };
+    let i = r.issuer();
+    authorized(&i.issue("mp:6001", &sale(1_000)).await.expect("issue"));
+    // An instance reserved number 2 and died before sending it (its window still open).
+    let input = sale(2_000);
+    let text = serde_json::to_string(&input).expect("json");
+    let hash = input.hash();
+    let today = (chrono::Utc::now() - chrono::Duration::hours(3)).date_naive();
+    let reserve = |until| NewReservation {
+        key: "mp:6002",
+        input_hash: &hash,
+        input: &text,
+        today: "2000-01-01",
+        sending_until: until,
+    };
+    let in_flight = reserve(chrono::Utc::now() + chrono::Duration::minutes(1));
+    let reserved = r.app.db.arca_reserve(seq(), &in_flight, None).await;
+    assert!(
+        matches!(&reserved, Ok(Reserve::Reserved(v)) if v.number == 2
+            && v.cbte_fch == today.to_string()),
+        "{reserved:?}"
+    );
+    // While its sender may still be talking to ARCA, nobody asks about it or takes 3.
+    assert_eq!(
+        i.issue("mp:6003", &sale(3_000)).await.expect("issue"),
+        Outcome::Busy
+    );
+    assert_eq!(
+        i.issue("mp:6002", &input).await.expect("issue"),
+        Outcome::Busy
+    );
+    let unsettled = r
+        .app
+        .db
+        .arca_reserve(
+            seq(),
+            &NewReservation {
+                key: "mp:6003",
+                ..in_flight.clone()
+            },
+            Some(9),
+        )
+        .await;
+    assert!(
+        matches!(unsettled, Ok(Reserve::Unsettled(ref v)) if v.key == "mp:6002"),
+        "{unsettled:?}"
+    );
+    assert_eq!(r.solicits().await, 1);
+    // Its window over: ARCA proves 2 empty and next, so the stored request goes at 2.
+    exec_sql(
+        &r.app.db,
+        "UPDATE arca_vouchers SET sending_until = NULL WHERE key = 'mp:6002'",
+    )
+    .await;
+    let (number, _, _) = authorized(&i.issue("mp:6003", &sale(3_000)).await.expect("issue"));
+    assert_eq!(number, 3);
+    let (number, _, recovered) = authorized(&i.issue("mp:6002", &input).await.expect("issue"));
+    assert_eq!((number, recovered), (2, false));
+    let at_arca: Vec<(i64, Decimal)> = r
+        .vouchers()
+        .await
+        .iter()
+        .map(|v| (v.number, v.input.imp_total))
+        .collect();
+    assert_eq!(
+        at_arca,
+        [
+            (1, Decimal::new(1_000, 2)),
+            (2, Decimal::new(2_000, 2)),
+            (3, Decimal::new(3_000, 2))
+        ]
+    );
+}
+
 /// Issues `key` until it is settled, as a drainer would (waiting out busy and blocked turns).
 async fn drain_one(i: &Issuer, key: &str, input: &VoucherInput) -> Outcome {
     for _ in 0..400 {
@@ -420,6 +495,7 @@ on_both_backends!(
     arca_down_while_a_reservation_is_unknown_sends_nothing_new,
     two_drainers_on_one_database_number_consecutively,
     a_foreign_voucher_on_our_number_is_a_conflict,
+    a_reservation_whose_sender_died_is_sent_again_at_its_number,
     leases_and_tickets_are_kept_in_the_database,
 );
 
