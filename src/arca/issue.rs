@@ -9,7 +9,9 @@
 //!    ([`Outcome::Blocked`]).
 //! 3. Under the sequence's lease (database only, never across a call), the next number is
 //!    reserved and committed ([`Db::arca_reserve`]); only then is `FECAESolicitar` sent, once.
-//! 4. A lost answer leaves the voucher `unknown`. Resolving it consults its number first:
+//! 4. A rejection settles it only when the number cannot hold ours: a first send refused for
+//!    its content. `10016` (the number is used) and a refused resend consult the number first.
+//! 5. A lost answer leaves the voucher `unknown`. Resolving it consults its number first:
 //!    found and equal → authorized (recovered, one CAE); found and different → conflict; empty
 //!    and still ARCA's next → the same stored request is sent again at the same number (ARCA
 //!    holds one voucher per number, so a late original and the resend cannot both land).
@@ -18,7 +20,7 @@ use std::time::Duration as StdDuration;
 
 use chrono::{Duration, NaiveDate, Utc};
 
-use super::model::{Cae, CbteTipo, Environment, Message, VoucherInput};
+use super::model::{Cae, CbteTipo, Environment, Message, VoucherInput, codes};
 use super::wsfe::{Found, Request, Solicit, Wsfe, WsfeError};
 use crate::store::{ArcaSeq, ArcaVoucherRow, Db, NewReservation, Reserve, StoreError, arca_state};
 
@@ -320,31 +322,35 @@ impl Issuer {
                     recovered: false,
                 })
             }
-            Ok(Solicit::Rejected { errors, .. }) if first => {
-                self.db
-                    .arca_settle(&v.key, arca_state::REJECTED, Some(&json(&errors)), None)
-                    .await?;
-                Ok(Outcome::Rejected {
-                    number: v.number,
-                    errors,
-                })
+            // A business rejection of a first send settles it: no earlier send of it exists.
+            Ok(Solicit::Rejected { errors, .. })
+                if first && !errors.iter().any(|e| e.code == codes::NOT_NEXT) =>
+            {
+                self.rejected(v, &errors).await
             }
-            // An earlier send may have landed (10016 says the number is used): only the
-            // number tells.
+            // 10016 says the number is used, or a resend's earlier send may have landed: only
+            // the number tells whose voucher is there.
             Ok(Solicit::Rejected { errors, .. }) => {
                 match self.wsfe.consult(self.pto_vta, self.tipo, v.number).await {
                     Ok(Some(found)) => self.found(v, &req, &found).await,
-                    Ok(None) => {
-                        self.db
-                            .arca_settle(&v.key, arca_state::REJECTED, Some(&json(&errors)), None)
-                            .await?;
-                        self.reread(&v.key).await
-                    }
+                    Ok(None) => self.rejected(v, &errors).await,
                     Err(e) => self.unknown(v, &e).await,
                 }
             }
             Err(e) => self.unknown(v, &e).await,
         }
+    }
+
+    /// Settles `v` as rejected; if another instance settled it first, its outcome instead.
+    async fn rejected(
+        &self,
+        v: &ArcaVoucherRow,
+        errors: &[Message],
+    ) -> Result<Outcome, IssueError> {
+        self.db
+            .arca_settle(&v.key, arca_state::REJECTED, Some(&json(errors)), None)
+            .await?;
+        self.reread(&v.key).await
     }
 
     async fn unknown(&self, v: &ArcaVoucherRow, e: &WsfeError) -> Result<Outcome, IssueError> {

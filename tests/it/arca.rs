@@ -296,6 +296,29 @@ async fn a_foreign_voucher_on_our_number_is_a_conflict(b: Backend) {
     // The sequence goes on after ARCA's last.
     let (number, _, _) = authorized(&i.issue("mp:5003", &sale(3_000)).await.expect("issue"));
     assert_eq!(number, 3);
+    // Another system takes 4 while we count on it: our first send of 4 is refused (10016), the
+    // number is consulted, and what holds it is not ours.
+    let foreign = wsfe(&r.sim).solicit(&request(4, sale(8_800))).await;
+    assert!(
+        matches!(foreign, Ok(Solicit::Approved { .. })),
+        "{foreign:?}"
+    );
+    let c = i.issue("mp:5004", &sale(4_000)).await.expect("issue");
+    assert!(matches!(c, Outcome::Conflict { number: 4, .. }), "{c:?}");
+    let (number, _, _) = authorized(&i.issue("mp:5005", &sale(5_000)).await.expect("issue"));
+    assert_eq!(number, 5);
+    let ours: Vec<(String, i64)> = r
+        .app
+        .db
+        .arca_vouchers(seq())
+        .await
+        .expect("rows")
+        .into_iter()
+        .filter(|v| v.state == arca_state::AUTHORIZED)
+        .map(|v| (v.key, v.number))
+        .collect();
+    let expected = [("mp:5001", 1), ("mp:5003", 3), ("mp:5005", 5)];
+    assert_eq!(ours, expected.map(|(k, n)| (k.to_owned(), n)));
 }
 
 async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend) {
