@@ -130,7 +130,8 @@ impl Issuer {
 
     /// Issues `input`'s voucher under `key`, exactly once (see the module's comment).
     pub async fn issue(&self, key: &str, input: &VoucherInput) -> Result<Outcome, IssueError> {
-        let problems = input.problems(self.tipo);
+        let mut problems = input.problems(self.tipo);
+        problems.extend(input.date_problems(Self::today(), Self::today()));
         if !problems.is_empty() {
             return Err(IssueError::Invalid(problems));
         }

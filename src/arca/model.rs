@@ -34,6 +34,11 @@ pub mod codes {
     pub const CONDICION_IVA: i32 = 10243;
     /// MonCotiz must be 1 for PES *(sandbox)*.
     pub const COTIZACION: i32 = 10119;
+    /// CbteFch outside the window around today (5 days for products, 10 for services)
+    /// *(sandbox)*.
+    pub const DATE_WINDOW: i32 = 10017;
+    /// Services without their period and payment due date *(sandbox)*.
+    pub const SERVICE_DATES: i32 = 10036;
 }
 
 /// The consumidor final without identification may be invoiced up to this total (RG 5700/2025;
@@ -362,6 +367,32 @@ impl VoucherInput {
         out
     }
 
+    /// What WSFEv1 refuses in the dates of this input dated `cbte_fch` when it arrives on
+    /// `today` (Argentina): CbteFch within 5 days of today for products, 10 for services, and a
+    /// service's period and due date present.
+    pub fn date_problems(&self, cbte_fch: NaiveDate, today: NaiveDate) -> Vec<Message> {
+        let mut out = Vec::new();
+        let window = if self.concepto == Concepto::Productos {
+            5
+        } else {
+            10
+        };
+        if (cbte_fch - today).num_days().abs() > window {
+            out.push(Message::new(
+                codes::DATE_WINDOW,
+                format!("La fecha del comprobante debe estar dentro de los {window} dias de hoy"),
+            ));
+        }
+        let service_dates = [self.fch_serv_desde, self.fch_serv_hasta, self.fch_vto_pago];
+        if self.concepto != Concepto::Productos && service_dates.iter().any(Option::is_none) {
+            out.push(Message::new(
+                codes::SERVICE_DATES,
+                "Para Concepto 2 o 3 son obligatorias FchServDesde, FchServHasta y FchVtoPago",
+            ));
+        }
+        out
+    }
+
     fn document_problems(&self, tipo: CbteTipo) -> Vec<Message> {
         let mut out = Vec::new();
         let cuit_ok = self.doc_tipo == DocTipo::Cuit && valid_cuit(self.doc_nro);
@@ -455,6 +486,27 @@ mod tests {
         assert_eq!(codes_of(&ok, CbteTipo::FacturaC), [codes::CLASS_C_IVA]);
         let big = consumidor_final(1_000_000_000);
         assert_eq!(codes_of(&big, CbteTipo::FacturaB), [codes::DOCUMENT]);
+    }
+
+    #[test]
+    fn dates_are_checked_against_arca_s_window() {
+        let today = NaiveDate::from_ymd_opt(2026, 12, 4).expect("date");
+        let codes_at = |v: &VoucherInput, days| -> Vec<i32> {
+            v.date_problems(today + chrono::Duration::days(days), today)
+                .iter()
+                .map(|m| m.code)
+                .collect()
+        };
+        let mut v = consumidor_final(12_100);
+        assert!(codes_at(&v, -5).is_empty());
+        assert_eq!(codes_at(&v, -6), [codes::DATE_WINDOW]);
+        v.concepto = Concepto::Servicios;
+        assert_eq!(codes_at(&v, -6), [codes::SERVICE_DATES]);
+        v.fch_serv_desde = Some(today);
+        v.fch_serv_hasta = Some(today);
+        v.fch_vto_pago = Some(today);
+        assert!(codes_at(&v, 10).is_empty());
+        assert_eq!(codes_at(&v, 11), [codes::DATE_WINDOW]);
     }
 
     #[test]

@@ -4,14 +4,15 @@
 //! It enforces consecutive numbering per (CUIT, punto de venta, voucher type): a voucher is
 //! accepted only at last + 1 with a date not before the last one, else `10016`; a rejection
 //! uses no number. It checks totals, IVA sums and the document rules of each class with the
-//! codes of [`crate::arca::model::codes`], and answers `FECompUltimoAutorizado`,
+//! codes of [`crate::arca::model::codes`], CbteFch's window around today (5 days for products,
+//! 10 for services) and the dates a service needs, and answers `FECompUltimoAutorizado`,
 //! `FECompConsultar` (602 when empty) and `FEDummy`. Its vouchers are kept in a JSON file,
 //! written before an answer leaves, so they survive a restart or `kill -9`.
 //!
 //! Faults, for tests: `lose_next=N` authorizes the next N vouchers and drops the connection
 //! instead of answering (the lost answer); `down=true` answers every WSFEv1 call with HTTP 503
-//! (ARCA down). Not modelled yet: WSAA `LoginCms` (any non-empty Token and Sign pass), dates
-//! outside ARCA's window, the `FEParamGet*` catalogs, latency and outage windows.
+//! (ARCA down). Not modelled yet: WSAA `LoginCms` (any non-empty Token and Sign pass), the
+//! `FEParamGet*` catalogs, latency and outage windows.
 //!
 //! Who may import it: the CLI and tests. It imports [`crate::arca`] (the model and the
 //! envelopes' readers) and the server handle and the dropped-connection body of
@@ -230,7 +231,9 @@ impl ArcaSim {
                  autorizar. Consultar metodo FECompUltimoAutorizado.",
             )]);
         }
-        let errors = input.problems(cbte_tipo);
+        let today = (Utc::now() - Duration::hours(3)).date_naive();
+        let mut errors = input.problems(cbte_tipo);
+        errors.extend(input.date_problems(parse_date(&fch).unwrap_or_default(), today));
         if !errors.is_empty() {
             return reject(errors);
         }

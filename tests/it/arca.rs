@@ -554,6 +554,10 @@ async fn the_sandbox_enforces_numbering_and_amounts_and_keeps_its_vouchers() {
     bad.iva[0].importe -= Decimal::new(1, 2);
     let bad = w.solicit(&request(1, bad)).await.expect("answer");
     assert_eq!(rejected_codes(&bad), [codes::TOTAL, codes::IVA_SUM]);
+    let mut stale = request(1, sale(1_000));
+    stale.cbte_fch -= chrono::Duration::days(6);
+    let stale = w.solicit(&stale).await.expect("answer");
+    assert_eq!(rejected_codes(&stale), [codes::DATE_WINDOW]);
     let mut class_a = request(1, sale(1_000));
     class_a.cbte_tipo = CbteTipo::FacturaA;
     let a = w.solicit(&class_a).await.expect("answer");
