@@ -323,18 +323,21 @@ impl Issuer {
                     recovered: false,
                 })
             }
-            // A business rejection of a first send settles it: no earlier send of it exists.
-            Ok(Solicit::Rejected { errors, .. })
-                if first && !errors.iter().any(|e| e.code == codes::NOT_NEXT) =>
-            {
-                self.rejected(v, &errors).await
-            }
-            // 10016 says the number is used, or a resend's earlier send may have landed: only
-            // the number tells whose voucher is there.
-            Ok(Solicit::Rejected { errors, .. }) => {
+            // ARCA puts a record's reasons in its Observaciones and the request's in Errors.
+            Ok(Solicit::Rejected {
+                errors,
+                observations,
+            }) => {
+                let reasons: Vec<Message> = errors.into_iter().chain(observations).collect();
+                // A first send refused for its content settles: no earlier send of it exists.
+                // 10016 says the number is used, and a resend's earlier send may have landed:
+                // only the number tells whose voucher is there.
+                if first && !reasons.iter().any(|e| e.code == codes::NOT_NEXT) {
+                    return self.rejected(v, &reasons).await;
+                }
                 match self.wsfe.consult(self.pto_vta, self.tipo, v.number).await {
                     Ok(Some(found)) => self.found(v, &req, &found).await,
-                    Ok(None) => self.rejected(v, &errors).await,
+                    Ok(None) => self.rejected(v, &reasons).await,
                     Err(e) => self.unknown(v, &e).await,
                 }
             }

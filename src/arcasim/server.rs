@@ -249,11 +249,15 @@ fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
                     approved += 1;
                     details.push_str(&det_response(v.number, &fch, 'A', Some(&v), ""));
                 }
+                // Numbering is the request's error (as recorded from ARCA), the rest the
+                // record's observations.
                 Ok(DetAnswer::Rejected { number, errors: e }) => {
                     rejected += 1;
-                    let obs = list("Observaciones", "Obs", &e);
+                    let (seq, obs): (Vec<_>, Vec<_>) =
+                        e.into_iter().partition(|m| m.code == codes::NOT_NEXT);
+                    let obs = list("Observaciones", "Obs", &obs);
                     details.push_str(&det_response(number, &fch, 'R', None, &obs));
-                    errors.extend(e);
+                    errors.extend(seq);
                 }
                 Err(e) => return fault(&format!("sandbox failure: {e}")),
             }

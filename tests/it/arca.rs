@@ -396,6 +396,34 @@ async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend)
     );
 }
 
+async fn a_voucher_arca_refuses_is_rejected_and_its_number_left_empty(b: Backend) {
+    let Some(r) = rig(b).await else { return };
+    let i = r.issuer();
+    // Another system dated its voucher 1 three days ahead: ours, dated today, cannot follow.
+    let mut ahead = request(1, sale(9_900));
+    ahead.cbte_fch += chrono::Duration::days(3);
+    let ahead = wsfe(&r.sim).solicit(&ahead).await.expect("answer");
+    assert!(matches!(ahead, Solicit::Approved { .. }), "{ahead:?}");
+    let refused = i.issue("mp:7001", &sale(1_000)).await.expect("issue");
+    assert!(
+        matches!(&refused, Outcome::Rejected { number: 2, errors } if errors[0].code == codes::NOT_NEXT),
+        "{refused:?}"
+    );
+    assert_eq!(
+        r.state_of("mp:7001").await.as_deref(),
+        Some(arca_state::REJECTED)
+    );
+    // Settled: asked again, the same rejection, nothing sent.
+    let sent = r.solicits().await;
+    assert_eq!(
+        i.issue("mp:7001", &sale(1_000)).await.expect("issue"),
+        refused
+    );
+    assert_eq!(r.solicits().await, sent);
+    let at_2 = wsfe(&r.sim).consult(PTO_VTA, CbteTipo::FacturaB, 2).await;
+    assert_eq!(at_2.expect("consult"), None, "a rejection uses no number");
+}
+
 /// Issues `key` until it is settled, as a drainer would (waiting out busy, blocked and
 /// unknown turns, and ARCA down when the next number must be read from it).
 async fn drain_one(i: &Issuer, key: &str, input: &VoucherInput) -> Outcome {
@@ -556,6 +584,7 @@ on_both_backends!(
     two_drainers_on_one_database_number_consecutively,
     two_drainers_through_outages_and_lost_answers_issue_each_sale_once,
     a_foreign_voucher_on_our_number_is_a_conflict,
+    a_voucher_arca_refuses_is_rejected_and_its_number_left_empty,
     a_reservation_whose_sender_died_is_sent_again_at_its_number,
     leases_and_tickets_are_kept_in_the_database,
 );
@@ -572,7 +601,10 @@ fn request(number: i64, input: VoucherInput) -> Request {
 
 fn rejected_codes(s: &Solicit) -> Vec<i32> {
     match s {
-        Solicit::Rejected { errors, .. } => errors.iter().map(|e| e.code).collect(),
+        Solicit::Rejected {
+            errors,
+            observations,
+        } => errors.iter().chain(observations).map(|e| e.code).collect(),
         other => panic!("expected a rejection, got {other:?}"),
     }
 }
