@@ -131,6 +131,18 @@ pub enum Command {
         #[arg(long, default_value = "sandbox")]
         password: String,
     },
+    /// Run the sandbox ARCA (WSFEv1) as a server.
+    ArcaSim {
+        /// Address to listen on, e.g. 127.0.0.1:8090 (port 0 picks one).
+        #[arg(long)]
+        listen: String,
+        /// File that keeps every authorized voucher across restarts.
+        #[arg(long, default_value = "arcasim-state.json")]
+        state: PathBuf,
+        /// Fault spec: `lose_next=N`, `down=true` (see docs/arca.md).
+        #[arg(long)]
+        faults: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -312,6 +324,11 @@ pub fn run() -> ExitCode {
             user,
             password,
         }) => run_pac_sim(&listen, &state, faults.as_deref(), user, password),
+        Some(Command::ArcaSim {
+            listen,
+            state,
+            faults,
+        }) => run_arca_sim(&listen, &state, faults.as_deref()),
     };
     match result {
         Ok(code) => code,
@@ -465,6 +482,28 @@ fn run_pac_sim(
         println!(
             "pac-sim listening on {} (state {}, faults {spec})",
             handle.url(),
+            state.display()
+        );
+        std::io::stdout().flush()?;
+        tokio::signal::ctrl_c().await?;
+        handle.stop().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn run_arca_sim(listen: &str, state: &Path, faults: Option<&str>) -> anyhow::Result<ExitCode> {
+    use crate::arcasim;
+    let sim = arcasim::ArcaSim::open(state)?;
+    sim.set_faults(faults.unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("--faults: {e}"))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let handle = arcasim::server::start(std::sync::Arc::new(sim), listen)?;
+        // Tests and scripts read this line to learn the port.
+        println!(
+            "arca-sim listening on {} (WSFEv1 at {}, state {})",
+            handle.url(),
+            handle.wsfe_url(),
             state.display()
         );
         std::io::stdout().flush()?;

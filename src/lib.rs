@@ -12,6 +12,11 @@
 //! - [`pacsim`]: the sandbox PAC (SW's and Finkok's wire shapes, XSD and SAT checks, dedup,
 //!   cancellation, faults, persistent state); in-process for the embedded default or
 //!   `autofactura pac-sim`.
+//! - [`arca`]: Argentina (issue 21, not wired into the worker yet): the ARCA voucher model, the
+//!   WSFEv1 client, and the issuer that authorizes each voucher exactly once (the number,
+//!   reserved in the database before the call, is its identity).
+//! - [`arcasim`]: the sandbox ARCA (WSFEv1's numbering and checks, lost answers, outages,
+//!   persistent vouchers); in-process for tests or `autofactura arca-sim`.
 //! - [`sandbox`]: what a sandbox install seals and samples with besides the sandbox PAC: the
 //!   SAT test CSD, the sample requests of `cfdi sample`, the Mercado Pago stand-in.
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
@@ -95,6 +100,8 @@ macro_rules! string_newtype {
 
 pub mod admin;
 pub mod api;
+pub mod arca;
+pub mod arcasim;
 pub mod basket;
 pub mod cancel;
 pub mod cfdi;

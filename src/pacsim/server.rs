@@ -42,27 +42,57 @@ pub(super) struct AppState {
     tokens: Tokens,
 }
 
-/// A running sandbox server.
-pub struct SandboxHandle {
+/// A running sandbox server (the PAC's, or another sandbox's: `S` is its state).
+pub struct SandboxHandle<S = Sim> {
     url: String,
     server: actix_web::dev::ServerHandle,
-    sim: Arc<Sim>,
+    sim: Arc<S>,
 }
 
 /// Shown by where it listens (its journal and server are no one's business in a log line).
-impl std::fmt::Debug for SandboxHandle {
+impl<S> std::fmt::Debug for SandboxHandle<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("SandboxHandle").field(&self.url).finish()
     }
 }
 
-impl SandboxHandle {
+impl<S> SandboxHandle<S> {
+    /// Binds `addr` and serves the app `app` makes, on the caller's tokio runtime.
+    pub fn serve<F, A, B>(sim: Arc<S>, addr: &str, app: F) -> std::io::Result<Self>
+    where
+        F: Fn() -> App<A> + Send + Clone + 'static,
+        A: actix_web::dev::ServiceFactory<
+                actix_web::dev::ServiceRequest,
+                Config = (),
+                Response = actix_web::dev::ServiceResponse<B>,
+                Error = actix_web::Error,
+                InitError = (),
+            > + 'static,
+        B: MessageBody + 'static,
+    {
+        let listener = std::net::TcpListener::bind(addr)?;
+        let local = listener.local_addr()?;
+        let server = HttpServer::new(app)
+            .workers(2)
+            .disable_signals()
+            .shutdown_timeout(1)
+            .listen(listener)?
+            .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Ok(SandboxHandle {
+            url: format!("http://{local}"),
+            server: handle,
+            sim,
+        })
+    }
+
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    pub fn sim(&self) -> &Arc<Sim> {
+    pub fn sim(&self) -> &Arc<S> {
         &self.sim
     }
 
@@ -74,31 +104,17 @@ impl SandboxHandle {
 
 /// Starts the server on `addr` (the caller's tokio runtime drives it).
 pub fn start(sim: Arc<Sim>, addr: &str) -> Result<SandboxHandle, SimError> {
-    let listener = std::net::TcpListener::bind(addr).map_err(SimError::Listen)?;
-    let local = listener.local_addr().map_err(SimError::Listen)?;
     let data = Data::new(AppState {
         sim: sim.clone(),
         tokens: Tokens::default(),
     });
-    let server = HttpServer::new(move || {
+    SandboxHandle::serve(sim, addr, move || {
         App::new()
             .app_data(data.clone())
             .wrap_fn(|req, srv| hold_answer(actix_web::dev::Service::call(srv, req)))
             .configure(routes)
     })
-    .workers(2)
-    .disable_signals()
-    .shutdown_timeout(1)
-    .listen(listener)
-    .map_err(SimError::Listen)?
-    .run();
-    let handle = server.handle();
-    tokio::spawn(server);
-    Ok(SandboxHandle {
-        url: format!("http://{local}"),
-        server: handle,
-        sim,
-    })
+    .map_err(SimError::Listen)
 }
 
 fn routes(cfg: &mut web::ServiceConfig) {
@@ -170,7 +186,7 @@ impl MessageBody for Dropped {
     }
 }
 
-pub(super) fn dropped() -> HttpResponse {
+pub fn dropped() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(Dropped)

@@ -27,6 +27,8 @@
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
+//! - `arca.rs`: Argentina (ARCA): vouchers by idempotency key, their number sequences and
+//!   reservations, the leases that serialise a sequence across instances, the WSAA tickets.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
 //! - `backup.rs`: the online copy of the SQLite database (`autofactura backup`).
 //! - `export.rs`: the month's stamped documents and acuses, a page at a time (the
@@ -45,6 +47,7 @@
 
 mod admin;
 pub mod api;
+mod arca;
 mod attempts;
 mod backup;
 mod cancellations;
@@ -63,6 +66,9 @@ mod settle;
 mod views;
 
 pub use admin::{ActionRow, AdminSession, FindingRow};
+pub use arca::{
+    ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow, NewReservation, Reserve, arca_state,
+};
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
 pub use events::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch};
@@ -163,6 +169,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "form_submissions",
         include_str!("../../migrations/sqlite/0021_form_submissions.sql"),
     ),
+    (
+        24,
+        "arca",
+        include_str!("../../migrations/sqlite/0024_arca.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -234,6 +245,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         21,
         "form_submissions",
         include_str!("../../migrations/postgres/0021_form_submissions.sql"),
+    ),
+    (
+        24,
+        "arca",
+        include_str!("../../migrations/postgres/0024_arca.sql"),
     ),
 ];
 

@@ -7,6 +7,7 @@
 //! - `webhooks`, `api`, `worker`, `pac`, `admin`, `admin_e2e`: each part through the real server.
 //! - `line_items`: Checkout line items from a fake Stripe API, SAT keys per product,
 //!   discounts and shipping (issue 18).
+//! - `arca`: Argentina (ARCA vouchers exactly once) against the sandbox ARCA, both backends.
 //! - `folio`: folios numbered at sealing, 1..N per serie under load, redeliveries and SIGKILL.
 //! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them.
 //! - `security`, `internet`, `fuzz_regressions`: what faces the internet (routes, limits,
@@ -22,6 +23,7 @@ mod admin_ux;
 mod admin_ux_e2e;
 mod admin_ux_ops;
 mod api;
+mod arca;
 mod backup_pause;
 mod cfdi;
 mod cfdi_props;

@@ -533,23 +533,7 @@ async fn restarting_the_sandbox_keeps_its_stamps() {
 
 /// Runs `autofactura pac-sim` and returns the child and its URL.
 fn spawn_pac_sim(state: &Path) -> (std::process::Child, String) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"))
-        .args(["pac-sim", "--listen", "127.0.0.1:0", "--state"])
-        .arg(state)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .nth(3)
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_owned();
-    (child, url)
+    crate::support::sim::spawn_sandbox("pac-sim", &["--state".as_ref(), state.as_os_str()])
 }
 
 #[tokio::test]

@@ -41,3 +41,25 @@ pub async fn advance_clock(http: &reqwest::Client, url: &str, seconds: i64) {
         .expect("sim");
     assert!(r.status().is_success(), "advance the clock: {}", r.status());
 }
+
+/// Runs `autofactura SUBCOMMAND --listen 127.0.0.1:0 ARGS…` (a sandbox: `pac-sim`, `arca-sim`)
+/// and returns the child and the URL its first line announces (`… listening on URL …`).
+pub fn spawn_sandbox(subcommand: &str, args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"))
+        .args([subcommand, "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the sandbox");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the sandbox's first line");
+    let url = line
+        .split_whitespace()
+        .nth(3)
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_owned();
+    (child, url)
+}

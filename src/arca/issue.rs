@@ -1,0 +1,412 @@
+//! Exactly once with ARCA: one voucher per idempotency key, whatever answer is lost.
+//!
+//! ARCA takes no idempotency key, so the number is the identity. [`Issuer::issue`]:
+//!
+//! 1. A key seen before is never numbered again: settled, its outcome is returned with no
+//!    call; open (reserved or unknown), its own number is resolved ([`Issuer::resolve`]).
+//! 2. A new key waits for its sequence's last claim to be settled: an open one is resolved
+//!    first (whoever's it is); if ARCA cannot tell, nothing is reserved or sent
+//!    ([`Outcome::Blocked`]).
+//! 3. Under the sequence's lease (database only, never across a call), the next number is
+//!    reserved and committed ([`Db::arca_reserve`]); only then is `FECAESolicitar` sent, once.
+//! 4. A rejection settles it only when the number cannot hold ours: a first send refused for
+//!    its content. `10016` (the number is used) and a refused resend consult the number first.
+//! 5. A lost answer leaves the voucher `unknown`. Resolving it consults its number first:
+//!    found and equal → authorized (recovered, one CAE); found and different → conflict; empty
+//!    and still ARCA's next → the same stored request is sent again at the same number (ARCA
+//!    holds one voucher per number, so a late original and the resend cannot both land).
+
+use std::time::Duration as StdDuration;
+
+use chrono::{Duration, NaiveDate, Utc};
+
+use super::model::{Cae, CbteTipo, Environment, Message, VoucherInput, codes};
+use super::wsfe::{Found, Request, Solicit, Wsfe, WsfeError};
+use crate::store::{ArcaSeq, ArcaVoucherRow, Db, NewReservation, Reserve, StoreError, arca_state};
+
+/// The outcome of one [`Issuer::issue`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Authorized {
+        number: i64,
+        cae: Cae,
+        /// Learnt by consulting the number after the answer was lost.
+        recovered: bool,
+    },
+    /// ARCA refused it and did not use the number.
+    Rejected { number: i64, errors: Vec<Message> },
+    /// ARCA holds another voucher at the number reserved for this key.
+    Conflict { number: i64, detail: String },
+    /// This key's voucher was sent and its outcome is not known yet; it will be resolved by
+    /// consulting its number, never by a new one.
+    Indeterminate { number: i64, reason: String },
+    /// The sequence waits for `by`'s number to be resolved; nothing was reserved or sent.
+    Blocked {
+        by: String,
+        number: i64,
+        reason: String,
+    },
+    /// Another instance is reserving or sending on this sequence right now: try again soon.
+    Busy,
+}
+
+/// A call that cannot be made at all; nothing was reserved or sent.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    /// The key was used with another input or on another sequence.
+    #[error("ARCA_INPUT_IDEMPOTENCY_MISMATCH: key {0} was used with another input")]
+    Mismatch(String),
+    /// WSFEv1 would refuse this input: fix it first.
+    #[error("the voucher would be refused: {}", .0.iter().map(Message::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<Message>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("ARCA could not be asked for the next number: {0}")]
+    Unavailable(WsfeError),
+    #[error("stored voucher {0} cannot be read: {1}")]
+    Corrupt(String, String),
+}
+
+/// The issuer of one sequence (environment, CUIT, punto de venta, voucher type).
+#[derive(Debug, Clone)]
+pub struct Issuer {
+    db: Db,
+    wsfe: Wsfe,
+    environment: Environment,
+    pto_vta: i32,
+    tipo: CbteTipo,
+    /// Who takes the sequence's lease (one per instance).
+    owner: String,
+    /// How long a sender may be talking to ARCA: the client's timeout plus a margin. Until
+    /// then nobody else resends its number.
+    send_window: Duration,
+}
+
+/// How long a sequence's lease lasts if its holder dies between reading and writing.
+const LEASE: Duration = Duration::seconds(30);
+/// Rounds of "settle the last claim, then reserve" before answering `Busy`.
+const ROUNDS: usize = 8;
+
+fn json(m: &[Message]) -> String {
+    serde_json::to_string(m).expect("messages serialize")
+}
+
+impl Issuer {
+    /// `timeout` must be the WSFEv1 client's request timeout.
+    pub fn new(
+        db: Db,
+        wsfe: Wsfe,
+        environment: Environment,
+        pto_vta: i32,
+        tipo: CbteTipo,
+        timeout: StdDuration,
+    ) -> Self {
+        let send_window =
+            Duration::from_std(timeout).unwrap_or(Duration::minutes(5)) + Duration::seconds(10);
+        Self {
+            db,
+            wsfe,
+            environment,
+            pto_vta,
+            tipo,
+            owner: uuid::Uuid::new_v4().to_string(),
+            send_window,
+        }
+    }
+
+    fn seq(&self) -> ArcaSeq<'_> {
+        ArcaSeq {
+            environment: self.environment.as_str(),
+            cuit: self.wsfe.cuit(),
+            pto_vta: self.pto_vta,
+            cbte_tipo: self.tipo.code(),
+        }
+    }
+
+    /// Today in Argentina (UTC−3, no daylight saving).
+    fn today() -> NaiveDate {
+        (Utc::now() - Duration::hours(3)).date_naive()
+    }
+
+    /// Issues `input`'s voucher under `key`, exactly once (see the module's comment).
+    pub async fn issue(&self, key: &str, input: &VoucherInput) -> Result<Outcome, IssueError> {
+        let mut problems = input.problems(self.tipo);
+        problems.extend(input.date_problems(Self::today(), Self::today()));
+        if !problems.is_empty() {
+            return Err(IssueError::Invalid(problems));
+        }
+        let hash = input.hash();
+        let text = serde_json::to_string(input).expect("a voucher input serializes");
+        let mut arca_last = None;
+        for _ in 0..ROUNDS {
+            if let Some(v) = self.db.arca_voucher(key).await? {
+                return self.known(&v, &hash).await;
+            }
+            let seq = self.db.arca_sequence(self.seq()).await?;
+            let last = match seq.as_ref().and_then(|s| s.last_key.as_deref()) {
+                Some(k) => self.db.arca_voucher(k).await?,
+                None => None,
+            };
+            if let Some(last) = last.filter(ArcaVoucherRow::is_open) {
+                if let Some(blocked) = self.settle_other(&last).await? {
+                    return Ok(blocked);
+                }
+                continue;
+            }
+            let name = self.seq().lock_name();
+            if !self.db.arca_lock(&name, &self.owner, LEASE).await? {
+                return Ok(Outcome::Busy);
+            }
+            let new = NewReservation {
+                key,
+                input_hash: &hash,
+                input: &text,
+                today: &Self::today().to_string(),
+                sending_until: Utc::now() + self.send_window,
+            };
+            let reserved = self.db.arca_reserve(self.seq(), &new, arca_last).await;
+            self.db.arca_unlock(&name, &self.owner).await?;
+            match reserved? {
+                Reserve::Reserved(v) => return self.send(&v, true).await,
+                Reserve::Existing(v) => return self.known(&v, &hash).await,
+                // Settled by the next round.
+                Reserve::Unsettled(_) => {}
+                Reserve::NeedLast => {
+                    arca_last = Some(
+                        self.wsfe
+                            .last_authorized(self.pto_vta, self.tipo)
+                            .await
+                            .map_err(IssueError::Unavailable)?,
+                    );
+                }
+            }
+        }
+        Ok(Outcome::Busy)
+    }
+
+    /// A key with a voucher already: the same input gets its outcome (resolving it if open).
+    async fn known(&self, v: &ArcaVoucherRow, hash: &str) -> Result<Outcome, IssueError> {
+        let s = self.seq();
+        if v.input_hash != hash
+            || v.environment != s.environment
+            || v.cuit != s.cuit
+            || v.pto_vta != s.pto_vta
+            || v.cbte_tipo != s.cbte_tipo
+        {
+            return Err(IssueError::Mismatch(v.key.clone()));
+        }
+        self.resolve(v).await
+    }
+
+    /// The last claim of the sequence belongs to another key and is open: resolve it. `None`
+    /// when it is settled now; the outcome that blocks this key otherwise.
+    async fn settle_other(&self, last: &ArcaVoucherRow) -> Result<Option<Outcome>, IssueError> {
+        Ok(match self.resolve(last).await? {
+            Outcome::Indeterminate { number, reason } => Some(Outcome::Blocked {
+                by: last.key.clone(),
+                number,
+                reason,
+            }),
+            Outcome::Busy => Some(Outcome::Busy),
+            _ => None,
+        })
+    }
+
+    /// The outcome of voucher `v`, asking ARCA when it is open: its number is consulted before
+    /// anything else, and resent (the same request) only when ARCA proves it empty and next.
+    pub async fn resolve(&self, v: &ArcaVoucherRow) -> Result<Outcome, IssueError> {
+        let req = self.request(v)?;
+        match v.state.as_str() {
+            arca_state::AUTHORIZED => return Ok(authorized(v)),
+            arca_state::REJECTED => {
+                return Ok(Outcome::Rejected {
+                    number: v.number,
+                    errors: serde_json::from_str(v.errors.as_deref().unwrap_or("[]"))
+                        .unwrap_or_default(),
+                });
+            }
+            arca_state::CONFLICT => {
+                return Ok(Outcome::Conflict {
+                    number: v.number,
+                    detail: v.detail.clone().unwrap_or_default(),
+                });
+            }
+            _ => {}
+        }
+        if v.sending_until.is_some_and(|t| t > Utc::now()) {
+            // Its sender may still be talking to ARCA: asking now could race its answer.
+            return Ok(Outcome::Busy);
+        }
+        let indeterminate = |e: WsfeError| Outcome::Indeterminate {
+            number: v.number,
+            reason: e.to_string(),
+        };
+        match self.wsfe.consult(self.pto_vta, self.tipo, v.number).await {
+            Err(e) => Ok(indeterminate(e)),
+            Ok(Some(found)) => self.found(v, &req, &found).await,
+            Ok(None) => match self.wsfe.last_authorized(self.pto_vta, self.tipo).await {
+                Err(e) => Ok(indeterminate(e)),
+                Ok(last) if last + 1 == v.number => {
+                    let until = Utc::now() + self.send_window;
+                    match self.db.arca_claim_send(&v.key, until).await? {
+                        Some(v) => self.send(&v, false).await,
+                        None => Ok(Outcome::Busy),
+                    }
+                }
+                Ok(last) => Ok(Outcome::Indeterminate {
+                    number: v.number,
+                    reason: format!(
+                        "number {} is empty but ARCA's last authorized is {last}: a human must \
+                         look at the sequence",
+                        v.number
+                    ),
+                }),
+            },
+        }
+    }
+
+    /// ARCA holds a voucher at `v`'s number: ours if it is what we sent.
+    async fn found(
+        &self,
+        v: &ArcaVoucherRow,
+        req: &Request,
+        found: &Found,
+    ) -> Result<Outcome, IssueError> {
+        if found.matches(req) {
+            let due = found.cae.due.to_string();
+            if !self
+                .db
+                .arca_authorized(&v.key, &found.cae.code, &due, "[]", true)
+                .await?
+            {
+                return self.reread(&v.key).await;
+            }
+            return Ok(Outcome::Authorized {
+                number: v.number,
+                cae: found.cae.clone(),
+                recovered: true,
+            });
+        }
+        let detail = format!(
+            "ARCA holds another voucher at number {}: DocTipo {} DocNro {} CbteFch {} ImpTotal {} \
+             CAE {}",
+            v.number,
+            found.doc_tipo,
+            found.doc_nro,
+            found.cbte_fch,
+            found.imp_total,
+            found.cae.code
+        );
+        self.db
+            .arca_settle(&v.key, arca_state::CONFLICT, None, Some(&detail))
+            .await?;
+        self.reread(&v.key).await
+    }
+
+    /// Sends `v` (which this call holds the right to send) and records the answer. `first`:
+    /// no earlier send of it can have reached ARCA, so a rejection settles it at once.
+    async fn send(&self, v: &ArcaVoucherRow, first: bool) -> Result<Outcome, IssueError> {
+        let req = self.request(v)?;
+        match self.wsfe.solicit(&req).await {
+            Ok(Solicit::Approved { cae, observations }) => {
+                let due = cae.due.to_string();
+                if !self
+                    .db
+                    .arca_authorized(&v.key, &cae.code, &due, &json(&observations), false)
+                    .await?
+                {
+                    return self.reread(&v.key).await;
+                }
+                Ok(Outcome::Authorized {
+                    number: v.number,
+                    cae,
+                    recovered: false,
+                })
+            }
+            // ARCA puts a record's reasons in its Observaciones and the request's in Errors.
+            Ok(Solicit::Rejected {
+                errors,
+                observations,
+            }) => {
+                let reasons: Vec<Message> = errors.into_iter().chain(observations).collect();
+                // A first send refused for its content settles: no earlier send of it exists.
+                // 10016 says the number is used, and a resend's earlier send may have landed:
+                // only the number tells whose voucher is there.
+                if first && !reasons.iter().any(|e| e.code == codes::NOT_NEXT) {
+                    return self.rejected(v, &reasons).await;
+                }
+                match self.wsfe.consult(self.pto_vta, self.tipo, v.number).await {
+                    Ok(Some(found)) => self.found(v, &req, &found).await,
+                    Ok(None) => self.rejected(v, &reasons).await,
+                    Err(e) => self.unknown(v, &e).await,
+                }
+            }
+            Err(e) => self.unknown(v, &e).await,
+        }
+    }
+
+    /// Settles `v` as rejected; if another instance settled it first, its outcome instead.
+    async fn rejected(
+        &self,
+        v: &ArcaVoucherRow,
+        errors: &[Message],
+    ) -> Result<Outcome, IssueError> {
+        self.db
+            .arca_settle(&v.key, arca_state::REJECTED, Some(&json(errors)), None)
+            .await?;
+        self.reread(&v.key).await
+    }
+
+    async fn unknown(&self, v: &ArcaVoucherRow, e: &WsfeError) -> Result<Outcome, IssueError> {
+        tracing::warn!(key = %v.key, number = v.number, error = %e, "ARCA outcome unknown");
+        self.db.arca_unknown(&v.key, &e.to_string()).await?;
+        Ok(Outcome::Indeterminate {
+            number: v.number,
+            reason: e.to_string(),
+        })
+    }
+
+    /// The outcome as stored now (another instance settled it first).
+    async fn reread(&self, key: &str) -> Result<Outcome, IssueError> {
+        let v = self
+            .db
+            .arca_voucher(key)
+            .await?
+            .ok_or_else(|| IssueError::Corrupt(key.to_owned(), "vanished".into()))?;
+        if v.is_open() {
+            return Ok(Outcome::Indeterminate {
+                number: v.number,
+                reason: v.detail.unwrap_or_default(),
+            });
+        }
+        Box::pin(self.resolve(&v)).await
+    }
+
+    /// The exact request stored for `v`.
+    fn request(&self, v: &ArcaVoucherRow) -> Result<Request, IssueError> {
+        let corrupt = |e: String| IssueError::Corrupt(v.key.clone(), e);
+        Ok(Request {
+            pto_vta: v.pto_vta,
+            cbte_tipo: CbteTipo::from_code(v.cbte_tipo)
+                .ok_or_else(|| corrupt(format!("CbteTipo {}", v.cbte_tipo)))?,
+            number: v.number,
+            cbte_fch: v.cbte_fch.parse().map_err(|e| corrupt(format!("{e}")))?,
+            input: serde_json::from_str(&v.input).map_err(|e| corrupt(e.to_string()))?,
+        })
+    }
+}
+
+fn authorized(v: &ArcaVoucherRow) -> Outcome {
+    Outcome::Authorized {
+        number: v.number,
+        cae: Cae {
+            code: v.cae.clone().unwrap_or_default(),
+            due: v
+                .cae_due
+                .as_deref()
+                .and_then(|d| d.parse().ok())
+                .unwrap_or_default(),
+        },
+        recovered: v.recovered,
+    }
+}

@@ -1,0 +1,286 @@
+//! The sandbox ARCA over HTTP.
+//!
+//! | Route | What |
+//! |---|---|
+//! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEDummy` |
+//! | `GET /_sim/vouchers` | every authorized voucher with its number and CAE |
+//! | `GET /_sim/stats` | `{"solicits": N}`: `FECAESolicitar` requests received |
+//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`) |
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use actix_web::web::{self, Bytes, Data};
+use actix_web::{App, HttpResponse};
+use serde_json::json;
+
+use super::{ArcaSim, DetAnswer, SimError, SimVoucher};
+use crate::arca::model::{Message, codes};
+use crate::arca::wsfe::{NS, find, find_all, number, text};
+use crate::cfdi::dom::Element;
+use crate::pacsim::server::{SandboxHandle, dropped};
+
+/// A running sandbox ARCA.
+pub type ArcaSimHandle = SandboxHandle<ArcaSim>;
+
+impl SandboxHandle<ArcaSim> {
+    /// The WSFEv1 endpoint.
+    pub fn wsfe_url(&self) -> String {
+        format!("{}/wsfev1/service.asmx", self.url())
+    }
+}
+
+/// Starts the sandbox on `addr` (the caller's tokio runtime drives it).
+pub fn start(sim: Arc<ArcaSim>, addr: &str) -> Result<ArcaSimHandle, SimError> {
+    let data = Data::from(sim.clone());
+    SandboxHandle::serve(sim, addr, move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/wsfev1/service.asmx", web::post().to(wsfe))
+            .route("/_sim/vouchers", web::get().to(vouchers))
+            .route("/_sim/stats", web::get().to(stats))
+            .route("/_sim/faults", web::put().to(faults))
+    })
+    .map_err(SimError::Listen)
+}
+
+async fn vouchers(sim: Data<ArcaSim>) -> HttpResponse {
+    HttpResponse::Ok().json(sim.vouchers())
+}
+
+async fn stats(sim: Data<ArcaSim>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "solicits": sim.solicits.load(Ordering::SeqCst) }))
+}
+
+async fn faults(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
+    match sim.set_faults(&String::from_utf8_lossy(&body)) {
+        Ok(()) => HttpResponse::NoContent().finish(),
+        Err(e) => HttpResponse::BadRequest().body(e),
+    }
+}
+
+fn soap(op: &str, result: &str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/xml; charset=utf-8")
+        .body(format!(
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?>\
+             <soap:Envelope xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\"><soap:Body>\
+             <{op}Response xmlns=\"{NS}\"><{op}Result>{result}</{op}Result></{op}Response>\
+             </soap:Body></soap:Envelope>"
+        ))
+}
+
+fn fault(message: &str) -> HttpResponse {
+    HttpResponse::InternalServerError()
+        .content_type("text/xml; charset=utf-8")
+        .body(format!(
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?>\
+             <soap:Envelope xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\"><soap:Body>\
+             <soap:Fault><faultcode>soap:Client</faultcode><faultstring>{message}</faultstring>\
+             </soap:Fault></soap:Body></soap:Envelope>"
+        ))
+}
+
+fn list(outer: &str, inner: &str, items: &[Message]) -> String {
+    if items.is_empty() {
+        return String::new();
+    }
+    let mut x = format!("<{outer}>");
+    for m in items {
+        let msg = m.msg.replace('&', "&amp;").replace('<', "&lt;");
+        let _ = write!(
+            x,
+            "<{inner}><Code>{}</Code><Msg>{msg}</Msg></{inner}>",
+            m.code
+        );
+    }
+    let _ = write!(x, "</{outer}>");
+    x
+}
+
+/// The represented CUIT when Token, Sign and Cuit are all there (WSAA is not modelled yet).
+fn auth(op: &Element) -> Option<i64> {
+    let a = find(op, "Auth")?;
+    text(a, "Token")?;
+    text(a, "Sign")?;
+    number(a, "Cuit").ok()
+}
+
+async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
+    let Ok(root) = Element::parse(&body) else {
+        return fault("Server was unable to read request: malformed XML");
+    };
+    let Some(op) = find(&root, "Body").and_then(|b| b.elements().next()) else {
+        return fault("no SOAP Body");
+    };
+    let name = op.name.clone();
+    if name == "FECAESolicitar" {
+        sim.solicits.fetch_add(1, Ordering::SeqCst);
+    }
+    if sim.down.load(Ordering::SeqCst) {
+        return HttpResponse::ServiceUnavailable().body("Service Unavailable");
+    }
+    if name == "FEDummy" {
+        return soap(
+            &name,
+            "<AppServer>OK</AppServer><DbServer>OK</DbServer><AuthServer>OK</AuthServer>",
+        );
+    }
+    let Some(cuit) = auth(op) else {
+        let err = Message::new(
+            codes::AUTH,
+            "ValidacionDeToken: No validaron las credenciales",
+        );
+        return soap(&name, &list("Errors", "Err", &[err]));
+    };
+    match name.as_str() {
+        "FECompUltimoAutorizado" => {
+            let (Ok(pv), Ok(tipo)) = (number::<i32>(op, "PtoVta"), number::<i32>(op, "CbteTipo"))
+            else {
+                return fault("PtoVta and CbteTipo are required");
+            };
+            let last = sim.last_authorized(cuit, pv, tipo);
+            soap(
+                &name,
+                &format!(
+                    "<PtoVta>{pv}</PtoVta><CbteTipo>{tipo}</CbteTipo><CbteNro>{last}</CbteNro>"
+                ),
+            )
+        }
+        "FECompConsultar" => consultar(&sim, cuit, op),
+        "FECAESolicitar" => solicitar(&sim, cuit, op),
+        _ => fault(&format!("unknown operation {name}")),
+    }
+}
+
+fn consultar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
+    let (Ok(pv), Ok(tipo), Ok(nro)) = (
+        number::<i32>(op, "PtoVta"),
+        number::<i32>(op, "CbteTipo"),
+        number::<i64>(op, "CbteNro"),
+    ) else {
+        return fault("PtoVta, CbteTipo and CbteNro are required");
+    };
+    let Some(v) = sim.consult(cuit, pv, tipo, nro) else {
+        let err = Message::new(
+            codes::NOT_FOUND,
+            "No existen datos en nuestros registros para los parametros ingresados.",
+        );
+        return soap("FECompConsultar", &list("Errors", "Err", &[err]));
+    };
+    let i = &v.input;
+    // Amounts unformatted, as ARCA echoes them (`122`, not `122.00`).
+    let r = format!(
+        "<ResultGet><Concepto>{}</Concepto><DocTipo>{}</DocTipo><DocNro>{}</DocNro>\
+         <CbteDesde>{n}</CbteDesde><CbteHasta>{n}</CbteHasta><CbteFch>{}</CbteFch>\
+         <ImpTotal>{}</ImpTotal><ImpTotConc>{}</ImpTotConc><ImpNeto>{}</ImpNeto>\
+         <ImpOpEx>{}</ImpOpEx><ImpTrib>{}</ImpTrib><ImpIVA>{}</ImpIVA><MonId>{}</MonId>\
+         <MonCotiz>{}</MonCotiz><Resultado>A</Resultado><CodAutorizacion>{}</CodAutorizacion>\
+         <EmisionTipo>CAE</EmisionTipo><FchVto>{}</FchVto><FchProceso>{}</FchProceso>\
+         <PtoVta>{}</PtoVta><CbteTipo>{}</CbteTipo></ResultGet>",
+        i.concepto.code(),
+        i.doc_tipo.code(),
+        i.doc_nro,
+        v.cbte_fch,
+        i.imp_total.normalize(),
+        i.imp_tot_conc.normalize(),
+        i.imp_neto.normalize(),
+        i.imp_op_ex.normalize(),
+        i.imp_trib.normalize(),
+        i.imp_iva.normalize(),
+        i.mon_id,
+        i.mon_cotiz.normalize(),
+        v.cae,
+        v.cae_due,
+        v.fch_proceso,
+        v.pto_vta,
+        v.cbte_tipo,
+        n = v.number,
+    );
+    soap("FECompConsultar", &r)
+}
+
+fn det_response(
+    number: i64,
+    fch: &str,
+    resultado: char,
+    v: Option<&SimVoucher>,
+    obs: &str,
+) -> String {
+    let (cae, due) = v.map_or((String::new(), String::new()), |v| {
+        (v.cae.clone(), v.cae_due.clone())
+    });
+    format!(
+        "<FECAEDetResponse><CbteDesde>{number}</CbteDesde><CbteHasta>{number}</CbteHasta>\
+         <CbteFch>{fch}</CbteFch><Resultado>{resultado}</Resultado>{obs}<CAE>{cae}</CAE>\
+         <CAEFchVto>{due}</CAEFchVto></FECAEDetResponse>"
+    )
+}
+
+fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
+    let Some(cab) = find(op, "FeCabReq") else {
+        return fault("FeCabReq is required");
+    };
+    let (Ok(cant), Ok(pv), Ok(tipo)) = (
+        number::<usize>(cab, "CantReg"),
+        number::<i32>(cab, "PtoVta"),
+        number::<i32>(cab, "CbteTipo"),
+    ) else {
+        return fault("CantReg, PtoVta and CbteTipo are required");
+    };
+    let mut dets = Vec::new();
+    if let Some(d) = find(op, "FeDetReq") {
+        find_all(d, "FECAEDetRequest", &mut dets);
+    }
+    let mut details = String::new();
+    let mut errors = Vec::new();
+    let (mut approved, mut rejected) = (0, 0);
+    if dets.len() != cant || cant == 0 {
+        errors.push(Message::new(
+            10000,
+            "CantReg no coincide con los comprobantes informados",
+        ));
+    } else {
+        for d in dets {
+            let fch = text(d, "CbteFch").unwrap_or_default();
+            match sim.authorize(cuit, pv, tipo, d) {
+                Ok(DetAnswer::Approved(v)) => {
+                    approved += 1;
+                    details.push_str(&det_response(v.number, &fch, 'A', Some(&v), ""));
+                }
+                // Numbering is the request's error (as recorded from ARCA), the rest the
+                // record's observations.
+                Ok(DetAnswer::Rejected { number, errors: e }) => {
+                    rejected += 1;
+                    let (seq, obs): (Vec<_>, Vec<_>) =
+                        e.into_iter().partition(|m| m.code == codes::NOT_NEXT);
+                    let obs = list("Observaciones", "Obs", &obs);
+                    details.push_str(&det_response(number, &fch, 'R', None, &obs));
+                    errors.extend(seq);
+                }
+                Err(e) => return fault(&format!("sandbox failure: {e}")),
+            }
+        }
+    }
+    let resultado = match (approved, rejected) {
+        (0, _) => 'R',
+        (_, 0) => 'A',
+        _ => 'P',
+    };
+    if approved > 0 && sim.take_loss() {
+        // Authorized and written down; the answer never arrives.
+        return dropped();
+    }
+    let now = chrono::Utc::now().format("%Y%m%d%H%M%S");
+    soap(
+        "FECAESolicitar",
+        &format!(
+            "<FeCabResp><Cuit>{cuit}</Cuit><PtoVta>{pv}</PtoVta><CbteTipo>{tipo}</CbteTipo>\
+             <FchProceso>{now}</FchProceso><CantReg>{cant}</CantReg>\
+             <Resultado>{resultado}</Resultado><Reproceso>N</Reproceso></FeCabResp>\
+             <FeDetResp>{details}</FeDetResp>{}",
+            list("Errors", "Err", &errors)
+        ),
+    )
+}

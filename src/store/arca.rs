@@ -1,0 +1,449 @@
+//! Argentina (ARCA): vouchers by idempotency key, their number sequences, the leases that
+//! serialise a sequence across instances, and the WSAA ticket cache (migration 0024).
+//!
+//! The number is a voucher's identity (ARCA takes no idempotency key), so it is reserved here,
+//! committed, and only then sent ([`Db::arca_reserve`]); a sequence's next number is handed out
+//! only once its last claim is settled. Nothing here is held across a network call: the
+//! lease ([`Db::arca_lock`]) covers the reservation's reads and writes, and a reservation's own
+//! `sending_until` says how long its sender may still be talking to ARCA.
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::exec::{Dialected, stmt};
+use super::{Db, StoreError};
+
+/// A sequence: (environment, CUIT, punto de venta, voucher type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArcaSeq<'a> {
+    pub environment: &'a str,
+    pub cuit: i64,
+    pub pto_vta: i32,
+    pub cbte_tipo: i32,
+}
+
+impl ArcaSeq<'_> {
+    /// The name of this sequence's lease.
+    pub fn lock_name(&self) -> String {
+        format!(
+            "sequence:{}:{}:{}:{}",
+            self.environment, self.cuit, self.pto_vta, self.cbte_tipo
+        )
+    }
+}
+
+/// The stored states of a voucher.
+pub mod arca_state {
+    /// Numbered; a send may be in flight until `sending_until`.
+    pub const RESERVED: &str = "reserved";
+    /// Sent, and no answer to trust came back: only consulting the number settles it.
+    pub const UNKNOWN: &str = "unknown";
+    pub const AUTHORIZED: &str = "authorized";
+    /// ARCA refused it; the number was not used.
+    pub const REJECTED: &str = "rejected";
+    /// ARCA holds another voucher at the number: for a human.
+    pub const CONFLICT: &str = "conflict";
+}
+
+/// One voucher row.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ArcaVoucherRow {
+    pub key: String,
+    pub environment: String,
+    pub cuit: i64,
+    pub pto_vta: i32,
+    pub cbte_tipo: i32,
+    pub number: i64,
+    /// `yyyy-mm-dd`.
+    pub cbte_fch: String,
+    pub input_hash: String,
+    /// The input as JSON (the exact request at `number` and `cbte_fch`).
+    pub input: String,
+    pub state: String,
+    pub sending_until: Option<DateTime<Utc>>,
+    pub sends: i32,
+    pub cae: Option<String>,
+    pub cae_due: Option<String>,
+    pub recovered: bool,
+    pub errors: Option<String>,
+    pub observations: Option<String>,
+    pub detail: Option<String>,
+}
+
+impl ArcaVoucherRow {
+    /// Not settled: reserved or unknown.
+    pub fn is_open(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            arca_state::RESERVED | arca_state::UNKNOWN
+        )
+    }
+}
+
+/// A sequence's row.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ArcaSequenceRow {
+    pub last_number: i64,
+    pub last_key: Option<String>,
+    pub last_date: Option<String>,
+}
+
+/// A reservation to make.
+#[derive(Debug, Clone)]
+pub struct NewReservation<'a> {
+    pub key: &'a str,
+    pub input_hash: &'a str,
+    pub input: &'a str,
+    /// Today in Argentina (`yyyy-mm-dd`); the sequence's last date if that is later.
+    pub today: &'a str,
+    /// Until when the reserving sender may be talking to ARCA.
+    pub sending_until: DateTime<Utc>,
+}
+
+/// What [`Db::arca_reserve`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserve {
+    /// Numbered and committed: now send it.
+    Reserved(ArcaVoucherRow),
+    /// The key has a voucher already (another instance reserved it first).
+    Existing(ArcaVoucherRow),
+    /// The sequence's last claim is not settled: resolve it first.
+    Unsettled(ArcaVoucherRow),
+    /// The next number depends on ARCA's last authorized: read it and try again.
+    NeedLast,
+}
+
+/// A stored WSAA ticket.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ArcaTicketRow {
+    pub token: String,
+    pub sign: String,
+    pub generated_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+const VOUCHER_COLUMNS: &str = "key, environment, cuit, pto_vta, cbte_tipo, number, cbte_fch, \
+    input_hash, input, state, sending_until, sends, cae, cae_due, recovered, errors, \
+    observations, detail";
+
+const SEQ_WHERE: &str = "environment = $1 AND cuit = $2 AND pto_vta = $3 AND cbte_tipo = $4";
+
+/// The sequence's row, taken until the transaction ends on PostgreSQL (SQLite's transaction
+/// already holds the only write lock).
+static SEQUENCE_FOR_UPDATE: Dialected = Dialected::new(
+    "SELECT last_number, last_key, last_date FROM arca_sequences \
+     WHERE environment = $1 AND cuit = $2 AND pto_vta = $3 AND cbte_tipo = $4{LOCK}",
+    &[("{LOCK}", "", " FOR UPDATE")],
+);
+
+fn select_voucher() -> String {
+    format!("SELECT {VOUCHER_COLUMNS} FROM arca_vouchers WHERE key = $1")
+}
+
+fn ymd_max<'a>(a: &'a str, b: Option<&'a str>) -> &'a str {
+    match b {
+        Some(b) if b > a => b,
+        _ => a,
+    }
+}
+
+impl Db {
+    /// The voucher of `key`, if any.
+    pub async fn arca_voucher(&self, key: &str) -> Result<Option<ArcaVoucherRow>, StoreError> {
+        stmt(select_voucher())
+            .bind(key)
+            .fetch_optional(self, "read an ARCA voucher")
+            .await
+    }
+
+    /// A sequence's row, if any number was ever reserved on it.
+    pub async fn arca_sequence(
+        &self,
+        seq: ArcaSeq<'_>,
+    ) -> Result<Option<ArcaSequenceRow>, StoreError> {
+        stmt(format!(
+            "SELECT last_number, last_key, last_date FROM arca_sequences WHERE {SEQ_WHERE}"
+        ))
+        .bind(seq.environment)
+        .bind(seq.cuit)
+        .bind(seq.pto_vta)
+        .bind(seq.cbte_tipo)
+        .fetch_optional(self, "read an ARCA sequence")
+        .await
+    }
+
+    /// Every voucher of a sequence, by number.
+    pub async fn arca_vouchers(&self, seq: ArcaSeq<'_>) -> Result<Vec<ArcaVoucherRow>, StoreError> {
+        stmt(format!(
+            "SELECT {VOUCHER_COLUMNS} FROM arca_vouchers WHERE {SEQ_WHERE} ORDER BY number, key"
+        ))
+        .bind(seq.environment)
+        .bind(seq.cuit)
+        .bind(seq.pto_vta)
+        .bind(seq.cbte_tipo)
+        .fetch_all(self, "list ARCA vouchers")
+        .await
+    }
+
+    /// Takes lease `name` for `owner` until `ttl` from now: a free name is inserted, an
+    /// expired one taken over. `false` while another owner holds it.
+    pub async fn arca_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let taken = stmt(
+            "INSERT INTO arca_locks (name, owner, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(owner)
+        .bind(now + ttl)
+        .execute(self, "take an ARCA lease")
+        .await?;
+        if taken == 1 {
+            return Ok(true);
+        }
+        let over = stmt(
+            "UPDATE arca_locks SET owner = $2, expires_at = $3 WHERE name = $1 AND expires_at < $4",
+        )
+        .bind(name)
+        .bind(owner)
+        .bind(now + ttl)
+        .bind(now)
+        .execute(self, "take over an expired ARCA lease")
+        .await?;
+        Ok(over == 1)
+    }
+
+    /// Releases lease `name` if `owner` still holds it.
+    pub async fn arca_unlock(&self, name: &str, owner: &str) -> Result<(), StoreError> {
+        stmt("DELETE FROM arca_locks WHERE name = $1 AND owner = $2")
+            .bind(name)
+            .bind(owner)
+            .execute(self, "release an ARCA lease")
+            .await?;
+        Ok(())
+    }
+
+    /// In one transaction: the next number of `seq` for `new.key`, written to the sequence
+    /// and then to the reservation it names. The next number is the last claim's plus one when
+    /// that claim was authorized; after a rejection or a conflict (or on a new sequence) it is
+    /// `arca_last + 1`, ARCA's own count read by the caller ([`Reserve::NeedLast`] without
+    /// it). An open last claim hands out nothing ([`Reserve::Unsettled`]).
+    pub async fn arca_reserve(
+        &self,
+        seq: ArcaSeq<'_>,
+        new: &NewReservation<'_>,
+        arca_last: Option<i64>,
+    ) -> Result<Reserve, StoreError> {
+        let mut tx = self.begin().await?;
+        let select = select_voucher();
+        if let Some(v) = stmt(select.clone())
+            .bind(new.key)
+            .fetch_optional_in(&mut tx, "read an ARCA voucher")
+            .await?
+        {
+            tx.rollback().await?;
+            return Ok(Reserve::Existing(v));
+        }
+        let row: Option<ArcaSequenceRow> = stmt(SEQUENCE_FOR_UPDATE.text(tx.dialect()))
+            .bind(seq.environment)
+            .bind(seq.cuit)
+            .bind(seq.pto_vta)
+            .bind(seq.cbte_tipo)
+            .fetch_optional_in(&mut tx, "take an ARCA sequence")
+            .await?;
+        let mut continues = false;
+        if let Some(key) = row.as_ref().and_then(|r| r.last_key.clone()) {
+            let last: Option<ArcaVoucherRow> = stmt(select)
+                .bind(key)
+                .fetch_optional_in(&mut tx, "read the last ARCA claim")
+                .await?;
+            if let Some(last) = last {
+                if last.is_open() {
+                    tx.rollback().await?;
+                    return Ok(Reserve::Unsettled(last));
+                }
+                continues = last.state == arca_state::AUTHORIZED;
+            }
+        }
+        let number = match (&row, arca_last) {
+            (Some(r), _) if continues => r.last_number + 1,
+            (_, Some(last)) => last + 1,
+            _ => {
+                tx.rollback().await?;
+                return Ok(Reserve::NeedLast);
+            }
+        };
+        let date = ymd_max(new.today, row.as_ref().and_then(|r| r.last_date.as_deref()));
+        let now = Utc::now();
+        stmt(
+            "INSERT INTO arca_sequences (environment, cuit, pto_vta, cbte_tipo, last_number, \
+             last_key, last_date, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (environment, cuit, pto_vta, cbte_tipo) DO UPDATE SET \
+             last_number = EXCLUDED.last_number, last_key = EXCLUDED.last_key, \
+             last_date = EXCLUDED.last_date, updated_at = EXCLUDED.updated_at",
+        )
+        .bind(seq.environment)
+        .bind(seq.cuit)
+        .bind(seq.pto_vta)
+        .bind(seq.cbte_tipo)
+        .bind(number)
+        .bind(new.key)
+        .bind(date)
+        .bind(now)
+        .execute_in(&mut tx, "claim an ARCA number")
+        .await?;
+        let v: ArcaVoucherRow = stmt(format!(
+            "INSERT INTO arca_vouchers (key, environment, cuit, pto_vta, cbte_tipo, number, \
+             cbte_fch, input_hash, input, state, sending_until, sends, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'reserved', $10, 1, $11, $11) \
+             RETURNING {VOUCHER_COLUMNS}"
+        ))
+        .bind(new.key)
+        .bind(seq.environment)
+        .bind(seq.cuit)
+        .bind(seq.pto_vta)
+        .bind(seq.cbte_tipo)
+        .bind(number)
+        .bind(date)
+        .bind(new.input_hash)
+        .bind(new.input)
+        .bind(new.sending_until)
+        .bind(now)
+        .fetch_one_in(&mut tx, "reserve an ARCA number")
+        .await?;
+        tx.commit("reserve an ARCA number").await?;
+        Ok(Reserve::Reserved(v))
+    }
+
+    /// Takes the right to (re)send `key`'s open voucher until `until`: only when no other
+    /// sender may still be talking to ARCA about it. `None` when another one may.
+    pub async fn arca_claim_send(
+        &self,
+        key: &str,
+        until: DateTime<Utc>,
+    ) -> Result<Option<ArcaVoucherRow>, StoreError> {
+        stmt(format!(
+            "UPDATE arca_vouchers SET state = 'reserved', sending_until = $2, sends = sends + 1, \
+             updated_at = $3 WHERE key = $1 AND state IN ('reserved', 'unknown') \
+             AND (sending_until IS NULL OR sending_until < $3) RETURNING {VOUCHER_COLUMNS}"
+        ))
+        .bind(key)
+        .bind(until)
+        .bind(Utc::now())
+        .writes()
+        .fetch_optional(self, "claim an ARCA send")
+        .await
+    }
+
+    /// Settles an open voucher as authorized. `false` if it was settled already.
+    pub async fn arca_authorized(
+        &self,
+        key: &str,
+        cae: &str,
+        cae_due: &str,
+        observations: &str,
+        recovered: bool,
+    ) -> Result<bool, StoreError> {
+        let n = stmt(
+            "UPDATE arca_vouchers SET state = 'authorized', cae = $2, cae_due = $3, \
+             observations = $4, recovered = $5, sending_until = NULL, updated_at = $6 \
+             WHERE key = $1 AND state IN ('reserved', 'unknown')",
+        )
+        .bind(key)
+        .bind(cae)
+        .bind(cae_due)
+        .bind(observations)
+        .bind(recovered)
+        .bind(Utc::now())
+        .execute(self, "settle an ARCA voucher as authorized")
+        .await?;
+        Ok(n == 1)
+    }
+
+    /// Settles an open voucher as `state` (rejected or conflict) with its evidence.
+    pub async fn arca_settle(
+        &self,
+        key: &str,
+        state: &'static str,
+        errors: Option<&str>,
+        detail: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let n = stmt(
+            "UPDATE arca_vouchers SET state = $2, errors = $3, detail = $4, \
+             sending_until = NULL, updated_at = $5 \
+             WHERE key = $1 AND state IN ('reserved', 'unknown')",
+        )
+        .bind(key)
+        .bind(state)
+        .bind(errors)
+        .bind(detail)
+        .bind(Utc::now())
+        .execute(self, "settle an ARCA voucher")
+        .await?;
+        Ok(n == 1)
+    }
+
+    /// Records that a send of `key` got no answer to trust: its outcome is unknown, and anyone
+    /// may now consult its number.
+    pub async fn arca_unknown(&self, key: &str, detail: &str) -> Result<(), StoreError> {
+        stmt(
+            "UPDATE arca_vouchers SET state = 'unknown', sending_until = NULL, detail = $2, \
+             updated_at = $3 WHERE key = $1 AND state IN ('reserved', 'unknown')",
+        )
+        .bind(key)
+        .bind(detail)
+        .bind(Utc::now())
+        .execute(self, "record an unknown ARCA outcome")
+        .await?;
+        Ok(())
+    }
+
+    /// The stored WSAA ticket of (environment, service, certificate), if any.
+    pub async fn arca_ticket(
+        &self,
+        environment: &str,
+        service: &str,
+        cert_fingerprint: &str,
+    ) -> Result<Option<ArcaTicketRow>, StoreError> {
+        stmt(
+            "SELECT token, sign, generated_at, expires_at FROM arca_tickets \
+             WHERE environment = $1 AND service = $2 AND cert_fingerprint = $3",
+        )
+        .bind(environment)
+        .bind(service)
+        .bind(cert_fingerprint)
+        .fetch_optional(self, "read a WSAA ticket")
+        .await
+    }
+
+    /// Stores (or replaces) the WSAA ticket of (environment, service, certificate).
+    pub async fn arca_save_ticket(
+        &self,
+        environment: &str,
+        service: &str,
+        cert_fingerprint: &str,
+        ticket: &ArcaTicketRow,
+    ) -> Result<(), StoreError> {
+        stmt(
+            "INSERT INTO arca_tickets (environment, service, cert_fingerprint, token, sign, \
+             generated_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (environment, service, cert_fingerprint) DO UPDATE SET \
+             token = EXCLUDED.token, sign = EXCLUDED.sign, \
+             generated_at = EXCLUDED.generated_at, expires_at = EXCLUDED.expires_at",
+        )
+        .bind(environment)
+        .bind(service)
+        .bind(cert_fingerprint)
+        .bind(&ticket.token)
+        .bind(&ticket.sign)
+        .bind(ticket.generated_at)
+        .bind(ticket.expires_at)
+        .execute(self, "store a WSAA ticket")
+        .await?;
+        Ok(())
+    }
+}
