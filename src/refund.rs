@@ -211,6 +211,7 @@ pub fn egreso_request(
             uuids: vec![o.uuid.to_owned()],
         }],
         lines,
+        pago: None,
     };
     let mut check = request.clone();
     check.folio = Some("1".into());

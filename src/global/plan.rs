@@ -163,6 +163,7 @@ impl Planner {
                 .into_iter()
                 .collect(),
             lines,
+            pago: None,
         })
     }
 

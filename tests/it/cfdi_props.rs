@@ -91,6 +91,7 @@ fn request() -> impl Strategy<Value = InvoiceRequest> {
             informacion_global: None,
             relacionados: vec![],
             lines,
+            pago: None,
         })
 }
 

@@ -82,6 +82,7 @@ fn sale() -> impl Strategy<Value = InvoiceRequest> {
             informacion_global: None,
             relacionados: vec![],
             lines,
+            pago: None,
         }
     })
 }
