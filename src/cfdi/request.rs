@@ -61,6 +61,29 @@ pub enum ReceptorData {
     PublicoEnGeneral,
 }
 
+impl ReceptorData {
+    /// The same receptor with UsoCFDI `uso` (what a document issued after the invoice, an
+    /// egreso or a pago, asks for); público en general keeps its own.
+    pub fn with_uso(&self, uso: &str) -> ReceptorData {
+        match self {
+            Self::Nominativo {
+                rfc,
+                nombre,
+                domicilio_fiscal,
+                regimen_fiscal,
+                ..
+            } => Self::Nominativo {
+                rfc: rfc.clone(),
+                nombre: nombre.clone(),
+                domicilio_fiscal: domicilio_fiscal.clone(),
+                regimen_fiscal: regimen_fiscal.clone(),
+                uso_cfdi: uso.to_owned(),
+            },
+            Self::PublicoEnGeneral => Self::PublicoEnGeneral,
+        }
+    }
+}
+
 /// `InformacionGlobal` of a factura global.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InformacionGlobalData {

@@ -1,0 +1,205 @@
+//! Payments of PPD invoices through the API (`POST /v1/invoices/{id}/payments`), each one CFDI
+//! tipo P (Pagos 2.0) stamped by the real worker pool at the sandbox PAC, on both backends.
+
+use autofactura::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
+use serde_json::{Value, json};
+
+use crate::api::{Resp, Rig, invoice, rig};
+use crate::support::Backend;
+
+/// The API fixture (499.00 + IVA 16 % = 578.84) as a PPD invoice.
+fn ppd() -> Value {
+    let mut v = invoice();
+    v["forma_pago"] = json!("99");
+    v["metodo_pago"] = json!("PPD");
+    v
+}
+
+fn payment(monto: &str, operacion: &str) -> Value {
+    json!({ "forma_pago": "03", "monto": monto, "num_operacion": operacion })
+}
+
+/// A stamped PPD invoice: its public id.
+async fn stamped_ppd(rig: &Rig, key: &str) -> String {
+    let r = rig.post(&ppd(), Some(key)).await;
+    r.assert_created(false);
+    r.json()["id"].as_str().expect("id").to_owned()
+}
+
+async fn pay(rig: &Rig, invoice: &str, body: &Value, key: Option<&str>) -> Resp {
+    let path = format!("/v1/invoices/{invoice}/payments");
+    rig.post_to(&path, body, key, Some(&rig.key)).await
+}
+
+/// The stamped REP `uuid` as the sandbox PAC holds it: its one DoctoRelacionado.
+fn docto_of(rig: &Rig, uuid: &str) -> (Element, String) {
+    let rec = rig
+        .sim
+        .sim()
+        .stamp_by_uuid(uuid)
+        .expect("the PAC stamped the REP");
+    assert_eq!(rec.tipo, "P");
+    let root = Element::parse(rec.xml.as_bytes()).expect("parse");
+    let pagos = root
+        .children_named(NS_CFDI, "Complemento")
+        .flat_map(|c| c.children_named(NS_PAGOS20, "Pagos"))
+        .next()
+        .expect("pago20:Pagos")
+        .clone();
+    let docto = pagos.path(NS_PAGOS20, &["Pago", "DoctoRelacionado"])[0].clone();
+    (docto, rec.xml)
+}
+
+async fn two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-1").await;
+    let ingreso = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(ingreso["payments"], json!([]));
+    assert_eq!(ingreso["saldo_insoluto"], "578.84");
+
+    let expected = [("300.00", "578.84", "278.84"), ("278.84", "278.84", "0.00")];
+    let mut uuids = Vec::new();
+    for (n, (monto, before, after)) in expected.iter().enumerate() {
+        let key = format!("pay-{n}");
+        let r = pay(&rig, &id, &payment(monto, &key), Some(&key)).await;
+        r.assert_created(false);
+        let v = r.json();
+        assert_eq!(v["parcialidad"], n + 1, "{v}");
+        assert_eq!(
+            (v["saldo_anterior"].as_str(), v["saldo_insoluto"].as_str()),
+            (Some(*before), Some(*after))
+        );
+        assert_eq!(v["status"], "stamped");
+        let uuid = v["uuid"].as_str().expect("REP uuid").to_owned();
+        let (docto, xml) = docto_of(&rig, &uuid);
+        assert_eq!(docto.attr("IdDocumento"), ingreso["uuid"].as_str(), "{xml}");
+        assert_eq!(
+            docto.attr("NumParcialidad"),
+            Some((n + 1).to_string().as_str())
+        );
+        assert_eq!(docto.attr("ImpSaldoAnt"), Some(*before));
+        assert_eq!(docto.attr("ImpPagado"), Some(*monto));
+        assert_eq!(docto.attr("ImpSaldoInsoluto"), Some(*after));
+        assert!(
+            xml.contains("UsoCFDI=\"CP01\"") && xml.contains("Moneda=\"XXX\""),
+            "{xml}"
+        );
+        uuids.push(uuid);
+    }
+    assert_ne!(uuids[0], uuids[1]);
+    let shown = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(shown["saldo_insoluto"], "0.00");
+    let listed: Vec<&str> = shown["payments"]
+        .as_array()
+        .expect("payments")
+        .iter()
+        .map(|p| p["uuid"].as_str().expect("uuid"))
+        .collect();
+    assert_eq!(listed, uuids);
+    assert_eq!(rig.stamps().await.len(), 3, "the ingreso and two REPs");
+    // Paid in full: one centavo more is an overpayment.
+    let more = pay(&rig, &id, &payment("0.01", "x"), None).await;
+    more.assert_error(422, "VALIDATION_ERROR", "a fully paid invoice");
+}
+
+async fn an_overpayment_is_refused_and_writes_nothing(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-2").await;
+    let r = pay(&rig, &id, &payment("578.85", "op-1"), Some("over-1")).await;
+    r.assert_error(422, "VALIDATION_ERROR", "578.85 over a saldo of 578.84");
+    assert!(r.text().contains("overpayment"), "{}", r.text());
+    let shown = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(shown["payments"], json!([]), "nothing recorded");
+    assert_eq!(shown["saldo_insoluto"], "578.84");
+    assert_eq!(rig.stamps().await.len(), 1, "no REP");
+    // The key was not taken by the refused payment: a valid one may use it.
+    pay(&rig, &id, &payment("578.84", "op-1"), Some("over-1"))
+        .await
+        .assert_created(false);
+
+    // A PUE invoice takes no payments.
+    let pue = rig.post(&invoice(), Some("pue-1")).await;
+    pue.assert_created(false);
+    let pue_id = pue.json()["id"].as_str().expect("id").to_owned();
+    let r = pay(&rig, &pue_id, &payment("1.00", "op-2"), None).await;
+    r.assert_error(422, "VALIDATION_ERROR", "a PUE invoice");
+    assert!(r.text().contains("PPD"), "{}", r.text());
+}
+
+async fn a_repeated_idempotency_key_gives_the_same_payment(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-3").await;
+    let body = payment("100.00", "op-7");
+    let first = pay(&rig, &id, &body, Some("pay-7")).await;
+    first.assert_created(false);
+    let again = pay(&rig, &id, &body, Some("pay-7")).await;
+    again.assert_created(true);
+    assert_eq!(again.json(), first.json(), "the same payment");
+    // The key in the body is the same key.
+    let mut in_body = body.clone();
+    in_body["idempotency_key"] = json!("pay-7");
+    pay(&rig, &id, &in_body, None).await.assert_created(true);
+    let other = pay(&rig, &id, &payment("50.00", "op-8"), Some("pay-7")).await;
+    other.assert_error(422, "IDEMPOTENCY_KEY_REUSED", "another body under the key");
+    let shown = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(shown["payments"].as_array().map(Vec::len), Some(1));
+    assert_eq!(shown["saldo_insoluto"], "478.84");
+    assert_eq!(rig.stamps().await.len(), 2, "the ingreso and one REP");
+}
+
+async fn concurrent_payments_of_one_invoice_get_consecutive_parcialidades(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-4").await;
+    let bodies = [
+        payment("100.00", "a"),
+        payment("100.00", "b"),
+        payment("100.00", "c"),
+    ];
+    let (x, y, z) = tokio::join!(
+        pay(&rig, &id, &bodies[0], Some("c-1")),
+        pay(&rig, &id, &bodies[1], Some("c-2")),
+        pay(&rig, &id, &bodies[2], Some("c-3")),
+    );
+    let mut seen: Vec<(i64, String, String)> = [x, y, z]
+        .iter()
+        .map(|r| {
+            r.assert_created(false);
+            let v = r.json();
+            let s = |k: &str| v[k].as_str().expect("saldo").to_owned();
+            (
+                v["parcialidad"].as_i64().expect("n"),
+                s("saldo_anterior"),
+                s("saldo_insoluto"),
+            )
+        })
+        .collect();
+    seen.sort();
+    let want = |n, a: &str, b: &str| (n, a.to_owned(), b.to_owned());
+    assert_eq!(
+        seen,
+        vec![
+            want(1, "578.84", "478.84"),
+            want(2, "478.84", "378.84"),
+            want(3, "378.84", "278.84"),
+        ]
+    );
+}
+
+on_both_backends!(
+    two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo,
+    an_overpayment_is_refused_and_writes_nothing,
+    a_repeated_idempotency_key_gives_the_same_payment,
+    concurrent_payments_of_one_invoice_get_consecutive_parcialidades,
+);
