@@ -219,7 +219,7 @@ impl Rig {
     }
 
     /// Polls `GET /v1/invoices/{id}` until its status is `status` (fails after `secs`).
-    async fn wait_status(&self, id: &str, status: &str, secs: u64) -> Value {
+    pub(crate) async fn wait_status(&self, id: &str, status: &str, secs: u64) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         loop {
             let r = self.get(&format!("/v1/invoices/{id}")).await;

@@ -197,9 +197,29 @@ async fn concurrent_payments_of_one_invoice_get_consecutive_parcialidades(b: Bac
     );
 }
 
+async fn a_payment_waits_for_its_invoice_stamp_409_then_201(b: Backend) {
+    let Some(rig) = rig(b, "", "[api]\nwait_for_stamp_ms = 100\n").await else {
+        return;
+    };
+    // No worker yet: the invoice stays queued.
+    let queued = rig.post(&ppd(), Some("ppd-5")).await;
+    assert_eq!(queued.status, 202, "{}", queued.text());
+    let id = queued.json()["id"].as_str().expect("id").to_owned();
+    let early = pay(&rig, &id, &payment("100.00", "e"), Some("early")).await;
+    early.assert_error(409, "CONFLICT", "a payment of an invoice not stamped yet");
+    assert!(early.text().contains("not stamped yet"), "{}", early.text());
+    let (_pool, _s) = rig.pool().await;
+    rig.wait_status(&id, "stamped", 60).await;
+    // The same key, now that the invoice is stamped: nothing was taken by the 409.
+    let r = pay(&rig, &id, &payment("100.00", "e"), Some("early")).await;
+    r.assert_created(false);
+    assert_eq!(r.json()["parcialidad"], 1);
+}
+
 on_both_backends!(
     two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo,
     an_overpayment_is_refused_and_writes_nothing,
     a_repeated_idempotency_key_gives_the_same_payment,
     concurrent_payments_of_one_invoice_get_consecutive_parcialidades,
+    a_payment_waits_for_its_invoice_stamp_409_then_201,
 );
