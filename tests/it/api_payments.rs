@@ -100,6 +100,23 @@ async fn two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo(b: Back
         .collect();
     assert_eq!(listed, uuids);
     assert_eq!(rig.stamps().await.len(), 3, "the ingreso and two REPs");
+    // `invoices list --json` names them and the invoice they pay.
+    let listed = rig
+        .app
+        .db
+        .list_documents_and_sales(None)
+        .await
+        .expect("list");
+    let pagos: Vec<Value> = listed
+        .iter()
+        .map(|d| serde_json::to_value(d).expect("json"))
+        .filter(|d| d["kind"] == "pago")
+        .collect();
+    assert_eq!(pagos.len(), 2, "{pagos:?}");
+    assert!(
+        pagos.iter().all(|d| d["related_uuid"] == ingreso["uuid"]),
+        "{pagos:?}"
+    );
     // Paid in full: one centavo more is an overpayment.
     let more = pay(&rig, &id, &payment("0.01", "x"), None).await;
     more.assert_error(422, "VALIDATION_ERROR", "a fully paid invoice");
