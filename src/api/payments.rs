@@ -197,9 +197,20 @@ pub async fn create(
         num_operacion: input.num_operacion.clone(),
     };
     let dec_doc = dec(&doc);
-    let traslados = cfdi::build(&doc, "00000000000000000000")
-        .map(|c| DocTraslado::of(&c))
+    let built = cfdi::build(&doc, "00000000000000000000")
         .map_err(|e| ApiError::Internal(format!("the invoice's request no longer builds: {e}")))?;
+    if built
+        .impuestos
+        .as_ref()
+        .is_some_and(|i| !i.retenciones.is_empty())
+    {
+        // Its REP would need RetencionesDR, which the engine does not write yet.
+        return Err(ApiError::Validation(format!(
+            "invoice {} carries retenciones: its payments cannot be recorded here yet",
+            inv.public_id
+        )));
+    }
+    let traslados = DocTraslado::of(&built);
     let plan = |parcialidad: u32, last: Option<&str>| -> Result<PagoPlan, String> {
         let saldo_anterior = match last {
             Some(s) => s.parse::<Decimal>().map_err(|e| e.to_string())?,
