@@ -173,6 +173,18 @@ impl Db {
         .await
     }
 
+    /// The payments of the API invoice whose document hangs from payment row `payment_row`
+    /// (its page in the admin), by parcialidad.
+    pub async fn pagos_of_payment_row(&self, payment_row: i64) -> Result<Vec<PagoRow>, StoreError> {
+        stmt(format!(
+            "SELECT {PAGO_COLUMNS} JOIN api_invoices a ON a.id = p.invoice_id \
+             JOIN outbox ao ON ao.id = a.outbox_id WHERE ao.payment_id = $1 ORDER BY p.parcialidad"
+        ))
+        .bind(payment_row)
+        .fetch_all(self, "list the payments of an invoice")
+        .await
+    }
+
     /// The payment recorded under idempotency key `key` of emisor `rfc_emisor`.
     pub async fn pago_by_key(
         &self,

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::api::{Resp, Rig, invoice, rig};
 use crate::support::Backend;
+use crate::support::admin::{Browser, PASSWORD, outbox_of};
 
 /// The API fixture (499.00 + IVA 16 % = 578.84) as a PPD invoice.
 fn ppd() -> Value {
@@ -51,7 +52,8 @@ fn docto_of(rig: &Rig, uuid: &str) -> (Element, String) {
 }
 
 async fn two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo(b: Backend) {
-    let Some(rig) = rig(b, "", "").await else {
+    let admin = format!("[admin]\npassword = \"{PASSWORD}\"\n");
+    let Some(rig) = rig(b, "", &admin).await else {
         return;
     };
     let (_pool, _s) = rig.pool().await;
@@ -116,6 +118,23 @@ async fn two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo(b: Back
     assert!(
         pagos.iter().all(|d| d["related_uuid"] == ingreso["uuid"]),
         "{pagos:?}"
+    );
+    // The invoice's page in the admin lists them with their REPs.
+    let browser = Browser::new(&rig.app);
+    browser.login().await;
+    let row = outbox_of(&rig.app, &id).await.payment_id;
+    let page = browser.get(&format!("/admin/payments/{row}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("id=\"pagos\""), "{}", page.body);
+    assert!(
+        page.body.contains("data-parcialidad=\"2\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        uuids.iter().all(|u| page.body.contains(u.as_str())),
+        "{}",
+        page.body
     );
     // Paid in full: one centavo more is an overpayment.
     let more = pay(&rig, &id, &payment("0.01", "x"), None).await;
