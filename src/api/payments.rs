@@ -318,10 +318,18 @@ fn rep_request(doc: &InvoiceRequest, pago: PagoData, lugar: &str) -> InvoiceRequ
     }
 }
 
-/// A retry under a key already used: the same payment, or 422 for another body.
+/// A retry under a key already used: the same payment (503 while its REP's outcome is
+/// unknown), or 422 for another body.
 fn replay(p: &PagoRow, hash: &str, inv: &ApiInvoiceRow) -> Result<HttpResponse, ApiError> {
     if p.request_hash != hash {
         return Err(ApiError::KeyReused);
+    }
+    if p.state == DocumentState::Unknown {
+        // As for invoices: the REP's outcome at the PAC is what is unknown, until the worker
+        // has asked.
+        return Err(ApiError::OutcomeUnknown {
+            invoice: p.public_id.clone(),
+        });
     }
     let status = if p.state == DocumentState::Stamped {
         StatusCode::CREATED

@@ -190,7 +190,7 @@ impl Rig {
         support::sim::stamps(&self.http, self.sim.url()).await
     }
 
-    async fn set_faults(&self, spec: &str) {
+    pub(crate) async fn set_faults(&self, spec: &str) {
         support::sim::set_faults(&self.http, self.sim.url(), spec).await;
     }
 

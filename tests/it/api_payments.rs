@@ -252,10 +252,53 @@ async fn a_payment_waits_for_its_invoice_stamp_409_then_201(b: Backend) {
     assert_eq!(r.json()["parcialidad"], 1);
 }
 
+/// The PAC stamps a REP but its answer is lost: the worker asks the PAC by the stamp key, and
+/// the payment ends with that one UUID; retries under the key say so and never stamp again.
+async fn a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-6").await;
+    rig.set_faults("lose_response=1:mode=drop,recover_unavailable=1")
+        .await;
+    let body = payment("200.00", "lost");
+    let first = pay(&rig, &id, &body, Some("lost-1")).await;
+    first.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "the REP's answer was lost");
+    assert_eq!(rig.stamps().await.len(), 2, "the PAC did stamp the REP");
+    pay(&rig, &id, &body, Some("lost-1")).await.assert_error(
+        503,
+        "STAMPING_OUTCOME_UNKNOWN",
+        "still unknown",
+    );
+    rig.set_faults("").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let shown = loop {
+        let v = rig.get(&format!("/v1/invoices/{id}")).await.json();
+        if v["payments"][0]["status"] == "stamped" {
+            break v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never recovered: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let stamps = rig.stamps().await;
+    assert_eq!(stamps.len(), 2, "recovered, not stamped again: {stamps:?}");
+    let uuid = &shown["payments"][0]["uuid"];
+    assert!(stamps.iter().any(|s| &s["uuid"] == uuid), "{stamps:?}");
+    let replay = pay(&rig, &id, &body, Some("lost-1")).await;
+    replay.assert_created(true);
+    assert_eq!(&replay.json()["uuid"], uuid);
+    assert_eq!(shown["saldo_insoluto"], "378.84");
+}
+
 on_both_backends!(
     two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo,
     an_overpayment_is_refused_and_writes_nothing,
     a_repeated_idempotency_key_gives_the_same_payment,
     concurrent_payments_of_one_invoice_get_consecutive_parcialidades,
     a_payment_waits_for_its_invoice_stamp_409_then_201,
+    a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid,
 );
