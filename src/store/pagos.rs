@@ -185,6 +185,17 @@ impl Db {
         .await
     }
 
+    /// The payments whose REP is not stamped yet (nor given up for another), oldest payment
+    /// first: the complementos the dashboard counts against their deadline.
+    pub async fn reps_not_stamped(&self) -> Result<Vec<PagoRow>, StoreError> {
+        stmt(format!(
+            "SELECT {PAGO_COLUMNS} WHERE o.state NOT IN ('stamped', 'canceled', 'superseded') \
+             ORDER BY p.fecha_pago, p.id"
+        ))
+        .fetch_all(self, "list the REPs not stamped")
+        .await
+    }
+
     /// The payment recorded under idempotency key `key` of emisor `rfc_emisor`.
     pub async fn pago_by_key(
         &self,

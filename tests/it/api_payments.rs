@@ -255,7 +255,8 @@ async fn a_payment_waits_for_its_invoice_stamp_409_then_201(b: Backend) {
 /// The PAC stamps a REP but its answer is lost: the worker asks the PAC by the stamp key, and
 /// the payment ends with that one UUID; retries under the key say so and never stamp again.
 async fn a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid(b: Backend) {
-    let Some(rig) = rig(b, "", "").await else {
+    let admin = format!("[admin]\npassword = \"{PASSWORD}\"\n");
+    let Some(rig) = rig(b, "", &admin).await else {
         return;
     };
     let (_pool, _s) = rig.pool().await;
@@ -271,6 +272,16 @@ async fn a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid(b: Backend) {
         "STAMPING_OUTCOME_UNKNOWN",
         "still unknown",
     );
+    // Meanwhile the dashboard counts its REP against the 5th of next month.
+    let browser = Browser::new(&rig.app);
+    browser.login().await;
+    let pay_id = first.json()["error"]["invoice_id"]
+        .as_str()
+        .expect("the payment's id")
+        .to_owned();
+    let dash = browser.get("/admin").await.body;
+    let listed = |page: &str| page.contains(&format!("data-payment=\"{pay_id}\""));
+    assert!(dash.contains("id=\"reps-due\"") && listed(&dash), "{dash}");
     rig.set_faults("").await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     let shown = loop {
@@ -292,6 +303,8 @@ async fn a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid(b: Backend) {
     replay.assert_created(true);
     assert_eq!(&replay.json()["uuid"], uuid);
     assert_eq!(shown["saldo_insoluto"], "378.84");
+    let dash = browser.get("/admin").await.body;
+    assert!(!listed(&dash), "stamped: no longer due\n{dash}");
 }
 
 on_both_backends!(
