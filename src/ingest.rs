@@ -547,6 +547,7 @@ impl Ingestor {
             informacion_global: None,
             relacionados: Vec::new(),
             lines,
+            pago: None,
         };
         // Building (no signing) catches a request that could never be stamped, so it is
         // recorded with its reason instead of sitting in the outbox.

@@ -328,6 +328,9 @@ pub fn table(rows: &[DocumentListing]) -> String {
             _ if r.kind == "egreso" => {
                 format!("credits {}", r.related_uuid.as_deref().unwrap_or("-"))
             }
+            _ if r.kind == "pago" => {
+                format!("pays {}", r.related_uuid.as_deref().unwrap_or("-"))
+            }
             _ => r.last_error.clone().unwrap_or_default(),
         };
         out.push_str(&line([

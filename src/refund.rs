@@ -14,9 +14,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use rust_decimal::Decimal;
 
 use crate::cfdi::money::round;
-use crate::cfdi::{
-    self, InvoiceRequest, LineData, ReceptorData, RelacionadosData, TipoComprobante,
-};
+use crate::cfdi::{self, InvoiceRequest, LineData, RelacionadosData, TipoComprobante};
 use crate::config::FullRefund;
 use crate::domain::{DocumentKind, DocumentState, StampKey};
 use crate::store::{NewPayment, NewRefund, OutboxDraft, RefundDecision, RefundSale};
@@ -175,22 +173,7 @@ pub fn egreso_request(
             "a refund of {amount} is less than one centavo of any line"
         )));
     }
-    let receptor = match &req.receptor {
-        ReceptorData::Nominativo {
-            rfc,
-            nombre,
-            domicilio_fiscal,
-            regimen_fiscal,
-            ..
-        } => ReceptorData::Nominativo {
-            rfc: rfc.clone(),
-            nombre: nombre.clone(),
-            domicilio_fiscal: domicilio_fiscal.clone(),
-            regimen_fiscal: regimen_fiscal.clone(),
-            uso_cfdi: USO_CFDI_EGRESO.to_owned(),
-        },
-        ReceptorData::PublicoEnGeneral => ReceptorData::PublicoEnGeneral,
-    };
+    let receptor = req.receptor.with_uso(USO_CFDI_EGRESO);
     let request = InvoiceRequest {
         tipo: TipoComprobante::Egreso,
         serie: Some(serie.to_owned()),
@@ -213,6 +196,7 @@ pub fn egreso_request(
             uuids: vec![o.uuid.to_owned()],
         }],
         lines,
+        pago: None,
     };
     let mut check = request.clone();
     check.folio = Some("1".into());

@@ -72,6 +72,16 @@ pub const SAMPLE_REQUESTS: &[(&str, &str)] = &[
         "12-basket-shipping",
         include_str!("../fixtures/requests/12-basket-shipping.json"),
     ),
+    // A PPD document paid in two parcialidades (Pagos 2.0): the first in pesos, the second in
+    // dollars, so its DoctoRelacionado carries an EquivalenciaDR.
+    (
+        "13-pago-parcialidad-1",
+        include_str!("../fixtures/requests/13-pago-parcialidad-1.json"),
+    ),
+    (
+        "14-pago-parcialidad-2-usd",
+        include_str!("../fixtures/requests/14-pago-parcialidad-2-usd.json"),
+    ),
 ];
 
 /// The sandbox's stand-in for `GET /v1/payments/{id}`: an approved MXN debit-card payment with

@@ -98,6 +98,20 @@ pub struct PaymentPage {
     pub refunds: Vec<RefundView>,
     /// What can still be refunded (the amount less what refunds credited), once any was.
     pub refundable: String,
+    /// An API invoice's payments (PPD), each with its complemento de pago.
+    pub pagos: Vec<PagoView>,
+}
+
+/// One payment of a PPD invoice on the invoice's page.
+pub struct PagoView {
+    pub parcialidad: i64,
+    pub fecha_pago: String,
+    pub amount: String,
+    pub saldo_insoluto: String,
+    /// Its REP: the outbox row, its state in words and its UUID once stamped.
+    pub outbox_id: i64,
+    pub label: String,
+    pub uuid: String,
 }
 
 /// One refund on its sale's page.
@@ -324,6 +338,21 @@ pub async fn payment(
             },
         })
         .collect();
+    let pagos = state
+        .db
+        .pagos_of_payment_row(id)
+        .await?
+        .into_iter()
+        .map(|g| PagoView {
+            parcialidad: g.parcialidad,
+            fecha_pago: g.fecha_pago,
+            amount: money(&g.amount, &g.currency),
+            saldo_insoluto: money(&g.saldo_insoluto, &p.currency),
+            outbox_id: g.outbox_id,
+            label: g.state.label().to_owned(),
+            uuid: g.uuid.unwrap_or_default(),
+        })
+        .collect();
     html(&PaymentPage {
         l: Layout::new(
             &session,
@@ -348,6 +377,7 @@ pub async fn payment(
         docs,
         refunds,
         refundable,
+        pagos,
     })
 }
 

@@ -1,5 +1,5 @@
 //! `POST /v1/invoices` (create, then wait a bounded time for the worker's outcome),
-//! `GET /v1/invoices/{id}` and `GET /v1/invoices`.
+//! `GET /v1/invoices/{id}` (with the payments of a PPD invoice) and `GET /v1/invoices`.
 
 use std::time::Duration;
 
@@ -28,19 +28,11 @@ pub async fn create(
     body: web::Bytes,
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
-    let header_key = match req.headers().get("Idempotency-Key") {
-        Some(h) => Some(h.to_str().map_err(|_| {
-            ApiError::BadRequest(
-                "the idempotency key must be printable ASCII without spaces".into(),
-            )
-        })?),
-        None => None,
-    };
     let CreateBody {
         value,
         explicit,
         input,
-    } = read_create_body(&body, header_key)?;
+    } = read_create_body(&body, header_key(&req)?)?;
     if let Some(rfc) = &input.rfc_emisor
         && !rfc.eq_ignore_ascii_case(&caller.rfc_emisor)
     {
@@ -150,6 +142,18 @@ async fn rate_of(state: &AppState, input: &CreateInvoice) -> Result<Option<Decim
     }
 }
 
+/// The `Idempotency-Key` header, if any (400 when it is not text).
+pub(super) fn header_key(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
+    match req.headers().get("Idempotency-Key") {
+        Some(h) => Ok(Some(h.to_str().map_err(|_| {
+            ApiError::BadRequest(
+                "the idempotency key must be printable ASCII without spaces".into(),
+            )
+        })?)),
+        None => Ok(None),
+    }
+}
+
 /// Waits (bounded) for the worker's outcome and answers with it.
 async fn wait_and_answer(
     state: &AppState,
@@ -235,7 +239,16 @@ pub async fn get(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let inv = invoice_of(&state, &caller, &id).await?;
-    Ok(HttpResponse::Ok().json(invoice_json(&inv, None)))
+    let mut view = invoice_json(&inv, None);
+    // A PPD invoice shows its payments (each with its REP) and what it still owes.
+    if let (Some(extra), Some(o)) = (
+        super::payments::summary(&state, &inv).await?,
+        view.as_object_mut(),
+    ) && let Some(e) = extra.as_object()
+    {
+        o.extend(e.clone());
+    }
+    Ok(HttpResponse::Ok().json(view))
 }
 
 /// The caller's invoice `id` (its public id), or a 404.

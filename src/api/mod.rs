@@ -31,6 +31,7 @@
 //!   retry, the purge of expired keys.
 //! - [`invoices`]: create (and wait for the outcome), get, list.
 //! - [`cancel`]: the cancel request of an invoice.
+//! - [`payments`]: the payments of a PPD invoice, each its complemento de pago (CFDI tipo P).
 //! - [`files`]: the stamped XML (byte for byte as the PAC returned it) and the PDF.
 //! - [`view`]: the invoice as the API shows it (also the `data` of the merchant webhooks).
 //! - [`keys`]: API keys (create, authenticate, the [`keys::Caller`] extractor every handler
@@ -45,6 +46,7 @@ pub mod files;
 pub mod idempotency;
 pub mod invoices;
 pub mod keys;
+pub mod payments;
 pub mod request;
 pub mod view;
 
@@ -65,7 +67,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {
             .route("/invoices/{id}", web::get().to(invoices::get))
             .route("/invoices/{id}/xml", web::get().to(files::xml))
             .route("/invoices/{id}/pdf", web::get().to(files::pdf))
-            .route("/invoices/{id}/cancel", web::post().to(cancel::cancel)),
+            .route("/invoices/{id}/cancel", web::post().to(cancel::cancel))
+            .route("/invoices/{id}/payments", web::post().to(payments::create)),
     );
 }
 

@@ -318,6 +318,7 @@ fn build_request(
         informacion_global: None,
         relacionados: Vec::new(),
         lines,
+        pago: None,
     };
     Ok(request)
 }

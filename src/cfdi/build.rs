@@ -14,7 +14,9 @@ use super::model::{
     Retencion, Traslado,
 };
 use super::money::{self, MAX_DECIMALS, round};
-use super::request::{InvoiceRequest, LineData, ReceptorData, TaxTreatment, TipoComprobante};
+use super::request::{
+    EmisorData, InvoiceRequest, LineData, ReceptorData, TaxTreatment, TipoComprobante,
+};
 use super::rfc::RFC_PUBLICO_EN_GENERAL;
 use super::{CfdiError, catalogs};
 
@@ -33,7 +35,7 @@ impl TaxTreatment {
     }
 }
 
-fn bad(msg: impl Into<String>) -> CfdiError {
+pub(super) fn bad(msg: impl Into<String>) -> CfdiError {
     CfdiError::Request(msg.into())
 }
 
@@ -47,7 +49,7 @@ fn check_code(what: &str, value: &str, len: usize) -> Result<(), CfdiError> {
     }
 }
 
-fn check_text(what: &str, value: &str, max: usize) -> Result<(), CfdiError> {
+pub(super) fn check_text(what: &str, value: &str, max: usize) -> Result<(), CfdiError> {
     let n = value.chars().count();
     if value.trim().is_empty() || n > max {
         return Err(bad(format!(
@@ -107,6 +109,12 @@ fn sum(
 
 /// Builds the comprobante for `req`, to be sealed with the certificate `no_certificado`.
 pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, CfdiError> {
+    if req.tipo == TipoComprobante::Pago {
+        return super::pagos::build_pago(req, no_certificado);
+    }
+    if req.pago.is_some() {
+        return Err(bad("only a pago (tipo P) carries a `pago`"));
+    }
     let dec = catalogs::currency_decimals(&req.moneda)
         .ok_or_else(|| bad(format!("currency `{}` is not in c_Moneda", req.moneda)))?;
     let tipo_cambio = match (req.moneda.as_str(), req.tipo_cambio) {
@@ -139,68 +147,8 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         "PUE" | "PPD" => {}
         other => return Err(bad(format!("MetodoPago `{other}` must be PUE or PPD"))),
     }
-    check_code("Exportacion", &req.exportacion, 2)?;
-    if let Some(s) = &req.serie {
-        check_text("Serie", s, 25)?;
-    }
-    if let Some(f) = &req.folio {
-        check_text("Folio", f, 40)?;
-    }
-    let em = &req.emisor;
-    check_text("Emisor nombre", &em.nombre, 300)?;
-    if !catalogs::is_regimen(&em.regimen_fiscal) {
-        return Err(bad(format!(
-            "Emisor RegimenFiscal `{}` is not in c_RegimenFiscal",
-            em.regimen_fiscal
-        )));
-    }
-    check_postal_code("LugarExpedicion", &em.lugar_expedicion)?;
-
-    let receptor = match &req.receptor {
-        ReceptorData::Nominativo {
-            rfc,
-            nombre,
-            domicilio_fiscal,
-            regimen_fiscal,
-            uso_cfdi,
-        } => {
-            check_text("Receptor nombre", nombre, 300)?;
-            check_postal_code("Receptor DomicilioFiscal", domicilio_fiscal)?;
-            if !catalogs::is_regimen(regimen_fiscal) {
-                return Err(bad(format!(
-                    "Receptor régimen `{regimen_fiscal}` is not in c_RegimenFiscal"
-                )));
-            }
-            match catalogs::uso_allows(uso_cfdi, regimen_fiscal) {
-                None => return Err(bad(format!("UsoCFDI `{uso_cfdi}` is not in c_UsoCFDI"))),
-                Some(false) => {
-                    return Err(bad(format!(
-                        "UsoCFDI {uso_cfdi} is not allowed for régimen {regimen_fiscal} (c_UsoCFDI)"
-                    )));
-                }
-                Some(true) => {}
-            }
-            if rfc.as_str() == RFC_PUBLICO_EN_GENERAL && req.informacion_global.is_none() {
-                return Err(bad(
-                    "CFDI40146: XAXX010101000 is only for a factura global; use receptor kind publico_en_general",
-                ));
-            }
-            Receptor {
-                rfc: rfc.to_string(),
-                nombre: nombre.clone(),
-                domicilio_fiscal_receptor: domicilio_fiscal.clone(),
-                regimen_fiscal_receptor: regimen_fiscal.clone(),
-                uso_cfdi: uso_cfdi.clone(),
-            }
-        }
-        ReceptorData::PublicoEnGeneral => Receptor {
-            rfc: RFC_PUBLICO_EN_GENERAL.to_owned(),
-            nombre: "PUBLICO EN GENERAL".to_owned(),
-            domicilio_fiscal_receptor: em.lugar_expedicion.clone(),
-            regimen_fiscal_receptor: "616".to_owned(),
-            uso_cfdi: "S01".to_owned(),
-        },
-    };
+    let em = validate_emisor(req)?;
+    let receptor = receptor(req)?;
     let informacion_global = match (&req.receptor, &req.informacion_global) {
         (ReceptorData::PublicoEnGeneral, Some(g)) => {
             if !["01", "02", "03", "04", "05"].contains(&g.periodicidad.as_str()) {
@@ -241,22 +189,7 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         }
         (ReceptorData::Nominativo { .. }, None) => None,
     };
-    let mut cfdi_relacionados = Vec::new();
-    for rel in &req.relacionados {
-        check_code("TipoRelacion", &rel.tipo_relacion, 2)?;
-        if rel.uuids.is_empty() {
-            return Err(bad("CfdiRelacionados needs at least one UUID"));
-        }
-        for u in &rel.uuids {
-            if !is_uuid(u) {
-                return Err(bad(format!("related UUID `{u}` is not a UUID")));
-            }
-        }
-        cfdi_relacionados.push(CfdiRelacionados {
-            tipo_relacion: rel.tipo_relacion.clone(),
-            uuids: rel.uuids.iter().map(|u| u.to_uppercase()).collect(),
-        });
-    }
+    let cfdi_relacionados = relacionados(req)?;
     if req.tipo == TipoComprobante::Egreso && cfdi_relacionados.is_empty() {
         return Err(bad(
             "an egreso must relate the ingreso it credits (TipoRelacion 01)",
@@ -338,8 +271,101 @@ pub fn build(req: &InvoiceRequest, no_certificado: &str) -> Result<Comprobante, 
         receptor,
         conceptos,
         impuestos,
+        pagos: None,
         tfd: None,
     })
+}
+
+/// Checks the request's Exportacion, Serie, Folio and emisor, and returns the emisor.
+pub(super) fn validate_emisor(req: &InvoiceRequest) -> Result<&EmisorData, CfdiError> {
+    check_code("Exportacion", &req.exportacion, 2)?;
+    if let Some(s) = &req.serie {
+        check_text("Serie", s, 25)?;
+    }
+    if let Some(f) = &req.folio {
+        check_text("Folio", f, 40)?;
+    }
+    let em = &req.emisor;
+    check_text("Emisor nombre", &em.nombre, 300)?;
+    if !catalogs::is_regimen(&em.regimen_fiscal) {
+        return Err(bad(format!(
+            "Emisor RegimenFiscal `{}` is not in c_RegimenFiscal",
+            em.regimen_fiscal
+        )));
+    }
+    check_postal_code("LugarExpedicion", &em.lugar_expedicion)?;
+    Ok(em)
+}
+
+/// The checked Receptor of `req`.
+pub(super) fn receptor(req: &InvoiceRequest) -> Result<Receptor, CfdiError> {
+    let em = &req.emisor;
+    Ok(match &req.receptor {
+        ReceptorData::Nominativo {
+            rfc,
+            nombre,
+            domicilio_fiscal,
+            regimen_fiscal,
+            uso_cfdi,
+        } => {
+            check_text("Receptor nombre", nombre, 300)?;
+            check_postal_code("Receptor DomicilioFiscal", domicilio_fiscal)?;
+            if !catalogs::is_regimen(regimen_fiscal) {
+                return Err(bad(format!(
+                    "Receptor régimen `{regimen_fiscal}` is not in c_RegimenFiscal"
+                )));
+            }
+            match catalogs::uso_allows(uso_cfdi, regimen_fiscal) {
+                None => return Err(bad(format!("UsoCFDI `{uso_cfdi}` is not in c_UsoCFDI"))),
+                Some(false) => {
+                    return Err(bad(format!(
+                        "UsoCFDI {uso_cfdi} is not allowed for régimen {regimen_fiscal} (c_UsoCFDI)"
+                    )));
+                }
+                Some(true) => {}
+            }
+            if rfc.as_str() == RFC_PUBLICO_EN_GENERAL && req.informacion_global.is_none() {
+                return Err(bad(
+                    "CFDI40146: XAXX010101000 is only for a factura global; use receptor kind publico_en_general",
+                ));
+            }
+            Receptor {
+                rfc: rfc.to_string(),
+                nombre: nombre.clone(),
+                domicilio_fiscal_receptor: domicilio_fiscal.clone(),
+                regimen_fiscal_receptor: regimen_fiscal.clone(),
+                uso_cfdi: uso_cfdi.clone(),
+            }
+        }
+        ReceptorData::PublicoEnGeneral => Receptor {
+            rfc: RFC_PUBLICO_EN_GENERAL.to_owned(),
+            nombre: "PUBLICO EN GENERAL".to_owned(),
+            domicilio_fiscal_receptor: em.lugar_expedicion.clone(),
+            regimen_fiscal_receptor: "616".to_owned(),
+            uso_cfdi: "S01".to_owned(),
+        },
+    })
+}
+
+/// The checked CfdiRelacionados of `req`.
+pub(super) fn relacionados(req: &InvoiceRequest) -> Result<Vec<CfdiRelacionados>, CfdiError> {
+    let mut cfdi_relacionados = Vec::new();
+    for rel in &req.relacionados {
+        check_code("TipoRelacion", &rel.tipo_relacion, 2)?;
+        if rel.uuids.is_empty() {
+            return Err(bad("CfdiRelacionados needs at least one UUID"));
+        }
+        for u in &rel.uuids {
+            if !is_uuid(u) {
+                return Err(bad(format!("related UUID `{u}` is not a UUID")));
+            }
+        }
+        cfdi_relacionados.push(CfdiRelacionados {
+            tipo_relacion: rel.tipo_relacion.clone(),
+            uuids: rel.uuids.iter().map(|u| u.to_uppercase()).collect(),
+        });
+    }
+    Ok(cfdi_relacionados)
 }
 
 /// The Total the summary of `conceptos` comes to: SubTotal, Descuento and each traslado group are
@@ -515,7 +541,7 @@ fn check_postal_code(what: &str, cp: &str) -> Result<(), CfdiError> {
     }
 }
 
-fn is_uuid(s: &str) -> bool {
+pub(super) fn is_uuid(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
     parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
         && parts

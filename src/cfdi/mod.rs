@@ -3,6 +3,8 @@
 //! No database and no HTTP here. The pipeline is `InvoiceRequest` → [`build`] (every amount
 //! computed once) → [`xml::to_xml`] → parse → [`validate::check_amounts`] (what a PAC would
 //! reject) → [`cadena::cadena_comprobante`] → [`Csd::sign`] → sealed XML. [`seal`] runs it all.
+//! A tipo P (complemento de pago) takes the same path; [`pagos`] computes its Pagos 2.0 amounts
+//! and [`validate_pagos`] checks them.
 
 pub mod build;
 pub mod cadena;
@@ -11,17 +13,20 @@ pub mod dom;
 pub mod fiscal;
 pub mod model;
 pub mod money;
+pub mod pagos;
 pub mod request;
 pub mod rfc;
 pub mod sello;
 pub mod tfd;
 pub mod validate;
+pub mod validate_pagos;
 pub mod verify;
 pub mod xml;
 
 use rust_decimal::Decimal;
 
 pub use build::build;
+pub use pagos::{DocTraslado, DoctoData, PagoData};
 pub use request::{
     EmisorData, InformacionGlobalData, InvoiceRequest, LineData, ReceptorData, RelacionadosData,
     RetencionData, TaxTreatment, TipoComprobante,

@@ -35,6 +35,8 @@ pub struct Comprobante {
     pub receptor: Receptor,
     pub conceptos: Vec<Concepto>,
     pub impuestos: Option<Impuestos>,
+    /// The Pagos 2.0 complemento of a tipo P.
+    pub pagos: Option<super::pagos::Pagos>,
     /// The complemento: the TFD once stamped.
     pub tfd: Option<Tfd>,
 }

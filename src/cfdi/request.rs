@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::rfc::Rfc;
 
-/// Ingreso (a sale) or egreso (a credit note for a refund).
+/// Ingreso (a sale), egreso (a credit note for a refund) or pago (a complemento de pago).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TipoComprobante {
     /// `I`: a sale.
@@ -19,6 +19,9 @@ pub enum TipoComprobante {
     /// `E`: a credit note, related to the ingreso by TipoRelacion 01.
     #[serde(rename = "E")]
     Egreso,
+    /// `P`: a payment of a PPD invoice (Pagos 2.0); its amounts are in [`InvoiceRequest::pago`].
+    #[serde(rename = "P")]
+    Pago,
 }
 
 impl TipoComprobante {
@@ -26,6 +29,7 @@ impl TipoComprobante {
         match self {
             Self::Ingreso => "I",
             Self::Egreso => "E",
+            Self::Pago => "P",
         }
     }
 }
@@ -55,6 +59,29 @@ pub enum ReceptorData {
     },
     /// "PUBLICO EN GENERAL" (XAXX010101000, 616, S01, the issuer's postal code): a factura global.
     PublicoEnGeneral,
+}
+
+impl ReceptorData {
+    /// The same receptor with UsoCFDI `uso` (what a document issued after the invoice, an
+    /// egreso or a pago, asks for); público en general keeps its own.
+    pub fn with_uso(&self, uso: &str) -> ReceptorData {
+        match self {
+            Self::Nominativo {
+                rfc,
+                nombre,
+                domicilio_fiscal,
+                regimen_fiscal,
+                ..
+            } => Self::Nominativo {
+                rfc: rfc.clone(),
+                nombre: nombre.clone(),
+                domicilio_fiscal: domicilio_fiscal.clone(),
+                regimen_fiscal: regimen_fiscal.clone(),
+                uso_cfdi: uso.to_owned(),
+            },
+            Self::PublicoEnGeneral => Self::PublicoEnGeneral,
+        }
+    }
 }
 
 /// `InformacionGlobal` of a factura global.
@@ -142,9 +169,11 @@ pub struct InvoiceRequest {
     /// Required for any currency other than MXN (and XXX).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tipo_cambio: Option<Decimal>,
-    /// c_FormaPago, e.g. `04` credit card. `99` with `PPD`.
+    /// c_FormaPago, e.g. `04` credit card. `99` with `PPD`. Empty for a pago (tipo P has none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub forma_pago: String,
-    /// c_MetodoPago: `PUE` or `PPD`.
+    /// c_MetodoPago: `PUE` or `PPD`. Empty for a pago.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub metodo_pago: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condiciones_de_pago: Option<String>,
@@ -161,7 +190,12 @@ pub struct InvoiceRequest {
     pub informacion_global: Option<InformacionGlobalData>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub relacionados: Vec<RelacionadosData>,
+    /// Empty for a pago: its one Concepto is fixed by the SAT.
+    #[serde(default)]
     pub lines: Vec<LineData>,
+    /// The payment a tipo P documents (and only a tipo P has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pago: Option<super::pagos::PagoData>,
 }
 
 fn default_exportacion() -> String {

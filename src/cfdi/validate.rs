@@ -109,9 +109,13 @@ pub(crate) fn tax_in_tolerance(
 type GroupKey = (String, String, Option<String>);
 
 /// Checks CFDI40108, CFDI40119, CFDI40167, CFDI40215 and CFDI40221 (and the neighbouring sums
-/// that have no code of their own) on a parsed comprobante.
+/// that have no code of their own) on a parsed comprobante, and a tipo P's Pagos 2.0 amounts
+/// ([`super::validate_pagos::check`]).
 pub fn check_amounts(root: &Element) -> Vec<Problem> {
     let mut problems = Vec::new();
+    if root.attr("TipoDeComprobante") == Some("P") {
+        problems.extend(super::validate_pagos::check(root));
+    }
     let moneda = root.attr("Moneda").unwrap_or_default();
     let Some(dec) = catalogs::currency_decimals(moneda) else {
         problems.push(Problem::new(

@@ -5,13 +5,15 @@ use quick_xml::Writer;
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, Event};
 use rust_decimal::Decimal;
 
-use super::dom::{NS_CFDI, NS_TFD, NS_XSI};
+use super::dom::{NS_CFDI, NS_PAGOS20, NS_TFD, NS_XSI};
 use super::model::{Comprobante, Traslado};
 use super::money::{fixed, line};
+use super::pagos::Pagos;
 use super::tfd::Tfd;
 
 pub const SCHEMA_LOCATION_CFDI: &str =
     "http://www.sat.gob.mx/cfd/4 http://www.sat.gob.mx/sitio_internet/cfd/4/cfdv40.xsd";
+pub const SCHEMA_LOCATION_PAGOS20: &str = "http://www.sat.gob.mx/cfd/4 http://www.sat.gob.mx/sitio_internet/cfd/4/cfdv40.xsd http://www.sat.gob.mx/Pagos20 http://www.sat.gob.mx/sitio_internet/cfd/Pagos/Pagos20.xsd";
 pub const SCHEMA_LOCATION_TFD: &str = "http://www.sat.gob.mx/TimbreFiscalDigital http://www.sat.gob.mx/sitio_internet/cfd/TimbreFiscalDigital/TimbreFiscalDigitalv11.xsd";
 
 /// Attributes in order; `None` values are left out.
@@ -69,8 +71,16 @@ pub fn to_xml(c: &Comprobante) -> Vec<u8> {
     w.ev(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
     let root = Attrs::new()
         .req("xmlns:cfdi", NS_CFDI)
+        .opt("xmlns:pago20", c.pagos.as_ref().map(|_| NS_PAGOS20))
         .req("xmlns:xsi", NS_XSI)
-        .req("xsi:schemaLocation", SCHEMA_LOCATION_CFDI)
+        .req(
+            "xsi:schemaLocation",
+            if c.pagos.is_some() {
+                SCHEMA_LOCATION_PAGOS20
+            } else {
+                SCHEMA_LOCATION_CFDI
+            },
+        )
         .req("Version", "4.0")
         .opt("Serie", c.serie.clone())
         .opt("Folio", c.folio.clone())
@@ -201,14 +211,112 @@ pub fn to_xml(c: &Comprobante) -> Vec<u8> {
         }
         w.close("cfdi:Impuestos");
     }
-    if let Some(tfd) = &c.tfd {
+    if c.tfd.is_some() || c.pagos.is_some() {
         w.open("cfdi:Complemento", &Attrs::new());
-        write_tfd(&mut w, tfd);
+        if let Some(p) = &c.pagos {
+            write_pagos(&mut w, p);
+        }
+        if let Some(tfd) = &c.tfd {
+            write_tfd(&mut w, tfd);
+        }
         w.close("cfdi:Complemento");
     }
     w.close("cfdi:Comprobante");
     w.0.into_inner()
 }
+
+fn write_pagos(w: &mut W, p: &Pagos) {
+    w.open("pago20:Pagos", &Attrs::new().req("Version", "2.0"));
+    let t = &p.totales;
+    let mxn = |d: Option<rust_decimal::Decimal>| d.map(|d| fixed(d, 2));
+    w.empty(
+        "pago20:Totales",
+        &Attrs::new()
+            .opt("TotalTrasladosBaseIVA16", mxn(t.base_iva16))
+            .opt("TotalTrasladosImpuestoIVA16", mxn(t.impuesto_iva16))
+            .opt("TotalTrasladosBaseIVA8", mxn(t.base_iva8))
+            .opt("TotalTrasladosImpuestoIVA8", mxn(t.impuesto_iva8))
+            .opt("TotalTrasladosBaseIVA0", mxn(t.base_iva0))
+            .opt("TotalTrasladosImpuestoIVA0", mxn(t.impuesto_iva0))
+            .opt("TotalTrasladosBaseIVAExento", mxn(t.base_exento))
+            .req("MontoTotalPagos", fixed(t.monto_total_pagos, 2)),
+    );
+    let pago = &p.pago;
+    let a = Attrs::new()
+        .req("FechaPago", pago.fecha_pago.clone())
+        .req("FormaDePagoP", pago.forma_pago.clone())
+        .req("MonedaP", pago.moneda.clone())
+        .req("TipoCambioP", line(pago.tipo_cambio, 0))
+        .req("Monto", fixed(pago.monto, pago.moneda_decimals))
+        .opt("NumOperacion", pago.num_operacion.clone());
+    w.open("pago20:Pago", &a);
+    let d = &pago.docto;
+    let dec = d.moneda_decimals;
+    let a = Attrs::new()
+        .req("IdDocumento", d.id_documento.clone())
+        .opt("Serie", d.serie.clone())
+        .opt("Folio", d.folio.clone())
+        .req("MonedaDR", d.moneda.clone())
+        .req("EquivalenciaDR", line(d.equivalencia, 0))
+        .req("NumParcialidad", d.num_parcialidad.to_string())
+        .req("ImpSaldoAnt", fixed(d.saldo_anterior, dec))
+        .req("ImpPagado", fixed(d.pagado, dec))
+        .req("ImpSaldoInsoluto", fixed(d.saldo_insoluto, dec))
+        .req("ObjetoImpDR", d.objeto_imp.clone());
+    if d.traslados.is_empty() {
+        w.empty("pago20:DoctoRelacionado", &a);
+    } else {
+        w.open("pago20:DoctoRelacionado", &a);
+        w.open("pago20:ImpuestosDR", &Attrs::new());
+        w.open("pago20:TrasladosDR", &Attrs::new());
+        for t in &d.traslados {
+            w.empty("pago20:TrasladoDR", &traslado_in(t, TRASLADO_DR, dec));
+        }
+        w.close("pago20:TrasladosDR");
+        w.close("pago20:ImpuestosDR");
+        w.close("pago20:DoctoRelacionado");
+    }
+    if !pago.traslados.is_empty() {
+        w.open("pago20:ImpuestosP", &Attrs::new());
+        w.open("pago20:TrasladosP", &Attrs::new());
+        for t in &pago.traslados {
+            w.empty(
+                "pago20:TrasladoP",
+                &traslado_in(t, TRASLADO_P, pago.moneda_decimals),
+            );
+        }
+        w.close("pago20:TrasladosP");
+        w.close("pago20:ImpuestosP");
+    }
+    w.close("pago20:Pago");
+    w.close("pago20:Pagos");
+}
+
+/// A Pagos 2.0 traslado: `names` are its attributes (`BaseDR`, `ImpuestoDR`, … or `BaseP`, …).
+fn traslado_in(t: &Traslado, names: [&'static str; 5], dec: u32) -> Attrs<'static> {
+    let [base, impuesto, factor, tasa_n, importe] = names;
+    Attrs::new()
+        .req(base, line(t.base, dec))
+        .req(impuesto, t.impuesto.clone())
+        .req(factor, t.tipo_factor.clone())
+        .opt(tasa_n, t.tasa.map(tasa))
+        .opt(importe, t.importe.map(|d| line(d, dec)))
+}
+
+const TRASLADO_DR: [&str; 5] = [
+    "BaseDR",
+    "ImpuestoDR",
+    "TipoFactorDR",
+    "TasaOCuotaDR",
+    "ImporteDR",
+];
+const TRASLADO_P: [&str; 5] = [
+    "BaseP",
+    "ImpuestoP",
+    "TipoFactorP",
+    "TasaOCuotaP",
+    "ImporteP",
+];
 
 fn traslado(t: &Traslado, amount: impl Fn(Decimal) -> String) -> Attrs<'static> {
     Attrs::new()

@@ -183,6 +183,8 @@ spelled! {
         /// A credit note (CFDI de egreso): one refund of a sale, related to its ingreso (or to
         /// the factura global that covered it) by TipoRelacion 01.
         Egreso = "egreso",
+        /// A complemento de pago (CFDI tipo P, Pagos 2.0): one payment of a PPD invoice.
+        Pago = "pago",
     }
 }
 

@@ -164,6 +164,7 @@ impl Planner {
                 .into_iter()
                 .collect(),
             lines,
+            pago: None,
         })
     }
 

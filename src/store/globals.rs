@@ -202,8 +202,11 @@ static LIST_DOCUMENTS: Dialected = Dialected::new(
         ),
         (
             "{RELATED_UUID}",
-            "json_extract(o.request_json, '$.relacionados[0].uuids[0]')",
-            "o.request_json::jsonb #>> '{relacionados,0,uuids,0}'",
+            // An egreso's first related UUID; a pago's, the invoice it pays.
+            "COALESCE(json_extract(o.request_json, '$.relacionados[0].uuids[0]'), \
+             json_extract(o.request_json, '$.pago.documento.uuid'))",
+            "COALESCE(o.request_json::jsonb #>> '{relacionados,0,uuids,0}', \
+             o.request_json::jsonb #>> '{pago,documento,uuid}')",
         ),
     ],
 );

@@ -24,6 +24,8 @@
 //!   frozen in the same transaction, a wait for the original, a reduced global share).
 //! - `portal.rs`: the self-invoicing portal: a sale by what the customer holds, the customer's
 //!   submission (the sale taken, its ingreso frozen, in one transaction), the links' key.
+//! - `pagos.rs`: payments of PPD API invoices, each recorded with its parcialidad, its saldo
+//!   and its frozen REP (CFDI tipo P) in one transaction serialised per invoice.
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
@@ -58,6 +60,7 @@ mod folios;
 mod globals;
 mod limit;
 mod outbox;
+mod pagos;
 mod payments;
 mod portal;
 mod refunds;
@@ -81,6 +84,7 @@ pub use globals::{
     RecordedEvent, Sale,
 };
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
+pub use pagos::{NewPago, PagoOutcome, PagoPlan, PagoRow};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
 pub use portal::{GlobalRef, PortalSubmission, Submitted};
 pub use refunds::{
@@ -170,6 +174,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0021_form_submissions.sql"),
     ),
     (
+        23,
+        "pagos",
+        include_str!("../../migrations/sqlite/0023_pagos.sql"),
+    ),
+    (
         24,
         "arca",
         include_str!("../../migrations/sqlite/0024_arca.sql"),
@@ -245,6 +254,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         21,
         "form_submissions",
         include_str!("../../migrations/postgres/0021_form_submissions.sql"),
+    ),
+    (
+        23,
+        "pagos",
+        include_str!("../../migrations/postgres/0023_pagos.sql"),
     ),
     (
         24,

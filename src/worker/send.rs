@@ -438,12 +438,13 @@ impl Worker {
     }
 }
 
-/// The kind a stamp is counted under: `global`, `ingreso` or `egreso`.
+/// The kind a stamp is counted under: `global`, `ingreso`, `egreso` or `pago`.
 fn kind_label(req: &crate::cfdi::InvoiceRequest) -> &'static str {
     match (&req.informacion_global, req.tipo) {
         (Some(_), _) => "global",
         (None, crate::cfdi::TipoComprobante::Ingreso) => "ingreso",
         (None, crate::cfdi::TipoComprobante::Egreso) => "egreso",
+        (None, crate::cfdi::TipoComprobante::Pago) => "pago",
     }
 }
 

@@ -19,28 +19,28 @@ const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_po
      backoff_base_seconds = 1\nbackoff_cap_seconds = 1\nshutdown_grace_seconds = 1\nmax_attempts = 1000\n";
 const WEBHOOK_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
-struct Rig {
-    app: TestApp,
-    sim: SandboxHandle,
+pub(crate) struct Rig {
+    pub(crate) app: TestApp,
+    pub(crate) sim: SandboxHandle,
     http: reqwest::Client,
-    key: String,
+    pub(crate) key: String,
     _dir: tempfile::TempDir,
 }
 
-struct Resp {
-    status: u16,
-    replayed: bool,
+pub(crate) struct Resp {
+    pub(crate) status: u16,
+    pub(crate) replayed: bool,
     retry_after: Option<String>,
     body: Vec<u8>,
 }
 
 impl Resp {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
     /// Asserts a 201, `replayed` or not, showing the body otherwise.
-    fn assert_created(&self, replayed: bool) {
+    pub(crate) fn assert_created(&self, replayed: bool) {
         assert_eq!(
             (self.status, self.replayed),
             (201, replayed),
@@ -49,7 +49,7 @@ impl Resp {
         );
     }
     /// Asserts the status and error code, showing `why` and the body when they differ.
-    fn assert_error(&self, status: u16, code: &str, why: &str) {
+    pub(crate) fn assert_error(&self, status: u16, code: &str, why: &str) {
         assert_eq!(
             (self.status, self.code().as_str()),
             (status, code),
@@ -57,18 +57,18 @@ impl Resp {
             self.text()
         );
     }
-    fn code(&self) -> String {
+    pub(crate) fn code(&self) -> String {
         self.json()["error"]["code"]
             .as_str()
             .unwrap_or_default()
             .to_owned()
     }
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 }
 
-async fn rig(b: Backend, faults: &str, extra: &str) -> Option<Rig> {
+pub(crate) async fn rig(b: Backend, faults: &str, extra: &str) -> Option<Rig> {
     rig_with(b, faults, "", extra).await
 }
 
@@ -123,7 +123,7 @@ fn with_price(price: &str) -> Value {
 }
 
 impl Rig {
-    async fn pool(&self) -> (Pool, Services) {
+    pub(crate) async fn pool(&self) -> (Pool, Services) {
         self.app.start_pool().await
     }
 
@@ -148,9 +148,20 @@ impl Rig {
     }
 
     async fn post_with(&self, body: &Value, key: Option<&str>, bearer: Option<&str>) -> Resp {
+        self.post_to("/v1/invoices", body, key, bearer).await
+    }
+
+    /// POSTs `body` to `path`, with the idempotency `key` and `bearer` when given.
+    pub(crate) async fn post_to(
+        &self,
+        path: &str,
+        body: &Value,
+        key: Option<&str>,
+        bearer: Option<&str>,
+    ) -> Resp {
         let mut req = self
             .http
-            .post(format!("{}/v1/invoices", self.app.address))
+            .post(format!("{}{path}", self.app.address))
             .header("content-type", "application/json")
             .body(body.to_string());
         if let Some(k) = key {
@@ -162,11 +173,11 @@ impl Rig {
         self.send(req).await
     }
 
-    async fn post(&self, body: &Value, key: Option<&str>) -> Resp {
+    pub(crate) async fn post(&self, body: &Value, key: Option<&str>) -> Resp {
         self.post_with(body, key, Some(&self.key)).await
     }
 
-    async fn get(&self, path: &str) -> Resp {
+    pub(crate) async fn get(&self, path: &str) -> Resp {
         self.send(
             self.http
                 .get(format!("{}{path}", self.app.address))
@@ -175,11 +186,11 @@ impl Rig {
         .await
     }
 
-    async fn stamps(&self) -> Vec<Value> {
+    pub(crate) async fn stamps(&self) -> Vec<Value> {
         support::sim::stamps(&self.http, self.sim.url()).await
     }
 
-    async fn set_faults(&self, spec: &str) {
+    pub(crate) async fn set_faults(&self, spec: &str) {
         support::sim::set_faults(&self.http, self.sim.url(), spec).await;
     }
 
@@ -208,7 +219,7 @@ impl Rig {
     }
 
     /// Polls `GET /v1/invoices/{id}` until its status is `status` (fails after `secs`).
-    async fn wait_status(&self, id: &str, status: &str, secs: u64) -> Value {
+    pub(crate) async fn wait_status(&self, id: &str, status: &str, secs: u64) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         loop {
             let r = self.get(&format!("/v1/invoices/{id}")).await;

@@ -93,6 +93,7 @@ fn request() -> impl Strategy<Value = InvoiceRequest> {
             informacion_global: None,
             relacionados: vec![],
             lines,
+            pago: None,
         })
 }
 
@@ -458,6 +459,83 @@ proptest! {
                 let reason = payment.reason.unwrap_or_default();
                 prop_assert!(false, "held ({}) instead of frozen: {reason}", payment.status);
             }
+        }
+    }
+}
+
+/// The REP of one payment of `doc` (built, Total `total`) at parcialidad `n` with `saldo` owed.
+fn rep(doc: &cfdi::model::Comprobante, n: u32, saldo: Decimal, monto: Decimal) -> InvoiceRequest {
+    let json = include_str!("../../fixtures/requests/13-pago-parcialidad-1.json");
+    let mut req: InvoiceRequest = serde_json::from_str(json).expect("pago sample");
+    let p = req.pago.as_mut().expect("pago");
+    p.monto = monto;
+    p.documento.num_parcialidad = n;
+    p.documento.saldo_anterior = saldo;
+    p.documento.total = doc.total;
+    p.documento.traslados = cfdi::DocTraslado::of(doc);
+    req
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Any PPD invoice paid in any number of parcialidades: every REP passes the validator (what
+    /// the sandbox PAC checks), the saldo reaches zero, and the parcialidades' TrasladosDR add
+    /// up to the invoice's traslados: the Bases exactly, the tax to the centavo.
+    #[test]
+    fn parcialidades_carry_any_ppd_invoice_in_proportion(
+        req in request(),
+        cuts in prop::collection::vec(1u32..1000, 0..5),
+    ) {
+        let mut req = req;
+        req.forma_pago = "99".into();
+        req.metodo_pago = "PPD".into();
+        req.moneda = "MXN".into();
+        req.tipo_cambio = None;
+        for l in &mut req.lines {
+            l.retenciones.clear();
+        }
+        let Ok(doc) = cfdi::build(&req, "30001000000500003416") else {
+            return Ok(());
+        };
+        prop_assume!(doc.total > Decimal::ZERO);
+        // Payments: the Total cut at the given per-mille points, in whole centavos.
+        let mut points: Vec<Decimal> = cuts
+            .iter()
+            .map(|c| (doc.total * Decimal::from(*c) / Decimal::from(1000)).round_dp(2))
+            .filter(|p| *p > Decimal::ZERO && *p < doc.total)
+            .collect();
+        points.push(doc.total);
+        points.sort();
+        points.dedup();
+        let mut saldo = doc.total;
+        let mut paid_before = Decimal::ZERO;
+        let mut sums: std::collections::BTreeMap<String, (Decimal, Decimal)> = Default::default();
+        for (i, point) in points.iter().enumerate() {
+            let monto = *point - paid_before;
+            paid_before = *point;
+            let n = u32::try_from(i + 1).expect("few");
+            let c = cfdi::build(&rep(&doc, n, saldo, monto), "30001000000500003416")
+                .map_err(|e| TestCaseError::fail(format!("REP {n}: {e}")))?;
+            let xml = cfdi::xml::to_xml(&c);
+            let root = Element::parse(&xml).expect("parse");
+            let problems = check_amounts(&root);
+            prop_assert!(problems.is_empty(), "REP {}: {:?}", n, problems);
+            let d = &c.pagos.as_ref().expect("pagos").pago.docto;
+            prop_assert_eq!(d.saldo_anterior - d.pagado, d.saldo_insoluto);
+            saldo = d.saldo_insoluto;
+            for t in &d.traslados {
+                let e = sums.entry(format!("{} {:?}", t.tipo_factor, t.tasa)).or_default();
+                e.0 += t.base;
+                e.1 += t.importe.unwrap_or_default();
+            }
+        }
+        prop_assert_eq!(saldo, Decimal::ZERO);
+        for t in cfdi::DocTraslado::of(&doc) {
+            let (base, imp) = sums.get(&format!("{} {:?}", t.tipo_factor, t.tasa)).copied().unwrap_or_default();
+            prop_assert_eq!(base, t.base, "{:?}", t);
+            let diff = (imp.round_dp(2) - t.importe.unwrap_or_default()).abs();
+            prop_assert!(diff <= Decimal::new(1, 2), "{:?}: {} vs {:?}", t, imp, t.importe);
         }
     }
 }

@@ -5,6 +5,7 @@
 //!   webhooks, the admin session, WebDriver for Chromium, where PostgreSQL comes from).
 //! - `cfdi`, `cfdi_props`: the engine against the SAT's XSD, XSLT and an independent verifier.
 //! - `webhooks`, `api`, `worker`, `pac`, `admin`, `admin_e2e`: each part through the real server.
+//! - `api_payments`: payments of PPD invoices, each its complemento de pago (CFDI tipo P).
 //! - `line_items`: Checkout line items from a fake Stripe API, SAT keys per product,
 //!   discounts and shipping (issue 18).
 //! - `arca`: Argentina (ARCA vouchers exactly once) against the sandbox ARCA, both backends.
@@ -23,6 +24,7 @@ mod admin_ux;
 mod admin_ux_e2e;
 mod admin_ux_ops;
 mod api;
+mod api_payments;
 mod arca;
 mod backup_pause;
 mod cfdi;

@@ -1585,3 +1585,28 @@ async fn finkok_sandbox_quick_stamp_never_returns_the_previous_stamp() {
     assert!(!text.contains(&first.uuid), "{body}");
     assert_eq!(sim.stamps().await.len(), 1);
 }
+
+#[tokio::test]
+async fn a_pago_with_broken_saldo_arithmetic_is_rejected_with_its_crp_code() {
+    let sim = Sim::start("").await;
+    let (_, json) = SAMPLE_REQUESTS
+        .iter()
+        .find(|(n, _)| *n == "13-pago-parcialidad-1")
+        .expect("pago sample");
+    let mut req: InvoiceRequest = serde_json::from_str(json).unwrap();
+    req.folio = Some(format!("P{}", std::process::id()));
+    req.fecha = now_in_mexico() - ChronoDuration::minutes(1);
+    let xml = seal(&req);
+    let broken = replace_and_reseal(
+        &xml,
+        "ImpSaldoInsoluto=\"660.00\"",
+        "ImpSaldoInsoluto=\"600.00\"",
+    );
+    let (code, message) = rejected(&sim, &broken).await;
+    assert_eq!(code, "CRP224", "{message}");
+    assert!(sim.stamps().await.is_empty());
+    assert!(matches!(
+        sim.client().stamp(&xml, &key()).await,
+        StampOutcome::Stamped(_)
+    ));
+}

@@ -83,6 +83,7 @@ fn sale() -> impl Strategy<Value = InvoiceRequest> {
             informacion_global: None,
             relacionados: vec![],
             lines,
+            pago: None,
         }
     })
 }

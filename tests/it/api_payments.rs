@@ -1,0 +1,317 @@
+//! Payments of PPD invoices through the API (`POST /v1/invoices/{id}/payments`), each one CFDI
+//! tipo P (Pagos 2.0) stamped by the real worker pool at the sandbox PAC, on both backends.
+
+use autofactura::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
+use serde_json::{Value, json};
+
+use crate::api::{Resp, Rig, invoice, rig};
+use crate::support::Backend;
+use crate::support::admin::{Browser, PASSWORD, outbox_of};
+
+/// The API fixture (499.00 + IVA 16 % = 578.84) as a PPD invoice.
+fn ppd() -> Value {
+    let mut v = invoice();
+    v["forma_pago"] = json!("99");
+    v["metodo_pago"] = json!("PPD");
+    v
+}
+
+fn payment(monto: &str, operacion: &str) -> Value {
+    json!({ "forma_pago": "03", "monto": monto, "num_operacion": operacion })
+}
+
+/// A stamped PPD invoice: its public id.
+async fn stamped_ppd(rig: &Rig, key: &str) -> String {
+    let r = rig.post(&ppd(), Some(key)).await;
+    r.assert_created(false);
+    r.json()["id"].as_str().expect("id").to_owned()
+}
+
+async fn pay(rig: &Rig, invoice: &str, body: &Value, key: Option<&str>) -> Resp {
+    let path = format!("/v1/invoices/{invoice}/payments");
+    rig.post_to(&path, body, key, Some(&rig.key)).await
+}
+
+/// The stamped REP `uuid` as the sandbox PAC holds it: its one DoctoRelacionado.
+fn docto_of(rig: &Rig, uuid: &str) -> (Element, String) {
+    let rec = rig
+        .sim
+        .sim()
+        .stamp_by_uuid(uuid)
+        .expect("the PAC stamped the REP");
+    assert_eq!(rec.tipo, "P");
+    let root = Element::parse(rec.xml.as_bytes()).expect("parse");
+    let pagos = root
+        .children_named(NS_CFDI, "Complemento")
+        .flat_map(|c| c.children_named(NS_PAGOS20, "Pagos"))
+        .next()
+        .expect("pago20:Pagos")
+        .clone();
+    let docto = pagos.path(NS_PAGOS20, &["Pago", "DoctoRelacionado"])[0].clone();
+    (docto, rec.xml)
+}
+
+async fn two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo(b: Backend) {
+    let admin = format!("[admin]\npassword = \"{PASSWORD}\"\n");
+    let Some(rig) = rig(b, "", &admin).await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-1").await;
+    let ingreso = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(ingreso["payments"], json!([]));
+    assert_eq!(ingreso["saldo_insoluto"], "578.84");
+
+    let expected = [("300.00", "578.84", "278.84"), ("278.84", "278.84", "0.00")];
+    let mut uuids = Vec::new();
+    for (n, (monto, before, after)) in expected.iter().enumerate() {
+        let key = format!("pay-{n}");
+        let r = pay(&rig, &id, &payment(monto, &key), Some(&key)).await;
+        r.assert_created(false);
+        let v = r.json();
+        assert_eq!(v["parcialidad"], n + 1, "{v}");
+        assert_eq!(
+            (v["saldo_anterior"].as_str(), v["saldo_insoluto"].as_str()),
+            (Some(*before), Some(*after))
+        );
+        assert_eq!(v["status"], "stamped");
+        let uuid = v["uuid"].as_str().expect("REP uuid").to_owned();
+        let (docto, xml) = docto_of(&rig, &uuid);
+        assert_eq!(docto.attr("IdDocumento"), ingreso["uuid"].as_str(), "{xml}");
+        assert_eq!(
+            docto.attr("NumParcialidad"),
+            Some((n + 1).to_string().as_str())
+        );
+        assert_eq!(docto.attr("ImpSaldoAnt"), Some(*before));
+        assert_eq!(docto.attr("ImpPagado"), Some(*monto));
+        assert_eq!(docto.attr("ImpSaldoInsoluto"), Some(*after));
+        assert!(
+            xml.contains("UsoCFDI=\"CP01\"") && xml.contains("Moneda=\"XXX\""),
+            "{xml}"
+        );
+        uuids.push(uuid);
+    }
+    assert_ne!(uuids[0], uuids[1]);
+    let shown = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(shown["saldo_insoluto"], "0.00");
+    let listed: Vec<&str> = shown["payments"]
+        .as_array()
+        .expect("payments")
+        .iter()
+        .map(|p| p["uuid"].as_str().expect("uuid"))
+        .collect();
+    assert_eq!(listed, uuids);
+    assert_eq!(rig.stamps().await.len(), 3, "the ingreso and two REPs");
+    // `invoices list --json` names them and the invoice they pay.
+    let listed = rig
+        .app
+        .db
+        .list_documents_and_sales(None)
+        .await
+        .expect("list");
+    let pagos: Vec<Value> = listed
+        .iter()
+        .map(|d| serde_json::to_value(d).expect("json"))
+        .filter(|d| d["kind"] == "pago")
+        .collect();
+    assert_eq!(pagos.len(), 2, "{pagos:?}");
+    assert!(
+        pagos.iter().all(|d| d["related_uuid"] == ingreso["uuid"]),
+        "{pagos:?}"
+    );
+    // The invoice's page in the admin lists them with their REPs.
+    let browser = Browser::new(&rig.app);
+    browser.login().await;
+    let row = outbox_of(&rig.app, &id).await.payment_id;
+    let page = browser.get(&format!("/admin/payments/{row}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("id=\"pagos\""), "{}", page.body);
+    assert!(
+        page.body.contains("data-parcialidad=\"2\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        uuids.iter().all(|u| page.body.contains(u.as_str())),
+        "{}",
+        page.body
+    );
+    // Paid in full: one centavo more is an overpayment.
+    let more = pay(&rig, &id, &payment("0.01", "x"), None).await;
+    more.assert_error(422, "VALIDATION_ERROR", "a fully paid invoice");
+}
+
+async fn an_overpayment_is_refused_and_writes_nothing(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-2").await;
+    let r = pay(&rig, &id, &payment("578.85", "op-1"), Some("over-1")).await;
+    r.assert_error(422, "VALIDATION_ERROR", "578.85 over a saldo of 578.84");
+    assert!(r.text().contains("overpayment"), "{}", r.text());
+    let shown = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(shown["payments"], json!([]), "nothing recorded");
+    assert_eq!(shown["saldo_insoluto"], "578.84");
+    assert_eq!(rig.stamps().await.len(), 1, "no REP");
+    // The key was not taken by the refused payment: a valid one may use it.
+    pay(&rig, &id, &payment("578.84", "op-1"), Some("over-1"))
+        .await
+        .assert_created(false);
+
+    // A PUE invoice takes no payments.
+    let pue = rig.post(&invoice(), Some("pue-1")).await;
+    pue.assert_created(false);
+    let pue_id = pue.json()["id"].as_str().expect("id").to_owned();
+    let r = pay(&rig, &pue_id, &payment("1.00", "op-2"), None).await;
+    r.assert_error(422, "VALIDATION_ERROR", "a PUE invoice");
+    assert!(r.text().contains("PPD"), "{}", r.text());
+}
+
+async fn a_repeated_idempotency_key_gives_the_same_payment(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-3").await;
+    let body = payment("100.00", "op-7");
+    let first = pay(&rig, &id, &body, Some("pay-7")).await;
+    first.assert_created(false);
+    let again = pay(&rig, &id, &body, Some("pay-7")).await;
+    again.assert_created(true);
+    assert_eq!(again.json(), first.json(), "the same payment");
+    // The key in the body is the same key.
+    let mut in_body = body.clone();
+    in_body["idempotency_key"] = json!("pay-7");
+    pay(&rig, &id, &in_body, None).await.assert_created(true);
+    let other = pay(&rig, &id, &payment("50.00", "op-8"), Some("pay-7")).await;
+    other.assert_error(422, "IDEMPOTENCY_KEY_REUSED", "another body under the key");
+    let shown = rig.get(&format!("/v1/invoices/{id}")).await.json();
+    assert_eq!(shown["payments"].as_array().map(Vec::len), Some(1));
+    assert_eq!(shown["saldo_insoluto"], "478.84");
+    assert_eq!(rig.stamps().await.len(), 2, "the ingreso and one REP");
+}
+
+async fn concurrent_payments_of_one_invoice_get_consecutive_parcialidades(b: Backend) {
+    let Some(rig) = rig(b, "", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-4").await;
+    let bodies = [
+        payment("100.00", "a"),
+        payment("100.00", "b"),
+        payment("100.00", "c"),
+    ];
+    let (x, y, z) = tokio::join!(
+        pay(&rig, &id, &bodies[0], Some("c-1")),
+        pay(&rig, &id, &bodies[1], Some("c-2")),
+        pay(&rig, &id, &bodies[2], Some("c-3")),
+    );
+    let mut seen: Vec<(i64, String, String)> = [x, y, z]
+        .iter()
+        .map(|r| {
+            r.assert_created(false);
+            let v = r.json();
+            let s = |k: &str| v[k].as_str().expect("saldo").to_owned();
+            (
+                v["parcialidad"].as_i64().expect("n"),
+                s("saldo_anterior"),
+                s("saldo_insoluto"),
+            )
+        })
+        .collect();
+    seen.sort();
+    let want = |n, a: &str, b: &str| (n, a.to_owned(), b.to_owned());
+    assert_eq!(
+        seen,
+        vec![
+            want(1, "578.84", "478.84"),
+            want(2, "478.84", "378.84"),
+            want(3, "378.84", "278.84"),
+        ]
+    );
+}
+
+async fn a_payment_waits_for_its_invoice_stamp_409_then_201(b: Backend) {
+    let Some(rig) = rig(b, "", "[api]\nwait_for_stamp_ms = 100\n").await else {
+        return;
+    };
+    // No worker yet: the invoice stays queued.
+    let queued = rig.post(&ppd(), Some("ppd-5")).await;
+    assert_eq!(queued.status, 202, "{}", queued.text());
+    let id = queued.json()["id"].as_str().expect("id").to_owned();
+    let early = pay(&rig, &id, &payment("100.00", "e"), Some("early")).await;
+    early.assert_error(409, "CONFLICT", "a payment of an invoice not stamped yet");
+    assert!(early.text().contains("not stamped yet"), "{}", early.text());
+    let (_pool, _s) = rig.pool().await;
+    rig.wait_status(&id, "stamped", 60).await;
+    // The same key, now that the invoice is stamped: nothing was taken by the 409.
+    let r = pay(&rig, &id, &payment("100.00", "e"), Some("early")).await;
+    r.assert_created(false);
+    assert_eq!(r.json()["parcialidad"], 1);
+}
+
+/// The PAC stamps a REP but its answer is lost: the worker asks the PAC by the stamp key, and
+/// the payment ends with that one UUID; retries under the key say so and never stamp again.
+async fn a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid(b: Backend) {
+    let admin = format!("[admin]\npassword = \"{PASSWORD}\"\n");
+    let Some(rig) = rig(b, "", &admin).await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-6").await;
+    rig.set_faults("lose_response=1:mode=drop,recover_unavailable=1")
+        .await;
+    let body = payment("200.00", "lost");
+    let first = pay(&rig, &id, &body, Some("lost-1")).await;
+    first.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "the REP's answer was lost");
+    assert_eq!(rig.stamps().await.len(), 2, "the PAC did stamp the REP");
+    pay(&rig, &id, &body, Some("lost-1")).await.assert_error(
+        503,
+        "STAMPING_OUTCOME_UNKNOWN",
+        "still unknown",
+    );
+    // Meanwhile the dashboard counts its REP against the 5th of next month.
+    let browser = Browser::new(&rig.app);
+    browser.login().await;
+    let pay_id = first.json()["error"]["invoice_id"]
+        .as_str()
+        .expect("the payment's id")
+        .to_owned();
+    let dash = browser.get("/admin").await.body;
+    let listed = |page: &str| page.contains(&format!("data-payment=\"{pay_id}\""));
+    assert!(dash.contains("id=\"reps-due\"") && listed(&dash), "{dash}");
+    rig.set_faults("").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let shown = loop {
+        let v = rig.get(&format!("/v1/invoices/{id}")).await.json();
+        if v["payments"][0]["status"] == "stamped" {
+            break v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never recovered: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let stamps = rig.stamps().await;
+    assert_eq!(stamps.len(), 2, "recovered, not stamped again: {stamps:?}");
+    let uuid = &shown["payments"][0]["uuid"];
+    assert!(stamps.iter().any(|s| &s["uuid"] == uuid), "{stamps:?}");
+    let replay = pay(&rig, &id, &body, Some("lost-1")).await;
+    replay.assert_created(true);
+    assert_eq!(&replay.json()["uuid"], uuid);
+    assert_eq!(shown["saldo_insoluto"], "378.84");
+    let dash = browser.get("/admin").await.body;
+    assert!(!listed(&dash), "stamped: no longer due\n{dash}");
+}
+
+on_both_backends!(
+    two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo,
+    an_overpayment_is_refused_and_writes_nothing,
+    a_repeated_idempotency_key_gives_the_same_payment,
+    concurrent_payments_of_one_invoice_get_consecutive_parcialidades,
+    a_payment_waits_for_its_invoice_stamp_409_then_201,
+    a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid,
+);
