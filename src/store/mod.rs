@@ -25,6 +25,8 @@
 //! - `portal.rs`: the self-invoicing portal: a sale by what the customer holds, the customer's
 //!   submission (the sale taken, its ingreso frozen, in one transaction), the links' key.
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
+//! - `deliveries.rs`: the customer's emails: the row a stamp queues (in `settle.rs`'s write),
+//!   the courier's claim and settle, the admin's list and resend.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
@@ -48,6 +50,7 @@ pub mod api;
 mod attempts;
 mod backup;
 mod cancellations;
+mod deliveries;
 mod events;
 mod exec;
 mod export;
@@ -65,6 +68,7 @@ mod views;
 pub use admin::{ActionRow, AdminSession, FindingRow};
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
+pub use deliveries::{ClaimedDelivery, DeliveryOutcome, DeliveryRow};
 pub use events::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use exec::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
@@ -163,6 +167,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "form_submissions",
         include_str!("../../migrations/sqlite/0021_form_submissions.sql"),
     ),
+    (
+        22,
+        "deliveries",
+        include_str!("../../migrations/sqlite/0022_deliveries.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -234,6 +243,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         21,
         "form_submissions",
         include_str!("../../migrations/postgres/0021_form_submissions.sql"),
+    ),
+    (
+        22,
+        "deliveries",
+        include_str!("../../migrations/postgres/0022_deliveries.sql"),
     ),
 ];
 

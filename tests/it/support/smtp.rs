@@ -24,7 +24,13 @@ pub struct Smtp {
 
 impl Smtp {
     pub async fn start() -> Smtp {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind smtp");
+        Smtp::start_on("127.0.0.1:0").await
+    }
+
+    /// A server on `addr` (a port a test chose while nothing listened on it: the server that
+    /// comes up after being down).
+    pub async fn start_on(addr: &str) -> Smtp {
+        let listener = TcpListener::bind(addr).await.expect("bind smtp");
         let smtp = Smtp {
             addr: listener.local_addr().expect("addr").to_string(),
             got: Arc::default(),

@@ -1,0 +1,241 @@
+//! The customer's email through the whole appliance, on both backends, against a real SMTP
+//! server on 127.0.0.1 (tests/it/support/smtp.rs): a stamp queues one delivery in its own
+//! write, the courier `serve` runs sends it (the XML byte for byte, the PDF, the stable
+//! Message-ID), a 550 ends `bounced`, a server down then up gives one message, the admin's
+//! Resend sends again, and without `[email]` nothing is queued.
+
+use std::time::Duration;
+
+use autofactura::deliver::{Event, message_id};
+use autofactura::store::DeliveryRow;
+
+use crate::support::admin::{PASSWORD, pay};
+use crate::support::rows::{Bind, fetch_rows};
+use crate::support::smtp::{Smtp, attachment};
+use crate::support::{Backend, TestApp, spawn_app_with};
+
+/// The app with `[email]` sending to `smtp_addr`, retrying every second.
+async fn app(b: Backend, smtp_addr: &str) -> Option<TestApp> {
+    let toml = format!(
+        "[admin]\npassword = \"{PASSWORD}\"\n[worker]\nidle_poll_ms = 50\n\
+         [email]\nsmtp_url = \"smtp://{smtp_addr}\"\nfrom = \"Facturas <facturas@example.mx>\"\n\
+         bcc = \"archivo@example.mx\"\ntimeout_seconds = 5\nretry_seconds = [1, 1, 1, 1, 1]\n"
+    );
+    spawn_app_with(b, &toml).await
+}
+
+/// A paid sale with the customer's address (`cliente@example.mx`), stamped: its outbox id.
+async fn stamped_sale(app: &TestApp, suffix: &str) -> i64 {
+    let id = pay(app, suffix).await;
+    app.drain(60).await;
+    let d = app.db.document(id).await.expect("db").expect("document");
+    assert_eq!(d.state.to_string(), "stamped", "{d:?}");
+    id
+}
+
+/// The deliveries of `id` once `done` holds of them (within 30 s).
+async fn wait_for(
+    app: &TestApp,
+    id: i64,
+    what: &str,
+    done: impl Fn(&[DeliveryRow]) -> bool,
+) -> Vec<DeliveryRow> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = app.db.deliveries_of(id).await.expect("deliveries");
+        if done(&rows) {
+            return rows;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "deliveries never {what}: {rows:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn all_in(state: &'static str) -> impl Fn(&[DeliveryRow]) -> bool {
+    move |rows| !rows.is_empty() && rows.iter().all(|r| r.state == state)
+}
+
+fn header_of(data: &[u8], name: &str) -> Option<String> {
+    String::from_utf8_lossy(data)
+        .split("\r\n\r\n")
+        .next()?
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_owned))
+}
+
+async fn a_stamped_sale_sends_exactly_one_message_with_its_xml_and_pdf(b: Backend) {
+    let smtp = Smtp::start().await;
+    let Some(app) = app(b, &smtp.addr).await else {
+        return;
+    };
+    let id = stamped_sale(&app, "mail_one").await;
+    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    assert_eq!(rows.len(), 1, "one delivery per stamp: {rows:#?}");
+    let d = app.db.document(id).await.expect("db").expect("document");
+    let uuid = d.uuid.clone().expect("uuid");
+    let stored = d.stamped_xml.clone().expect("stamped xml");
+    assert_eq!(rows[0].recipient, "cliente@example.mx");
+    assert_eq!(rows[0].attempts, 1);
+    assert!(
+        rows[0]
+            .last_reply
+            .as_deref()
+            .unwrap_or("")
+            .contains("queued")
+    );
+    assert_eq!(
+        rows[0].message_id,
+        message_id(&uuid, Event::Stamped, "example.mx")
+    );
+    // The courier keeps polling: still one message a moment later.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let got = smtp.messages();
+    assert_eq!(got.len(), 1, "exactly one message");
+    let rcpt = got[0].rcpt.join(" ");
+    assert!(
+        rcpt.contains("cliente@example.mx") && rcpt.contains("archivo@example.mx"),
+        "{rcpt}"
+    );
+    assert_eq!(
+        header_of(&got[0].data, "Message-ID").as_deref(),
+        Some(rows[0].message_id.as_str())
+    );
+    let stem = format!(
+        "EKU9003173C9_{}{}_{uuid}",
+        d.serie.clone().unwrap_or_default(),
+        d.folio.clone().unwrap_or_default()
+    );
+    let xml = attachment(&got[0].data, &format!("{stem}.xml")).expect("XML attached");
+    assert_eq!(xml, stored, "the XML attachment is the stored stamped XML");
+    let pdf = attachment(&got[0].data, &format!("{stem}.pdf")).expect("PDF attached");
+    assert!(pdf.starts_with(b"%PDF-"), "a PDF");
+}
+
+async fn a_550_ends_bounced_with_the_servers_reply(b: Backend) {
+    let smtp = Smtp::start().await;
+    smtp.reject.store(true, std::sync::atomic::Ordering::SeqCst);
+    let Some(app) = app(b, &smtp.addr).await else {
+        return;
+    };
+    let id = stamped_sale(&app, "mail_550").await;
+    let rows = wait_for(&app, id, "bounced", all_in("bounced")).await;
+    assert_eq!(rows.len(), 1);
+    let reply = rows[0].last_reply.clone().unwrap_or_default();
+    assert!(reply.contains("550"), "{reply}");
+    assert_eq!(rows[0].attempts, 1, "a permanent rejection is not retried");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let again = app.db.deliveries_of(id).await.expect("deliveries");
+    assert_eq!(again[0].attempts, 1, "{again:#?}");
+    assert!(smtp.messages().is_empty());
+}
+
+async fn an_smtp_server_down_then_up_gives_one_delivery(b: Backend) {
+    // A port nothing listens on yet: the server is down.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = closed.local_addr().expect("addr").to_string();
+    drop(closed);
+    let Some(app) = app(b, &addr).await else {
+        return;
+    };
+    let id = stamped_sale(&app, "mail_down").await;
+    let rows = wait_for(&app, id, "retried", |r| {
+        r.len() == 1 && r[0].state == "retry" && r[0].attempts >= 2
+    })
+    .await;
+    assert!(rows[0].last_reply.is_some(), "{rows:#?}");
+    let smtp = Smtp::start_on(&addr).await;
+    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    assert_eq!(rows.len(), 1);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        smtp.messages().len(),
+        1,
+        "one message once the server is up"
+    );
+}
+
+async fn a_stamp_recovered_after_a_lost_answer_queues_one_delivery(b: Backend) {
+    // Every stamp's answer is lost after the PAC committed it: the row goes `unknown` and is
+    // recovered by key, a settle of its own (not the batched one of fresh stamps).
+    let smtp = Smtp::start().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let toml = format!(
+        "[pac]\nsandbox_state = \"{}\"\nsandbox_faults = \"lose_response=1:mode=drop\"\n\
+         [worker]\nidle_poll_ms = 50\nbackoff_base_seconds = 1\n\
+         [email]\nsmtp_url = \"smtp://{}\"\nfrom = \"facturas@example.mx\"\nretry_seconds = [1]\n",
+        dir.path().join("pacsim.jsonl").display(),
+        smtp.addr
+    );
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let id = stamped_sale(&app, "mail_lost").await;
+    let ops: Vec<(String,)> = fetch_rows(
+        &app.db,
+        "SELECT operation FROM pac_attempts WHERE outbox_id = $1 ORDER BY id",
+        &[Bind::I64(id)],
+    )
+    .await;
+    assert_eq!(ops.last().map(|o| o.0.as_str()), Some("recover"), "{ops:?}");
+    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(smtp.messages().len(), 1);
+}
+
+async fn a_crash_after_the_server_took_it_resends_the_same_message_id(b: Backend) {
+    let smtp = Smtp::start().await;
+    let Some(app) = app(b, &smtp.addr).await else {
+        return;
+    };
+    let id = stamped_sale(&app, "mail_crash").await;
+    wait_for(&app, id, "sent", all_in("sent")).await;
+    // As if the courier had died after the server's 250 and before its write: the row still
+    // claimed by a dead claim whose lease has ended.
+    crate::support::exec_sql(
+        &app.db,
+        "UPDATE deliveries SET state = 'pending', lease_owner = 'courier-dead', sent_at = NULL, \
+         run_at = '2000-01-01 00:00:00+00:00'",
+    )
+    .await;
+    let rows = wait_for(&app, id, "sent again", |r| {
+        r.len() == 1 && r[0].state == "sent" && r[0].attempts == 2
+    })
+    .await;
+    let got = smtp.messages();
+    assert_eq!(got.len(), 2, "sent again after the crash");
+    for m in &got {
+        assert_eq!(
+            header_of(&m.data, "Message-ID").as_deref(),
+            Some(rows[0].message_id.as_str()),
+            "the same message, never another"
+        );
+    }
+}
+
+async fn without_email_settings_nothing_is_queued(b: Backend) {
+    let Some(app) = spawn_app_with(b, "[worker]\nidle_poll_ms = 50\n").await else {
+        return;
+    };
+    let id = stamped_sale(&app, "mail_off").await;
+    assert!(
+        app.db
+            .deliveries_of(id)
+            .await
+            .expect("deliveries")
+            .is_empty(),
+        "no SMTP, no delivery"
+    );
+}
+
+on_both_backends!(
+    a_stamped_sale_sends_exactly_one_message_with_its_xml_and_pdf,
+    a_550_ends_bounced_with_the_servers_reply,
+    an_smtp_server_down_then_up_gives_one_delivery,
+    without_email_settings_nothing_is_queued,
+    a_stamp_recovered_after_a_lost_answer_queues_one_delivery,
+    a_crash_after_the_server_took_it_resends_the_same_message_id,
+);
