@@ -22,7 +22,8 @@
 //! - [`operate`]: pausing and resuming the PAC, the chart of stamps and errors per minute.
 //! - [`lists`]: invoices by view, cancellations, the audit log; [`export`]: a list as CSV, and the
 //!   accountant's month as a ZIP.
-//! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
+//! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status;
+//!   [`emails`]: a document's emails to its customer and *Resend*.
 //! - [`cancel`]: the cancel form and request.
 //! - [`refreeze`]: the refreeze form and action; [`fix`]: the fix form of a payment that
 //!   needs attention, which issues its document once, or sends them all to the global.
@@ -37,6 +38,7 @@ pub mod common;
 pub mod dashboard;
 pub mod deadlines;
 pub mod documents;
+pub mod emails;
 pub mod export;
 pub mod findings;
 pub mod fix;
@@ -206,6 +208,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/documents/{id}/xml/{which}", web::get().to(documents::xml))
             .route("/documents/{id}/pdf", web::get().to(documents::pdf))
             .route("/documents/{id}/retry", web::post().to(documents::retry))
+            .route("/documents/{id}/resend", web::post().to(emails::resend))
             .route("/documents/{id}/cancel", web::get().to(cancel::cancel_form))
             .route("/documents/{id}/cancel", web::post().to(cancel::cancel))
             .route(

@@ -188,8 +188,8 @@ impl Db {
     }
 
     /// An admin's resend of the stamped document `outbox_id`: a new message (its own
-    /// Message-ID, `domain` that of `[email] from`) to `to`, or else to the last recipient or
-    /// the customer's address, audited in the same transaction. `None` when the document is
+    /// Message-ID, `domain` that of `[email] from`) to `to`, or else to the customer's address
+    /// (or, when the customer gave none, the last one sent to), audited in the same transaction. `None` when the document is
     /// not stamped or there is no address to send to; else the new row's recipient.
     pub async fn resend_delivery(
         &self,
@@ -199,8 +199,8 @@ impl Db {
         actor: &str,
     ) -> Result<Option<String>, StoreError> {
         static KNOWN: Dialected = Dialected::new(
-            "SELECT o.uuid, COALESCE((SELECT d.recipient FROM deliveries d WHERE d.outbox_id = o.id \
-             ORDER BY d.id DESC LIMIT 1), {EMAIL}), \
+            "SELECT o.uuid, COALESCE({EMAIL}, (SELECT d.recipient FROM deliveries d \
+             WHERE d.outbox_id = o.id ORDER BY d.id DESC LIMIT 1)), \
              (SELECT CAST(COALESCE(MAX(d.resend), 0) + 1 AS BIGINT) FROM deliveries d \
              WHERE d.outbox_id = o.id AND d.event = 'stamped') \
              FROM outbox o JOIN payments p ON p.id = o.payment_id \

@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use autofactura::deliver::{Event, message_id};
+use autofactura::deliver::{Event, message_id, resent_message_id};
 use autofactura::store::DeliveryRow;
 
-use crate::support::admin::{PASSWORD, pay};
+use crate::support::admin::{Browser, PASSWORD, pay};
 use crate::support::rows::{Bind, fetch_rows};
 use crate::support::smtp::{Smtp, attachment};
 use crate::support::{Backend, TestApp, spawn_app_with};
@@ -231,6 +231,64 @@ async fn without_email_settings_nothing_is_queued(b: Backend) {
     );
 }
 
+/// The admin's Resend form of document `id`, sent with `csrf` and another address `to`.
+async fn resend(browser: &Browser, id: i64, csrf: &str, to: &str) -> crate::support::admin::Page {
+    let path = format!("/admin/documents/{id}/resend");
+    browser.post(&path, &[("csrf", csrf), ("to", to)]).await
+}
+
+async fn the_admin_resends_to_another_address(b: Backend) {
+    let smtp = Smtp::start().await;
+    let Some(app) = app(b, &smtp.addr).await else {
+        return;
+    };
+    let id = stamped_sale(&app, "mail_resend").await;
+    wait_for(&app, id, "sent", all_in("sent")).await;
+    let browser = Browser::new(&app);
+    let csrf = browser.login().await;
+    let d = app.db.document(id).await.expect("db").expect("document");
+    let page = browser
+        .get(&format!("/admin/payments/{}", d.payment_id))
+        .await;
+    assert!(page.body.contains("Emails"), "{}", page.body);
+    assert!(page.body.contains("cliente@example.mx"), "{}", page.body);
+    let r = resend(&browser, id, &csrf, "contador@example.org").await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let rows = wait_for(&app, id, "resent", |r| r.len() == 2 && all_in("sent")(r)).await;
+    let uuid = d.uuid.clone().expect("uuid");
+    assert_eq!(rows[1].recipient, "contador@example.org");
+    assert_eq!(rows[1].requested_by.as_deref(), Some("Ana"));
+    assert_eq!(
+        rows[1].message_id,
+        resent_message_id(&uuid, Event::Stamped, 1, "example.mx")
+    );
+    let got = smtp.messages();
+    assert_eq!(got.len(), 2);
+    assert!(got[1].rcpt.join(" ").contains("contador@example.org"));
+    let page = browser
+        .get(&format!("/admin/payments/{}", d.payment_id))
+        .await;
+    assert!(page.body.contains("contador@example.org"), "{}", page.body);
+    assert!(page.body.contains("resend by Ana"), "{}", page.body);
+    // Audited like every admin action.
+    let audit = browser.get("/admin/audit").await;
+    assert!(audit.body.contains("resend_email"), "{}", audit.body);
+    // Without another address: to the customer again; a malformed one is refused.
+    let r = resend(&browser, id, &csrf, "").await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let rows = wait_for(&app, id, "resent twice", |r| {
+        r.len() == 3 && all_in("sent")(r)
+    })
+    .await;
+    assert_eq!(rows[2].recipient, "cliente@example.mx");
+    let r = resend(&browser, id, &csrf, "no es un correo").await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    // A CSRF token that is not the session's is refused, and nothing is queued.
+    let r = resend(&browser, id, "forged", "").await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(app.db.deliveries_of(id).await.expect("rows").len(), 3);
+}
+
 on_both_backends!(
     a_stamped_sale_sends_exactly_one_message_with_its_xml_and_pdf,
     a_550_ends_bounced_with_the_servers_reply,
@@ -238,4 +296,5 @@ on_both_backends!(
     without_email_settings_nothing_is_queued,
     a_stamp_recovered_after_a_lost_answer_queues_one_delivery,
     a_crash_after_the_server_took_it_resends_the_same_message_id,
+    the_admin_resends_to_another_address,
 );
