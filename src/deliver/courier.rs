@@ -54,8 +54,10 @@ impl Courier {
         };
         let timeout = Duration::from_secs(s.timeout_seconds.max(1));
         let mailer = Mailer::from_url(url.expose(), timeout)?;
-        let lease = chrono::Duration::from_std(timeout * 4).unwrap_or_default()
-            + chrono::Duration::seconds(30);
+        // Each of a conversation's steps (greeting, EHLO, MAIL, RCPTs, DATA, the data, QUIT)
+        // may take up to the timeout.
+        let lease = chrono::Duration::from_std(timeout * 8).unwrap_or_default()
+            + chrono::Duration::seconds(5);
         Ok(Some(Courier {
             db,
             mailer,

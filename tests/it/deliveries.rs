@@ -216,6 +216,60 @@ async fn a_crash_after_the_server_took_it_resends_the_same_message_id(b: Backend
     }
 }
 
+async fn a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twice(b: Backend) {
+    // The app itself sends nothing (no [email]); `autofactura worker` processes do, with
+    // [email] from their environment: stamp, queue, send.
+    let smtp = Smtp::start().await;
+    smtp.hold_quit
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let Some(app) = spawn_app_with(b, "[worker]\nidle_poll_ms = 50\n").await else {
+        return;
+    };
+    let url = format!("smtp://{}", smtp.addr);
+    let env = [
+        ("AUTOFACTURA__EMAIL__SMTP_URL", url.as_str()),
+        ("AUTOFACTURA__EMAIL__FROM", "facturas@example.mx"),
+        ("AUTOFACTURA__EMAIL__TIMEOUT_SECONDS", "1"),
+    ];
+    let log = app.config_file.with_file_name("worker.log");
+    let id = pay(&app, "mail_kill").await;
+    let mut first = crate::support::worker_process(&app, &log, &env);
+    // The server has taken the message; the courier waits for QUIT's answer, its write not made.
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    while smtp.messages().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "never sent: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().expect("SIGKILL");
+    let _ = first.wait();
+    let rows = app.db.deliveries_of(id).await.expect("deliveries");
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(
+        rows[0].state, "pending",
+        "killed before its write: {rows:#?}"
+    );
+    // Another worker takes the row once the dead claim's lease ends, and sends it again.
+    smtp.hold_quit
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut second = crate::support::worker_process(&app, &log, &env);
+    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    second.kill().expect("stop");
+    let _ = second.wait();
+    let got = smtp.messages();
+    assert_eq!(got.len(), 2, "once before the kill, once after");
+    for m in &got {
+        assert_eq!(
+            header_of(&m.data, "Message-ID").as_deref(),
+            Some(rows[0].message_id.as_str()),
+            "the same message, never another"
+        );
+    }
+}
+
 async fn without_email_settings_nothing_is_queued(b: Backend) {
     let Some(app) = spawn_app_with(b, "[worker]\nidle_poll_ms = 50\n").await else {
         return;
@@ -297,4 +351,5 @@ on_both_backends!(
     a_stamp_recovered_after_a_lost_answer_queues_one_delivery,
     a_crash_after_the_server_took_it_resends_the_same_message_id,
     the_admin_resends_to_another_address,
+    a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twice,
 );
