@@ -1,5 +1,6 @@
 //! The customer's emails (`deliveries`, migration 0022): the row a stamp queues in its own
-//! write (see `settle.rs`), the courier's claim and settle, the admin's list and resend.
+//! write (see `settle.rs`) and the one a cancellation queues in its own (`cancellations.rs`),
+//! the courier's claim and settle, the admin's list and resend.
 //!
 //! A row is claimed with a lease by moving its `run_at` to the lease's end under a claim id
 //! (`lease_owner`): a courier that dies while sending leaves it due again when the lease ends,
@@ -9,7 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use super::admin::audit_in;
-use super::exec::{Dialect, Dialected, stmt};
+use super::exec::{Dialect, Dialected, Tx, stmt};
 use super::{Db, StoreError};
 use crate::domain::delivery::{Event, resent_message_id};
 
@@ -54,6 +55,44 @@ pub(super) static QUEUE_STAMPED_MANY_PG: Dialected = Dialected::new(
      WHERE v.message_id IS NOT NULL AND {EMAIL} IS NOT NULL ON CONFLICT DO NOTHING)",
     &[EMAIL],
 );
+
+/// The message of a cancellation that has just ended `canceled` ($1 its Message-ID, $2 now,
+/// $3 the outbox row), written in the transaction that records it.
+static QUEUE_CANCELED: Dialected = Dialected::new(
+    "INSERT INTO deliveries (outbox_id, event, resend, recipient, message_id, state, attempts, \
+     run_at, created_at, updated_at) \
+     SELECT o.id, 'canceled', 0, {EMAIL}, $1, 'pending', 0, $2, $2, $2 \
+     FROM outbox o JOIN payments p ON p.id = o.payment_id \
+     WHERE o.id = $3 AND {EMAIL} IS NOT NULL ON CONFLICT DO NOTHING",
+    &[EMAIL],
+);
+
+/// In `tx`, with the cancellation that causes it: the customer's email that document
+/// `outbox_id` was cancelled, when email is on (`domain`) and the customer has an address.
+pub(super) async fn queue_canceled_in(
+    tx: &mut Tx<'_>,
+    outbox_id: i64,
+    domain: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let Some(domain) = domain else {
+        return Ok(());
+    };
+    let uuid: Option<(Option<String>,)> = stmt("SELECT uuid FROM outbox WHERE id = $1")
+        .bind(outbox_id)
+        .fetch_optional_in(tx, "read a cancelled document's UUID")
+        .await?;
+    let Some(uuid) = uuid.and_then(|u| u.0) else {
+        return Ok(());
+    };
+    stmt(QUEUE_CANCELED.text(tx.dialect()))
+        .bind(resent_message_id(&uuid, Event::Canceled, 0, domain))
+        .bind(now)
+        .bind(outbox_id)
+        .execute_in(tx, "queue the cancellation's email")
+        .await?;
+    Ok(())
+}
 
 /// The Message-ID of a fresh stamp's message, when email is on (`domain`, of `[email] from`).
 pub(super) fn stamped_message_id(uuid: &str, domain: Option<&str>) -> Option<String> {

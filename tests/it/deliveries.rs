@@ -270,6 +270,80 @@ async fn a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twi
     }
 }
 
+/// A stamped sale whose email was sent (its outbox id), and the admin signed in (its CSRF).
+async fn sent_and_signed_in(
+    b: Backend,
+    suffix: &str,
+) -> Option<(Smtp, TestApp, i64, Browser, String)> {
+    let smtp = Smtp::start().await;
+    let app = app(b, &smtp.addr).await?;
+    let id = stamped_sale(&app, suffix).await;
+    wait_for(&app, id, "sent", all_in("sent")).await;
+    let browser = Browser::new(&app);
+    let csrf = browser.login().await;
+    Some((smtp, app, id, browser, csrf))
+}
+
+async fn a_cancelled_invoice_emails_the_customer_with_its_own_wording(b: Backend) {
+    let Some((smtp, app, id, browser, csrf)) = sent_and_signed_in(b, "mail_cancel").await else {
+        return;
+    };
+    let path = format!("/admin/documents/{id}/cancel");
+    let r = browser
+        .post(&path, &[("csrf", &csrf), ("motivo", "02")])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let (pool, _services) = app.start_pool().await;
+    let rows = wait_for(&app, id, "canceled and sent", |r| {
+        r.len() == 2 && all_in("sent")(r)
+    })
+    .await;
+    pool.shutdown().await;
+    let uuid = app.db.document(id).await.expect("db").expect("doc").uuid;
+    assert_eq!(rows[1].event, "canceled");
+    assert_eq!(
+        rows[1].message_id,
+        message_id(&uuid.expect("uuid"), Event::Canceled, "example.mx")
+    );
+    let got = smtp.messages();
+    assert_eq!(got.len(), 2);
+    let subject = subject_of(&got[1].data);
+    assert!(
+        subject.starts_with("Cancelación") && subject.contains("de su factura A-"),
+        "{subject}"
+    );
+    assert!(subject_of(&got[0].data).starts_with("Su factura"));
+}
+
+/// The Subject header, its RFC 2047 words (`=?utf-8?b?…?=`, as lettre writes them) decoded
+/// (the spaces between words approximate).
+fn subject_of(data: &[u8]) -> String {
+    use base64::Engine;
+    let text = String::from_utf8_lossy(data);
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    let mut lines = head
+        .split("\r\n")
+        .skip_while(|l| !l.starts_with("Subject: "));
+    let mut raw = lines.next().unwrap_or_default()["Subject: ".len()..].to_owned();
+    raw.extend(lines.take_while(|l| l.starts_with(' ')).map(str::to_owned));
+    raw.split_whitespace()
+        .map(|w| {
+            match w
+                .strip_prefix("=?utf-8?b?")
+                .and_then(|w| w.strip_suffix("?="))
+            {
+                Some(b64) => String::from_utf8_lossy(
+                    &base64::engine::general_purpose::STANDARD
+                        .decode(b64)
+                        .expect("base64"),
+                )
+                .into_owned(),
+                None => format!("{w} "),
+            }
+        })
+        .collect()
+}
+
 async fn without_email_settings_nothing_is_queued(b: Backend) {
     let Some(app) = spawn_app_with(b, "[worker]\nidle_poll_ms = 50\n").await else {
         return;
@@ -292,14 +366,9 @@ async fn resend(browser: &Browser, id: i64, csrf: &str, to: &str) -> crate::supp
 }
 
 async fn the_admin_resends_to_another_address(b: Backend) {
-    let smtp = Smtp::start().await;
-    let Some(app) = app(b, &smtp.addr).await else {
+    let Some((smtp, app, id, browser, csrf)) = sent_and_signed_in(b, "mail_resend").await else {
         return;
     };
-    let id = stamped_sale(&app, "mail_resend").await;
-    wait_for(&app, id, "sent", all_in("sent")).await;
-    let browser = Browser::new(&app);
-    let csrf = browser.login().await;
     let d = app.db.document(id).await.expect("db").expect("document");
     let page = browser
         .get(&format!("/admin/payments/{}", d.payment_id))
@@ -351,5 +420,6 @@ on_both_backends!(
     a_stamp_recovered_after_a_lost_answer_queues_one_delivery,
     a_crash_after_the_server_took_it_resends_the_same_message_id,
     the_admin_resends_to_another_address,
+    a_cancelled_invoice_emails_the_customer_with_its_own_wording,
     a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twice,
 );
