@@ -14,13 +14,23 @@ use super::exec::{Dialect, Dialected, Tx, stmt};
 use super::{Db, StoreError};
 use crate::domain::delivery::{Event, resent_message_id};
 
-/// The customer's address of a document: its payment's `customer_json.email`, blank as none.
-/// JSON is read differently by each backend (the only reason for the markers below).
+/// The customer's address of a document: its payment's `customer_json.email`, blank as none;
+/// for an egreso, that of the sale it credits (its own payment row carries none). JSON is read
+/// differently by each backend (the only reason for this marker's two spellings).
 const EMAIL: (&str, &str, &str) = (
     "{EMAIL}",
-    "NULLIF(TRIM(json_extract(p.customer_json, '$.email')), '')",
-    "NULLIF(TRIM(p.customer_json::jsonb #>> '{email}'), '')",
+    "COALESCE(NULLIF(TRIM(json_extract(p.customer_json, '$.email')), ''), \
+     NULLIF(TRIM(json_extract(op.customer_json, '$.email')), ''))",
+    "COALESCE(NULLIF(TRIM(p.customer_json::jsonb #>> '{email}'), ''), \
+     NULLIF(TRIM(op.customer_json::jsonb #>> '{email}'), ''))",
 );
+
+/// Where [`EMAIL`] reads from: the document `o`, its payment `p`, and for an egreso the sale
+/// `op` its refund credits (the same on both backends).
+const PAYMENTS: (&str, &str, &str) = ("{PAYMENTS}", PAYMENTS_JOIN, PAYMENTS_JOIN);
+const PAYMENTS_JOIN: &str = "JOIN payments p ON p.id = o.payment_id \
+     LEFT JOIN refunds r ON r.outbox_id = o.id AND o.kind = 'egreso' \
+     LEFT JOIN payments op ON op.provider = r.provider AND op.payment_id = r.payment_ref";
 
 /// The message of a fresh stamp ($1 its Message-ID, $2 now, $3 the outbox row), inserted only
 /// when the row was stamped by this write and its customer has an address; a second settle of
@@ -32,10 +42,11 @@ pub(super) static QUEUE_STAMPED: Dialected = Dialected::new(
     "INSERT INTO deliveries (outbox_id, event, resend, recipient, message_id, state, attempts, \
      run_at, created_at, updated_at) \
      SELECT o.id, 'stamped', 0, {EMAIL}, $1, 'pending', 0, $2, $2, $2 \
-     FROM outbox o JOIN payments p ON p.id = o.payment_id \
+     FROM outbox o {PAYMENTS} \
      WHERE o.id = $3 AND {STAMPED} AND {EMAIL} IS NOT NULL ON CONFLICT DO NOTHING",
     &[
         EMAIL,
+        PAYMENTS,
         (
             "{STAMPED}",
             "o.state = 'stamped'",
@@ -50,10 +61,9 @@ pub(super) static QUEUE_STAMPED_MANY_PG: Dialected = Dialected::new(
     "mailed AS (INSERT INTO deliveries (outbox_id, event, resend, recipient, message_id, state, \
      attempts, run_at, created_at, updated_at) \
      SELECT o.id, 'stamped', 0, {EMAIL}, v.message_id, 'pending', 0, $13, $13, $13 \
-     FROM settled JOIN v ON v.id = settled.id JOIN outbox o ON o.id = settled.id \
-     JOIN payments p ON p.id = o.payment_id \
+     FROM settled JOIN v ON v.id = settled.id JOIN outbox o ON o.id = settled.id {PAYMENTS} \
      WHERE v.message_id IS NOT NULL AND {EMAIL} IS NOT NULL ON CONFLICT DO NOTHING)",
-    &[EMAIL],
+    &[EMAIL, PAYMENTS],
 );
 
 /// The message of a cancellation that has just ended `canceled` ($1 its Message-ID, $2 now,
@@ -62,9 +72,9 @@ static QUEUE_CANCELED: Dialected = Dialected::new(
     "INSERT INTO deliveries (outbox_id, event, resend, recipient, message_id, state, attempts, \
      run_at, created_at, updated_at) \
      SELECT o.id, 'canceled', 0, {EMAIL}, $1, 'pending', 0, $2, $2, $2 \
-     FROM outbox o JOIN payments p ON p.id = o.payment_id \
+     FROM outbox o {PAYMENTS} \
      WHERE o.id = $3 AND {EMAIL} IS NOT NULL ON CONFLICT DO NOTHING",
-    &[EMAIL],
+    &[EMAIL, PAYMENTS],
 );
 
 /// In `tx`, with the cancellation that causes it: the customer's email that document
@@ -242,9 +252,9 @@ impl Db {
              WHERE d.outbox_id = o.id ORDER BY d.id DESC LIMIT 1)), \
              (SELECT CAST(COALESCE(MAX(d.resend), 0) + 1 AS BIGINT) FROM deliveries d \
              WHERE d.outbox_id = o.id AND d.event = 'stamped') \
-             FROM outbox o JOIN payments p ON p.id = o.payment_id \
+             FROM outbox o {PAYMENTS} \
              WHERE o.id = $1 AND o.state = 'stamped' AND o.uuid IS NOT NULL",
-            &[EMAIL],
+            &[EMAIL, PAYMENTS],
         );
         const INSERT: &str = "INSERT INTO deliveries (outbox_id, event, resend, recipient, \
             message_id, state, attempts, run_at, requested_by, created_at, updated_at) \

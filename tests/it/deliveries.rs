@@ -344,6 +344,37 @@ fn subject_of(data: &[u8]) -> String {
         .collect()
 }
 
+async fn an_egreso_emails_the_customer_of_the_sale_it_credits(b: Backend) {
+    let smtp = Smtp::start().await;
+    let Some(app) = app(b, &smtp.addr).await else {
+        return;
+    };
+    let sale = stamped_sale(&app, "mail_egreso").await;
+    wait_for(&app, sale, "sent", all_in("sent")).await;
+    let (pool, _services) = app.start_pool().await;
+    let (kind, suffix) = ("refund.created", "mail_egreso");
+    crate::refunds::refund_event(&app, "mail_egreso_r1", kind, suffix, "mail_egreso_r1", 4999)
+        .await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    let egreso = loop {
+        let ids: Vec<(i64,)> =
+            fetch_rows(&app.db, "SELECT id FROM outbox WHERE kind = 'egreso'", &[]).await;
+        if let Some((id,)) = ids.first() {
+            break *id;
+        }
+        assert!(tokio::time::Instant::now() < until, "no egreso");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let rows = wait_for(&app, egreso, "sent", all_in("sent")).await;
+    pool.shutdown().await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].recipient, "cliente@example.mx");
+    let got = smtp.messages();
+    assert_eq!(got.len(), 2, "the ingreso's, then the egreso's");
+    let subject = subject_of(&got[1].data);
+    assert!(subject.contains("nota de crédito"), "{subject}");
+}
+
 async fn without_email_settings_nothing_is_queued(b: Backend) {
     let Some(app) = spawn_app_with(b, "[worker]\nidle_poll_ms = 50\n").await else {
         return;
@@ -421,5 +452,6 @@ on_both_backends!(
     a_crash_after_the_server_took_it_resends_the_same_message_id,
     the_admin_resends_to_another_address,
     a_cancelled_invoice_emails_the_customer_with_its_own_wording,
+    an_egreso_emails_the_customer_of_the_sale_it_credits,
     a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twice,
 );
