@@ -704,5 +704,18 @@ mod tests {
         );
         let sandbox = banner(&Settings::defaults().expect("settings"), &Source::Defaults);
         assert!(sandbox.contains("sandbox (test environment)"), "{sandbox}");
+        assert!(sandbox.contains("email:      off"), "{sandbox}");
+    }
+
+    #[test]
+    fn the_banner_says_email_is_on_without_the_smtp_password() {
+        let file = "[email]\nsmtp_url = \"smtp://ana:hunter2@smtp.example.mx:587?tls=required\"\nfrom = \"facturas@example.mx\"\n";
+        let s = Settings::from_parts(Some(file), &[]).expect("settings");
+        let b = banner(&s, &Source::Defaults);
+        assert!(
+            b.contains("email:      on: facturas@example.mx via smtp://"),
+            "{b}"
+        );
+        assert!(!b.contains("hunter2"), "{b}");
     }
 }
