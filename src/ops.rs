@@ -556,6 +556,7 @@ pub async fn reconcile(config: Option<&Path>) -> anyhow::Result<ExitCode> {
         &lock,
         &settings.emisor.rfc,
         "reconcile (command)",
+        settings.email.message_domain().as_deref(),
     )
     .await?;
     println!("{}", report.summary());

@@ -125,6 +125,9 @@ pub struct Admin {
     pub pac_name: String,
     /// The backup PAC's pause name (`[pac.backup]`), paused and resumed on its own.
     pub backup_name: Option<String>,
+    /// With `[email]` on, the domain of its `from`: a stamp adopted by reconciliation queues
+    /// the customer's email.
+    pub mail_domain: Option<String>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -172,6 +175,7 @@ impl Admin {
                 .map(|c| c.kind.name().to_owned())
                 .unwrap_or_else(|_| "pac".to_owned()),
             backup_name: settings.pac_config().ok().and_then(|c| c.backup_name()),
+            mail_domain: settings.email.message_domain(),
         })
     }
 }

@@ -5,10 +5,11 @@ use chrono::{DateTime, Utc};
 
 use super::admin::audit_in;
 use super::api::queue_api_event_in;
-use super::deliveries::queue_canceled_in;
+use super::deliveries::queue_event_in;
 use super::exec::{Dialect, Dialected, Stmt, stmt};
 use super::outbox::mark_canceled_in;
 pub use super::rows::CancellationRow;
+use crate::domain::delivery::Event;
 
 /// A cancellation a worker holds the lease of (the claim returns the whole row).
 pub type ClaimedCancel = CancellationRow;
@@ -130,7 +131,7 @@ impl Db {
             && mark_canceled_in(&mut tx, oid, now).await?
         {
             queue_api_event_in(&mut tx, "invoice.canceled", oid, now).await?;
-            queue_canceled_in(&mut tx, oid, mail, now).await?;
+            queue_event_in(&mut tx, oid, Event::Canceled, mail, now).await?;
         }
         tx.commit("commit the cancellation's progress").await?;
         Ok(n == 1)

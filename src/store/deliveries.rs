@@ -66,22 +66,23 @@ pub(super) static QUEUE_STAMPED_MANY_PG: Dialected = Dialected::new(
     &[EMAIL, PAYMENTS],
 );
 
-/// The message of a cancellation that has just ended `canceled` ($1 its Message-ID, $2 now,
-/// $3 the outbox row), written in the transaction that records it.
-static QUEUE_CANCELED: Dialected = Dialected::new(
+/// The message of event $4 of the outbox row $3 ($1 its Message-ID, $2 now), written in the
+/// transaction that records the event (a cancellation ending `canceled`, an adopted stamp).
+static QUEUE_EVENT: Dialected = Dialected::new(
     "INSERT INTO deliveries (outbox_id, event, resend, recipient, message_id, state, attempts, \
      run_at, created_at, updated_at) \
-     SELECT o.id, 'canceled', 0, {EMAIL}, $1, 'pending', 0, $2, $2, $2 \
+     SELECT o.id, $4, 0, {EMAIL}, $1, 'pending', 0, $2, $2, $2 \
      FROM outbox o {PAYMENTS} \
      WHERE o.id = $3 AND {EMAIL} IS NOT NULL ON CONFLICT DO NOTHING",
     &[EMAIL, PAYMENTS],
 );
 
-/// In `tx`, with the cancellation that causes it: the customer's email that document
-/// `outbox_id` was cancelled, when email is on (`domain`) and the customer has an address.
-pub(super) async fn queue_canceled_in(
+/// In `tx`, with the change that causes it: the customer's email of `event` of document
+/// `outbox_id`, when email is on (`domain`) and the customer has an address.
+pub(super) async fn queue_event_in(
     tx: &mut Tx<'_>,
     outbox_id: i64,
+    event: Event,
     domain: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -90,16 +91,17 @@ pub(super) async fn queue_canceled_in(
     };
     let uuid: Option<(Option<String>,)> = stmt("SELECT uuid FROM outbox WHERE id = $1")
         .bind(outbox_id)
-        .fetch_optional_in(tx, "read a cancelled document's UUID")
+        .fetch_optional_in(tx, "read a document's UUID")
         .await?;
     let Some(uuid) = uuid.and_then(|u| u.0) else {
         return Ok(());
     };
-    stmt(QUEUE_CANCELED.text(tx.dialect()))
-        .bind(resent_message_id(&uuid, Event::Canceled, 0, domain))
+    stmt(QUEUE_EVENT.text(tx.dialect()))
+        .bind(resent_message_id(&uuid, event, 0, domain))
         .bind(now)
         .bind(outbox_id)
-        .execute_in(tx, "queue the cancellation's email")
+        .bind(event.tag())
+        .execute_in(tx, "queue the customer's email")
         .await?;
     Ok(())
 }

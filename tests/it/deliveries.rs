@@ -375,6 +375,33 @@ async fn an_egreso_emails_the_customer_of_the_sale_it_credits(b: Backend) {
     assert!(subject.contains("nota de crédito"), "{subject}");
 }
 
+async fn a_stamp_adopted_by_reconciliation_emails_the_customer(b: Backend) {
+    use crate::support::admin::{mark_state, seal, send_to_pac};
+    let smtp = Smtp::start().await;
+    let Some(app) = app(b, &smtp.addr).await else {
+        return;
+    };
+    // The PAC stamped, we recorded nothing: the row is `unknown` until reconciliation adopts it.
+    let id = pay(&app, "mail_adopt").await;
+    seal(&app, id).await;
+    let uuid = match send_to_pac(&app, id).await {
+        autofactura::pac::StampOutcome::Stamped(s) => s.uuid,
+        other => panic!("{other:?}"),
+    };
+    mark_state(&app, id, "unknown").await;
+    let browser = Browser::new(&app);
+    let csrf = browser.login().await;
+    let r = browser.post("/admin/reconcile", &[("csrf", &csrf)]).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].message_id,
+        message_id(&uuid, Event::Stamped, "example.mx")
+    );
+    assert_eq!(smtp.messages().len(), 1);
+}
+
 async fn without_email_settings_nothing_is_queued(b: Backend) {
     let Some(app) = spawn_app_with(b, "[worker]\nidle_poll_ms = 50\n").await else {
         return;
@@ -453,5 +480,6 @@ on_both_backends!(
     the_admin_resends_to_another_address,
     a_cancelled_invoice_emails_the_customer_with_its_own_wording,
     an_egreso_emails_the_customer_of_the_sale_it_credits,
+    a_stamp_adopted_by_reconciliation_emails_the_customer,
     a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twice,
 );
