@@ -1,7 +1,7 @@
 //! One stop for the whole process. [`Shutdown`] wraps the one [`CancellationToken`] that the
 //! HTTP servers, the worker pool and every background loop (Mercado Pago fetch retries,
-//! periodic reconciliation, merchant webhooks, the idempotency purge) are given: each ends
-//! when it is cancelled, nothing is aborted from outside. The entry points (`serve`,
+//! periodic reconciliation, merchant webhooks, the customer's emails, the idempotency purge)
+//! are given: each ends when it is cancelled, nothing is aborted from outside. The entry points (`serve`,
 //! `autofactura worker`) cancel it on a signal; tests and benchmarks may cancel it themselves.
 //!
 //! Imports nothing of the crate, so anything may take it.

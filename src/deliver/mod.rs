@@ -7,9 +7,12 @@
 //! it: retries with backoff on a transient failure, `bounced` on a permanent one (5xx, which
 //! [`Mailer::send`] tells apart).
 //!
-//! Who may import it: `startup` (to run the [`courier::Courier`]), the admin (a resend's
-//! Message-ID) and tests. It uses `[email]`, the store, the PDF and the document engine's XML
-//! tree.
+//! Who may import it: `startup` (to run the [`courier::Courier`]) and tests. It uses
+//! `[email]`, the store, the PDF and the document engine's XML tree; the Message-ID and the
+//! events live in [`crate::domain::delivery`], shared with the store.
+//!
+//! - `mod.rs`: the message ([`message`], [`message_as`]) and SMTP ([`Mailer`]).
+//! - [`courier`]: the loop that drains the delivery outbox.
 
 pub mod courier;
 
