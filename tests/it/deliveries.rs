@@ -402,6 +402,39 @@ async fn a_stamp_adopted_by_reconciliation_emails_the_customer(b: Backend) {
     assert_eq!(smtp.messages().len(), 1);
 }
 
+async fn an_api_invoice_emails_its_receptors_address(b: Backend) {
+    let smtp = Smtp::start().await;
+    let Some(app) = app(b, &smtp.addr).await else {
+        return;
+    };
+    let key = autofactura::api::keys::create_api_key(&app.db, "tests", "EKU9003173C9")
+        .await
+        .expect("api key");
+    let post = |body: serde_json::Value| {
+        app.http
+            .post(format!("{}/v1/invoices", app.address))
+            .bearer_auth(key.expose())
+            .json(&body)
+            .send()
+    };
+    let mut body = crate::api::invoice();
+    body["receptor"]["email"] = "no es un correo".into();
+    let r = post(body.clone()).await.expect("POST");
+    assert_eq!(r.status(), 422, "{}", r.text().await.unwrap_or_default());
+    body["receptor"]["email"] = "receptor@example.org".into();
+    let r = post(body).await.expect("POST");
+    assert!(r.status().is_success(), "{}", r.status());
+    app.drain(60).await;
+    let (id,): (i64,) = fetch_rows(&app.db, "SELECT outbox_id FROM api_invoices", &[])
+        .await
+        .into_iter()
+        .next()
+        .expect("the invoice");
+    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    assert_eq!(rows[0].recipient, "receptor@example.org");
+    assert_eq!(smtp.messages().len(), 1);
+}
+
 async fn without_email_settings_nothing_is_queued(b: Backend) {
     let Some(app) = spawn_app_with(b, "[worker]\nidle_poll_ms = 50\n").await else {
         return;
@@ -481,5 +514,6 @@ on_both_backends!(
     a_cancelled_invoice_emails_the_customer_with_its_own_wording,
     an_egreso_emails_the_customer_of_the_sale_it_credits,
     a_stamp_adopted_by_reconciliation_emails_the_customer,
+    an_api_invoice_emails_its_receptors_address,
     a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twice,
 );
