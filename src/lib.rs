@@ -41,7 +41,8 @@
 //! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
 //! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
 //!   outbox; [`webhooks`] is inbound only.
-//! - [`deliver`]: the customer's email (message with the XML and the PDF, SMTP sending).
+//! - [`deliver`]: the customer's email (message with the XML and the PDF, SMTP sending) and
+//!   the courier draining its outbox (rows written with the stamp or the cancellation).
 //! - [`pdf`]: the representación impresa (PDF with the SAT QR) of a stamped CFDI, from its
 //!   XML alone.
 //! - [`portal`]: the public self-invoicing portal (`/facturar`): a customer turns a receipt

@@ -75,6 +75,13 @@ fn banner(s: &Settings, source: &Source) -> String {
             s.server.trusted_proxies.join(", ")
         ));
     }
+    b.push_str(&match (&s.email.smtp_url, &s.email.from) {
+        (Some(url), Some(from)) => format!(
+            "\n  email:      on: {from} via {}",
+            crate::config::url_for_log(url.expose())
+        ),
+        _ => "\n  email:      off (no [email] smtp_url): nothing is sent or queued".to_owned(),
+    });
     if s.is_sandbox() {
         b.push_str(
             "\n  sandbox:    no real stamps; test CSD from fixtures/csd unless [emisor] csd_* are set\
@@ -113,16 +120,25 @@ pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     crate::telemetry::init(settings.log.format);
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
+    let db_for_courier = db.clone();
     let services = startup::worker_services(&settings, db).await?;
     let shutdown = Shutdown::new();
     let pool = services.worker.clone().start(shutdown.token(), None);
+    let pdf = crate::pdf::PdfOptions::from_settings(&settings.pdf)?;
+    let courier = startup::spawn_courier(&settings, db_for_courier, pdf, &shutdown.token())?;
     eprintln!(
-        "autofactura worker {}: {} slots, PAC {}; stop with Ctrl-C or SIGTERM",
-        services.worker.id, services.worker.cfg.concurrency, services.worker.pac_label
+        "autofactura worker {}: {} slots, PAC {}, email {}; stop with Ctrl-C or SIGTERM",
+        services.worker.id,
+        services.worker.cfg.concurrency,
+        services.worker.pac_label,
+        if courier.is_some() { "on" } else { "off" }
     );
     shutdown.stop_on(Signals::TermAndInt);
     shutdown.cancelled().await;
     pool.shutdown().await;
+    if let Some(c) = courier {
+        let _ = c.await;
+    }
     drop(services);
     Ok(ExitCode::SUCCESS)
 }
@@ -543,6 +559,7 @@ pub async fn reconcile(config: Option<&Path>) -> anyhow::Result<ExitCode> {
         &lock,
         &settings.emisor.rfc,
         "reconcile (command)",
+        settings.email.message_domain().as_deref(),
     )
     .await?;
     println!("{}", report.summary());
@@ -697,5 +714,18 @@ mod tests {
         );
         let sandbox = banner(&Settings::defaults().expect("settings"), &Source::Defaults);
         assert!(sandbox.contains("sandbox (test environment)"), "{sandbox}");
+        assert!(sandbox.contains("email:      off"), "{sandbox}");
+    }
+
+    #[test]
+    fn the_banner_says_email_is_on_without_the_smtp_password() {
+        let file = "[email]\nsmtp_url = \"smtp://ana:hunter2@smtp.example.mx:587?tls=required\"\nfrom = \"facturas@example.mx\"\n";
+        let s = Settings::from_parts(Some(file), &[]).expect("settings");
+        let b = banner(&s, &Source::Defaults);
+        assert!(
+            b.contains("email:      on: facturas@example.mx via smtp://"),
+            "{b}"
+        );
+        assert!(!b.contains("hunter2"), "{b}");
     }
 }

@@ -1,7 +1,7 @@
 //! One stop for the whole process. [`Shutdown`] wraps the one [`CancellationToken`] that the
 //! HTTP servers, the worker pool and every background loop (Mercado Pago fetch retries,
-//! periodic reconciliation, merchant webhooks, the idempotency purge) are given: each ends
-//! when it is cancelled, nothing is aborted from outside. The entry points (`serve`,
+//! periodic reconciliation, merchant webhooks, the customer's emails, the idempotency purge)
+//! are given: each ends when it is cancelled, nothing is aborted from outside. The entry points (`serve`,
 //! `autofactura worker`) cancel it on a signal; tests and benchmarks may cancel it themselves.
 //!
 //! Imports nothing of the crate, so anything may take it.
@@ -113,5 +113,36 @@ async fn signal(signals: Signals) -> (&'static str, bool) {
         let _ = signals;
         let _ = tokio::signal::ctrl_c().await;
         ("Ctrl-C", true)
+    }
+}
+
+/// The loop of an outbox drained one row at a time (merchant webhooks, the customer's emails):
+/// `step` handles one due row (`Ok(false)`: none was due) until `token` is cancelled; a step
+/// under way is finished first. When idle or when `step` fails (the database is away, said
+/// once per failure in `what`'s words), it sleeps `idle` between looks.
+pub async fn drain_until_cancelled<E, F, Fut>(
+    token: CancellationToken,
+    idle: std::time::Duration,
+    what: &str,
+    mut step: F,
+) where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, E>>,
+{
+    while !token.is_cancelled() {
+        let worked = match step().await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "{what}: database unavailable");
+                false
+            }
+        };
+        if !worked {
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(idle) => {}
+            }
+        }
     }
 }

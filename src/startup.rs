@@ -272,6 +272,13 @@ impl Application {
         {
             tokio::spawn(sender.run(token.clone()));
         }
+        // The customer's emails (`[email]`): finishes a send under way when stopped.
+        let courier = spawn_courier(
+            &self.state.settings,
+            self.state.db.clone(),
+            self.state.pdf.clone(),
+            &token,
+        )?;
         tokio::spawn(crate::api::idempotency::purge_loop(
             self.state.db.clone(),
             Duration::from_secs(api_settings.purge_interval_seconds),
@@ -291,7 +298,12 @@ impl Application {
         };
         // A server that ended on its own stops the rest too.
         self.shutdown.cancel();
-        for task in [retry, refunds].into_iter().chain(reconcile).chain(global) {
+        for task in [retry, refunds]
+            .into_iter()
+            .chain(reconcile)
+            .chain(global)
+            .chain(courier)
+        {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a background loop ended abnormally");
             }
@@ -394,6 +406,19 @@ pub async fn connect_pac(cfg: &PacConfig) -> anyhow::Result<ConnectedPac> {
     }
     let client = pac::connect(&cfg)?;
     Ok(ConnectedPac { client, sandbox })
+}
+
+/// Starts the courier of the customer's emails until `token` is cancelled; `None` when
+/// `[email]` is off (`serve` and `autofactura worker` both run one: claims are leased, so
+/// several couriers share the outbox).
+pub fn spawn_courier(
+    settings: &Settings,
+    db: Db,
+    pdf: crate::pdf::PdfOptions,
+    token: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let courier = crate::deliver::courier::Courier::from_settings(db, &settings.email, pdf)?;
+    Ok(courier.map(|c| tokio::spawn(c.run(token.clone()))))
 }
 
 /// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the

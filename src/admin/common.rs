@@ -93,6 +93,7 @@ pub fn notice_text(key: &str) -> Option<&'static str> {
         }
         "resolved" => "Finding closed.",
         "sat_status" => "SAT status queried; the answer is recorded below.",
+        "resent" => "A new email with the XML and the PDF was queued; see Emails below.",
         "logged_out" => "Signed out.",
         "none_selected" => {
             "Nothing was selected: tick the documents to retry first, or use \"select all\"."

@@ -71,6 +71,10 @@ pub struct DocView {
     pub can_cancel: bool,
     pub can_refreeze: bool,
     pub sat_status: Option<ActionView>,
+    pub emails: Vec<super::emails::EmailView>,
+    /// Email is on (`[email]`) and the document is stamped.
+    pub can_resend: bool,
+    pub email_on: bool,
 }
 
 #[derive(Template)]
@@ -223,6 +227,13 @@ async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView
         .find(|a| a.action == "sat_status")
         .map(ActionView::of);
     let (label, class) = state_label(d.state.as_str());
+    let emails = db
+        .deliveries_of(d.id)
+        .await?
+        .into_iter()
+        .map(|e| super::emails::EmailView::of(e, now))
+        .collect();
+    let email_on = state.settings.email.enabled();
     Ok(DocView {
         can_retry: matches!(d.state, DocumentState::Failed | DocumentState::Unknown),
         can_cancel: d.state == DocumentState::Stamped && d.uuid.is_some() && !live_cancel,
@@ -280,6 +291,9 @@ async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView
             .collect(),
         actions: actions.iter().map(ActionView::of).collect(),
         sat_status,
+        emails,
+        can_resend: email_on && d.state == DocumentState::Stamped,
+        email_on,
     })
 }
 

@@ -150,6 +150,7 @@ pub async fn reconcile_now(
         &admin.reconcile_lock,
         &admin.emisor_rfc,
         &session.actor,
+        admin.mail_domain.as_deref(),
     )
     .await
     .map_err(|e| AdminError::Refused(format!("reconciliation did not finish: {e}")))?;

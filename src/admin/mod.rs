@@ -22,7 +22,8 @@
 //! - [`operate`]: pausing and resuming the PAC, the chart of stamps and errors per minute.
 //! - [`lists`]: invoices by view, cancellations, the audit log; [`export`]: a list as CSV, and the
 //!   accountant's month as a ZIP.
-//! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status.
+//! - [`documents`]: a payment's detail page, the XML and acuse, retry (one or many), SAT status;
+//!   [`emails`]: a document's emails to its customer and *Resend*.
 //! - [`cancel`]: the cancel form and request.
 //! - [`refreeze`]: the refreeze form and action; [`fix`]: the fix form of a payment that
 //!   needs attention, which issues its document once, or sends them all to the global.
@@ -37,6 +38,7 @@ pub mod common;
 pub mod dashboard;
 pub mod deadlines;
 pub mod documents;
+pub mod emails;
 pub mod export;
 pub mod findings;
 pub mod fix;
@@ -123,6 +125,9 @@ pub struct Admin {
     pub pac_name: String,
     /// The backup PAC's pause name (`[pac.backup]`), paused and resumed on its own.
     pub backup_name: Option<String>,
+    /// With `[email]` on, the domain of its `from`: a stamp adopted by reconciliation queues
+    /// the customer's email.
+    pub mail_domain: Option<String>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -170,6 +175,7 @@ impl Admin {
                 .map(|c| c.kind.name().to_owned())
                 .unwrap_or_else(|_| "pac".to_owned()),
             backup_name: settings.pac_config().ok().and_then(|c| c.backup_name()),
+            mail_domain: settings.email.message_domain(),
         })
     }
 }
@@ -206,6 +212,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/documents/{id}/xml/{which}", web::get().to(documents::xml))
             .route("/documents/{id}/pdf", web::get().to(documents::pdf))
             .route("/documents/{id}/retry", web::post().to(documents::retry))
+            .route("/documents/{id}/resend", web::post().to(emails::resend))
             .route("/documents/{id}/cancel", web::get().to(cancel::cancel_form))
             .route("/documents/{id}/cancel", web::post().to(cancel::cancel))
             .route(

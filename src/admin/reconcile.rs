@@ -137,6 +137,7 @@ async fn settle(
     key_generation: i32,
     stamp: &Stamp,
     actor: &str,
+    mail: Option<&str>,
 ) -> Result<(), StoreError> {
     let Some(row) = db.document(outbox_id).await? else {
         return Ok(());
@@ -176,6 +177,7 @@ async fn settle(
                     &stamp.tfd.fecha_timbrado,
                     &flag,
                     actor,
+                    mail,
                 )
                 .await?
             {
@@ -213,7 +215,9 @@ async fn settle(
     Ok(())
 }
 
-/// One reconciliation run (one at a time per process: `lock`).
+/// One reconciliation run (one at a time per process: `lock`). With `mail` (email on: the
+/// domain of `[email] from`) an adopted stamp queues the customer's email.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     db: &Db,
     pac: &PacClient,
@@ -221,6 +225,7 @@ pub async fn run(
     lock: &tokio::sync::Mutex<()>,
     emisor_rfc: &str,
     actor: &str,
+    mail: Option<&str>,
 ) -> Result<Report, ReconcileError> {
     let _one = lock.lock().await;
     let mut report = Report::default();
@@ -239,7 +244,16 @@ pub async fn run(
         let recovery = recover(db, pac, g.outbox_id, &g.sealed_xml, &key, actor).await?;
         match recovery {
             Recovery::Found(stamp) => {
-                settle(db, &mut report, g.outbox_id, g.generation, &stamp, actor).await?;
+                settle(
+                    db,
+                    &mut report,
+                    g.outbox_id,
+                    g.generation,
+                    &stamp,
+                    actor,
+                    mail,
+                )
+                .await?;
             }
             Recovery::NotFound => {}
             Recovery::Unresolved { reason, .. } => report.unresolved.push((g.outbox_id, reason)),
@@ -264,7 +278,7 @@ pub async fn run(
             };
             match rec.customid.as_deref().and_then(|c| keys.get(c)) {
                 Some(&(outbox_id, generation)) => {
-                    settle(db, &mut report, outbox_id, generation, &stamp, actor).await?;
+                    settle(db, &mut report, outbox_id, generation, &stamp, actor, mail).await?;
                 }
                 None => {
                     if db.document_by_uuid(&stamp.uuid).await?.is_none()
@@ -322,6 +336,7 @@ pub async fn periodic(
             &admin.reconcile_lock,
             &admin.emisor_rfc,
             "reconcile (periodic)",
+            admin.mail_domain.as_deref(),
         )
         .await
         {

@@ -241,6 +241,7 @@ pub async fn refreeze(
                         &stamp.tfd.fecha_timbrado,
                         &flag,
                         &session.actor,
+                        state.settings.email.message_domain().as_deref(),
                     )
                     .await?;
                 return Ok(back_to_document(&d, "adopted"));

@@ -85,9 +85,12 @@ pub async fn create(
             currency: request.moneda.clone(),
             method: format!("api:{}", caller.name),
             forma_pago: Some(request.forma_pago.clone()),
-            customer_json:
-                serde_json::json!({ "rfc": input.receptor.rfc, "nombre": input.receptor.nombre })
-                    .to_string(),
+            customer_json: serde_json::json!({
+                "rfc": input.receptor.rfc,
+                "nombre": input.receptor.nombre,
+                "email": input.receptor.email.as_deref().map(str::trim).filter(|e| !e.is_empty()),
+            })
+            .to_string(),
             paid_at: now,
             livemode: true,
             status: "invoice_pending".into(),

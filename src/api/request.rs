@@ -48,6 +48,9 @@ pub struct ReceptorInput {
     pub regimen_fiscal: String,
     pub codigo_postal: String,
     pub uso_cfdi: String,
+    /// Where the customer's email goes once stamped (`[email]`); optional.
+    #[serde(default)]
+    pub email: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -224,6 +227,13 @@ fn build_request(
     }
     if r.nombre.trim().is_empty() {
         return Err(invalid("receptor: nombre is required".into()));
+    }
+    if let Some(e) = r.email.as_deref().filter(|e| !e.trim().is_empty())
+        && cfdi::fiscal::check_email(Some(e)).is_err()
+    {
+        return Err(invalid(format!(
+            "receptor: email {e:?} is not an email address"
+        )));
     }
     if !cfdi::catalogs::is_forma_pago(&input.forma_pago) {
         return Err(invalid(format!(

@@ -13,7 +13,7 @@
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
 //! - `worker.rs`, `admin.rs`, `global.rs`, `refunds.rs`, `portal.rs`, `fx.rs`: `[worker]`,
 //!   `[admin]`, `[global]`, `[refunds]`, `[portal]` and `[fx]`, with their own checks;
-//!   `deliver.rs`: `[pdf]`.
+//!   `deliver.rs`: `[pdf]` and `[email]`.
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `products.rs`: `[invoice.products]` and `[invoice.shipping]`, the SAT keys of what is
@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use admin::AdminSettings;
-pub use deliver::{Paper, PdfSettings};
+pub use deliver::{EmailSettings, Paper, PdfSettings};
 pub use fx::{FxSettings, FxSource};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
 pub use pac::{PacConfig, PacEnvironment, PacKind, environment_mismatch};
@@ -107,6 +107,7 @@ pub struct Settings {
     pub portal: PortalSettings,
     pub log: LogSettings,
     pub pdf: PdfSettings,
+    pub email: EmailSettings,
     pub fx: FxSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]

@@ -522,3 +522,31 @@ fn each_pac_connection_knows_its_environment() {
         &["rates.USD", "\"ZZZ\" is not a c_Moneda currency"],
     );
 }
+
+#[test]
+fn email_is_off_without_smtp_url_and_checked_when_on() {
+    let s = Settings::defaults().expect("defaults");
+    assert!(!s.email.enabled());
+    assert_eq!(s.email.message_domain(), None);
+    let on = "[email]\nsmtp_url = \"smtps://u:p@smtp.example.mx:465\"\nfrom = \"Facturas <facturas@example.mx>\"\n";
+    let s = Settings::from_parts(Some(on), &[]).expect("email on");
+    assert!(s.email.enabled());
+    assert_eq!(s.email.message_domain().as_deref(), Some("example.mx"));
+    let err = refused(
+        "[email]\nsmtp_url = \"http://u:hunter2@smtp.example.mx\"\nbcc = \"no address\"\ntimeout_seconds = 0\n",
+    );
+    assert_names_all(
+        &err,
+        &[
+            "[email] smtp_url",
+            "smtp:// or smtps://",
+            "needs from",
+            "[email] bcc",
+            "[email] timeout_seconds",
+        ],
+    );
+    assert!(
+        !err.contains("hunter2"),
+        "the password is never quoted: {err}"
+    );
+}

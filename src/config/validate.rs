@@ -225,6 +225,7 @@ impl Settings {
         self.global.check(&self.emisor.regimen_fiscal, &mut p);
         self.refunds.check(&mut p);
         p.extend(self.portal.problems());
+        p.extend(self.email.problems());
         p.extend(self.product_key_problems());
         if p.is_empty() {
             Ok(())

@@ -2,12 +2,19 @@
 //! the PDF attached under their conventional names, a Message-ID derived from the document) and
 //! its sending over SMTP (`[email]`, through lettre on tokio with the system's TLS, as reqwest).
 //!
-//! Not wired yet: the delivery outbox (a row written with the stamp, drained by a sender with
-//! retries) is issue 20's next step; [`Mailer::send`] already tells a permanent rejection (5xx,
-//! to end as `bounced`) from a transient one (to retry).
+//! The delivery outbox (`deliveries`, see `store::deliveries`) gets a row in the write that
+//! records a stamp when email is on and the customer gave an address; the [`courier`] drains
+//! it: retries with backoff on a transient failure, `bounced` on a permanent one (5xx, which
+//! [`Mailer::send`] tells apart).
 //!
-//! Who may import it: `startup` (once wired) and tests. It uses `[email]`, the PDF and the
-//! document engine's XML tree.
+//! Who may import it: `startup` (to run the [`courier::Courier`]) and tests. It uses
+//! `[email]`, the store, the PDF and the document engine's XML tree; the Message-ID and the
+//! events live in [`crate::domain::delivery`], shared with the store.
+//!
+//! - `mod.rs`: the message ([`message`], [`message_as`]) and SMTP ([`Mailer`]).
+//! - [`courier`]: the loop that drains the delivery outbox.
+
+pub mod courier;
 
 use lettre::message::header::ContentType;
 use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
@@ -16,21 +23,7 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use crate::cfdi::dom::{Element, NS_CFDI};
 use crate::pdf::{self, PdfOptions};
 
-/// What a message says, by the event that caused it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    Stamped,
-    Canceled,
-}
-
-impl Event {
-    fn tag(self) -> &'static str {
-        match self {
-            Event::Stamped => "stamped",
-            Event::Canceled => "canceled",
-        }
-    }
-}
+pub use crate::domain::delivery::{Event, message_id, resent_message_id};
 
 /// Where messages come from (`[email]`).
 #[derive(Debug, Clone)]
@@ -53,23 +46,26 @@ pub enum MailError {
     Transient(String),
 }
 
-/// The stable Message-ID of `event` of the CFDI `uuid`: a message sent again after a crash
-/// between the server's acceptance and our write is the same message, never another.
-pub fn message_id(uuid: &str, event: Event, domain: &str) -> String {
-    format!(
-        "<cfdi-{}-{}@{domain}>",
-        uuid.to_ascii_lowercase(),
-        event.tag()
-    )
-}
-
-/// The message for `to` about the stamped CFDI `xml` (attached, with its PDF).
+/// The message for `to` about the stamped CFDI `xml` (attached, with its PDF), under its
+/// first Message-ID ([`message_id`]).
 pub fn message(
     sender: &Sender,
     to: &str,
     xml: &[u8],
     event: Event,
     opts: &PdfOptions,
+) -> Result<Message, MailError> {
+    message_as(sender, to, xml, event, opts, None)
+}
+
+/// [`message`] under `message_id` when given (a delivery's stored id, a resend's own).
+pub fn message_as(
+    sender: &Sender,
+    to: &str,
+    xml: &[u8],
+    event: Event,
+    opts: &PdfOptions,
+    message_id: Option<&str>,
 ) -> Result<Message, MailError> {
     let bad = |e: &dyn std::fmt::Display| MailError::Build(e.to_string());
     let root = Element::parse(xml).map_err(|e| bad(&e))?;
@@ -123,7 +119,10 @@ pub fn message(
         .from(sender.from.clone())
         .to(to)
         .subject(subject)
-        .message_id(Some(message_id(&tfd.uuid, event, &domain)));
+        .message_id(Some(match message_id {
+            Some(id) => id.to_owned(),
+            None => self::message_id(&tfd.uuid, event, &domain),
+        }));
     if let Some(r) = &sender.reply_to {
         b = b.reply_to(r.clone());
     }

@@ -11,8 +11,10 @@
 //! - [`time`]: Mexico City local time and SAT's business days.
 //! - [`cancellation`]: motivos, who must accept, and the checked cancel request.
 //! - [`period`]: the periods of a factura global (c_Periodicidad, Meses, Año).
+//! - [`delivery`]: the customer's email of a document: its event and stable Message-ID.
 
 pub mod cancellation;
+pub mod delivery;
 pub mod period;
 pub mod stamp_key;
 pub mod states;

@@ -70,21 +70,10 @@ impl Sender {
     /// Delivers due webhooks until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
         info!(url = %crate::config::url_for_log(&self.url), "merchant webhooks: sender started");
-        while !token.is_cancelled() {
-            let worked = match self.deliver_next().await {
-                Ok(w) => w,
-                Err(e) => {
-                    warn!(error = %e, "merchant webhooks: database unavailable");
-                    false
-                }
-            };
-            if !worked {
-                tokio::select! {
-                    () = token.cancelled() => return,
-                    () = tokio::time::sleep(self.idle_poll) => {}
-                }
-            }
-        }
+        crate::shutdown::drain_until_cancelled(token, self.idle_poll, "merchant webhooks", || {
+            self.deliver_next()
+        })
+        .await;
     }
 
     /// One due webhook; `false` when none was due.

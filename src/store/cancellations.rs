@@ -5,9 +5,11 @@ use chrono::{DateTime, Utc};
 
 use super::admin::audit_in;
 use super::api::queue_api_event_in;
+use super::deliveries::queue_event_in;
 use super::exec::{Dialect, Dialected, Stmt, stmt};
 use super::outbox::mark_canceled_in;
 pub use super::rows::CancellationRow;
+use crate::domain::delivery::Event;
 
 /// A cancellation a worker holds the lease of (the claim returns the whole row).
 pub type ClaimedCancel = CancellationRow;
@@ -86,7 +88,8 @@ impl Db {
     /// Records a cancellation's progress and releases its lease. When it ends `canceled`,
     /// `outbox_id` (its invoice) leaves the stamped list and an API invoice's merchant webhook
     /// `invoice.canceled` is queued, in the same transaction: a process killed in between
-    /// cannot leave a cancelled CFDI shown as `stamped`.
+    /// cannot leave a cancelled CFDI shown as `stamped`. With `mail` (email on: the domain of
+    /// `[email] from`) the customer's email about it is queued in that transaction too.
     #[allow(clippy::too_many_arguments)]
     pub async fn settle_cancellation(
         &self,
@@ -99,6 +102,7 @@ impl Db {
         acuse: Option<&str>,
         error: Option<(&str, &str)>,
         outbox_id: Option<i64>,
+        mail: Option<&str>,
     ) -> Result<bool, StoreError> {
         let now = Utc::now();
         let (code, message) = error.map_or((None, None), |(c, m)| (Some(c), Some(m)));
@@ -127,6 +131,7 @@ impl Db {
             && mark_canceled_in(&mut tx, oid, now).await?
         {
             queue_api_event_in(&mut tx, "invoice.canceled", oid, now).await?;
+            queue_event_in(&mut tx, oid, Event::Canceled, mail, now).await?;
         }
         tx.commit("commit the cancellation's progress").await?;
         Ok(n == 1)

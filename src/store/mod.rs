@@ -27,6 +27,8 @@
 //! - `pagos.rs`: payments of PPD API invoices, each recorded with its parcialidad, its saldo
 //!   and its frozen REP (CFDI tipo P) in one transaction serialised per invoice.
 //! - `cancellations.rs`: cancellation requests, the worker's claim and their progress.
+//! - `deliveries.rs`: the customer's emails: the row a stamp queues (in `settle.rs`'s write),
+//!   the courier's claim and settle, the admin's list and resend.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
 //! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
 //! - `arca.rs`: Argentina (ARCA): vouchers by idempotency key, their number sequences and
@@ -53,6 +55,7 @@ mod arca;
 mod attempts;
 mod backup;
 mod cancellations;
+mod deliveries;
 mod events;
 mod exec;
 mod export;
@@ -74,6 +77,7 @@ pub use arca::{
 };
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
+pub use deliveries::{ClaimedDelivery, DeliveryOutcome, DeliveryRow};
 pub use events::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use exec::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
@@ -174,6 +178,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0021_form_submissions.sql"),
     ),
     (
+        22,
+        "deliveries",
+        include_str!("../../migrations/sqlite/0022_deliveries.sql"),
+    ),
+    (
         23,
         "pagos",
         include_str!("../../migrations/sqlite/0023_pagos.sql"),
@@ -254,6 +263,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         21,
         "form_submissions",
         include_str!("../../migrations/postgres/0021_form_submissions.sql"),
+    ),
+    (
+        22,
+        "deliveries",
+        include_str!("../../migrations/postgres/0022_deliveries.sql"),
     ),
     (
         23,

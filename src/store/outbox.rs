@@ -14,10 +14,12 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use super::StoreError;
 use super::admin::audit_in;
 use super::api::queue_api_event_in;
+use super::deliveries::queue_event_in;
 use super::exec::{Dialect, Dialected, Stmt, Tx, column, shift_params, stmt};
 pub use super::rows::ClaimedStamp;
 use super::{Db, ctx};
 use crate::cfdi::InvoiceRequest;
+use crate::domain::delivery::Event;
 use crate::domain::{DocumentKind, DocumentState, StampKey};
 
 /// The code an `unknown` row carries once its asking period is over (the worker asks daily
@@ -552,7 +554,9 @@ impl Db {
     }
 
     /// Records a stamp the PAC holds for a document we never recorded it on, and flags the row
-    /// for a human. `false` when the row already has a UUID.
+    /// for a human. `false` when the row already has a UUID. With `mail` (email on: the domain
+    /// of `[email] from`) the customer's email is queued with it, as for any stamp.
+    #[allow(clippy::too_many_arguments)]
     pub async fn adopt_stamp(
         &self,
         outbox_id: i64,
@@ -561,6 +565,7 @@ impl Db {
         fecha_timbrado: &str,
         flag: &str,
         actor: &str,
+        mail: Option<&str>,
     ) -> Result<bool, StoreError> {
         const SQL: &str = "UPDATE outbox SET uuid = $1, stamped_xml = $2, fecha_timbrado = $3, state = 'stamped', \
             stamped_at = $4, flag = $5, lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
@@ -591,6 +596,7 @@ impl Db {
                 .await?;
                 // An API invoice's merchant hears of the adopted stamp like of any other.
                 queue_api_event_in(&mut tx, "invoice.stamped", outbox_id, now).await?;
+                queue_event_in(&mut tx, outbox_id, Event::Stamped, mail, now).await?;
             }
             Ok::<bool, StoreError>(done == 1)
         };

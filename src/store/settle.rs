@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::api::API_EVENT;
 use super::attempts::{Attempt, INSERT_ATTEMPT, bind_attempt, counted};
+use super::deliveries::{QUEUE_STAMPED, QUEUE_STAMPED_MANY_PG, stamped_message_id};
 use super::exec::{Dialect, Stmt, column, shift_params, stmt};
 use super::{Db, StoreError, ctx};
 use crate::domain::DocumentState;
@@ -145,7 +146,11 @@ impl<'a> Settle<'a> {
 ///   still held) and the merchant's event, then `COMMIT`.
 ///
 /// (On PostgreSQL it takes one settle: a batch goes through [`SETTLE_STAMPED_MANY_PG`].)
-fn settle_sql(d: Dialect, settles: &[(i64, Settle<'_>, Option<Attempt<'_>>)]) -> String {
+fn settle_sql(
+    d: Dialect,
+    settles: &[(i64, Settle<'_>, Option<Attempt<'_>>)],
+    mail: Option<&str>,
+) -> String {
     let mut sql = String::from(match d {
         Dialect::Sqlite => "BEGIN IMMEDIATE;\n",
         Dialect::Postgres => "WITH ",
@@ -178,6 +183,15 @@ fn settle_sql(d: Dialect, settles: &[(i64, Settle<'_>, Option<Attempt<'_>>)]) ->
             }
             used += 3;
         }
+        if mail.is_some() && s.stamped().is_some() {
+            // The customer's email, queued with the stamp (see `deliveries.rs`).
+            let queue = shift_params(QUEUE_STAMPED.text(d), used);
+            match d {
+                Dialect::Sqlite => sql.push_str(&format!("{queue};\n")),
+                Dialect::Postgres => sql.push_str(&format!(", mailed AS ({queue})")),
+            }
+            used += 3;
+        }
     }
     sql.push_str(match d {
         Dialect::Sqlite => "COMMIT;",
@@ -191,6 +205,7 @@ fn bind_settles<'a>(
     mut q: Stmt<'a>,
     owner: &'a str,
     settles: &[(i64, Settle<'a>, Option<Attempt<'a>>)],
+    mail: Option<&str>,
     now: DateTime<Utc>,
 ) -> Stmt<'a> {
     for (id, s, attempt) in settles {
@@ -200,6 +215,9 @@ fn bind_settles<'a>(
         q = s.bind(q, now).bind(*id).bind(owner);
         if let Some(e) = s.api_event() {
             q = q.bind(e).bind(now).bind(*id);
+        }
+        if let Some(message_id) = s.stamped().and_then(|st| stamped_message_id(st.0, mail)) {
+            q = q.bind(message_id).bind(now).bind(*id);
         }
     }
     q
@@ -273,11 +291,12 @@ impl StampedOutcome {
 /// PostgreSQL: several stamped outcomes in one statement, as [`settle_sql`] stores one: the
 /// attempts, the rows (each only while `$14` holds its lease) and the merchants' events.
 /// Arguments are arrays, one element per outcome, so the text is the same for any number of
-/// them. (SQLite has no arrays: it runs [`settle_sql`]'s script of several settles.)
+/// them. (SQLite has no arrays: it runs [`settle_sql`]'s script of several settles.) `$15`
+/// holds each customer's email Message-ID (NULL: no email), queued by `{MAILED}`.
 const SETTLE_STAMPED_MANY_PG: &str = "WITH v AS (SELECT * FROM unnest($1::bigint[], $2::text[], \
      $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], \
-     $10::int[], $11::bigint[]) AS v(id, uuid, tfd_xml, stamped_xml, fecha_timbrado, flag, pac, \
-     outcome, code, http_status, latency_ms)), \
+     $10::int[], $11::bigint[], $15::text[]) AS v(id, uuid, tfd_xml, stamped_xml, fecha_timbrado, \
+     flag, pac, outcome, code, http_status, latency_ms, message_id)), \
      logged AS (INSERT INTO pac_attempts (outbox_id, cancellation_id, operation, pac, outcome, \
      http_status, code, message, latency_ms, uuid, worker, at) \
      SELECT id, NULL, 'stamp', pac, outcome, http_status, code, NULL, latency_ms, uuid, $12, $13 \
@@ -290,24 +309,32 @@ const SETTLE_STAMPED_MANY_PG: &str = "WITH v AS (SELECT * FROM unnest($1::bigint
      RETURNING o.id), \
      queued AS (INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, \
      created_at) SELECT i.id, 'invoice.stamped', 'pending', 0, $13, $13 FROM api_invoices i \
-     JOIN settled ON i.outbox_id = settled.id) \
+     JOIN settled ON i.outbox_id = settled.id), {MAILED} \
      SELECT id FROM settled";
+
+/// [`SETTLE_STAMPED_MANY_PG`] with its `{MAILED}` part, built once.
+static SETTLE_STAMPED_MANY_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    SETTLE_STAMPED_MANY_PG.replace("{MAILED}", QUEUE_STAMPED_MANY_PG.text(Dialect::Postgres))
+});
 
 impl Db {
     /// Settles a claimed row, if this worker still holds its lease, and appends the attempt that
     /// led to it in the same transaction (one commit, and the log never disagrees with the row).
     /// `false` when the lease was lost (another worker reclaimed the row; it will reach the same
-    /// answer from the idempotent PAC); the attempt is logged either way.
+    /// answer from the idempotent PAC); the attempt is logged either way. With `mail` (email
+    /// on: the domain of `[email] from`), a stamp queues the customer's email in the same write.
     pub async fn settle_stamp(
         &self,
         id: i64,
         owner: &str,
         s: &Settle<'_>,
         attempt: Option<&Attempt<'_>>,
+        mail: Option<&str>,
     ) -> Result<bool, StoreError> {
         let now = Utc::now();
         let one = [(id, s.clone(), attempt.cloned())];
-        let q = bind_settles(stmt(settle_sql(self.dialect(), &one)), owner, &one, now);
+        let sql = settle_sql(self.dialect(), &one, mail);
+        let q = bind_settles(stmt(sql), owner, &one, mail, now);
         let what = "settle an outbox row";
         let n = match self.dialect() {
             Dialect::Sqlite => q.sqlite_script_ids(self, what).await?.len() as i64,
@@ -323,6 +350,7 @@ impl Db {
         &self,
         owner: &str,
         outcomes: &[StampedOutcome],
+        mail: Option<&str>,
     ) -> Result<Vec<i64>, StoreError> {
         let now = Utc::now();
         let what = "settle outbox rows";
@@ -333,9 +361,10 @@ impl Db {
                     .map(|o| (o.id, o.settle(), Some(o.attempt(owner))))
                     .collect();
                 bind_settles(
-                    stmt(settle_sql(Dialect::Sqlite, &settles)),
+                    stmt(settle_sql(Dialect::Sqlite, &settles, mail)),
                     owner,
                     &settles,
+                    mail,
                     now,
                 )
                 .sqlite_script_ids(self, what)
@@ -345,7 +374,7 @@ impl Db {
                 for o in outcomes {
                     counted(&o.attempt(owner));
                 }
-                sqlx::query_scalar(SETTLE_STAMPED_MANY_PG)
+                sqlx::query_scalar(SETTLE_STAMPED_MANY_PG_SQL.as_str())
                     .bind(column(outcomes, |o| o.id))
                     .bind(column(outcomes, |o| o.uuid.as_str()))
                     .bind(column(outcomes, |o| o.tfd_xml.as_str()))
@@ -360,6 +389,7 @@ impl Db {
                     .bind(owner)
                     .bind(now)
                     .bind(owner)
+                    .bind(column(outcomes, |o| stamped_message_id(&o.uuid, mail)))
                     .fetch_all(pool)
                     .await
                     .map_err(ctx(what))

@@ -323,6 +323,7 @@ impl Worker {
                 acuse,
                 error,
                 c.outbox_id,
+                self.mail_domain.as_deref(),
             )
             .await?
         {

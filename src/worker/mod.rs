@@ -129,6 +129,9 @@ pub struct Worker {
     pub pac_label: String,
     /// The name the backup PAC is paused under, when there is one (`[pac.backup]`).
     pub backup_label: Option<String>,
+    /// With `[email]` on, the domain of its `from`: a stamp then queues the customer's email
+    /// in the write that records it (Message-IDs end with it).
+    pub mail_domain: Option<String>,
     /// Whether the PAC issues real CFDIs: test-mode payments are never sent to it.
     pub pac_is_production: bool,
     /// This process's id in leases, heartbeats and the attempt log.
@@ -212,6 +215,7 @@ impl Worker {
             cfg,
             pac_label: pac_label.to_owned(),
             backup_label: None,
+            mail_domain: None,
             pac_is_production,
             id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
             in_flight: pool::InFlight::default(),
@@ -387,6 +391,7 @@ pub fn worker_for(
     let cfg = WorkerConfig::from_settings(&settings.worker);
     let mut worker = Worker::new(db, pac, Arc::new(csd), cfg, label, production);
     worker.backup_label = pac_cfg.backup_name();
+    worker.mail_domain = settings.email.message_domain();
     Ok(Arc::new(worker))
 }
 

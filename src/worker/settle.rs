@@ -106,7 +106,11 @@ impl Worker {
                     .await
                     .unwrap_or_else(|_| Err(StoreError::Other("the settler stopped".into())))?
             }
-            _ => self.db.settle_stamp(id, &self.id, &s, attempt).await?,
+            _ => {
+                self.db
+                    .settle_stamp(id, &self.id, &s, attempt, self.mail_domain.as_deref())
+                    .await?
+            }
         };
         if !held {
             warn!(
@@ -174,7 +178,8 @@ impl Worker {
             }
             let (outcomes, replies): (Vec<StampedOutcome>, Vec<_>) =
                 jobs.into_iter().map(|j| (j.outcome, j.reply)).unzip();
-            match self.db.settle_stamped_many(&self.id, &outcomes).await {
+            let mail = self.mail_domain.as_deref();
+            match self.db.settle_stamped_many(&self.id, &outcomes, mail).await {
                 Ok(settled) => {
                     for (o, reply) in outcomes.iter().zip(replies) {
                         let _ = reply.send(Ok(settled.contains(&o.id)));

@@ -538,6 +538,7 @@ async fn a_stamp_adopted_by_reconciliation_notifies_the_merchant(b: Backend) {
             "2026-12-02T10:00:00",
             "adopted by reconciliation",
             "test",
+            None,
         )
     };
     assert!(adopt().await.expect("adopt"));

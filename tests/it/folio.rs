@@ -4,7 +4,6 @@
 
 use crate::support;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -165,29 +164,6 @@ async fn ten_thousand_concurrent_webhooks_are_numbered_1_to_n(b: Backend) {
     }
 }
 
-/// `autofactura worker` on the app's settings file, as a child process the test can SIGKILL.
-fn worker_process(app: &TestApp, log: &std::path::Path) -> Child {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_autofactura"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AUTOFACTURA__") {
-            c.env_remove(k);
-        }
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("log");
-    c.arg("--config")
-        .arg(&app.config_file)
-        .arg("worker")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone().expect("log")))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("start autofactura worker")
-}
-
 async fn numbered(app: &TestApp) -> i64 {
     count(app, "SELECT COUNT(*) FROM outbox WHERE folio IS NOT NULL").await
 }
@@ -205,7 +181,7 @@ async fn a_worker_killed_mid_batch_leaves_no_folio_used_twice(b: Backend) {
     let mut kills = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     while kills < 6 && Instant::now() < deadline {
-        let mut child = worker_process(&app, &log);
+        let mut child = support::worker_process(&app, &log, &[]);
         // SIGKILL while it numbers and seals: as soon as it has numbered rows, after a random
         // few milliseconds more.
         let before = numbered(&app).await;
@@ -224,7 +200,7 @@ async fn a_worker_killed_mid_batch_leaves_no_folio_used_twice(b: Backend) {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     // A last worker takes over the killed ones' rows when their leases expire, and drains.
-    let mut last = worker_process(&app, &log);
+    let mut last = support::worker_process(&app, &log, &[]);
     wait_drained(&app.db, 60).await;
     last.kill().expect("stop");
     last.wait().expect("reap");

@@ -33,6 +33,7 @@ mod checkout;
 mod cli_e2e;
 mod currency;
 mod currency_props;
+mod deliveries;
 mod downloads;
 mod email;
 mod folio;

@@ -258,6 +258,35 @@ impl Drop for TestApp {
     }
 }
 
+/// `autofactura worker` on the app's settings file, as a child process the test can SIGKILL.
+/// `env`: `AUTOFACTURA__…` overrides of its own.
+pub fn worker_process(
+    app: &TestApp,
+    log: &std::path::Path,
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AUTOFACTURA__") {
+            c.env_remove(k);
+        }
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log");
+    c.envs(env.iter().copied());
+    c.arg("--config")
+        .arg(&app.config_file)
+        .arg("worker")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(log.try_clone().expect("log")))
+        .stderr(std::process::Stdio::from(log))
+        .spawn()
+        .expect("start autofactura worker")
+}
+
 /// Runs one statement on the app's database (to take a table away and bring it back).
 pub async fn exec_sql(db: &Db, sql: &str) {
     match db {

@@ -20,15 +20,25 @@ pub struct Smtp {
     pub got: Arc<Mutex<Vec<Received>>>,
     /// Answer every RCPT TO with `550 5.1.1` (a mailbox that does not exist).
     pub reject: Arc<AtomicBool>,
+    /// Take the message, then never answer QUIT: the client is caught between the server's
+    /// acceptance and whatever it does next.
+    pub hold_quit: Arc<AtomicBool>,
 }
 
 impl Smtp {
     pub async fn start() -> Smtp {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind smtp");
+        Smtp::start_on("127.0.0.1:0").await
+    }
+
+    /// A server on `addr` (a port a test chose while nothing listened on it: the server that
+    /// comes up after being down).
+    pub async fn start_on(addr: &str) -> Smtp {
+        let listener = TcpListener::bind(addr).await.expect("bind smtp");
         let smtp = Smtp {
             addr: listener.local_addr().expect("addr").to_string(),
             got: Arc::default(),
             reject: Arc::default(),
+            hold_quit: Arc::default(),
         };
         let s = smtp.clone();
         tokio::spawn(async move {
@@ -102,6 +112,11 @@ impl Smtp {
                         data,
                     });
                     b"250 2.0.0 queued\r\n"
+                }
+                "QUIT" if self.hold_quit.load(Ordering::SeqCst) => {
+                    // Until the client goes away.
+                    let _ = r.read_line(&mut line).await;
+                    return Ok(());
                 }
                 "QUIT" => {
                     w.write_all(b"221 2.0.0 bye\r\n").await?;
