@@ -307,7 +307,108 @@ async fn a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid(b: Backend) {
     assert!(!listed(&dash), "stamped: no longer due\n{dash}");
 }
 
+/// A REP whose worker process is killed (SIGKILL) after the PAC stamped it and before the
+/// database heard back: the restarted worker asks the PAC first and records that one UUID.
+async fn a_rep_whose_worker_is_killed_between_the_pacs_answer_and_the_write_has_one_uuid(
+    b: Backend,
+) {
+    let api = "[api]\nwait_for_stamp_ms = 200\n";
+    let Some(rig) = rig(b, "", api).await else {
+        return;
+    };
+    let (pool, _s) = rig.pool().await;
+    let id = stamped_ppd(&rig, "ppd-kill").await;
+    pool.shutdown().await;
+    // The PAC stamps the REP and holds its answer: the worker waits on it when killed.
+    rig.set_faults("lose_response=1:mode=hang:hang=120s").await;
+    let r = pay(&rig, &id, &payment("100.00", "killed"), Some("kill-1")).await;
+    assert_eq!(r.status, 202, "queued, no worker running: {}", r.text());
+    let (key,): (String,) = crate::support::rows::fetch_rows(
+        &rig.app.db,
+        "SELECT stamp_key FROM outbox WHERE kind = 'pago'",
+        &[],
+    )
+    .await
+    .remove(0);
+    let log = rig.app.config_file.with_extension("worker.log");
+    let stamps_of = |key: String| {
+        let sim = rig.sim.sim();
+        move || {
+            sim.stamps()
+                .iter()
+                .filter(|s| s.customid.as_deref() == Some(key.as_str()))
+                .count()
+        }
+    };
+    let stamped = stamps_of(key.clone());
+    let mut worker = crate::support::worker_process(&rig.app, &log, &[]);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while stamped() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never reached the PAC"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    worker.kill().expect("SIGKILL");
+    worker.wait().expect("wait");
+    let row = outbox_of(&rig.app, &pay_id(&rig).await).await;
+    assert_eq!(
+        (row.state.as_str(), row.uuid.as_deref()),
+        ("stamping", None)
+    );
+    rig.set_faults("").await;
+    let mut restarted = crate::support::worker_process(&rig.app, &log, &[]);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let row = loop {
+        let row = outbox_of(&rig.app, &pay_id(&rig).await).await;
+        if row.state.as_str() == "stamped" {
+            break row;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never stamped: {row:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    restarted.kill().expect("stop");
+    let _ = restarted.wait();
+    assert_eq!(stamped(), 1, "one stamp at the PAC");
+    let stamp = rig
+        .sim
+        .sim()
+        .stamps()
+        .into_iter()
+        .find(|s| s.customid.as_deref() == Some(key.as_str()));
+    assert_eq!(
+        row.uuid,
+        stamp.map(|s| s.uuid),
+        "the PAC's one UUID recorded"
+    );
+    let log = rig.app.db.attempts_of(row.id).await.expect("attempts");
+    assert_eq!(
+        log.iter()
+            .map(|a| (a.operation.as_str(), a.outcome.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("recover", "found")],
+        "the restarted worker asked the PAC first"
+    );
+}
+
+/// The payment row's id of the one REP (as the admin searches it).
+async fn pay_id(rig: &Rig) -> String {
+    let (p,): (String,) = crate::support::rows::fetch_rows(
+        &rig.app.db,
+        "SELECT p.payment_id FROM payments p JOIN outbox o ON o.payment_id = p.id WHERE o.kind = 'pago'",
+        &[],
+    )
+    .await
+    .remove(0);
+    p
+}
+
 on_both_backends!(
+    a_rep_whose_worker_is_killed_between_the_pacs_answer_and_the_write_has_one_uuid,
     two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo,
     an_overpayment_is_refused_and_writes_nothing,
     a_repeated_idempotency_key_gives_the_same_payment,

@@ -49,6 +49,7 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/documents/{id}/refreeze", Access::Page),
     ("POST", "/documents/{id}/refreeze", Access::Form),
     ("POST", "/documents/{id}/sat-status", Access::Form),
+    ("POST", "/documents/{id}/resend", Access::Form),
     ("GET", "/globals", Access::Page),
     ("GET", "/globals/{id}", Access::Page),
     ("POST", "/globals/{id}/replace", Access::Form),
@@ -372,7 +373,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 33, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 34, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
@@ -422,7 +423,7 @@ async fn every_admin_form_refuses_a_missing_or_foreign_csrf_token(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 15, "every form, every bad token");
+    assert_eq!(checked, 4 * 16, "every form, every bad token");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The login form: its token is the double-submit cookie, which a forger does not have.
