@@ -77,7 +77,7 @@ pub async fn write_month<W: Write + Seek>(
     each_page(
         documents,
         |d| d.id,
-        |d| {
+        async |d| {
             zip.write_all(csv_row(d).as_bytes())?;
             counts.documents += 1;
             Ok(())
@@ -86,38 +86,32 @@ pub async fn write_month<W: Write + Seek>(
     .await?;
     // Pass 2: the stamped XMLs, byte for byte, each with its PDF (printed off the async
     // threads, one at a time: memory stays one page and one PDF).
-    let mut after = 0;
-    loop {
-        let page = documents(after).await?;
-        let Some(last) = page.last() else {
-            break;
+    each_page(documents, |d| d.id, async |d| {
+        let name = xml_name(d);
+        zip.start_file(name.as_str(), opts)?;
+        zip.write_all(&d.stamped_xml)?;
+        let Some(pdf) = pdf else {
+            return Ok(());
         };
-        after = last.id;
-        for d in &page {
-            let name = xml_name(d);
-            zip.start_file(name.as_str(), opts)?;
-            zip.write_all(&d.stamped_xml)?;
-            let Some(pdf) = pdf else {
-                continue;
-            };
-            match crate::pdf::render_blocking(d.stamped_xml.clone(), pdf.clone()).await {
-                Ok(bytes) => {
-                    zip.start_file(format!("{}.pdf", name.trim_end_matches(".xml")), opts)?;
-                    zip.write_all(&bytes)?;
-                    counts.pdfs += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(uuid = %d.uuid, error = %e, "month export: this document cannot be printed; its XML goes without a PDF");
-                }
+        match crate::pdf::render_blocking(d.stamped_xml.clone(), pdf.clone()).await {
+            Ok(bytes) => {
+                zip.start_file(format!("{}.pdf", name.trim_end_matches(".xml")), opts)?;
+                zip.write_all(&bytes)?;
+                counts.pdfs += 1;
+            }
+            Err(e) => {
+                tracing::warn!(uuid = %d.uuid, error = %e, "month export: this document cannot be printed; its XML goes without a PDF");
             }
         }
-    }
+        Ok(())
+    })
+    .await?;
     // Pass 3: the cancellation acuses.
     let acuses = async |after| db.export_acuses(from, to, after, PAGE).await;
     each_page(
         acuses,
         |a| a.id,
-        |a| {
+        async |a| {
             zip.start_file(format!("acuses/{}.xml", safe(&a.uuid)), opts)?;
             zip.write_all(a.acuse_xml.as_bytes())?;
             counts.acuses += 1;
@@ -134,7 +128,7 @@ pub async fn write_month<W: Write + Seek>(
 async fn each_page<T>(
     fetch: impl AsyncFn(i64) -> Result<Vec<T>, StoreError>,
     id: impl Fn(&T) -> i64,
-    mut each: impl FnMut(&T) -> anyhow::Result<()>,
+    mut each: impl AsyncFnMut(&T) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let mut after = 0;
     loop {
@@ -143,7 +137,9 @@ async fn each_page<T>(
             return Ok(());
         };
         after = id(last);
-        page.iter().try_for_each(&mut each)?;
+        for t in &page {
+            each(t).await?;
+        }
     }
 }
 

@@ -101,16 +101,12 @@ impl Rates {
             return Some(Ok(r));
         }
         let paid_on = crate::domain::time::to_local(paid_at).date();
-        let settled = |reason: String| RateError {
-            reason,
-            outage: false,
-        };
         Some(match &self.source {
-            Source::None => Err(settled(format!(
+            Source::None => Err(RateError::settled(format!(
                 "no exchange rate for currency {currency}: the payment provider reported none and no rate source is set ([fx] source = \"banxico\" with a token); give the TipoCambio in the admin (Fix)"
             ))),
             Source::Fixed(t) => t.get(currency).copied().and_then(as_tipo_cambio).ok_or_else(|| {
-                settled(format!(
+                RateError::settled(format!(
                     "no exchange rate for currency {currency}: [fx] rates has none; add it or give the TipoCambio in the admin (Fix)"
                 ))
             }),
@@ -125,6 +121,16 @@ impl Rates {
 pub struct RateError {
     pub reason: String,
     pub outage: bool,
+}
+
+impl RateError {
+    /// The source answered, and has no rate: asking again will not help.
+    fn settled(reason: String) -> Self {
+        Self {
+            reason,
+            outage: false,
+        }
+    }
 }
 
 /// `GET /series/{id}/datos/{from}/{to}` of the SIE API.
@@ -155,12 +161,8 @@ struct SieDato {
 impl Banxico {
     /// The last published value of the currency's series strictly before `paid_on`.
     async fn rate(&self, currency: &str, paid_on: NaiveDate) -> Result<Decimal, RateError> {
-        let settled = |reason: String| RateError {
-            reason,
-            outage: false,
-        };
         let Some(series) = self.series.get(currency) else {
-            return Err(settled(format!(
+            return Err(RateError::settled(format!(
                 "no exchange rate for currency {currency}: [fx.series] names no Banxico series for it; add one or give the TipoCambio in the admin (Fix)"
             )));
         };
@@ -173,10 +175,10 @@ impl Banxico {
             to.format("%Y-%m-%d")
         );
         let unreachable = |e: String| RateError {
-            reason: format!(
-                "no exchange rate for currency {currency}: Banxico's SIE API failed ({e}); retry from the admin once it answers, or give the TipoCambio there (Fix)"
-            ),
             outage: true,
+            ..RateError::settled(format!(
+                "no exchange rate for currency {currency}: Banxico's SIE API failed ({e}); retry from the admin once it answers, or give the TipoCambio there (Fix)"
+            ))
         };
         let resp = self
             .http
@@ -206,7 +208,7 @@ impl Banxico {
             .max_by_key(|(day, _)| *day)
             .and_then(|(_, r)| as_tipo_cambio(r))
             .ok_or_else(|| {
-                settled(format!(
+                RateError::settled(format!(
                     "no exchange rate for currency {currency}: Banxico published no {series} value between {from} and {to}; give the TipoCambio in the admin (Fix)"
                 ))
             })

@@ -197,10 +197,7 @@ pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut
                         ds.push(d);
                     }
                 }
-                refund = Some(
-                    crate::ingest::from_minor_units(REFUND_MINOR, "MXN")
-                        .map_or_else(String::new, |d| d.to_string()),
-                );
+                refund = Some(rust_decimal::Decimal::new(REFUND_MINOR, 2).to_string());
             }
         } else {
             provider = crate::webhooks::mercadopago::PROVIDER;

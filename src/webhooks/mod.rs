@@ -422,7 +422,11 @@ async fn plan(
         .tipo_cambio(&facts.currency, facts.provider_rate, facts.paid_at)
         .await;
     let outage = match &rated {
-        Some(Err(e)) => e.outage.then(|| e.reason.clone()),
+        Some(Err(e)) if e.outage => Some(e.reason.clone()),
+        Some(Err(e)) => {
+            tracing::warn!(payment_id = %facts.payment_id, currency = %facts.currency, reason = %e.reason, "no exchange rate: the sale is held");
+            None
+        }
         _ => None,
     };
     let (payment, draft) = state
@@ -441,9 +445,13 @@ async fn wait_for_rate(
     outage: Option<String>,
     base: u64,
 ) -> Result<Option<&'static str>, StoreError> {
-    let Some(why) = outage.filter(|_| p.attempts < state.settings.fx.outage_retries) else {
+    let Some(why) = outage else {
         return Ok(None);
     };
+    if p.attempts >= state.settings.fx.outage_retries {
+        tracing::warn!(event_id = %p.event_id, payment_id = ?p.payment_ref, reason = %why, waits = p.attempts, "exchange rate source still down: the sale is held");
+        return Ok(None);
+    }
     let at = Utc::now() + chrono::Duration::seconds(retry_delay_seconds(base, p.attempts));
     tracing::warn!(event_id = %p.event_id, payment_id = ?p.payment_ref, reason = %why, next_attempt = %at, attempt = p.attempts + 1, "exchange rate source down; event kept for retry");
     state.db.reschedule_fetch(p.id, at, &why).await?;
