@@ -20,11 +20,16 @@ fn payment(monto: &str, operacion: &str) -> Value {
     json!({ "forma_pago": "03", "monto": monto, "num_operacion": operacion })
 }
 
-/// A stamped PPD invoice: its public id.
+/// A stamped PPD invoice: its public id. Some rigs wait only briefly for the stamp (a 202, or a
+/// 503 while the PAC call is in flight), so this waits for it here.
 async fn stamped_ppd(rig: &Rig, key: &str) -> String {
     let r = rig.post(&ppd(), Some(key)).await;
-    r.assert_created(false);
-    r.json()["id"].as_str().expect("id").to_owned()
+    assert!(matches!(r.status, 201 | 202 | 503), "{}", r.text());
+    let v = r.json();
+    let id = v["id"].as_str().or(v["error"]["invoice_id"].as_str());
+    let id = id.expect("id").to_owned();
+    rig.wait_status(&id, "stamped", 30).await;
+    id
 }
 
 async fn pay(rig: &Rig, invoice: &str, body: &Value, key: Option<&str>) -> Resp {
