@@ -22,7 +22,7 @@ use chrono::{NaiveDate, NaiveDateTime};
 use zip::ZipWriter;
 use zip::write::SimpleFileOptions;
 
-use crate::cfdi::dom::{Element, NS_CFDI};
+use crate::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
 use crate::pdf::PdfOptions;
 use crate::store::{Db, ExportDoc, StoreError};
 
@@ -30,7 +30,7 @@ use crate::store::{Db, ExportDoc, StoreError};
 pub const PAGE: i64 = 200;
 
 /// The CSV's header (its columns, in order).
-pub const CSV_HEADER: &str = "uuid,serie_folio,fecha,tipo,kind,receptor_rfc,receptor_nombre,subtotal,descuento,impuestos_trasladados,impuestos_retenidos,total,moneda,status,uuids_relacionados\r\n";
+pub const CSV_HEADER: &str = "uuid,serie_folio,fecha,tipo,kind,receptor_rfc,receptor_nombre,subtotal,descuento,impuestos_trasladados,impuestos_retenidos,total,moneda,status,uuids_relacionados,uuids_pagados\r\n";
 
 /// What an export wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -186,6 +186,22 @@ fn csv_row(d: &ExportDoc) -> String {
                 .collect()
         })
         .unwrap_or_default();
+    // A REP's (tipo P) invoices paid, with the parcialidad: what the contador matches it to.
+    let paid: Vec<String> = root
+        .as_ref()
+        .map(|r| {
+            r.children_named(NS_CFDI, "Complemento")
+                .flat_map(|c| c.path(NS_PAGOS20, &["Pagos", "Pago", "DoctoRelacionado"]))
+                .filter_map(|d| {
+                    let id = d.attr("IdDocumento")?;
+                    Some(match d.attr("NumParcialidad") {
+                        Some(n) => format!("{id}#{n}"),
+                        None => id.to_owned(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let serie_folio = match (attr("Serie"), attr("Folio")) {
         ("", f) => f.to_owned(),
         (s, f) => format!("{s}-{f}"),
@@ -206,6 +222,7 @@ fn csv_row(d: &ExportDoc) -> String {
         attr("Moneda"),
         &d.state,
         &related.join(";"),
+        &paid.join(";"),
     ];
     let mut line = cells.iter().map(|c| cell(c)).collect::<Vec<_>>().join(",");
     line.push_str("\r\n");
@@ -222,7 +239,8 @@ pub fn cell(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{cell, month_range};
+    use super::{CSV_HEADER, cell, csv_row, month_range};
+    use crate::store::ExportDoc;
 
     #[test]
     fn cells_are_quoted_and_formulas_defused() {
@@ -230,6 +248,26 @@ mod tests {
         assert_eq!(cell("=HYPERLINK(1)"), "\"'=HYPERLINK(1)\"");
         assert_eq!(cell("-1"), "\"'-1\"");
         assert_eq!(cell("116.00"), "\"116.00\"");
+    }
+
+    #[test]
+    fn a_reps_row_names_the_invoices_it_pays_with_their_parcialidad() {
+        let xml = r#"<cfdi:Comprobante xmlns:cfdi="http://www.sat.gob.mx/cfd/4" xmlns:pago20="http://www.sat.gob.mx/Pagos20" Serie="P" Folio="7" TipoDeComprobante="P" Total="0" Moneda="XXX"><cfdi:Receptor Rfc="XIQB891116QE4" Nombre="X"/><cfdi:Complemento><pago20:Pagos Version="2.0"><pago20:Pago><pago20:DoctoRelacionado IdDocumento="AAAA" NumParcialidad="2"/><pago20:DoctoRelacionado IdDocumento="BBBB" NumParcialidad="1"/></pago20:Pago></pago20:Pagos></cfdi:Complemento></cfdi:Comprobante>"#;
+        let doc = ExportDoc {
+            id: 1,
+            kind: "pago".into(),
+            state: "stamped".into(),
+            uuid: "CCCC".into(),
+            stamped_xml: xml.as_bytes().to_vec(),
+        };
+        let row = csv_row(&doc);
+        let cells: Vec<&str> = row.trim_end().split(',').collect();
+        let header: Vec<&str> = CSV_HEADER.trim_end().split(',').collect();
+        assert_eq!(cells.len(), header.len(), "{row}");
+        assert_eq!(header.last(), Some(&"uuids_pagados"));
+        assert_eq!(cells.last(), Some(&"\"AAAA#2;BBBB#1\""), "{row}");
+        assert_eq!(cells[1], "\"P-7\"");
+        assert_eq!(cells[14], "\"\"", "no CfdiRelacionados");
     }
 
     #[test]

@@ -28,7 +28,7 @@ fn load(config: Option<&Path>) -> anyhow::Result<(Settings, Source)> {
 pub async fn serve(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (settings, source) = load(config)?;
     let format = settings.log.format;
-    crate::telemetry::init(format);
+    let telemetry = crate::telemetry::init(&settings.log)?;
     let listen = settings.server.listen.clone();
     let banner = banner(&settings, &source);
     let app = Application::build(settings).await?.with_workers().await?;
@@ -40,7 +40,9 @@ pub async fn serve(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(%listen, port = app.port(), "autofactura serving");
     app.shutdown().stop_on(Signals::TermIntAndQuit);
-    app.run_until_stopped().await?;
+    let ran = app.run_until_stopped().await;
+    telemetry.shutdown();
+    ran?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -82,6 +84,12 @@ fn banner(s: &Settings, source: &Source) -> String {
         ),
         _ => "\n  email:      off (no [email] smtp_url): nothing is sent or queued".to_owned(),
     });
+    if let Some(url) = &s.log.otlp_endpoint {
+        b.push_str(&format!(
+            "\n  traces:     OpenTelemetry to {}",
+            crate::config::url_for_log(url)
+        ));
+    }
     if s.is_sandbox() {
         b.push_str(
             "\n  sandbox:    no real stamps; test CSD from fixtures/csd unless [emisor] csd_* are set\
@@ -117,7 +125,7 @@ fn currencies_label(s: &Settings) -> String {
 /// `autofactura worker`: the worker pool without HTTP, until SIGTERM or Ctrl-C.
 pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (settings, _) = load(config)?;
-    crate::telemetry::init(settings.log.format);
+    let telemetry = crate::telemetry::init(&settings.log)?;
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
     let db_for_courier = db.clone();
@@ -140,6 +148,7 @@ pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
         let _ = c.await;
     }
     drop(services);
+    telemetry.shutdown();
     Ok(ExitCode::SUCCESS)
 }
 

@@ -178,6 +178,10 @@ pub struct FormaPagoSettings {
 #[serde(deny_unknown_fields)]
 pub struct LogSettings {
     pub format: LogFormat,
+    /// OpenTelemetry: the collector's OTLP/HTTP traces URL (e.g.
+    /// `http://collector:4318/v1/traces`); spans are exported there when set. Needs a binary
+    /// built with the `otel` feature.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[log] format`: `auto` (JSON when stderr is not a terminal, as under a container platform

@@ -550,3 +550,22 @@ fn email_is_off_without_smtp_url_and_checked_when_on() {
         "the password is never quoted: {err}"
     );
 }
+
+#[test]
+fn an_otlp_endpoint_needs_the_otel_feature_and_a_url() {
+    let why = refused("[log]\notlp_endpoint = \"collector:4318\"\n");
+    if cfg!(feature = "otel") {
+        assert_names_all(&why, &["[log] otlp_endpoint", "http(s)://"]);
+        let ok = Settings::from_parts(
+            Some("[log]\notlp_endpoint = \"http://127.0.0.1:4318/v1/traces\"\n"),
+            &[],
+        )
+        .expect("a traces URL");
+        assert_eq!(
+            ok.log.otlp_endpoint.as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
+    } else {
+        assert_names_all(&why, &["[log] otlp_endpoint", "--features otel"]);
+    }
+}

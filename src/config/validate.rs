@@ -54,6 +54,21 @@ impl Settings {
         {
             p.push("[api] webhook_secret must be whsec_ followed by base64".into());
         }
+        if let Some(u) = &self.log.otlp_endpoint {
+            if !cfg!(feature = "otel") {
+                p.push(
+                    "[log] otlp_endpoint needs a binary built with the `otel` feature \
+                     (cargo build --release --features otel); remove it or rebuild"
+                        .into(),
+                );
+            } else if !(u.starts_with("http://") || u.starts_with("https://")) {
+                p.push(format!(
+                    "[log] otlp_endpoint = {:?} must be the collector's http(s):// traces URL \
+                     (e.g. http://collector:4318/v1/traces)",
+                    url_for_log(u)
+                ));
+            }
+        }
         if self.api.key_retention_hours == 0 {
             p.push("[api] key_retention_hours must be at least 1".into());
         }

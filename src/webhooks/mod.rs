@@ -24,6 +24,7 @@ use crate::error::WebhookError;
 use crate::state::AppState;
 use crate::store::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch, StoreError};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Routes under `/webhooks`.
 pub fn routes(cfg: &mut web::ServiceConfig, body_limit: usize) {
@@ -79,6 +80,16 @@ fn counted(
 /// for the factura global has no document of its own).
 fn key_of(draft: Option<&crate::store::OutboxDraft>) -> String {
     draft.map(|d| d.stamp_key.to_string()).unwrap_or_default()
+}
+
+/// The span of a sale's recording: in its document's trace when traces are exported, so the
+/// webhook that recorded it and the worker that stamps it show as one.
+fn recording_span(payment_id: &str, stamp_key: &str) -> tracing::Span {
+    let span = tracing::info_span!("webhook.record", payment_id, stamp_key);
+    if !stamp_key.is_empty() {
+        crate::telemetry::in_document_trace(&span, stamp_key);
+    }
+    span
 }
 
 fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
@@ -234,6 +245,7 @@ async fn stripe_webhook(
             } else {
                 Completion::None
             };
+            let span = recording_span(&facts.payment_id, &stamp_key);
             let out = state
                 .db
                 .ingest(
@@ -242,8 +254,9 @@ async fn stripe_webhook(
                     draft,
                     completion,
                 )
+                .instrument(span.clone())
                 .await?;
-            tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %payment.status, "stripe payment");
+            span.in_scope(|| tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %payment.status, "stripe payment"));
             // No folio: it is assigned when the worker seals the comprobante.
             return Ok(ack(
                 outcome_name(&out),
@@ -518,6 +531,7 @@ async fn resolved(
                 return Ok(waiting);
             }
             let stamp_key = key_of(draft.as_ref());
+            let span = recording_span(&facts.payment_id, &stamp_key);
             let out = state
                 .db
                 .ingest(
@@ -530,8 +544,9 @@ async fn resolved(
                     draft,
                     Completion::None,
                 )
+                .instrument(span.clone())
                 .await?;
-            tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %row.status, "mercadopago payment");
+            span.in_scope(|| tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %row.status, "mercadopago payment"));
             Ok(outcome_name(&out))
         }
         mercadopago::Meaning::Record(reason) => {

@@ -5,6 +5,7 @@
 
 use chrono::Utc;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::ingest::PaymentFacts;
 use crate::state::AppState;
@@ -120,6 +121,7 @@ async fn plan(
         payment.reason = Some(reason);
         draft = None;
     }
+    let span = super::recording_span(&facts.payment_id, &super::key_of(draft.as_ref()));
     let out = state
         .db
         .ingest(
@@ -137,8 +139,9 @@ async fn plan(
                 Completion::None
             },
         )
+        .instrument(span.clone())
         .await?;
-    tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %payment.status, reason = ?payment.reason, "stripe payment");
+    span.in_scope(|| tracing::info!(payment_id = %facts.payment_id, outcome = outcome_name(&out), status = %payment.status, reason = ?payment.reason, "stripe payment"));
     Ok(outcome_name(&out))
 }
 

@@ -46,6 +46,7 @@ impl Worker {
             uuid = tracing::field::Empty,
             slot
         );
+        crate::telemetry::in_document_trace(&span, p.key.as_str());
         // A row that waited long for its slot (the previous call was slow) gets its lease back
         // to full length before the call, so no other worker takes it meanwhile.
         if p.claimed_at.elapsed() > self.cfg.lease / 3 {

@@ -10,7 +10,8 @@
 //!   discounts and shipping (issue 18).
 //! - `arca`: Argentina (ARCA vouchers exactly once) against the sandbox ARCA, both backends.
 //! - `folio`: folios numbered at sealing, 1..N per serie under load, redeliveries and SIGKILL.
-//! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them.
+//! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them; `otel`, their
+//!   traces at a collector (built with the `otel` feature, as `scripts/test` does).
 //! - `security`, `internet`, `fuzz_regressions`: what faces the internet (routes, limits,
 //!   proxies, listeners, TLS), and the parsers' saved crash inputs.
 
@@ -49,6 +50,8 @@ mod ops_backup;
 mod ops_cli;
 mod ops_export;
 mod ops_metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod pac;
 mod pdf;
 mod portal;
