@@ -7,12 +7,12 @@
 
 use autofactura::cfdi::dom::{Element, NS_CFDI};
 use autofactura::cfdi::validate::check_amounts;
-use autofactura::cfdi::{
-    self, EmisorData, InvoiceRequest, LineData, ReceptorData, Rfc, TaxTreatment, TipoComprobante,
-};
+use autofactura::cfdi::{self, InvoiceRequest, LineData};
 use autofactura::refund::{Original, egreso_request};
 use proptest::prelude::*;
 use rust_decimal::Decimal;
+
+use crate::cfdi_props::{ingreso, tax};
 
 const UUID: &str = "5FB2822E-396D-4725-8521-CDC4BDD20CCF";
 
@@ -21,13 +21,7 @@ fn line() -> impl Strategy<Value = LineData> {
         1i64..5,
         1i64..2_000_000,
         prop::option::weighted(0.3, 1i64..100),
-        prop_oneof![
-            4 => Just(TaxTreatment::Iva16),
-            1 => Just(TaxTreatment::Iva8),
-            1 => Just(TaxTreatment::Iva0),
-            1 => Just(TaxTreatment::Exento),
-            1 => Just(TaxTreatment::NoObjeto),
-        ],
+        tax(),
     )
         .prop_map(|(qty, cents, discount_pct, tax)| {
             let unit_price = Decimal::new(cents, 2);
@@ -52,40 +46,8 @@ fn line() -> impl Strategy<Value = LineData> {
 }
 
 fn sale() -> impl Strategy<Value = InvoiceRequest> {
-    (prop::collection::vec(line(), 1..5), any::<bool>()).prop_map(|(lines, included)| {
-        InvoiceRequest {
-            tipo: TipoComprobante::Ingreso,
-            serie: Some("A".into()),
-            folio: Some("1".into()),
-            fecha: chrono::NaiveDate::from_ymd_opt(2026, 11, 30)
-                .and_then(|d| d.and_hms_opt(10, 0, 0))
-                .expect("date"),
-            moneda: "MXN".into(),
-            tipo_cambio: None,
-            forma_pago: "04".into(),
-            metodo_pago: "PUE".into(),
-            condiciones_de_pago: None,
-            exportacion: "01".into(),
-            prices_include_tax: included,
-            emisor: EmisorData {
-                rfc: Rfc::parse("EKU9003173C9").expect("rfc"),
-                nombre: "ESCUELA KEMPER URGATE".into(),
-                regimen_fiscal: "601".into(),
-                lugar_expedicion: "42501".into(),
-            },
-            receptor: ReceptorData::Nominativo {
-                rfc: Rfc::parse("URE180429TM6").expect("rfc"),
-                nombre: "UNIVERSIDAD ROBOTICA ESPAÑOLA".into(),
-                domicilio_fiscal: "86991".into(),
-                regimen_fiscal: "601".into(),
-                uso_cfdi: "G03".into(),
-            },
-            informacion_global: None,
-            relacionados: vec![],
-            lines,
-            pago: None,
-        }
-    })
+    (prop::collection::vec(line(), 1..5), any::<bool>())
+        .prop_map(|(lines, included)| ingreso(lines, included, "MXN", None))
 }
 
 /// A document as the sandbox reads it: sealed with the SAT test CSD, parsed.
