@@ -417,7 +417,8 @@ async fn a_rep_whose_worker_is_killed_between_the_pacs_answer_and_the_write_has_
 /// and releases its key; a retry under the key with the PAC fixed records the payment again as
 /// parcialidad 1 of the whole saldo, and a later payment is parcialidad 2.
 async fn a_rep_the_pac_refuses_releases_its_payment_and_key(b: Backend) {
-    let Some(rig) = rig(b, "", "").await else {
+    let admin = format!("[admin]\npassword = \"{PASSWORD}\"\n");
+    let Some(rig) = rig(b, "", &admin).await else {
         return;
     };
     let (_pool, _s) = rig.pool().await;
@@ -495,6 +496,16 @@ async fn a_rep_the_pac_refuses_releases_its_payment_and_key(b: Backend) {
         "the refused payment gave up its parcialidad: {shown}"
     );
     assert_eq!(rig.stamps().await.len(), 3, "the ingreso and two REPs");
+    // The invoice's page in the admin lists it without a parcialidad.
+    let browser = Browser::new(&rig.app);
+    browser.login().await;
+    let row = outbox_of(&rig.app, &id).await.payment_id;
+    let page = browser.get(&format!("/admin/payments/{row}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    for n in ["—", "1", "2"] {
+        let shown = format!("data-parcialidad=\"{n}\"");
+        assert!(page.body.contains(&shown), "{shown}: {}", page.body);
+    }
 }
 
 /// The payment row's id of the one REP (as the admin searches it).
