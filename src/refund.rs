@@ -119,6 +119,35 @@ fn apportion(weights: &[Decimal], target: Decimal, dec: u32) -> Vec<Decimal> {
     out
 }
 
+/// Each line's credit between the cumulative shares `before` and `after`, adding up to exactly
+/// `Σ after − Σ before`. The shares are rounded by largest remainder, which is not monotonic:
+/// a line's share can be a unit smaller at a larger refunded amount (the Alabama paradox,
+/// e.g. 25.37 / 19.09 / 7.31 at 0.17 then 0.18 refunded: 0.08 / 0.06 / 0.03, then 0.09 / 0.07 /
+/// 0.02). No line is credited a negative amount: what it would give back is taken, a unit at a
+/// time, from the largest credits (ties: the earlier line), so the egreso still totals exactly
+/// the refund.
+fn credits(before: &[Decimal], after: &[Decimal], unit: Decimal) -> Vec<Decimal> {
+    let mut out: Vec<Decimal> = before.iter().zip(after).map(|(b, a)| *a - *b).collect();
+    let mut excess: Decimal = out
+        .iter()
+        .filter(|c| **c < Decimal::ZERO)
+        .map(|c| -*c)
+        .sum();
+    out.iter_mut().for_each(|c| *c = (*c).max(Decimal::ZERO));
+    while excess > Decimal::ZERO {
+        let Some(i) = (0..out.len()).rev().max_by_key(|i| out[*i]) else {
+            break;
+        };
+        if out[i] <= Decimal::ZERO {
+            break;
+        }
+        let take = unit.min(excess).min(out[i]);
+        out[i] -= take;
+        excess -= take;
+    }
+    out
+}
+
 /// What each of the original's `lines` charged with its traslados (the money its share of a
 /// refund stands for), from the built original: Importe − Descuento + traslados, at full
 /// precision. `None` when a line has retenciones (its charge is not base + traslados).
@@ -208,13 +237,14 @@ pub fn egreso_request(
             )
         }
     };
+    let credits = credits(&before, &after, unit);
     let lines: Vec<LineData> = originals
         .iter()
-        .zip(before.iter().zip(&after))
-        .filter(|(_, (b, a))| *a > *b)
-        .map(|(l, (b, a))| LineData {
+        .zip(&credits)
+        .filter(|(_, c)| **c > Decimal::ZERO)
+        .map(|(l, c)| LineData {
             cantidad: Decimal::ONE,
-            unit_price: (*a - *b).normalize(),
+            unit_price: c.normalize(),
             discount: None,
             // The egreso's share is cut from the document, not charged by a tax engine.
             tax_amount: None,
@@ -466,6 +496,37 @@ mod tests {
         cfdi::build(&r, "00000000000000000000")
             .expect("build")
             .total
+    }
+
+    /// Consecutive centavos where largest remainder takes a unit back from a line: the egreso
+    /// of the second still credits exactly the refund, and no line negatively.
+    #[test]
+    fn a_refund_where_a_lines_share_shrinks_still_credits_exactly_the_refund() {
+        let mut req = sale(&[(2537, 0), (1909, 0), (731, 0)]);
+        for l in &mut req.lines {
+            l.tax = TaxTreatment::NoObjeto;
+        }
+        let unit = Decimal::new(1, 2);
+        let nets: Vec<Decimal> = req.lines.iter().map(line_net).collect();
+        let sale_amount: Decimal = nets.iter().sum();
+        let (b, a) = (Decimal::new(17, 2), Decimal::new(18, 2));
+        let (before, after) = (apportion(&nets, b, 2), apportion(&nets, a, 2));
+        assert!(
+            after[2] < before[2],
+            "{before:?} → {after:?}: the case is gone"
+        );
+        let got = credits(&before, &after, unit);
+        assert!(got.iter().all(|c| *c >= Decimal::ZERO), "{got:?}");
+        assert_eq!(got.iter().sum::<Decimal>(), unit);
+        let o = Original {
+            request: &req,
+            uuid: "6F2C1B9E-8F4A-4E3B-9D8A-2B1C3D4E5F60",
+            lines: vec![0, 1, 2],
+            sale_amount,
+            refunded_before: b,
+        };
+        let e = egreso_request(&o, unit, "NC", req.fecha).expect("egreso");
+        assert_eq!(total(&e), unit);
     }
 
     #[test]
