@@ -79,8 +79,14 @@ proptest! {
         let original = parsed(&req);
         let sale_total = amount(&original, "Total");
         let cents = (sale_total * Decimal::ONE_HUNDRED).trunc().to_string().parse::<i64>().expect("cents");
-        // Refunds: the sale cut at random points, each at least a centavo.
-        let mut points: Vec<i64> = cuts.iter().map(|c| i64::from(*c) * cents / 1000).filter(|p| *p > 0 && *p < cents).collect();
+        // Refunds: the sale cut at random points, each at least a centavo; some followed by a
+        // refund of one centavo, where rounding by largest remainder can shrink a line's share.
+        let mut points: Vec<i64> = cuts
+            .iter()
+            .map(|c| i64::from(*c) * cents / 1000)
+            .flat_map(|p| [p, p + i64::from(p % 3 == 0)])
+            .filter(|p| *p > 0 && *p < cents)
+            .collect();
         points.sort_unstable();
         points.dedup();
         points.push(cents);
