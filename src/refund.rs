@@ -67,8 +67,7 @@ fn line_net(l: &LineData) -> Decimal {
 }
 
 /// The lines' amounts at `c / total` of them, to `dec` decimals, adding up to exactly
-/// `round(c / total × Σ nets)`: each rounded down, the missing units of the last decimal given
-/// to the largest remainders (ties: the earlier line). `c == total` gives the nets themselves.
+/// `round(c / total × Σ nets)`. `c == total` gives the nets themselves.
 fn shares(nets: &[Decimal], c: Decimal, total: Decimal, dec: u32) -> Vec<Decimal> {
     if c >= total {
         return nets.to_vec();
@@ -76,10 +75,20 @@ fn shares(nets: &[Decimal], c: Decimal, total: Decimal, dec: u32) -> Vec<Decimal
     if c <= Decimal::ZERO || total <= Decimal::ZERO {
         return vec![Decimal::ZERO; nets.len()];
     }
-    let unit = Decimal::new(1, dec);
     let whole: Decimal = nets.iter().sum();
-    let target = round(whole * c / total, dec);
-    let exact: Vec<Decimal> = nets.iter().map(|n| *n * c / total).collect();
+    apportion(nets, round(whole * c / total, dec), dec)
+}
+
+/// `target` split over `weights` in proportion, to `dec` decimals, adding up to exactly
+/// `target`: each rounded down, the missing units of the last decimal given to the largest
+/// remainders (ties: the earlier line).
+fn apportion(weights: &[Decimal], target: Decimal, dec: u32) -> Vec<Decimal> {
+    let whole: Decimal = weights.iter().sum();
+    if target <= Decimal::ZERO || whole <= Decimal::ZERO {
+        return vec![Decimal::ZERO; weights.len()];
+    }
+    let unit = Decimal::new(1, dec);
+    let exact: Vec<Decimal> = weights.iter().map(|w| *w * target / whole).collect();
     let mut out: Vec<Decimal> = exact
         .iter()
         .map(|e| e.round_dp_with_strategy(dec, rust_decimal::RoundingStrategy::ToZero))
@@ -89,7 +98,7 @@ fn shares(nets: &[Decimal], c: Decimal, total: Decimal, dec: u32) -> Vec<Decimal
         .to_string()
         .parse::<i64>()
         .unwrap_or(0);
-    let mut order: Vec<usize> = (0..nets.len()).collect();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
     order.sort_by(|a, b| {
         (exact[*b] - out[*b])
             .cmp(&(exact[*a] - out[*a]))
@@ -108,6 +117,55 @@ fn shares(nets: &[Decimal], c: Decimal, total: Decimal, dec: u32) -> Vec<Decimal
         }
     }
     out
+}
+
+/// Each line's credit between the cumulative shares `before` and `after`, adding up to exactly
+/// `Σ after − Σ before`. The shares are rounded by largest remainder, which is not monotonic:
+/// a line's share can be a unit smaller at a larger refunded amount (the Alabama paradox,
+/// e.g. 25.37 / 19.09 / 7.31 at 0.17 then 0.18 refunded: 0.08 / 0.06 / 0.03, then 0.09 / 0.07 /
+/// 0.02). No line is credited a negative amount: what it would give back is taken, a unit at a
+/// time, from the largest credits (ties: the earlier line), so the egreso still totals exactly
+/// the refund.
+fn credits(before: &[Decimal], after: &[Decimal], unit: Decimal) -> Vec<Decimal> {
+    let mut out: Vec<Decimal> = before.iter().zip(after).map(|(b, a)| *a - *b).collect();
+    let mut excess: Decimal = out
+        .iter()
+        .filter(|c| **c < Decimal::ZERO)
+        .map(|c| -*c)
+        .sum();
+    out.iter_mut().for_each(|c| *c = (*c).max(Decimal::ZERO));
+    while excess > Decimal::ZERO {
+        let Some(i) = (0..out.len()).rev().max_by_key(|i| out[*i]) else {
+            break;
+        };
+        if out[i] <= Decimal::ZERO {
+            break;
+        }
+        let take = unit.min(excess).min(out[i]);
+        out[i] -= take;
+        excess -= take;
+    }
+    out
+}
+
+/// What each of the original's `lines` charged with its traslados (the money its share of a
+/// refund stands for), from the built original: Importe − Descuento + traslados, at full
+/// precision. `None` when a line has retenciones (its charge is not base + traslados).
+fn charged_with_tax(req: &InvoiceRequest, lines: &[usize]) -> Option<Vec<Decimal>> {
+    let mut check = req.clone();
+    check.folio = Some("1".into());
+    let built = cfdi::build(&check, "00000000000000000000").ok()?;
+    lines
+        .iter()
+        .map(|i| {
+            let c = built.conceptos.get(*i)?;
+            if !c.retenciones.is_empty() {
+                return None;
+            }
+            let taxes: Decimal = c.traslados.iter().filter_map(|t| t.importe).sum();
+            Some(c.importe - c.descuento.unwrap_or_default() + taxes)
+        })
+        .collect()
 }
 
 /// Why a refund cannot become an egreso.
@@ -152,16 +210,41 @@ pub fn egreso_request(
     let req = o.request;
     let dec = cfdi::catalogs::currency_decimals(&req.moneda).unwrap_or(2);
     let originals: Vec<&LineData> = o.lines.iter().filter_map(|i| req.lines.get(*i)).collect();
-    let nets: Vec<Decimal> = originals.iter().map(|l| line_net(l)).collect();
-    let before = shares(&nets, o.refunded_before, o.sale_amount, dec);
-    let after = shares(&nets, o.refunded_before + amount, o.sale_amount, dec);
+    // Tax-excluded prices: each line's price *with* its taxes is cut, cumulatively, so the
+    // shares of a refund add up to exactly the refund, and the egreso is written with
+    // tax-included prices, whose Total the engine fits to what they charge (cfdi::build). Cut
+    // from the prices without tax, the egreso's taxes are computed on top and each document
+    // rounds them once: its Total drifts up to a centavo from the refund. A line's tax cannot be
+    // cut on its own instead: the SAT checks it against the line's Base (CFDI40167), and a
+    // cumulative cut of both to whole centavos falls outside that tolerance for some refunds.
+    // Only when the sale charged what the lines charge with their taxes (to the document's
+    // rounding); otherwise the proportion is of the lines as written.
+    let unit = Decimal::new(1, dec);
+    let gross = (!req.prices_include_tax)
+        .then(|| charged_with_tax(req, &o.lines))
+        .flatten()
+        .filter(|g| (g.iter().sum::<Decimal>() - o.sale_amount).abs() <= unit);
+    let (before, after) = match &gross {
+        Some(g) => (
+            apportion(g, o.refunded_before, dec),
+            apportion(g, o.refunded_before + amount, dec),
+        ),
+        None => {
+            let nets: Vec<Decimal> = originals.iter().map(|l| line_net(l)).collect();
+            (
+                shares(&nets, o.refunded_before, o.sale_amount, dec),
+                shares(&nets, o.refunded_before + amount, o.sale_amount, dec),
+            )
+        }
+    };
+    let credits = credits(&before, &after, unit);
     let lines: Vec<LineData> = originals
         .iter()
-        .zip(before.iter().zip(&after))
-        .filter(|(_, (b, a))| *a > *b)
-        .map(|(l, (b, a))| LineData {
+        .zip(&credits)
+        .filter(|(_, c)| **c > Decimal::ZERO)
+        .map(|(l, c)| LineData {
             cantidad: Decimal::ONE,
-            unit_price: (*a - *b).normalize(),
+            unit_price: c.normalize(),
             discount: None,
             // The egreso's share is cut from the document, not charged by a tax engine.
             tax_amount: None,
@@ -185,7 +268,7 @@ pub fn egreso_request(
         metodo_pago: "PUE".into(),
         condiciones_de_pago: None,
         exportacion: req.exportacion.clone(),
-        prices_include_tax: req.prices_include_tax,
+        prices_include_tax: req.prices_include_tax || gross.is_some(),
         emisor: req.emisor.clone(),
         receptor,
         // To público en general (a global's sale) the SAT asks for InformacionGlobal: the
@@ -415,6 +498,37 @@ mod tests {
             .total
     }
 
+    /// Consecutive centavos where largest remainder takes a unit back from a line: the egreso
+    /// of the second still credits exactly the refund, and no line negatively.
+    #[test]
+    fn a_refund_where_a_lines_share_shrinks_still_credits_exactly_the_refund() {
+        let mut req = sale(&[(2537, 0), (1909, 0), (731, 0)]);
+        for l in &mut req.lines {
+            l.tax = TaxTreatment::NoObjeto;
+        }
+        let unit = Decimal::new(1, 2);
+        let nets: Vec<Decimal> = req.lines.iter().map(line_net).collect();
+        let sale_amount: Decimal = nets.iter().sum();
+        let (b, a) = (Decimal::new(17, 2), Decimal::new(18, 2));
+        let (before, after) = (apportion(&nets, b, 2), apportion(&nets, a, 2));
+        assert!(
+            after[2] < before[2],
+            "{before:?} → {after:?}: the case is gone"
+        );
+        let got = credits(&before, &after, unit);
+        assert!(got.iter().all(|c| *c >= Decimal::ZERO), "{got:?}");
+        assert_eq!(got.iter().sum::<Decimal>(), unit);
+        let o = Original {
+            request: &req,
+            uuid: "6F2C1B9E-8F4A-4E3B-9D8A-2B1C3D4E5F60",
+            lines: vec![0, 1, 2],
+            sale_amount,
+            refunded_before: b,
+        };
+        let e = egreso_request(&o, unit, "NC", req.fecha).expect("egreso");
+        assert_eq!(total(&e), unit);
+    }
+
     #[test]
     fn shares_add_up_to_the_centavo_and_telescope() {
         let nets = [
@@ -431,7 +545,9 @@ mod tests {
     #[test]
     fn a_partial_refund_then_the_rest_credit_exactly_the_sale() {
         let req = sale(&[(11600, 0), (5000, 1000)]);
-        let amount = Decimal::new(20600, 2);
+        // Tax-excluded: 116.00 + 40.00 with IVA 16 %.
+        let amount = total(&req);
+        assert_eq!(amount, Decimal::new(18096, 2));
         let mut o = Original {
             request: &req,
             uuid: "6F2C1B9E-8F4A-4E3B-9D8A-2B1C3D4E5F60",
@@ -446,10 +562,15 @@ mod tests {
         assert_eq!(first.tipo, TipoComprobante::Egreso);
         assert_eq!(first.metodo_pago, "PUE");
         assert_eq!(first.relacionados[0].tipo_relacion, "01");
-        for i in 0..2 {
+        // Each line is credited what it charged with its IVA, and each egreso exactly its refund.
+        for (i, charged) in [Decimal::new(13456, 2), Decimal::new(4640, 2)]
+            .into_iter()
+            .enumerate()
+        {
             let credited = first.lines[i].unit_price + rest.lines[i].unit_price;
-            assert_eq!(credited, line_net(&req.lines[i]), "line {i}");
+            assert_eq!(credited, charged, "line {i}");
         }
+        assert_eq!(total(&first), Decimal::new(7777, 2));
         assert_eq!(total(&first) + total(&rest), total(&req));
         o.refunded_before = amount - Decimal::ONE;
         assert!(matches!(

@@ -108,7 +108,9 @@ pub struct PaymentPage {
 
 /// One payment of a PPD invoice on the invoice's page.
 pub struct PagoView {
-    pub parcialidad: i64,
+    /// Its NumParcialidad; `—` once the PAC refused its REP and a later payment took its place
+    /// (store::pagos).
+    pub parcialidad: String,
     pub fecha_pago: String,
     pub amount: String,
     pub saldo_insoluto: String,
@@ -358,7 +360,11 @@ pub async fn payment(
         .await?
         .into_iter()
         .map(|g| PagoView {
-            parcialidad: g.parcialidad,
+            parcialidad: if g.parcialidad > 0 {
+                g.parcialidad.to_string()
+            } else {
+                "—".into()
+            },
             fecha_pago: g.fecha_pago,
             amount: money(&g.amount, &g.currency),
             saldo_insoluto: money(&g.saldo_insoluto, &p.currency),

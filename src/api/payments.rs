@@ -7,8 +7,10 @@
 //! - A payment above the saldo insoluto is a 422 and writes nothing.
 //! - `Idempotency-Key` (or `idempotency_key`) as for invoices: the same key with the same body
 //!   answers with the same payment (`Idempotency-Replayed: true`), with another body 422
-//!   `IDEMPOTENCY_KEY_REUSED`. A payment's key is never released: its saldo counts whatever
-//!   becomes of its REP.
+//!   `IDEMPOTENCY_KEY_REUSED`. A payment whose REP the PAC refused (422 `PAC_REJECTED`) stops
+//!   counting in the saldo and releases its key and its parcialidad, as an invoice that ended
+//!   without a stamp does: the next payment (a retry with corrected data under the same key, or
+//!   another) is computed without it.
 
 use std::time::Duration;
 
@@ -64,7 +66,8 @@ pub fn pago_json(p: &PagoRow, invoice: &str) -> serde_json::Value {
     serde_json::json!({
         "id": p.public_id,
         "invoice": invoice,
-        "parcialidad": p.parcialidad,
+        // A refused payment gave up its parcialidad to the next one (store::pagos).
+        "parcialidad": (p.parcialidad > 0).then_some(p.parcialidad),
         "fecha_pago": p.fecha_pago,
         "forma_pago": p.forma_pago,
         "monto": p.amount,
@@ -88,7 +91,7 @@ pub async fn summary(
         return Ok(None);
     };
     let pagos = state.db.pagos_of_invoice(inv.id).await?;
-    let saldo = pagos.last().map_or_else(
+    let saldo = pagos.iter().rev().find(|p| p.counts()).map_or_else(
         || money::fixed(total, dec(&doc)),
         |p| p.saldo_insoluto.clone(),
     );
@@ -131,8 +134,10 @@ pub async fn create(
         o.insert("invoice".into(), inv.public_id.clone().into());
     }
     let hash = keys::request_hash(&value);
+    // A key whose REP the PAC refused is released: recorded again below, it takes it over.
     if let Some(k) = &explicit
         && let Some(p) = state.db.pago_by_key(&caller.rfc_emisor, k.as_str()).await?
+        && !p.state.released()
     {
         return replay(&p, &hash, &inv);
     }
@@ -285,8 +290,8 @@ pub async fn create(
         PagoOutcome::KeyTaken => {
             let k = explicit.as_ref().map(|k| k.as_str()).unwrap_or_default();
             return match state.db.pago_by_key(&caller.rfc_emisor, k).await? {
-                Some(p) => replay(&p, &hash, &inv),
-                None => Err(ApiError::InProgress { invoice: None }),
+                Some(p) if !p.state.released() => replay(&p, &hash, &inv),
+                _ => Err(ApiError::InProgress { invoice: None }),
             };
         }
     };
@@ -343,8 +348,8 @@ fn replay(p: &PagoRow, hash: &str, inv: &ApiInvoiceRow) -> Result<HttpResponse, 
     ))
 }
 
-/// Waits (bounded) for the REP's stamp: 201 stamped, 422 refused by the PAC, 503 outcome
-/// unknown, 202 still queued.
+/// Waits (bounded) for the REP's stamp: 201 stamped, 422 refused by the PAC (the payment is
+/// released), 503 outcome unknown, 202 still queued.
 async fn wait_and_answer(
     state: &AppState,
     pago_id: i64,
@@ -367,7 +372,14 @@ async fn wait_and_answer(
                     invoice: p.public_id,
                 });
             }
-            _ if tokio::time::Instant::now() >= deadline || p.state.released() => {
+            s if s.released() => {
+                return Err(ApiError::PacRejected {
+                    invoice: p.public_id,
+                    code: p.last_error_code.unwrap_or_else(|| "FAILED".into()),
+                    message: p.last_error_message.unwrap_or_default(),
+                });
+            }
+            _ if tokio::time::Instant::now() >= deadline => {
                 return Ok(json_response(StatusCode::ACCEPTED, body(), false));
             }
             _ => {}

@@ -4,6 +4,7 @@
 //! covered without touching this file.
 
 use super::load::typed;
+use super::tests::stripe_secrets;
 use super::*;
 
 const EXAMPLE: &str = include_str!("../../autofactura.example.toml");
@@ -255,12 +256,7 @@ fn secrets_come_from_files() {
         list.display().to_string(),
     )];
     let s = Settings::from_parts(None, &env).expect("settings");
-    let secrets: Vec<&str> = s
-        .stripe
-        .webhook_secrets
-        .iter()
-        .map(SecretString::expose)
-        .collect();
+    let secrets = stripe_secrets(&s);
     assert_eq!(secrets, ["whsec_one", "whsec_two"]);
     let both = format!("{file}webhook_secret = \"x\"\n");
     let err = Settings::from_parts(Some(&both), &[]).expect_err("both");

@@ -1,5 +1,14 @@
 use super::*;
 
+/// The Stripe webhook secrets `s` holds, in the clear (env_tests reads them too).
+pub(super) fn stripe_secrets(s: &Settings) -> Vec<&str> {
+    s.stripe
+        .webhook_secrets
+        .iter()
+        .map(SecretString::expose)
+        .collect()
+}
+
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
@@ -59,12 +68,7 @@ fn environment_overrides_the_file_with_the_type_of_the_default() {
         ]),
     )
     .expect("settings");
-    let secrets: Vec<&str> = s
-        .stripe
-        .webhook_secrets
-        .iter()
-        .map(SecretString::expose)
-        .collect();
+    let secrets = stripe_secrets(&s);
     assert_eq!(secrets, ["whsec_a", "whsec_b"]);
     assert_eq!(s.worker.concurrency, 3);
     assert_eq!(

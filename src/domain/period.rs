@@ -170,43 +170,28 @@ mod tests {
     #[test]
     fn every_periodicidad_cuts_its_period_inside_the_month() {
         use Periodicidad::*;
-        let p = |per, day| {
-            let p = Period::containing(per, day);
-            (p.start, p.end, p.meses(), p.anio())
-        };
-        assert_eq!(
-            p(Diaria, d(2026, 11, 5)),
-            (d(2026, 11, 5), d(2026, 11, 5), "11".into(), 2026)
-        );
-        // 2026-12-31 is a Thursday: its week is cut at the year's end.
-        assert_eq!(
-            p(Semanal, d(2026, 12, 31)),
-            (d(2026, 12, 28), d(2026, 12, 31), "12".into(), 2026)
-        );
-        assert_eq!(
-            p(Semanal, d(2027, 1, 2)),
-            (d(2027, 1, 1), d(2027, 1, 3), "01".into(), 2027)
-        );
-        assert_eq!(
-            p(Quincenal, d(2026, 2, 15)),
-            (d(2026, 2, 1), d(2026, 2, 15), "02".into(), 2026)
-        );
-        assert_eq!(
-            p(Quincenal, d(2026, 2, 16)),
-            (d(2026, 2, 16), d(2026, 2, 28), "02".into(), 2026)
-        );
-        assert_eq!(
-            p(Mensual, d(2028, 2, 10)),
-            (d(2028, 2, 1), d(2028, 2, 29), "02".into(), 2028)
-        );
-        assert_eq!(
-            p(Bimestral, d(2026, 12, 1)),
-            (d(2026, 11, 1), d(2026, 12, 31), "18".into(), 2026)
-        );
-        assert_eq!(
-            p(Bimestral, d(2026, 2, 1)),
-            (d(2026, 1, 1), d(2026, 2, 28), "13".into(), 2026)
-        );
+        // (periodicidad, a day, its period's first and last day, Meses, Año), one a line.
+        #[rustfmt::skip]
+        let cases = [
+            (Diaria, "2026-11-05", "2026-11-05", "2026-11-05", "11", 2026),
+            // 2026-12-31 is a Thursday: its week is cut at the year's end.
+            (Semanal, "2026-12-31", "2026-12-28", "2026-12-31", "12", 2026),
+            (Semanal, "2027-01-02", "2027-01-01", "2027-01-03", "01", 2027),
+            (Quincenal, "2026-02-15", "2026-02-01", "2026-02-15", "02", 2026),
+            (Quincenal, "2026-02-16", "2026-02-16", "2026-02-28", "02", 2026),
+            (Mensual, "2028-02-10", "2028-02-01", "2028-02-29", "02", 2028),
+            (Bimestral, "2026-12-01", "2026-11-01", "2026-12-31", "18", 2026),
+            (Bimestral, "2026-02-01", "2026-01-01", "2026-02-28", "13", 2026),
+        ];
+        let day = |s: &str| s.parse::<NaiveDate>().expect("date");
+        for (per, on, start, end, meses, anio) in cases {
+            let p = Period::containing(per, day(on));
+            assert_eq!(
+                (p.start, p.end, p.meses(), p.anio()),
+                (day(start), day(end), meses.to_owned(), anio),
+                "{per:?} on {on}"
+            );
+        }
     }
 
     #[test]

@@ -71,8 +71,8 @@ spelled! {
         Failed = "failed",
         /// Past SAT's 72-hour window, and the PAC confirmed it holds no stamp.
         Expired = "expired",
-        /// An API invoice that ended without a stamp and whose idempotency key or folio was
-        /// taken again.
+        /// An API invoice (or a payment's REP) that ended without a stamp and whose
+        /// idempotency key or folio (or parcialidad) was taken again.
         Superseded = "superseded",
         /// It could not become a request to stamp as it is.
         NeedsAttention = "needs_attention",

@@ -130,6 +130,29 @@ pub(super) async fn supersede_invoice_in(
     Ok(n == 1)
 }
 
+/// In `tx`: the REPs (kind `pago`) that ended without a stamp, of payments of API invoice
+/// `invoice_id` or recorded under emisor `rfc`'s idempotency key `key`, become `superseded`, as
+/// the next payment takes their parcialidad or their key (so no one retries them any more).
+pub(super) async fn supersede_refused_pagos_in(
+    tx: &mut Tx<'_>,
+    invoice_id: i64,
+    rfc: &str,
+    key: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    const SQL: &str = "UPDATE outbox SET state = 'superseded', updated_at = $1, \
+        last_error_message = COALESCE(last_error_message, '') || ' (superseded: a later payment took its place)' \
+        WHERE state IN ('failed', 'expired') AND id IN (SELECT outbox_id FROM api_pagos \
+        WHERE invoice_id = $2 OR (rfc_emisor = $3 AND idem_key = $4))";
+    stmt(SQL)
+        .bind(now)
+        .bind(invoice_id)
+        .bind(rfc)
+        .bind(key)
+        .execute_in(tx, "supersede refused REPs")
+        .await
+}
+
 /// In `tx`: API invoices that ended without a stamp under `serie`/`folio` become `superseded`,
 /// as the folio is explicitly asked for again.
 pub(super) async fn supersede_folio_in(

@@ -5,11 +5,16 @@
 //! parcialidad and saldo are read, the caller's planner turns them into the frozen REP (or
 //! refuses, and nothing is written), then the payment row the REP hangs from, the REP's outbox
 //! row and the `api_pagos` row commit together.
+//!
+//! A payment whose REP the PAC refused (it ended without a stamp, for sure) is released by the
+//! next payment of its invoice, or the next one under its idempotency key, in that payment's
+//! transaction: its REP becomes `superseded`, it gives up its key and its parcialidad (stored
+//! as `-id`, shown as none), and stops counting in the saldo.
 
 use chrono::{DateTime, Utc};
 
 use super::exec::stmt;
-use super::outbox::enqueue_in_tx;
+use super::outbox::{enqueue_in_tx, supersede_refused_pagos_in};
 use super::payments::insert_payment_in;
 use super::{Db, NewPayment, OutboxDraft, StoreError, ctx};
 use crate::domain::DocumentState;
@@ -73,11 +78,21 @@ pub struct PagoRow {
     pub outbox_id: i64,
     pub state: DocumentState,
     pub uuid: Option<String>,
+    pub last_error_code: Option<String>,
+    pub last_error_message: Option<String>,
+}
+
+impl PagoRow {
+    /// Whether it still counts in its invoice's saldo: not refused by the PAC (see the module).
+    pub fn counts(&self) -> bool {
+        self.parcialidad > 0 && !self.state.released()
+    }
 }
 
 const PAGO_COLUMNS: &str = "p.id, p.public_id, p.invoice_id, p.parcialidad, p.fecha_pago, p.forma_pago, \
     p.amount, p.currency, p.tipo_cambio, p.num_operacion, p.saldo_anterior, p.saldo_insoluto, \
-    p.request_hash, p.created_at, p.outbox_id, o.state, o.uuid FROM api_pagos p JOIN outbox o ON o.id = p.outbox_id";
+    p.request_hash, p.created_at, p.outbox_id, o.state, o.uuid, o.last_error_code, \
+    o.last_error_message FROM api_pagos p JOIN outbox o ON o.id = p.outbox_id";
 
 impl Db {
     /// Records payment `new` in one transaction serialised per invoice: `plan` gets the next
@@ -92,9 +107,12 @@ impl Db {
         // a concurrent payment of the same invoice waits here (SQLite's transactions already
         // take the write lock at BEGIN).
         const LOCK: &str = "UPDATE api_invoices SET id = id WHERE id = $1";
+        const RELEASE: &str = "UPDATE api_pagos SET parcialidad = -id, idem_key = NULL \
+            WHERE parcialidad > 0 AND (invoice_id = $1 OR (rfc_emisor = $2 AND idem_key = $3)) \
+            AND outbox_id IN (SELECT id FROM outbox WHERE state = 'superseded')";
         const KEY: &str = "SELECT COUNT(*) FROM api_pagos WHERE rfc_emisor = $1 AND idem_key = $2";
         const LAST: &str = "SELECT parcialidad, saldo_insoluto FROM api_pagos WHERE invoice_id = $1 \
-            ORDER BY parcialidad DESC LIMIT 1";
+            AND parcialidad > 0 ORDER BY parcialidad DESC LIMIT 1";
         const INSERT: &str = "INSERT INTO api_pagos (public_id, invoice_id, rfc_emisor, parcialidad, \
             fecha_pago, forma_pago, amount, currency, tipo_cambio, num_operacion, saldo_anterior, \
             saldo_insoluto, outbox_id, idem_key, request_hash, created_at) \
@@ -105,6 +123,14 @@ impl Db {
         stmt(LOCK)
             .bind(new.invoice_id)
             .execute_in(&mut tx, "lock the invoice for its payment")
+            .await?;
+        let key = new.idem_key.as_deref();
+        supersede_refused_pagos_in(&mut tx, new.invoice_id, &new.rfc_emisor, key, now).await?;
+        stmt(RELEASE)
+            .bind(new.invoice_id)
+            .bind(&new.rfc_emisor)
+            .bind(key)
+            .execute_in(&mut tx, "release refused payments")
             .await?;
         if let Some(key) = &new.idem_key {
             let (taken,): (i64,) = stmt(KEY)

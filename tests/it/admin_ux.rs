@@ -13,11 +13,23 @@ use support::admin::{
 use support::ux::{listed, log_call, result_count, sale, sql, tiles};
 use support::{Backend, TestApp};
 
-async fn signed_in(b: Backend) -> Option<(TestApp, Browser, String)> {
+/// An admin app with a signed-in browser and its CSRF token (admin_ux_ops starts so too).
+pub(crate) async fn signed_in(b: Backend) -> Option<(TestApp, Browser, String)> {
     let app = admin_app(b).await?;
     let br = Browser::new(&app);
     let csrf = br.login().await;
     Some((app, br, csrf))
+}
+
+/// Asks, through the admin, to cancel stamped document `id` with motivo 02 (no replacement).
+pub(crate) async fn cancel_02(br: &Browser, csrf: &str, id: i64) {
+    let r = br
+        .post(
+            &format!("/admin/documents/{id}/cancel"),
+            &[("csrf", csrf), ("motivo", "02"), ("folio_sustitucion", "")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
 }
 
 async fn payment_page(app: &TestApp, br: &Browser, outbox_id: i64) -> String {
@@ -91,13 +103,7 @@ async fn labels_agree_and_each_message_says_who_said_it(b: Backend) {
     assert!(page.contains("116.00 MXN"), "{page}");
 
     // A cancellation that needs no acceptance, still processing at SAT, waits for SAT.
-    let r = br
-        .post(
-            &format!("/admin/documents/{st}/cancel"),
-            &[("csrf", &csrf), ("motivo", "02"), ("folio_sustitucion", "")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{}", r.body);
+    cancel_02(&br, &csrf, st).await;
     sql(
         &app,
         &format!(

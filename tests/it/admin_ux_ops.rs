@@ -3,18 +3,12 @@
 //! that needs attention (one document however often it is sent), pausing a PAC, the chart and
 //! the CSV export.
 
+use crate::admin_ux::{cancel_02, signed_in};
 use crate::support;
 
-use support::admin::{Browser, admin_app, count, doc, outbox_of, pay, rejected, stamped};
+use support::admin::{Browser, count, doc, outbox_of, pay, rejected, stamped};
 use support::ux::{listed, log_call, result_count, sale};
 use support::{Backend, TestApp};
-
-async fn signed_in(b: Backend) -> Option<(TestApp, Browser, String)> {
-    let app = admin_app(b).await?;
-    let br = Browser::new(&app);
-    let csrf = br.login().await;
-    Some((app, br, csrf))
-}
 
 async fn failures_are_grouped_by_code_with_a_hint_and_one_action(b: Backend) {
     let Some((app, br, csrf)) = signed_in(b).await else {
@@ -260,13 +254,7 @@ async fn a_paused_pac_claims_nothing_until_resumed(b: Backend) {
     let id = pay(&app, "pause_pending").await;
     let st = pay(&app, "pause_stamped").await;
     stamped(&app, st).await;
-    let r = br
-        .post(
-            &format!("/admin/documents/{st}/cancel"),
-            &[("csrf", &csrf), ("motivo", "02"), ("folio_sustitucion", "")],
-        )
-        .await;
-    assert_eq!(r.status, 303, "{}", r.body);
+    cancel_02(&br, &csrf, st).await;
     // A reason is required.
     let r = br
         .post("/admin/pac/pause", &[("csrf", &csrf), ("reason", " ")])

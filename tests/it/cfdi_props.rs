@@ -16,7 +16,8 @@ fn dec(mantissa: i64, scale: u32) -> Decimal {
     Decimal::new(mantissa, scale)
 }
 
-fn tax() -> impl Strategy<Value = TaxTreatment> {
+/// A line's tax treatment, IVA 16 % most often (refund_props draws from it too).
+pub(crate) fn tax() -> impl Strategy<Value = TaxTreatment> {
     prop_oneof![
         4 => Just(TaxTreatment::Iva16),
         1 => Just(TaxTreatment::Iva8),
@@ -63,38 +64,51 @@ fn request() -> impl Strategy<Value = InvoiceRequest> {
         any::<bool>(),
         prop_oneof![4 => Just(("MXN", None)), 1 => Just(("USD", Some("17.2345"))), 1 => Just(("JPY", Some("0.1234"))), 1 => Just(("BHD", Some("45.1")))],
     )
-        .prop_map(|(lines, prices_include_tax, (moneda, tc))| InvoiceRequest {
-            tipo: TipoComprobante::Ingreso,
-            serie: Some("A".into()),
-            folio: Some("1".into()),
-            fecha: chrono::NaiveDate::from_ymd_opt(2026, 11, 30)
-                .and_then(|d| d.and_hms_opt(10, 0, 0))
-                .expect("date"),
-            moneda: moneda.into(),
-            tipo_cambio: tc.map(|t| t.parse().expect("tc")),
-            forma_pago: "04".into(),
-            metodo_pago: "PUE".into(),
-            condiciones_de_pago: None,
-            exportacion: "01".into(),
-            prices_include_tax,
-            emisor: EmisorData {
-                rfc: Rfc::parse("EKU9003173C9").expect("rfc"),
-                nombre: "ESCUELA KEMPER URGATE".into(),
-                regimen_fiscal: "601".into(),
-                lugar_expedicion: "42501".into(),
-            },
-            receptor: ReceptorData::Nominativo {
-                rfc: Rfc::parse("URE180429TM6").expect("rfc"),
-                nombre: "UNIVERSIDAD ROBOTICA ESPAÑOLA".into(),
-                domicilio_fiscal: "86991".into(),
-                regimen_fiscal: "601".into(),
-                uso_cfdi: "G03".into(),
-            },
-            informacion_global: None,
-            relacionados: vec![],
-            lines,
-            pago: None,
+        .prop_map(|(lines, prices_include_tax, (moneda, tc))| {
+            ingreso(lines, prices_include_tax, moneda, tc.map(|t| t.parse().expect("tc")))
         })
+}
+
+/// An ingreso of the SAT's test emisor to a nominative receptor with `lines`, dated
+/// 2026-11-30 (refund_props sells with it too).
+pub(crate) fn ingreso(
+    lines: Vec<LineData>,
+    prices_include_tax: bool,
+    moneda: &str,
+    tipo_cambio: Option<Decimal>,
+) -> InvoiceRequest {
+    InvoiceRequest {
+        tipo: TipoComprobante::Ingreso,
+        serie: Some("A".into()),
+        folio: Some("1".into()),
+        fecha: chrono::NaiveDate::from_ymd_opt(2026, 11, 30)
+            .and_then(|d| d.and_hms_opt(10, 0, 0))
+            .expect("date"),
+        moneda: moneda.into(),
+        tipo_cambio,
+        forma_pago: "04".into(),
+        metodo_pago: "PUE".into(),
+        condiciones_de_pago: None,
+        exportacion: "01".into(),
+        prices_include_tax,
+        emisor: EmisorData {
+            rfc: Rfc::parse("EKU9003173C9").expect("rfc"),
+            nombre: "ESCUELA KEMPER URGATE".into(),
+            regimen_fiscal: "601".into(),
+            lugar_expedicion: "42501".into(),
+        },
+        receptor: ReceptorData::Nominativo {
+            rfc: Rfc::parse("URE180429TM6").expect("rfc"),
+            nombre: "UNIVERSIDAD ROBOTICA ESPAÑOLA".into(),
+            domicilio_fiscal: "86991".into(),
+            regimen_fiscal: "601".into(),
+            uso_cfdi: "G03".into(),
+        },
+        informacion_global: None,
+        relacionados: vec![],
+        lines,
+        pago: None,
+    }
 }
 
 fn attr(root: &Element, name: &str) -> Decimal {

@@ -48,6 +48,7 @@ mod layout;
 mod line_items;
 mod ops_backup;
 mod ops_cli;
+mod ops_deploy;
 mod ops_export;
 mod ops_metrics;
 #[cfg(feature = "otel")]

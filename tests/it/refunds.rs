@@ -41,13 +41,12 @@ pub async fn refund_event(
         "payment_intent": format!("pi_test_{suffix}"), "charge": format!("ch_test_{suffix}"),
         "status": "succeeded", "created": chrono::Utc::now().timestamp()
     });
-    let body = stripe::sample_event(
-        &format!("evt_{event}"),
-        kind,
-        chrono::Utc::now().timestamp(),
-        false,
-        object,
-    );
+    deliver(app, &format!("evt_{event}"), kind, object).await
+}
+
+/// Delivers `object` signed as Stripe event `event` of type `kind`: its answer, a 200.
+async fn deliver(app: &TestApp, event: &str, kind: &str, object: Value) -> Value {
+    let body = stripe::sample_event(event, kind, chrono::Utc::now().timestamp(), false, object);
     let r = app.post_stripe_signed(&body).await;
     assert_eq!(r.status(), 200);
     r.json().await.expect("json")
@@ -601,16 +600,8 @@ async fn dispute_closed(app: &TestApp, suffix: &str, status: &str, minor: i64) -
         "currency": "mxn", "payment_intent": format!("pi_test_{suffix}"),
         "charge": format!("ch_test_{suffix}"), "status": status, "reason": "fraudulent"
     });
-    let body = stripe::sample_event(
-        &format!("evt_dp_{suffix}_{status}"),
-        "charge.dispute.closed",
-        chrono::Utc::now().timestamp(),
-        false,
-        object,
-    );
-    let r = app.post_stripe_signed(&body).await;
-    assert_eq!(r.status(), 200);
-    r.json().await.expect("json")
+    let event = format!("evt_dp_{suffix}_{status}");
+    deliver(app, &event, "charge.dispute.closed", object).await
 }
 
 async fn a_lost_dispute_is_a_full_refund_and_a_won_one_changes_nothing(b: Backend) {
