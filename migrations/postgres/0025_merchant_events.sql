@@ -10,3 +10,5 @@ UPDATE merchant_events w SET outbox_id = a.outbox_id FROM api_invoices a WHERE a
 ALTER TABLE merchant_events ALTER COLUMN outbox_id SET NOT NULL;
 ALTER TABLE merchant_events DROP COLUMN invoice_id;
 CREATE INDEX merchant_events_outbox ON merchant_events (outbox_id);
+-- A REP's customer address is read through api_pagos by outbox row (store/deliveries.rs).
+CREATE INDEX api_pagos_outbox ON api_pagos (outbox_id);

@@ -27,3 +27,5 @@ FROM api_webhook_outbox w JOIN api_invoices a ON a.id = w.invoice_id;
 DROP TABLE api_webhook_outbox;
 CREATE INDEX merchant_events_due ON merchant_events (state, run_at);
 CREATE INDEX merchant_events_outbox ON merchant_events (outbox_id);
+-- A REP's customer address is read through api_pagos by outbox row (store/deliveries.rs).
+CREATE INDEX api_pagos_outbox ON api_pagos (outbox_id);
