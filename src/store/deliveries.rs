@@ -236,6 +236,13 @@ impl Db {
         Ok(n == 1)
     }
 
+    /// `(state, count)` of every delivery (the `autofactura_deliveries` gauge).
+    pub async fn delivery_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        stmt("SELECT state, COUNT(*) AS n FROM deliveries GROUP BY state ORDER BY 1")
+            .fetch_all(self, "count deliveries by state")
+            .await
+    }
+
     /// The deliveries of outbox row `outbox_id`, oldest first.
     pub async fn deliveries_of(&self, outbox_id: i64) -> Result<Vec<DeliveryRow>, StoreError> {
         stmt(format!(
