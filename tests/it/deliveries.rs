@@ -288,11 +288,7 @@ async fn a_cancelled_invoice_emails_the_customer_with_its_own_wording(b: Backend
     let Some((smtp, app, id, browser, csrf)) = sent_and_signed_in(b, "mail_cancel").await else {
         return;
     };
-    let path = format!("/admin/documents/{id}/cancel");
-    let r = browser
-        .post(&path, &[("csrf", &csrf), ("motivo", "02")])
-        .await;
-    assert_eq!(r.status, 303, "{}", r.body);
+    browser.cancel(id, &csrf).await;
     let (pool, _services) = app.start_pool().await;
     let rows = wait_for(&app, id, "canceled and sent", |r| {
         r.len() == 2 && all_in("sent")(r)

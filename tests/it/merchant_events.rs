@@ -1,8 +1,9 @@
 //! The merchant's signed events for documents that are not API invoices (issue 20 §4), on both
 //! backends, against a real HTTP receiver checking each Standard Webhooks signature: a Stripe
 //! sale stamped gives one `invoice.stamped` with its payment id and UUID, and a redelivery of
-//! the sale's webhook none more; a refund's egreso its own event; a receiver down, then up,
-//! gets the event once, under the id every attempt carried.
+//! the sale's webhook none more; a Mercado Pago sale the same; a refund's egreso its own
+//! event; a sale cancelled `invoice.canceled`; a receiver down, then up, gets the event once,
+//! under the id every attempt carried.
 
 use std::time::Duration;
 
@@ -11,15 +12,20 @@ use autofactura::notify::view::document_id;
 use autofactura::webhooks::stripe;
 use serde_json::Value;
 
-use crate::support::admin::{doc, outbox_of};
+use crate::support::admin::{Browser, PASSWORD, doc, outbox_of};
 use crate::support::receiver::{Receiver, webhook_toml_retrying};
 use crate::support::rows::{Bind, WebhookRow, fetch_rows, merchant_events_of};
 use crate::support::{Backend, TestApp, spawn_app_with};
 
 /// The app sending merchant webhooks to `url`, retried every second (ten times).
 async fn app(b: Backend, url: &str) -> Option<TestApp> {
+    app_with(b, url, "").await
+}
+
+/// [`app`], with `mp` ending the `[mercadopago]` table (e.g. its `api_base`).
+async fn app_with(b: Backend, url: &str, mp: &str) -> Option<TestApp> {
     let toml = format!(
-        "{}[worker]\nidle_poll_ms = 50\n",
+        "{mp}{}[worker]\nidle_poll_ms = 50\n[admin]\npassword = \"{PASSWORD}\"\n",
         webhook_toml_retrying(url, 10)
     );
     spawn_app_with(b, &toml).await
@@ -153,7 +159,73 @@ async fn a_receiver_down_then_up_gets_the_event_once_under_one_id(b: Backend) {
     assert_eq!(v["data"]["payment_id"], "pi_test_ev_down");
 }
 
+/// A Mercado Pago API whose payments are the sample's (MXN), approved a minute ago.
+fn fake_mp() -> String {
+    crate::support::sales::serve(|cfg| {
+        cfg.route(
+            "/v1/payments/{id}",
+            actix_web::web::get().to(|id: actix_web::web::Path<String>| async move {
+                let approved = (chrono::Utc::now() - chrono::Duration::minutes(1))
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                actix_web::HttpResponse::Ok()
+                    .content_type("application/json")
+                    .body(autofactura::webhooks::mercadopago::sample_payment(
+                        &id, &approved,
+                    ))
+            }),
+        );
+    })
+}
+
+async fn a_stamped_mercado_pago_sale_sends_its_event(b: Backend) {
+    let (receiver, url) = Receiver::start(0).await;
+    let mp = format!("api_base = \"{}\"\n", fake_mp());
+    let Some(app) = app_with(b, &url, &mp).await else {
+        return;
+    };
+    let ack = crate::support::sales::mp_notify(&app, "n-ev-mp", "payment.created", "8801").await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    let id = outbox_of(&app, "8801").await.id;
+    app.drain(60).await;
+    let (msg, v) = receiver.wait_where("invoice.stamped", 60, |_| true).await;
+    let d = doc(&app, id).await;
+    assert_eq!(v["data"]["provider"], d.provider.as_str(), "{v}");
+    assert!(
+        d.provider.contains("mercado") || d.provider == "mp",
+        "{d:?}"
+    );
+    assert_eq!(v["data"]["payment_id"], "8801", "{v}");
+    assert_eq!(v["data"]["uuid"].as_str(), d.uuid.as_deref(), "{v}");
+    let rows = events_when(&app, id, "delivered", delivered).await;
+    assert_eq!(msg, message_id(&document_id(id), rows[0].id));
+}
+
+async fn a_cancelled_sale_sends_invoice_canceled(b: Backend) {
+    let (receiver, url) = Receiver::start(0).await;
+    let Some(app) = app(b, &url).await else {
+        return;
+    };
+    let (id, _) = pay(&app, "ev_cancel").await;
+    app.drain(60).await;
+    receiver.wait_for("invoice.stamped", 60).await;
+    let browser = Browser::new(&app);
+    let csrf = browser.login().await;
+    browser.cancel(id, &csrf).await;
+    let (pool, _services) = app.start_pool().await;
+    let (msg, v) = receiver.wait_where("invoice.canceled", 60, |_| true).await;
+    pool.shutdown().await;
+    let d = doc(&app, id).await;
+    assert_eq!(v["data"]["status"], "canceled", "{v}");
+    assert_eq!(v["data"]["payment_id"], "pi_test_ev_cancel", "{v}");
+    assert_eq!(v["data"]["uuid"].as_str(), d.uuid.as_deref(), "{v}");
+    let rows = events_when(&app, id, "both delivered", |r| r.len() == 2 && delivered(r)).await;
+    assert_eq!(rows[1].event_type, "invoice.canceled");
+    assert_eq!(msg, message_id(&document_id(id), rows[1].id));
+}
+
 on_both_backends!(
+    a_stamped_mercado_pago_sale_sends_its_event,
+    a_cancelled_sale_sends_invoice_canceled,
     a_stamped_stripe_sale_sends_one_signed_event_and_a_redelivery_none_more,
     a_refunds_egreso_sends_its_own_event,
     a_receiver_down_then_up_gets_the_event_once_under_one_id,
