@@ -124,6 +124,7 @@ async fn read_gauges(db: &Db, window: chrono::Duration) -> Result<DocumentGauges
     let now = chrono::Utc::now();
     let mut g = DocumentGauges {
         documents: db.document_counts().await?,
+        deliveries: db.delivery_counts().await?,
         ..DocumentGauges::default()
     };
     let mut oldest: BTreeMap<String, i64> = BTreeMap::new();

@@ -90,6 +90,7 @@ struct Metrics {
     worker_slots: Family<StateLabels, Gauge>,
     stamps: Family<KindLabels, Counter>,
     merchant_webhooks: Family<OutcomeLabels, Counter>,
+    emails: Family<OutcomeLabels, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -136,6 +137,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Signed webhooks to the merchant, by outcome (delivered, gone, retry, given_up)",
         merchant_webhooks.clone(),
     );
+    let emails = Family::<OutcomeLabels, Counter>::default();
+    registry.register(
+        "autofactura_emails_sent",
+        "Customer emails the courier tried to send, by outcome (sent, bounced, retry, failed)",
+        emails.clone(),
+    );
     Metrics {
         registry,
         pac_requests,
@@ -145,6 +152,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         worker_slots,
         stamps,
         merchant_webhooks,
+        emails,
     }
 });
 
@@ -202,6 +210,16 @@ pub fn merchant_webhook(outcome: &str) {
         .inc();
 }
 
+/// A customer email's send ended with `outcome` (`sent`, `bounced`, `retry`, `failed`).
+pub fn email(outcome: &str) {
+    METRICS
+        .emails
+        .get_or_create(&OutcomeLabels {
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+}
+
 /// Adds `delta` to the worker slots in `state` (`configured` when a pool starts and stops,
 /// `in_flight` around each PAC call).
 pub fn worker_slots(state: &str, delta: i64) {
@@ -226,6 +244,8 @@ pub struct DocumentGauges {
     /// Seconds until the SAT window of the open document closest to it closes (none open:
     /// `None`, and the gauge is left out).
     pub window_remaining: Option<i64>,
+    /// `(state, count)` of the customer's emails (`deliveries`).
+    pub deliveries: Vec<(String, i64)>,
 }
 
 /// The whole exposition: the process's metrics, then `gauges` (when the database answered).
@@ -276,6 +296,19 @@ fn gauge_registry(g: &DocumentGauges) -> Registry {
         }
         r.register(name, help, family);
     }
+    let deliveries = Family::<StateLabels, Gauge>::default();
+    for (state, n) in &g.deliveries {
+        deliveries
+            .get_or_create(&StateLabels {
+                state: state.clone(),
+            })
+            .set(*n);
+    }
+    r.register(
+        "autofactura_deliveries",
+        "Customer emails by state: pending, retry, sent, bounced, failed (read from the database)",
+        deliveries,
+    );
     if let Some(secs) = g.window_remaining {
         let gauge = Gauge::<i64>::default();
         gauge.set(secs);

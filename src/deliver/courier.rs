@@ -95,6 +95,12 @@ impl Courier {
             return Ok(false);
         };
         let (outcome, reply) = self.send(&d).await?;
+        crate::metrics::email(match outcome {
+            DeliveryOutcome::Sent => "sent",
+            DeliveryOutcome::Bounced => "bounced",
+            DeliveryOutcome::Retry(_) => "retry",
+            DeliveryOutcome::Failed => "failed",
+        });
         if !self
             .db
             .settle_delivery(d.id, &owner, outcome, &reply)

@@ -20,7 +20,7 @@ use lettre::message::header::ContentType;
 use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
-use crate::cfdi::dom::{Element, NS_CFDI};
+use crate::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
 use crate::pdf::{self, PdfOptions};
 
 pub use crate::domain::delivery::{Event, message_id, resent_message_id};
@@ -79,11 +79,23 @@ pub fn message_as(
         (Some(s), Some(f)) => format!("{s}-{f}"),
         (s, f) => format!("{}{}", s.unwrap_or_default(), f.unwrap_or_default()),
     };
-    let total = format!(
-        "{} {}",
-        root.attr("Total").unwrap_or_default(),
-        root.attr("Moneda").unwrap_or_default()
-    );
+    // A REP's own Total is 0 XXX: what it stands for is the payment it receipts.
+    let pago = root
+        .child(NS_CFDI, "Complemento")
+        .and_then(|c| c.child(NS_PAGOS20, "Pagos"))
+        .and_then(|p| p.child(NS_PAGOS20, "Pago"));
+    let total = match pago {
+        Some(p) => format!(
+            "{} {}",
+            p.attr("Monto").unwrap_or_default(),
+            p.attr("MonedaP").unwrap_or_default()
+        ),
+        None => format!(
+            "{} {}",
+            root.attr("Total").unwrap_or_default(),
+            root.attr("Moneda").unwrap_or_default()
+        ),
+    };
     let documento = match root.attr("TipoDeComprobante") {
         Some("E") => "nota de crédito",
         Some("P") => "recibo electrónico de pago",

@@ -1,15 +1,18 @@
-//! Outbound webhooks to the merchant (`invoice.stamped`, `invoice.failed`, `invoice.canceled`),
+//! Outbound webhooks to the merchant (`invoice.stamped`, `invoice.failed`, `invoice.canceled`)
+//! for every document — Stripe and Mercado Pago sales, API invoices, egresos, globals, REPs —
 //! signed per Standard Webhooks ([`mod@sign`]), delivered at least once from their own outbox with
 //! backoff by the [`Sender`]. Inbound webhooks (Stripe, Mercado Pago) are [`crate::webhooks`].
 //!
-//! The rows are written in the transaction of the state change (see `store::outbox` and `store::cancellations`), so a
-//! stamp that is only confirmed later — after a PAC timeout — still reaches the merchant.
+//! The rows are written in the transaction of the state change (see `store::settle`,
+//! `store::outbox` and `store::cancellations`), so a stamp that is only confirmed later — after
+//! a PAC timeout — still reaches the merchant.
 //!
 //! Who may import it: `startup` (to run the [`Sender`]), the settings' validation
-//! ([`sign::decode_secret`]) and tests. It uses the store, the `[api]` settings and the
-//! invoice's JSON view of the API ([`crate::api::view`]).
+//! ([`sign::decode_secret`]) and tests. It uses the store, the `[api]` settings, the invoice's
+//! JSON view of the API ([`crate::api::view`]) and, for other documents, its own ([`view`]).
 
 pub mod sign;
+pub mod view;
 
 use std::time::Duration;
 
@@ -84,20 +87,40 @@ impl Sender {
         let Some(w) = self.db.claim_api_webhook(now, lease).await? else {
             return Ok(false);
         };
-        let Some(inv) = self.db.api_invoice_by_id(w.invoice_id).await? else {
-            self.db
-                .settle_api_webhook(w.id, "failed", now, Some("invoice not found"))
-                .await?;
-            return Ok(true);
+        // An API invoice keeps its API view and public id; any other document has its own.
+        let (public_id, data) = match self.db.api_invoice_by_outbox(w.outbox_id).await? {
+            Some(inv) => (
+                inv.public_id.clone(),
+                Some(crate::api::view::invoice_json(
+                    &inv,
+                    status_of(&w.event_type),
+                )),
+            ),
+            None => match self.db.document(w.outbox_id).await? {
+                Some(d) => {
+                    let status = status_of(&w.event_type).unwrap_or("unknown");
+                    (
+                        view::document_id(d.id),
+                        Some(view::document_json(&d, status)),
+                    )
+                }
+                None => (view::document_id(w.outbox_id), None),
+            },
         };
-        let payload = match &w.payload {
-            Some(p) => p.clone(),
-            None => {
-                let p = payload(&w, &inv);
+        let payload = match (&w.payload, data) {
+            (Some(p), _) => p.clone(),
+            (None, Some(data)) => {
+                let p = payload(&w, data);
                 self.db.fix_webhook_payload(w.id, &p).await?
             }
+            (None, None) => {
+                self.db
+                    .settle_api_webhook(w.id, "failed", now, Some("document not found"))
+                    .await?;
+                return Ok(true);
+            }
         };
-        let msg_id = message_id(&inv.public_id, w.id);
+        let msg_id = message_id(&public_id, w.id);
         let ts = Utc::now().timestamp();
         let signature = sign(&self.key, &msg_id, ts, payload.as_bytes());
         let sent = self
@@ -112,7 +135,7 @@ impl Sender {
             .await;
         let error = match sent {
             Ok(r) if r.status().is_success() => {
-                info!(event = %w.event_type, invoice = %inv.public_id, "merchant webhook delivered");
+                info!(event = %w.event_type, document = %public_id, "merchant webhook delivered");
                 crate::metrics::merchant_webhook("delivered");
                 self.db
                     .settle_api_webhook(w.id, "delivered", Utc::now(), None)
@@ -154,18 +177,22 @@ impl Sender {
     }
 }
 
-/// The event body: type, when it happened, and the invoice as the event saw it.
-fn payload(w: &ClaimedWebhook, inv: &crate::store::api::ApiInvoiceRow) -> String {
-    let status = match w.event_type.as_str() {
+/// The document's status an event reports.
+fn status_of(event_type: &str) -> Option<&'static str> {
+    match event_type {
         "invoice.stamped" => Some("stamped"),
         "invoice.failed" => Some("failed"),
         "invoice.canceled" => Some("canceled"),
         _ => None,
-    };
+    }
+}
+
+/// The event body: type, when it happened, and the document as the event saw it (`data`).
+fn payload(w: &ClaimedWebhook, data: serde_json::Value) -> String {
     serde_json::json!({
         "type": w.event_type,
         "timestamp": w.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        "data": crate::api::view::invoice_json(inv, status),
+        "data": data,
     })
     .to_string()
 }

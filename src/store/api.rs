@@ -1,5 +1,5 @@
-//! The invoicing API's statements: keys, invoices, idempotency records, the merchant's webhook
-//! outbox. Written once with `$n` placeholders and run through [`super::exec`].
+//! The invoicing API's statements: keys, invoices, idempotency records (the merchant's events
+//! are `merchant.rs`'s). Written once with `$n` placeholders and run through [`super::exec`].
 //!
 //! Creating an invoice is one transaction, like a webhook payment: the payment row, the explicit
 //! folio if any (a folio of the serie's numbering is assigned when the worker seals it), the
@@ -8,11 +8,12 @@
 
 use chrono::{DateTime, Utc};
 
-use super::exec::{Dialect, Dialected, Tx, stmt};
+use super::exec::stmt;
 use super::folios::bump_past_in;
+pub use super::merchant::ClaimedWebhook;
 use super::outbox::{enqueue_in_tx, supersede_folio_in, supersede_invoice_in};
 use super::payments::insert_payment_in;
-pub use super::rows::{ApiInvoiceRow, ApiKeyListing, ApiKeyRow, ClaimedWebhook, IdemRecord};
+pub use super::rows::{ApiInvoiceRow, ApiKeyListing, ApiKeyRow, IdemRecord};
 use super::{Db, NewPayment, OutboxDraft, StoreError, ctx};
 
 /// An idempotency key to take with a new invoice.
@@ -50,36 +51,6 @@ pub enum CreateOutcome {
     /// The explicit folio belongs to another live invoice: nothing written.
     FolioTaken,
 }
-
-/// Queues a merchant webhook (`$1` event type) for the API invoice of outbox row `$3`, if any.
-pub(super) const API_EVENT: &str = "INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, created_at) \
-     SELECT id, $1, 'pending', 0, $2, $2 FROM api_invoices WHERE outbox_id = $3";
-
-/// In `tx`, with the outbox change that causes it: the merchant webhook `event` for the API
-/// invoice of outbox row `outbox_id`, if the row is one's.
-pub(super) async fn queue_api_event_in(
-    tx: &mut Tx<'_>,
-    event: &str,
-    outbox_id: i64,
-    now: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    stmt(API_EVENT)
-        .bind(event)
-        .bind(now)
-        .bind(outbox_id)
-        .execute_in(tx, "queue the merchant webhook")
-        .await?;
-    Ok(())
-}
-
-/// Claims the next due merchant webhook.
-static CLAIM_WEBHOOK: Dialected = Dialected::new(
-    "UPDATE api_webhook_outbox SET run_at = $1, attempts = attempts + 1 \
-     WHERE id = (SELECT id FROM api_webhook_outbox WHERE state = 'pending' AND run_at <= $2 \
-     ORDER BY run_at, id LIMIT 1{LOCK}) \
-     RETURNING id, invoice_id, event_type, payload, created_at, attempts",
-    &[Dialect::SKIP_LOCKED],
-);
 
 const INVOICE_COLUMNS: &str = "a.id, a.public_id, a.rfc_emisor, a.outbox_id, a.idempotency_key, a.created_at, \
     o.state, o.uuid, o.serie, o.folio, o.request_json, o.last_error_code, o.last_error_message, o.stamped_at, \
@@ -321,6 +292,17 @@ impl Db {
             .await
     }
 
+    /// The API invoice of outbox row `outbox_id`, if the document is one.
+    pub async fn api_invoice_by_outbox(
+        &self,
+        outbox_id: i64,
+    ) -> Result<Option<ApiInvoiceRow>, StoreError> {
+        stmt(format!("SELECT {INVOICE_COLUMNS} WHERE a.outbox_id = $1"))
+            .bind(outbox_id)
+            .fetch_optional(self, "read an API invoice")
+            .await
+    }
+
     /// The emisor's API invoices, newest first, optionally by serie and folio (at most 100).
     pub async fn find_api_invoices(
         &self,
@@ -339,59 +321,5 @@ impl Db {
         .bind(folio)
         .fetch_all(self, "list API invoices")
         .await
-    }
-
-    /// Claims the next due merchant webhook, hidden from other senders until `lease_until`.
-    pub async fn claim_api_webhook(
-        &self,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Option<ClaimedWebhook>, StoreError> {
-        stmt(CLAIM_WEBHOOK.text(self.dialect()))
-            .bind(lease_until)
-            .bind(now)
-            .writes()
-            .fetch_optional(self, "claim a merchant webhook")
-            .await
-    }
-
-    /// Fixes a webhook's payload before its first delivery; returns the payload now stored.
-    pub async fn fix_webhook_payload(&self, id: i64, payload: &str) -> Result<String, StoreError> {
-        stmt("UPDATE api_webhook_outbox SET payload = $1 WHERE id = $2 AND payload IS NULL")
-            .bind(payload)
-            .bind(id)
-            .execute(self, "fix a webhook payload")
-            .await?;
-        let got: Option<(Option<String>,)> =
-            stmt("SELECT payload FROM api_webhook_outbox WHERE id = $1")
-                .bind(id)
-                .fetch_optional(self, "read a webhook payload")
-                .await?;
-        Ok(got.and_then(|g| g.0).unwrap_or_else(|| payload.to_owned()))
-    }
-
-    /// Records a delivery attempt: `state` `delivered`, `failed` (given up) or `pending` again
-    /// at `run_at`.
-    pub async fn settle_api_webhook(
-        &self,
-        id: i64,
-        state: &str,
-        run_at: DateTime<Utc>,
-        error: Option<&str>,
-    ) -> Result<(), StoreError> {
-        let now = Utc::now();
-        let delivered = (state == "delivered").then_some(now);
-        stmt(
-            "UPDATE api_webhook_outbox SET state = $1, run_at = $2, last_error = $3, \
-             delivered_at = COALESCE($4, delivered_at) WHERE id = $5",
-        )
-        .bind(state)
-        .bind(run_at)
-        .bind(error)
-        .bind(delivered)
-        .bind(id)
-        .execute(self, "record a webhook delivery")
-        .await?;
-        Ok(())
     }
 }

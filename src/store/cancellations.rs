@@ -4,9 +4,9 @@
 use chrono::{DateTime, Utc};
 
 use super::admin::audit_in;
-use super::api::queue_api_event_in;
 use super::deliveries::queue_event_in;
 use super::exec::{Dialect, Dialected, Stmt, stmt};
+use super::merchant::queue_merchant_event_in;
 use super::outbox::mark_canceled_in;
 pub use super::rows::CancellationRow;
 use crate::domain::delivery::Event;
@@ -86,7 +86,7 @@ impl Db {
     }
 
     /// Records a cancellation's progress and releases its lease. When it ends `canceled`,
-    /// `outbox_id` (its invoice) leaves the stamped list and an API invoice's merchant webhook
+    /// `outbox_id` (its invoice) leaves the stamped list and the merchant event
     /// `invoice.canceled` is queued, in the same transaction: a process killed in between
     /// cannot leave a cancelled CFDI shown as `stamped`. With `mail` (email on: the domain of
     /// `[email] from`) the customer's email about it is queued in that transaction too.
@@ -130,7 +130,7 @@ impl Db {
             && let Some(oid) = outbox_id
             && mark_canceled_in(&mut tx, oid, now).await?
         {
-            queue_api_event_in(&mut tx, "invoice.canceled", oid, now).await?;
+            queue_merchant_event_in(&mut tx, "invoice.canceled", oid, now).await?;
             queue_event_in(&mut tx, oid, Event::Canceled, mail, now).await?;
         }
         tx.commit("commit the cancellation's progress").await?;

@@ -15,22 +15,30 @@ use super::{Db, StoreError};
 use crate::domain::delivery::{Event, resent_message_id};
 
 /// The customer's address of a document: its payment's `customer_json.email`, blank as none;
-/// for an egreso, that of the sale it credits (its own payment row carries none). JSON is read
-/// differently by each backend (the only reason for this marker's two spellings).
+/// for an egreso, that of the sale it credits, and for a REP that of the invoice it pays
+/// (their own payment rows carry none). JSON is read differently by each backend (the only
+/// reason for this marker's two spellings).
 const EMAIL: (&str, &str, &str) = (
     "{EMAIL}",
     "COALESCE(NULLIF(TRIM(json_extract(p.customer_json, '$.email')), ''), \
-     NULLIF(TRIM(json_extract(op.customer_json, '$.email')), ''))",
+     NULLIF(TRIM(json_extract(op.customer_json, '$.email')), ''), \
+     NULLIF(TRIM(json_extract(ip.customer_json, '$.email')), ''))",
     "COALESCE(NULLIF(TRIM(p.customer_json::jsonb #>> '{email}'), ''), \
-     NULLIF(TRIM(op.customer_json::jsonb #>> '{email}'), ''))",
+     NULLIF(TRIM(op.customer_json::jsonb #>> '{email}'), ''), \
+     NULLIF(TRIM(ip.customer_json::jsonb #>> '{email}'), ''))",
 );
 
-/// Where [`EMAIL`] reads from: the document `o`, its payment `p`, and for an egreso the sale
-/// `op` its refund credits (the same on both backends).
+/// Where [`EMAIL`] reads from: the document `o`, its payment `p`, for an egreso the sale `op`
+/// its refund credits, for a REP the payment `ip` of the API invoice it pays (the same on both
+/// backends).
 const PAYMENTS: (&str, &str, &str) = ("{PAYMENTS}", PAYMENTS_JOIN, PAYMENTS_JOIN);
 const PAYMENTS_JOIN: &str = "JOIN payments p ON p.id = o.payment_id \
      LEFT JOIN refunds r ON r.outbox_id = o.id AND o.kind = 'egreso' \
-     LEFT JOIN payments op ON op.provider = r.provider AND op.payment_id = r.payment_ref";
+     LEFT JOIN payments op ON op.provider = r.provider AND op.payment_id = r.payment_ref \
+     LEFT JOIN api_pagos ap ON ap.outbox_id = o.id AND o.kind = 'pago' \
+     LEFT JOIN api_invoices ai ON ai.id = ap.invoice_id \
+     LEFT JOIN outbox io ON io.id = ai.outbox_id \
+     LEFT JOIN payments ip ON ip.id = io.payment_id";
 
 /// The message of a fresh stamp ($1 its Message-ID, $2 now, $3 the outbox row), inserted only
 /// when the row was stamped by this write and its customer has an address; a second settle of
@@ -226,6 +234,13 @@ impl Db {
             .execute(self, "settle a delivery")
             .await?;
         Ok(n == 1)
+    }
+
+    /// `(state, count)` of every delivery (the `autofactura_deliveries` gauge).
+    pub async fn delivery_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        stmt("SELECT state, COUNT(*) AS n FROM deliveries GROUP BY state ORDER BY 1")
+            .fetch_all(self, "count deliveries by state")
+            .await
     }
 
     /// The deliveries of outbox row `outbox_id`, oldest first.

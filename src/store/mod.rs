@@ -30,7 +30,9 @@
 //! - `deliveries.rs`: the customer's emails: the row a stamp queues (in `settle.rs`'s write),
 //!   the courier's claim and settle, the admin's list and resend.
 //! - `attempts.rs`: the PAC attempt log and the worker heartbeats.
-//! - `api.rs`: API keys, idempotency keys, API invoices and the merchant's webhooks.
+//! - `api.rs`: API keys, idempotency keys and API invoices.
+//! - `merchant.rs`: the merchant's events (signed webhooks) of every document, queued with
+//!   the state change that causes them.
 //! - `arca.rs`: Argentina (ARCA): vouchers by idempotency key, their number sequences and
 //!   reservations, the leases that serialise a sequence across instances, the WSAA tickets.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
@@ -62,6 +64,7 @@ mod export;
 mod folios;
 mod globals;
 mod limit;
+mod merchant;
 mod outbox;
 mod pagos;
 mod payments;
@@ -192,6 +195,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "arca",
         include_str!("../../migrations/sqlite/0024_arca.sql"),
     ),
+    (
+        25,
+        "merchant_events",
+        include_str!("../../migrations/sqlite/0025_merchant_events.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -278,6 +286,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         24,
         "arca",
         include_str!("../../migrations/postgres/0024_arca.sql"),
+    ),
+    (
+        25,
+        "merchant_events",
+        include_str!("../../migrations/postgres/0025_merchant_events.sql"),
     ),
 ];
 

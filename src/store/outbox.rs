@@ -13,9 +13,9 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::StoreError;
 use super::admin::audit_in;
-use super::api::queue_api_event_in;
 use super::deliveries::queue_event_in;
 use super::exec::{Dialect, Dialected, Stmt, Tx, column, shift_params, stmt};
+use super::merchant::queue_merchant_event_in;
 pub use super::rows::ClaimedStamp;
 use super::{Db, ctx};
 use crate::cfdi::InvoiceRequest;
@@ -617,8 +617,8 @@ impl Db {
                     now,
                 )
                 .await?;
-                // An API invoice's merchant hears of the adopted stamp like of any other.
-                queue_api_event_in(&mut tx, "invoice.stamped", outbox_id, now).await?;
+                // The merchant hears of the adopted stamp like of any other.
+                queue_merchant_event_in(&mut tx, "invoice.stamped", outbox_id, now).await?;
                 queue_event_in(&mut tx, outbox_id, Event::Stamped, mail, now).await?;
             }
             Ok::<bool, StoreError>(done == 1)

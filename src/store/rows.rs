@@ -253,7 +253,8 @@ pub struct ApiInvoiceRow {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedWebhook {
     pub id: i64,
-    pub invoice_id: i64,
+    /// The document (outbox row) the event is about.
+    pub outbox_id: i64,
     pub event_type: String,
     pub payload: Option<String>,
     pub created_at: DateTime<Utc>,

@@ -8,10 +8,10 @@
 
 use chrono::{DateTime, Utc};
 
-use super::api::API_EVENT;
 use super::attempts::{Attempt, INSERT_ATTEMPT, bind_attempt, counted};
 use super::deliveries::{QUEUE_STAMPED, QUEUE_STAMPED_MANY_PG, stamped_message_id};
 use super::exec::{Dialect, Stmt, column, shift_params, stmt};
+use super::merchant::MERCHANT_EVENT;
 use super::{Db, StoreError, ctx};
 use crate::domain::DocumentState;
 
@@ -120,8 +120,9 @@ impl<'a> Settle<'a> {
         }
     }
 
-    /// The merchant webhook this outcome triggers for an invoice requested through the API.
-    fn api_event(&self) -> Option<&'static str> {
+    /// The merchant event this outcome triggers (for any document: sale, API invoice, egreso,
+    /// global or REP).
+    fn merchant_event(&self) -> Option<&'static str> {
         match self {
             Settle::Stamped { .. } => Some("invoice.stamped"),
             // Final states are definite non-stamps; an unknown outcome is never final.
@@ -171,10 +172,10 @@ fn settle_sql(
             Dialect::Postgres => sql.push_str(&format!("settled AS ({update} RETURNING id)")),
         }
         used += 8;
-        if s.api_event().is_some() {
+        if s.merchant_event().is_some() {
             // Only when the outcome was written: SQLite asks `changes()` (the UPDATE's count),
             // PostgreSQL whether `settled` returned the row.
-            let event = shift_params(API_EVENT, used);
+            let event = shift_params(MERCHANT_EVENT, used);
             match d {
                 Dialect::Sqlite => sql.push_str(&format!("{event} AND changes() = 1;\n")),
                 Dialect::Postgres => sql.push_str(&format!(
@@ -213,7 +214,7 @@ fn bind_settles<'a>(
             q = bind_attempt(q, a, now);
         }
         q = s.bind(q, now).bind(*id).bind(owner);
-        if let Some(e) = s.api_event() {
+        if let Some(e) = s.merchant_event() {
             q = q.bind(e).bind(now).bind(*id);
         }
         if let Some(message_id) = s.stamped().and_then(|st| stamped_message_id(st.0, mail)) {
@@ -307,9 +308,8 @@ const SETTLE_STAMPED_MANY_PG: &str = "WITH v AS (SELECT * FROM unnest($1::bigint
      last_error_code = NULL, last_error_message = NULL, updated_at = $13 \
      FROM v WHERE o.id = v.id AND o.lease_owner = $14 AND o.state || '' = 'stamping' \
      RETURNING o.id), \
-     queued AS (INSERT INTO api_webhook_outbox (invoice_id, event_type, state, attempts, run_at, \
-     created_at) SELECT i.id, 'invoice.stamped', 'pending', 0, $13, $13 FROM api_invoices i \
-     JOIN settled ON i.outbox_id = settled.id), {MAILED} \
+     queued AS (INSERT INTO merchant_events (outbox_id, event_type, state, attempts, run_at, \
+     created_at) SELECT id, 'invoice.stamped', 'pending', 0, $13, $13 FROM settled), {MAILED} \
      SELECT id FROM settled";
 
 /// [`SETTLE_STAMPED_MANY_PG`] with its `{MAILED}` part, built once.

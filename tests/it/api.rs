@@ -3,21 +3,19 @@
 
 use crate::support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use autofactura::notify::sign::{decode_secret, sign};
 use autofactura::pacsim::faults::FaultSpec;
 use autofactura::pacsim::{Sandbox, SandboxHandle};
 use autofactura::worker::{Pool, Services};
 use serde_json::{Value, json};
+use support::receiver::{Receiver, webhook_toml};
 use support::rows::api_webhooks_of;
 use support::{Backend, TestApp, exec_sql, spawn_app_with};
 
 const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
      backoff_base_seconds = 1\nbackoff_cap_seconds = 1\nshutdown_grace_seconds = 1\nmax_attempts = 1000\n";
-const WEBHOOK_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 pub(crate) struct Rig {
     pub(crate) app: TestApp,
@@ -234,100 +232,6 @@ impl Rig {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-/// One delivery: webhook-id, webhook-timestamp, webhook-signature, body.
-type Delivery = (String, String, String, Vec<u8>);
-
-/// The merchant's endpoint: records every delivery; answers 500 to the first `fail_first`.
-#[derive(Clone, Default)]
-struct Receiver {
-    got: Arc<Mutex<Vec<Delivery>>>,
-    fail_first: Arc<Mutex<usize>>,
-}
-
-impl Receiver {
-    async fn start(fail_first: usize) -> (Self, String) {
-        let r = Receiver::default();
-        *r.fail_first.lock().expect("lock") = fail_first;
-        let data = web::Data::new(r.clone());
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(data.clone())
-                .route("/hook", web::post().to(receive))
-        })
-        .workers(1)
-        .bind("127.0.0.1:0")
-        .expect("bind");
-        let port = server.addrs()[0].port();
-        tokio::spawn(server.run());
-        (r, format!("http://127.0.0.1:{port}/hook"))
-    }
-
-    /// Waits for a delivery of `event`, checks its Standard Webhooks signature, returns its body.
-    async fn wait_for(&self, event: &str, secs: u64) -> Value {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-        loop {
-            let found = self
-                .got
-                .lock()
-                .expect("lock")
-                .iter()
-                .find(|(_, _, _, body)| {
-                    serde_json::from_slice::<Value>(body).is_ok_and(|v| v["type"] == event)
-                })
-                .cloned();
-            if let Some((id, ts, sig, body)) = found {
-                let key = decode_secret(WEBHOOK_SECRET).expect("secret");
-                let t: i64 = ts.parse().expect("timestamp");
-                assert_eq!(sig, sign(&key, &id, t, &body), "signature of {event}");
-                assert!(!id.contains('.'));
-                return serde_json::from_slice(&body).expect("json");
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {event} webhook arrived"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn ids(&self) -> Vec<String> {
-        self.got
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|g| g.0.clone())
-            .collect()
-    }
-}
-
-async fn receive(r: web::Data<Receiver>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let h = |n: &str| {
-        req.headers()
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    r.got.lock().expect("lock").push((
-        h("webhook-id"),
-        h("webhook-timestamp"),
-        h("webhook-signature"),
-        body.to_vec(),
-    ));
-    let mut fail = r.fail_first.lock().expect("lock");
-    if *fail > 0 {
-        *fail -= 1;
-        return HttpResponse::InternalServerError().finish();
-    }
-    HttpResponse::Ok().finish()
-}
-
-fn webhook_toml(url: &str) -> String {
-    format!(
-        "[api]\nwebhook_url = \"{url}\"\nwebhook_secret = \"{WEBHOOK_SECRET}\"\nwebhook_retry_seconds = [1, 1, 1]\n"
-    )
 }
 
 // 1, 3: created, stamped, read back; a retry replays the first response byte for byte.

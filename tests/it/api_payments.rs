@@ -5,8 +5,12 @@ use autofactura::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
 use serde_json::{Value, json};
 
 use crate::api::{Resp, Rig, invoice, rig};
+use crate::deliveries::{all_in, subject_of, wait_for};
 use crate::support::Backend;
 use crate::support::admin::{Browser, PASSWORD, outbox_of};
+use crate::support::receiver::{Receiver, webhook_toml};
+use crate::support::rows::fetch_rows;
+use crate::support::smtp::{Smtp, attachment};
 
 /// The API fixture (499.00 + IVA 16 % = 578.84) as a PPD invoice.
 fn ppd() -> Value {
@@ -520,7 +524,68 @@ async fn pay_id(rig: &Rig) -> String {
     p
 }
 
+// Issue 20: the REP reaches the customer of the invoice it pays by email, and the merchant as
+// an event, like any other document.
+async fn a_stamped_rep_emails_the_invoices_customer_and_tells_the_merchant(b: Backend) {
+    let smtp = Smtp::start().await;
+    let (receiver, url) = Receiver::start(0).await;
+    let extra = format!(
+        "[email]\nsmtp_url = \"smtp://{}\"\nfrom = \"Facturas <facturas@example.mx>\"\n\
+         timeout_seconds = 5\nretry_seconds = [1, 1, 1, 1, 1]\n{}",
+        smtp.addr,
+        webhook_toml(&url)
+    );
+    let Some(rig) = rig(b, "", &extra).await else {
+        return;
+    };
+    let (pool, _s) = rig.pool().await;
+    let mut body = ppd();
+    body["receptor"]["email"] = json!("receptor@example.org");
+    let r = rig.post(&body, Some("ppd-mail")).await;
+    assert!(matches!(r.status, 201 | 202 | 503), "{}", r.text());
+    let v = r.json();
+    let id = v["id"].as_str().or(v["error"]["invoice_id"].as_str());
+    let id = id.expect("id").to_owned();
+    rig.wait_status(&id, "stamped", 30).await;
+    let r = pay(&rig, &id, &payment("300.00", "op-mail"), Some("pay-mail")).await;
+    assert!(matches!(r.status, 201 | 202 | 503), "{}", r.text());
+    let (rep, pago): (i64, String) = fetch_rows(
+        &rig.app.db,
+        "SELECT outbox_id, public_id FROM api_pagos",
+        &[],
+    )
+    .await
+    .into_iter()
+    .next()
+    .expect("the payment");
+    let rows = wait_for(&rig.app, rep, "sent", all_in("sent")).await;
+    let (_, event) = receiver
+        .wait_where("invoice.stamped", 60, |v| v["data"]["kind"] == "pago")
+        .await;
+    pool.shutdown().await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0].recipient, "receptor@example.org");
+    let d = rig.app.db.document(rep).await.expect("db").expect("REP");
+    let uuid = d.uuid.clone().expect("uuid");
+    let got = smtp.messages();
+    assert_eq!(got.len(), 2, "the invoice's, then the REP's");
+    // `subject_of` only approximates the spaces between encoded words.
+    let subject = subject_of(&got[1].data).replace(' ', "");
+    assert!(subject.contains("reciboelectrónicodepago"), "{subject}");
+    // Its amount is the payment's (the REP's own Total is 0 XXX).
+    let text = String::from_utf8_lossy(&got[1].data);
+    assert!(text.contains("por un total de 300.00 MXN"), "{text}");
+    let stored = d.stamped_xml.expect("stamped XML");
+    let name = autofactura::pdf::file_name(&stored, "xml").expect("name");
+    assert!(name.contains(&uuid), "{name}");
+    let xml = attachment(&got[1].data, &name).expect("XML attached");
+    assert_eq!(xml, stored, "the REP's stored stamped XML");
+    assert_eq!(event["data"]["uuid"], uuid.as_str(), "{event}");
+    assert_eq!(event["data"]["payment_id"], pago.as_str(), "{event}");
+}
+
 on_both_backends!(
+    a_stamped_rep_emails_the_invoices_customer_and_tells_the_merchant,
     a_rep_whose_worker_is_killed_between_the_pacs_answer_and_the_write_has_one_uuid,
     two_ppd_payments_give_two_reps_with_their_parcialidad_and_saldo,
     an_overpayment_is_refused_and_writes_nothing,

@@ -34,7 +34,7 @@ async fn stamped_sale(app: &TestApp, suffix: &str) -> i64 {
 }
 
 /// The deliveries of `id` once `done` holds of them (within 30 s).
-async fn wait_for(
+pub(crate) async fn wait_for(
     app: &TestApp,
     id: i64,
     what: &str,
@@ -54,7 +54,7 @@ async fn wait_for(
     }
 }
 
-fn all_in(state: &'static str) -> impl Fn(&[DeliveryRow]) -> bool {
+pub(crate) fn all_in(state: &'static str) -> impl Fn(&[DeliveryRow]) -> bool {
     move |rows| !rows.is_empty() && rows.iter().all(|r| r.state == state)
 }
 
@@ -288,11 +288,7 @@ async fn a_cancelled_invoice_emails_the_customer_with_its_own_wording(b: Backend
     let Some((smtp, app, id, browser, csrf)) = sent_and_signed_in(b, "mail_cancel").await else {
         return;
     };
-    let path = format!("/admin/documents/{id}/cancel");
-    let r = browser
-        .post(&path, &[("csrf", &csrf), ("motivo", "02")])
-        .await;
-    assert_eq!(r.status, 303, "{}", r.body);
+    browser.cancel(id, &csrf).await;
     let (pool, _services) = app.start_pool().await;
     let rows = wait_for(&app, id, "canceled and sent", |r| {
         r.len() == 2 && all_in("sent")(r)
@@ -317,7 +313,7 @@ async fn a_cancelled_invoice_emails_the_customer_with_its_own_wording(b: Backend
 
 /// The Subject header, its RFC 2047 words (`=?utf-8?b?…?=`, as lettre writes them) decoded
 /// (the spaces between words approximate).
-fn subject_of(data: &[u8]) -> String {
+pub(crate) fn subject_of(data: &[u8]) -> String {
     use base64::Engine;
     let text = String::from_utf8_lossy(data);
     let head = text.split("\r\n\r\n").next().unwrap_or_default();

@@ -46,6 +46,7 @@ mod global_currency;
 mod internet;
 mod layout;
 mod line_items;
+mod merchant_events;
 mod ops_backup;
 mod ops_cli;
 mod ops_deploy;

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use autofactura::webhooks::stripe;
 use prometheus_parse::{Scrape, Value};
 
+use crate::deliveries::{all_in, wait_for};
+use crate::support::admin::pay;
+use crate::support::smtp::Smtp;
 use crate::support::{Backend, TestApp, spawn_app_with};
 
 /// Scrapes `base/metrics` and parses it.
@@ -145,4 +148,47 @@ async fn metrics_move_with_traffic(b: Backend) {
     }
 }
 
-on_both_backends!(metrics_move_with_traffic);
+// Issue 20: the customer's emails, by state from the database and by send outcome.
+async fn email_metrics_count_deliveries_and_sends(b: Backend) {
+    let smtp = Smtp::start().await;
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n[worker]\nidle_poll_ms = 50\n\
+         [email]\nsmtp_url = \"smtp://{}\"\nfrom = \"Facturas <facturas@example.mx>\"\n\
+         timeout_seconds = 5\nretry_seconds = [1, 1, 1]\n",
+        smtp.addr
+    );
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let before = scrape(&app, &app.admin_address).await;
+    let id = pay(&app, &format!("metrics_mail_{b:?}")).await;
+    app.drain(60).await;
+    wait_for(&app, id, "sent", all_in("sent")).await;
+    // The gauges are cached for a few seconds: poll until this app's one email shows.
+    let sent = [("state", "sent")];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let s = scrape(&app, &app.admin_address).await;
+        if value(&s, "autofactura_deliveries", &sent) == 1.0 || Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(value(&after, "autofactura_deliveries", &sent), 1.0);
+    assert_eq!(
+        value(&after, "autofactura_deliveries", &[("state", "pending")]),
+        0.0
+    );
+    let outcome = [("outcome", "sent")];
+    let grew = value(&after, "autofactura_emails_sent_total", &outcome)
+        - value(&before, "autofactura_emails_sent_total", &outcome);
+    assert!(grew >= 1.0, "the courier's send is counted: {grew}");
+    for name in ["autofactura_deliveries", "autofactura_emails_sent"] {
+        assert!(after.docs.contains_key(name), "{name} has a HELP line");
+    }
+}
+
+on_both_backends!(
+    metrics_move_with_traffic,
+    email_metrics_count_deliveries_and_sends
+);

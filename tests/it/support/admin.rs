@@ -143,6 +143,14 @@ impl Browser {
         (status, headers, r.bytes().await.expect("body").to_vec())
     }
 
+    /// Asks for the cancellation of stamped document `id` (motivo 02) with `csrf`, as the
+    /// admin's form does, and checks that it was accepted (a 303 back).
+    pub async fn cancel(&self, id: i64, csrf: &str) {
+        let path = format!("/admin/documents/{id}/cancel");
+        let r = self.post(&path, &[("csrf", csrf), ("motivo", "02")]).await;
+        assert_eq!(r.status, 303, "{}", r.body);
+    }
+
     pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Page {
         let body = form_body(form);
         let r = self

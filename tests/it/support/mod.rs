@@ -6,6 +6,7 @@ pub mod admin;
 pub mod pdf;
 pub mod pg;
 pub mod portal;
+pub mod receiver;
 pub mod rows;
 pub mod sales;
 pub mod sim;

@@ -72,9 +72,20 @@ pub struct WebhookRow {
 pub async fn api_webhooks_of(db: &Db, invoice_id: i64) -> Vec<WebhookRow> {
     fetch_rows(
         db,
-        "SELECT id, event_type, state, attempts, payload FROM api_webhook_outbox \
-         WHERE invoice_id = $1 ORDER BY id",
+        "SELECT w.id, w.event_type, w.state, w.attempts, w.payload FROM merchant_events w \
+         JOIN api_invoices a ON a.outbox_id = w.outbox_id WHERE a.id = $1 ORDER BY w.id",
         &[Bind::I64(invoice_id)],
+    )
+    .await
+}
+
+/// The merchant events of a document (outbox row), oldest first.
+pub async fn merchant_events_of(db: &Db, outbox_id: i64) -> Vec<WebhookRow> {
+    fetch_rows(
+        db,
+        "SELECT id, event_type, state, attempts, payload FROM merchant_events \
+         WHERE outbox_id = $1 ORDER BY id",
+        &[Bind::I64(outbox_id)],
     )
     .await
 }

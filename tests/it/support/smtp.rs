@@ -143,20 +143,39 @@ fn file_name(headers: &str) -> String {
         .collect()
 }
 
-/// The attachment named `name` of a MIME message, decoded from base64.
+/// The attachment named `name` of a MIME message, decoded from base64 or, when lettre chose it
+/// (a text file of mostly ASCII, such as a REP's XML), quoted-printable.
 pub fn attachment(data: &[u8], name: &str) -> Option<Vec<u8>> {
     use base64::Engine;
     let text = String::from_utf8_lossy(data);
-    let (_, body) = text
+    let (headers, body) = text
         .split("\r\n--")
         .filter_map(|p| p.split_once("\r\n\r\n"))
         .find(|(headers, _)| file_name(headers) == name)?;
-    let b64: String = body
-        .lines()
-        .take_while(|l| !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .concat();
+    let lines: Vec<&str> = body.lines().take_while(|l| !l.starts_with("--")).collect();
+    if headers.contains("quoted-printable") {
+        return quoted_printable(&lines.join("\r\n"));
+    }
     base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
+        .decode(lines.concat().trim())
         .ok()
+}
+
+/// RFC 2045 quoted-printable: `=` at a line's end joins it to the next, `=XX` is a byte.
+fn quoted_printable(text: &str) -> Option<Vec<u8>> {
+    let joined = text.trim_end().replace("=\r\n", "");
+    let bytes = joined.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'=' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
 }
