@@ -11,14 +11,17 @@
 //!
 //! Faults, for tests: `lose_next=N` authorizes the next N vouchers and drops the connection
 //! instead of answering (the lost answer); `down=true` answers every WSFEv1 call with HTTP 503
-//! (ARCA down). Not modelled yet: WSAA `LoginCms` (any non-empty Token and Sign pass), the
-//! `FEParamGet*` catalogs, latency and outage windows.
+//! (ARCA down); `strict_auth=true` makes WSFEv1 ask for a ticket [`wsaa`] handed out (else any
+//! non-empty Token and Sign pass); `ticket_seconds=N` shortens the tickets' 12 h. WSAA
+//! `LoginCms` is modelled in [`wsaa`]. Not modelled yet: the `FEParamGet*` catalogs, latency
+//! and outage windows.
 //!
 //! Who may import it: the CLI and tests. It imports [`crate::arca`] (the model and the
 //! envelopes' readers) and the server handle and the dropped-connection body of
 //! [`crate::pacsim::server`].
 
 pub mod server;
+pub mod wsaa;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -56,6 +59,9 @@ struct State {
     vouchers: Vec<SimVoucher>,
     /// CAEs handed out so far (the next one is derived from it).
     caes: u64,
+    /// WSAA tickets handed out and still valid.
+    #[serde(default)]
+    tickets: Vec<wsaa::SimTicket>,
 }
 
 /// What one `FECAEDetRequest` came to.
@@ -84,6 +90,13 @@ pub struct ArcaSim {
     pub down: AtomicBool,
     /// `FECAESolicitar` requests received, answered or not: what was sent.
     pub solicits: AtomicU64,
+    /// `loginCms` tickets handed out.
+    pub logins: AtomicU64,
+    /// How long a new WSAA ticket lives (ARCA's: 12 h).
+    pub ticket_seconds: AtomicU64,
+    /// WSFEv1 calls must carry a ticket this sandbox handed out, valid now (else any non-empty
+    /// Token and Sign pass, for tests of the issuer alone).
+    pub strict_auth: AtomicBool,
 }
 
 fn required(e: &Element, name: &str) -> Result<String, Message> {
@@ -162,6 +175,9 @@ impl ArcaSim {
             lose_next: AtomicU32::new(0),
             down: AtomicBool::new(false),
             solicits: AtomicU64::new(0),
+            logins: AtomicU64::new(0),
+            ticket_seconds: AtomicU64::new(12 * 3600),
+            strict_auth: AtomicBool::new(false),
         })
     }
 
@@ -272,7 +288,8 @@ impl ArcaSim {
         std::fs::rename(&tmp, &self.path)
     }
 
-    /// Applies a fault spec: `none`, or `lose_next=N` and `down=true|false`, comma-separated.
+    /// Applies a fault spec: `none` (no lost answers, not down), or `lose_next=N`,
+    /// `down=true|false`, `strict_auth=true|false` and `ticket_seconds=N`, comma-separated.
     pub fn set_faults(&self, spec: &str) -> Result<(), String> {
         let spec = spec.trim();
         if spec.is_empty() || spec == "none" {
@@ -288,6 +305,14 @@ impl ArcaSim {
                 ),
                 Some(("down", b)) => self.down.store(
                     b.parse().map_err(|_| format!("down={b}"))?,
+                    Ordering::SeqCst,
+                ),
+                Some(("strict_auth", b)) => self.strict_auth.store(
+                    b.parse().map_err(|_| format!("strict_auth={b}"))?,
+                    Ordering::SeqCst,
+                ),
+                Some(("ticket_seconds", n)) => self.ticket_seconds.store(
+                    n.parse().map_err(|_| format!("ticket_seconds={n}"))?,
                     Ordering::SeqCst,
                 ),
                 _ => return Err(format!("unknown fault {part:?}")),

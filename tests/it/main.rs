@@ -9,6 +9,7 @@
 //! - `line_items`: Checkout line items from a fake Stripe API, SAT keys per product,
 //!   discounts and shipping (issue 18).
 //! - `arca`: Argentina (ARCA vouchers exactly once) against the sandbox ARCA, both backends.
+//! - `arca_wsaa`: the WSAA login and its ticket stored, shared and renewed, both backends.
 //! - `folio`: folios numbered at sealing, 1..N per serie under load, redeliveries and SIGKILL.
 //! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them.
 //! - `security`, `internet`, `fuzz_regressions`: what faces the internet (routes, limits,
@@ -26,6 +27,7 @@ mod admin_ux_ops;
 mod api;
 mod api_payments;
 mod arca;
+mod arca_wsaa;
 mod backup_pause;
 mod cfdi;
 mod cfdi_props;
