@@ -284,6 +284,8 @@ impl Application {
             Duration::from_secs(api_settings.purge_interval_seconds),
             token.clone(),
         ));
+        // Argentina (`[arca] enabled`): ARS sales become ARCA vouchers.
+        let arca = spawn_arca(&self.state.settings, self.state.db.clone(), &token)?;
         let admin_server = self.admin_listener.map(|(_, s)| s);
         stop_with(&self.server, &self.shutdown);
         if let Some(s) = &admin_server {
@@ -303,6 +305,7 @@ impl Application {
             .chain(reconcile)
             .chain(global)
             .chain(courier)
+            .chain(arca)
         {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a background loop ended abnormally");
@@ -314,6 +317,19 @@ impl Application {
         }
         result.map_err(Into::into)
     }
+}
+
+/// The ARCA issuing loop ([`crate::arca::drain`]) when `[arca]` is on.
+pub fn spawn_arca(
+    settings: &Settings,
+    db: Db,
+    token: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if !settings.arca.enabled {
+        return Ok(None);
+    }
+    let drainer = crate::arca::drain::Drainer::new(db, &settings.arca)?;
+    Ok(Some(tokio::spawn(drainer.run(token.clone()))))
 }
 
 /// Stops `server` when the process's stop is asked for: gracefully (open requests finish) unless
