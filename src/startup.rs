@@ -42,6 +42,8 @@ pub struct Application {
     state: web::Data<AppState>,
     /// The worker pool, when this application runs one (`serve` does; tests may not).
     workers: Option<(worker::Pool, worker::Services)>,
+    /// The ARCA issuing loop, beside the worker pool when `[arca]` is on.
+    arca: Option<tokio::task::JoinHandle<()>>,
     admin: web::Data<Admin>,
     shutdown: Shutdown,
 }
@@ -181,6 +183,7 @@ impl Application {
             admin_listener,
             state,
             workers: None,
+            arca: None,
             admin,
             shutdown: Shutdown::new(),
         })
@@ -203,6 +206,12 @@ impl Application {
             .clone()
             .start(self.shutdown.token(), Some(self.state.health.clone()));
         self.workers = Some((pool, services));
+        // Argentina (`[arca] enabled`): ARS sales become ARCA vouchers where workers run.
+        self.arca = spawn_arca(
+            &self.state.settings,
+            self.state.db.clone(),
+            &self.shutdown.token(),
+        )?;
         Ok(self)
     }
 
@@ -284,8 +293,6 @@ impl Application {
             Duration::from_secs(api_settings.purge_interval_seconds),
             token.clone(),
         ));
-        // Argentina (`[arca] enabled`): ARS sales become ARCA vouchers.
-        let arca = spawn_arca(&self.state.settings, self.state.db.clone(), &token)?;
         let admin_server = self.admin_listener.map(|(_, s)| s);
         stop_with(&self.server, &self.shutdown);
         if let Some(s) = &admin_server {
@@ -305,7 +312,7 @@ impl Application {
             .chain(reconcile)
             .chain(global)
             .chain(courier)
-            .chain(arca)
+            .chain(self.arca)
         {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a background loop ended abnormally");

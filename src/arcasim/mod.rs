@@ -11,7 +11,8 @@
 //!
 //! Faults, for tests: `lose_next=N` authorizes the next N vouchers and drops the connection
 //! instead of answering (the lost answer); `down=true` answers every WSFEv1 call with HTTP 503
-//! (ARCA down); `strict_auth=true` makes WSFEv1 ask for a ticket [`wsaa`] handed out (else any
+//! (ARCA down); `hang_next=N` authorizes the next N and holds each answer two minutes (the
+//! sender can be killed meanwhile); `strict_auth=true` makes WSFEv1 ask for a ticket [`wsaa`] handed out (else any
 //! non-empty Token and Sign pass); `ticket_seconds=N` shortens the tickets' 12 h. WSAA
 //! `LoginCms` is modelled in [`wsaa`]. Not modelled yet: the `FEParamGet*` catalogs, latency
 //! and outage windows.
@@ -90,6 +91,9 @@ pub struct ArcaSim {
     pub down: AtomicBool,
     /// `FECAESolicitar` requests received, answered or not: what was sent.
     pub solicits: AtomicU64,
+    /// Answers of authorized `FECAESolicitar` still to hold for two minutes (the process
+    /// that sent them can be killed while it waits).
+    pub hang_next: AtomicU32,
     /// `loginCms` tickets handed out.
     pub logins: AtomicU64,
     /// How long a new WSAA ticket lives (ARCA's: 12 h).
@@ -175,6 +179,7 @@ impl ArcaSim {
             lose_next: AtomicU32::new(0),
             down: AtomicBool::new(false),
             solicits: AtomicU64::new(0),
+            hang_next: AtomicU32::new(0),
             logins: AtomicU64::new(0),
             ticket_seconds: AtomicU64::new(12 * 3600),
             strict_auth: AtomicBool::new(false),
@@ -288,12 +293,14 @@ impl ArcaSim {
         std::fs::rename(&tmp, &self.path)
     }
 
-    /// Applies a fault spec: `none` (no lost answers, not down), or `lose_next=N`,
+    /// Applies a fault spec: `none` (no lost or held answers, not down), or `lose_next=N`,
+    /// `hang_next=N`,
     /// `down=true|false`, `strict_auth=true|false` and `ticket_seconds=N`, comma-separated.
     pub fn set_faults(&self, spec: &str) -> Result<(), String> {
         let spec = spec.trim();
         if spec.is_empty() || spec == "none" {
             self.lose_next.store(0, Ordering::SeqCst);
+            self.hang_next.store(0, Ordering::SeqCst);
             self.down.store(false, Ordering::SeqCst);
             return Ok(());
         }
@@ -305,6 +312,10 @@ impl ArcaSim {
                 ),
                 Some(("down", b)) => self.down.store(
                     b.parse().map_err(|_| format!("down={b}"))?,
+                    Ordering::SeqCst,
+                ),
+                Some(("hang_next", n)) => self.hang_next.store(
+                    n.parse().map_err(|_| format!("hang_next={n}"))?,
                     Ordering::SeqCst,
                 ),
                 Some(("strict_auth", b)) => self.strict_auth.store(
@@ -323,8 +334,17 @@ impl ArcaSim {
 
     /// Whether the answer now being sent is to be lost (one fewer to lose).
     fn take_loss(&self) -> bool {
-        self.lose_next
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
+        take(&self.lose_next)
     }
+
+    /// Whether the answer now being sent is to be held (one fewer to hold).
+    pub fn take_hang(&self) -> bool {
+        take(&self.hang_next)
+    }
+}
+
+/// Takes one from `n` if it is not zero.
+fn take(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }

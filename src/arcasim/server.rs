@@ -6,7 +6,7 @@
 //! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEDummy` |
 //! | `GET /_sim/vouchers` | every authorized voucher with its number and CAE |
 //! | `GET /_sim/stats` | `{"solicits": N, "logins": N}`: `FECAESolicitar` requests received, tickets handed out |
-//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`, `strict_auth=true`, `ticket_seconds=N`) |
+//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`, `hang_next=N`, `strict_auth=true`, `ticket_seconds=N`) |
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -213,7 +213,15 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
             )
         }
         "FECompConsultar" => consultar(&sim, cuit, op),
-        "FECAESolicitar" => solicitar(&sim, cuit, op),
+        "FECAESolicitar" => {
+            let before = sim.vouchers().len();
+            let answer = solicitar(&sim, cuit, op);
+            if sim.vouchers().len() > before && sim.take_hang() {
+                // Authorized and written down; the answer is held while its sender dies.
+                tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+            }
+            answer
+        }
         _ => fault(&format!("unknown operation {name}")),
     }
 }

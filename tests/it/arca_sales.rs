@@ -83,18 +83,29 @@ pub async fn sim_vouchers(sim_url: &str) -> Vec<SimVoucher> {
         .expect("json")
 }
 
-async fn rig(b: Backend, dir: &tempfile::TempDir) -> Option<(TestApp, ArcaSimHandle)> {
+/// The appliance and the sandbox ARCA; with `in_process`, the ARCA loop runs in the test
+/// (else only `worker` processes issue).
+async fn rig(
+    b: Backend,
+    dir: &tempfile::TempDir,
+    in_process: bool,
+) -> Option<(TestApp, ArcaSimHandle)> {
     let sim = ArcaSim::open(&dir.path().join("arcasim.json")).expect("sim");
     sim.set_faults("strict_auth=true").expect("faults");
     let sim = start(Arc::new(sim), "127.0.0.1:0").expect("start the sandbox ARCA");
     let mp = fake_mp_ars();
     let app = spawn_app_with(b, &arca_toml(&mp, sim.url())).await?;
+    if in_process {
+        // The loop `serve` runs beside its workers (the test app starts none).
+        let token = tokio_util::sync::CancellationToken::new();
+        autofactura::startup::spawn_arca(&app.settings, app.db.clone(), &token).expect("ARCA loop");
+    }
     Some((app, sim))
 }
 
 async fn a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae(b: Backend) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let Some((app, sim)) = rig(b, &dir).await else {
+    let Some((app, sim)) = rig(b, &dir, true).await else {
         return;
     };
     let ack = mp_notify(&app, "n-ar-1", "payment.created", "7100000001").await;
@@ -135,6 +146,70 @@ async fn a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae(b: Backe
     sim.stop().await;
 }
 
+/// Polls sale `payment_id` until its loop settled it `arca_authorized` (90 s at most).
+async fn settled(app: &TestApp, payment_id: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let (status, reason) = sqlx_row(app, payment_id).await;
+        if status == "arca_authorized" {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{payment_id}: {status} {reason:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn a_worker_killed_while_arca_authorizes_leaves_one_voucher_and_no_gap(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((app, sim)) = rig(b, &dir, false).await else {
+        return;
+    };
+    // ARCA authorizes the first voucher and holds its answer: the worker is killed waiting.
+    sim.sim().set_faults("hang_next=1").expect("faults");
+    mp_notify(&app, "n-k-1", "payment.created", "7100000011").await;
+    let log = app.config_file.with_extension("worker.log");
+    let mut worker = support::worker_process(&app, &log, &[]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while sim.sim().vouchers().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never reached ARCA"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.kill().expect("SIGKILL");
+    worker.wait().expect("wait");
+    sim.sim().set_faults("none").expect("faults");
+
+    // A new worker resolves the number it reserved (consulting ARCA), then issues the next sale
+    // at the next number.
+    let mut restarted = support::worker_process(&app, &log, &[]);
+    settled(&app, "7100000011").await;
+    mp_notify(&app, "n-k-2", "payment.created", "7100000012").await;
+    settled(&app, "7100000012").await;
+    restarted.kill().expect("stop");
+    let _ = restarted.wait();
+
+    let at_arca = sim_vouchers(sim.url()).await;
+    let numbers: Vec<i64> = at_arca.iter().map(|v| v.number).collect();
+    assert_eq!(numbers, [1, 2], "one voucher per sale, no gap");
+    let first = authorized(&app.db, "mercadopago:7100000011").await;
+    let second = authorized(&app.db, "mercadopago:7100000012").await;
+    assert_eq!(
+        (first.number, first.cae.as_deref()),
+        (1, Some(at_arca[0].cae.as_str()))
+    );
+    assert!(first.recovered, "learnt by consulting its number");
+    assert_eq!(
+        (second.number, second.cae.as_deref()),
+        (2, Some(at_arca[1].cae.as_str()))
+    );
+    sim.stop().await;
+}
+
 /// The status and reason of payment `payment_id`.
 pub async fn sqlx_row(app: &TestApp, payment_id: &str) -> (String, Option<String>) {
     let rows = app
@@ -145,4 +220,7 @@ pub async fn sqlx_row(app: &TestApp, payment_id: &str) -> (String, Option<String
     rows.expect("the payment is recorded")
 }
 
-crate::on_both_backends!(a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae);
+crate::on_both_backends!(
+    a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae,
+    a_worker_killed_while_arca_authorizes_leaves_one_voucher_and_no_gap,
+);
