@@ -30,6 +30,8 @@ pub struct Drainer {
     db: Db,
     cfg: ArcaSettings,
     wsaa: Wsaa,
+    /// Whether ARCA confirmed that the punto de venta issues with CAE for the CUIT.
+    point_checked: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The voucher of an ARS sale of `total` pesos to an anonymous consumidor final: IVA at
@@ -68,6 +70,7 @@ impl Drainer {
             db,
             cfg: cfg.clone(),
             wsaa,
+            point_checked: std::sync::Arc::default(),
         })
     }
 
@@ -101,6 +104,7 @@ impl Drainer {
         };
         let timeout = StdDuration::from_secs(self.cfg.timeout_seconds);
         let wsfe = Wsfe::new(self.cfg.wsfe_url(), auth, timeout)?;
+        self.check_point(&wsfe).await?;
         let tipo = self.cfg.factura_for(Receptor::ConsumidorFinal);
         let issuer = Issuer::new(
             self.db.clone(),
@@ -121,6 +125,33 @@ impl Drainer {
             }
         }
         Ok(settled)
+    }
+
+    /// Once per process, before the first voucher: the configured punto de venta must be one of
+    /// the CUIT's web-services points that issue with CAE (`FEParamGetPtosVenta`), else nothing
+    /// is issued and every round says why. A failed call is not a verdict: issuing goes on.
+    async fn check_point(&self, wsfe: &Wsfe) -> anyhow::Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.point_checked.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let point = self.cfg.punto_venta.unwrap_or_default();
+        match wsfe.ptos_venta().await {
+            Ok(points) if points.contains(&point) => {
+                self.point_checked.store(true, Ordering::SeqCst);
+                Ok(())
+            }
+            Ok(points) => anyhow::bail!(
+                "[arca] punto_venta = {point} is not a web-services point of sale issuing with CAE \
+                 for CUIT {} at ARCA (it has {points:?}): create it as \"RECE / Factura \
+                 Electrónica - Web Services\" (docs/arca.md); nothing is issued until then",
+                wsfe.cuit()
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "FEParamGetPtosVenta failed; issuing without the check");
+                Ok(())
+            }
+        }
     }
 
     /// Issues one sale; `false` when its outcome is not known yet.

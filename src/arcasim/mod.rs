@@ -94,6 +94,11 @@ pub struct ArcaSim {
     /// Answers of authorized `FECAESolicitar` still to hold for two minutes (the process
     /// that sent them can be killed while it waits).
     pub hang_next: AtomicU32,
+    /// The CUIT's web-services points of sale (`FEParamGetPtosVenta`); 1 to 20 unless set
+    /// with `ptos_venta=3+4`.
+    pub ptos_venta: Mutex<Vec<i32>>,
+    /// `FEParamGetPtosVenta` requests received.
+    pub ptos_venta_asked: AtomicU64,
     /// `loginCms` tickets handed out.
     pub logins: AtomicU64,
     /// How long a new WSAA ticket lives (ARCA's: 12 h).
@@ -180,6 +185,8 @@ impl ArcaSim {
             down: AtomicBool::new(false),
             solicits: AtomicU64::new(0),
             hang_next: AtomicU32::new(0),
+            ptos_venta: Mutex::new((1..=20).collect()),
+            ptos_venta_asked: AtomicU64::new(0),
             logins: AtomicU64::new(0),
             ticket_seconds: AtomicU64::new(12 * 3600),
             strict_auth: AtomicBool::new(false),
@@ -294,7 +301,7 @@ impl ArcaSim {
     }
 
     /// Applies a fault spec: `none` (no lost or held answers, not down), or `lose_next=N`,
-    /// `hang_next=N`,
+    /// `hang_next=N`, `ptos_venta=N+M+…`,
     /// `down=true|false`, `strict_auth=true|false` and `ticket_seconds=N`, comma-separated.
     pub fn set_faults(&self, spec: &str) -> Result<(), String> {
         let spec = spec.trim();
@@ -318,6 +325,13 @@ impl ArcaSim {
                     n.parse().map_err(|_| format!("hang_next={n}"))?,
                     Ordering::SeqCst,
                 ),
+                Some(("ptos_venta", list)) => {
+                    let points = list
+                        .split('+')
+                        .map(|n| n.parse().map_err(|_| format!("ptos_venta={list}")))
+                        .collect::<Result<Vec<i32>, _>>()?;
+                    *self.ptos_venta.lock().unwrap_or_else(|p| p.into_inner()) = points;
+                }
                 Some(("strict_auth", b)) => self.strict_auth.store(
                     b.parse().map_err(|_| format!("strict_auth={b}"))?,
                     Ordering::SeqCst,

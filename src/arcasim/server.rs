@@ -3,10 +3,10 @@
 //! | Route | What |
 //! |---|---|
 //! | `POST /ws/services/LoginCms` | WSAA `loginCms` (see [`super::wsaa`]) |
-//! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEDummy` |
+//! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEParamGetPtosVenta`, `FEDummy` |
 //! | `GET /_sim/vouchers` | every authorized voucher with its number and CAE |
 //! | `GET /_sim/stats` | `{"solicits": N, "logins": N}`: `FECAESolicitar` requests received, tickets handed out |
-//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`, `hang_next=N`, `strict_auth=true`, `ticket_seconds=N`) |
+//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`, `hang_next=N`, `ptos_venta=N+M`, `strict_auth=true`, `ticket_seconds=N`) |
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -213,6 +213,28 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
             )
         }
         "FECompConsultar" => consultar(&sim, cuit, op),
+        "FEParamGetPtosVenta" => {
+            sim.ptos_venta_asked.fetch_add(1, Ordering::SeqCst);
+            let points = sim
+                .ptos_venta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if points.is_empty() {
+                let err = Message::new(codes::NOT_FOUND, "Sin Resultados");
+                return soap(&name, &list("Errors", "Err", &[err]));
+            }
+            let items: String = points
+                .iter()
+                .map(|n| {
+                    format!(
+                        "<PtoVenta><Nro>{n}</Nro><EmisionTipo>CAE - RECE</EmisionTipo>\
+                         <Bloqueado>N</Bloqueado><FchBaja>NULL</FchBaja></PtoVenta>"
+                    )
+                })
+                .collect();
+            soap(&name, &format!("<ResultGet>{items}</ResultGet>"))
+        }
         "FECAESolicitar" => {
             let before = sim.vouchers().len();
             let answer = solicitar(&sim, cuit, op);

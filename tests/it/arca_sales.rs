@@ -5,6 +5,7 @@
 use crate::support;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use autofactura::arcasim::server::{ArcaSimHandle, start};
@@ -210,6 +211,31 @@ async fn a_worker_killed_while_arca_authorizes_leaves_one_voucher_and_no_gap(b: 
     sim.stop().await;
 }
 
+async fn a_punto_de_venta_arca_does_not_list_issues_nothing_until_it_does(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((app, sim)) = rig(b, &dir, true).await else {
+        return;
+    };
+    sim.sim().set_faults("ptos_venta=4+5").expect("faults");
+    mp_notify(&app, "n-pv-1", "payment.created", "7100000021").await;
+    // Two rounds ask ARCA for the points of sale; neither sends a voucher.
+    let asked = || sim.sim().ptos_venta_asked.load(Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while asked() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "never checked");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(sim.sim().solicits.load(Ordering::SeqCst), 0, "nothing sent");
+    assert_eq!(sqlx_row(&app, "7100000021").await.0, "arca_pending");
+    // Once ARCA lists it, the sale is issued.
+    sim.sim()
+        .set_faults(&format!("ptos_venta=4+{PTO_VTA}"))
+        .expect("faults");
+    settled(&app, "7100000021").await;
+    assert_eq!(sim_vouchers(sim.url()).await.len(), 1);
+    sim.stop().await;
+}
+
 /// The status and reason of payment `payment_id`.
 pub async fn sqlx_row(app: &TestApp, payment_id: &str) -> (String, Option<String>) {
     let rows = app
@@ -223,4 +249,5 @@ pub async fn sqlx_row(app: &TestApp, payment_id: &str) -> (String, Option<String
 crate::on_both_backends!(
     a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae,
     a_worker_killed_while_arca_authorizes_leaves_one_voucher_and_no_gap,
+    a_punto_de_venta_arca_does_not_list_issues_nothing_until_it_does,
 );
