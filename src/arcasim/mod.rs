@@ -12,10 +12,11 @@
 //! Faults, for tests: `lose_next=N` authorizes the next N vouchers and drops the connection
 //! instead of answering (the lost answer); `down=true` answers every WSFEv1 call with HTTP 503
 //! (ARCA down); `hang_next=N` authorizes the next N and holds each answer two minutes (the
-//! sender can be killed meanwhile); `strict_auth=true` makes WSFEv1 ask for a ticket [`wsaa`] handed out (else any
-//! non-empty Token and Sign pass); `ticket_seconds=N` shortens the tickets' 12 h. WSAA
-//! `LoginCms` is modelled in [`wsaa`]. Not modelled yet: the `FEParamGet*` catalogs, latency
-//! and outage windows.
+//! sender can be killed meanwhile); `strict_auth=true` makes WSFEv1 ask for a ticket [`wsaa`]
+//! handed out (else any non-empty Token and Sign pass); `ticket_seconds=N` shortens the
+//! tickets' 12 h; `ptos_venta=3+4` sets what `FEParamGetPtosVenta` lists (1 to 20 by default).
+//! WSAA `LoginCms` is modelled in [`wsaa`]. Not modelled yet: the other `FEParamGet*`
+//! catalogs, latency and outage windows.
 //!
 //! Who may import it: the CLI and tests. It imports [`crate::arca`] (the model and the
 //! envelopes' readers) and the server handle and the dropped-connection body of
