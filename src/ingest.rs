@@ -226,6 +226,8 @@ pub struct Ingestor {
     pac_env: PacEnvironment,
     /// Whether customers can complete their data at `/facturar` (`[portal] enabled`).
     portal: bool,
+    /// Whether Mercado Pago sales in ARS go to ARCA (`[arca] enabled`) instead of a CFDI.
+    arca: bool,
 }
 
 /// `paid_at` as Mexico City time, to the second (SAT's calendar: periods of the factura
@@ -269,6 +271,7 @@ impl Ingestor {
             sandbox_pac: s.is_sandbox(),
             pac_env: s.pac_environment(),
             portal: s.portal.enabled,
+            arca: s.arca.enabled,
         })
     }
 
@@ -402,6 +405,12 @@ impl Ingestor {
             p.reason = Some(reason);
             (p, None)
         };
+        if self.arca && facts.provider == "mercadopago" && facts.currency == "ARS" {
+            // Argentina: the voucher is ARCA's, issued by `arca::drain`, not a CFDI.
+            payment.status = "arca_pending".into();
+            payment.reason = Some("waiting for its ARCA voucher (Argentina)".into());
+            return (payment, None);
+        }
         let tipo_cambio = match self.invoiceable(facts.amount, &facts.currency, rated) {
             Ok(t) => t,
             Err(reason) => return attention(payment, reason),

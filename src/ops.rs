@@ -129,9 +129,11 @@ pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
     let db_for_courier = db.clone();
+    let db_for_arca = db.clone();
     let services = startup::worker_services(&settings, db).await?;
     let shutdown = Shutdown::new();
     let pool = services.worker.clone().start(shutdown.token(), None);
+    let arca = startup::spawn_arca(&settings, db_for_arca, &shutdown.token())?;
     let pdf = crate::pdf::PdfOptions::from_settings(&settings.pdf)?;
     let courier = startup::spawn_courier(&settings, db_for_courier, pdf, &shutdown.token())?;
     eprintln!(
@@ -144,8 +146,8 @@ pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     shutdown.stop_on(Signals::TermAndInt);
     shutdown.cancelled().await;
     pool.shutdown().await;
-    if let Some(c) = courier {
-        let _ = c.await;
+    for task in courier.into_iter().chain(arca) {
+        let _ = task.await;
     }
     drop(services);
     telemetry.shutdown();

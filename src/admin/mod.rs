@@ -29,8 +29,10 @@
 //!   needs attention, which issues its document once, or sends them all to the global.
 //! - [`globals`]: the facturas globales, one with its sales, its replacement (motivo 01).
 //! - [`findings`]: the reconciliation page and its actions.
+//! - [`arca`]: the ARCA vouchers of Argentina (state, number, CAE), open ones first.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
+pub mod arca;
 pub mod auth;
 pub mod cancel;
 pub mod codes;
@@ -242,7 +244,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
                 "/findings/{id}/resolve",
                 web::post().to(findings::resolve_finding),
             )
-            .route("/audit", web::get().to(lists::audit)),
+            .route("/audit", web::get().to(lists::audit))
+            .route("/arca", web::get().to(arca::vouchers)),
     );
 }
 

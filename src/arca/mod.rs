@@ -8,14 +8,18 @@
 //!   with their codes.
 //! - [`issue`]: the exactly-once rule: the number is the identity, reserved in the database
 //!   before the call; a lost answer is resolved by consulting that number, never by a new one.
-//! - [`wsaa`]: the first pieces of WSAA: the access ticket request, its CMS signature, reading
-//!   `loginCms`'s answer (the call, the cache and its refresh remain).
+//! - [`wsaa`]: WSAA: the access ticket request, its CMS signature, the `loginCms` call, and the
+//!   ticket cached in the database, shared by instances and renewed before it expires.
+//! - [`drain`]: the loop of `serve` and `worker` issuing the ARS sales ingest marked
+//!   `arca_pending` (Mercado Pago in ARS with `[arca]` on).
 //!
-//! Who may import it: the sandbox ([`crate::arcasim`], for the model and the envelopes), the
-//! CLI and tests. It imports the store (its SQL lives in `store/arca.rs`) and the XML reader
-//! of [`crate::cfdi::dom`]. Not wired into the worker yet: the WSAA call, routing by currency and
-//! batching remain (docs/arca.md).
+//! Who may import it: the sandbox ([`crate::arcasim`], for the model and the envelopes),
+//! startup, the CLI and tests; the settings ([`crate::config`]) use the model's leaf types. It
+//! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings and the XML
+//! reader of [`crate::cfdi::dom`]. Batching (`CantReg` > 1) and notas de crédito remain
+//! (docs/arca.md).
 
+pub mod drain;
 pub mod issue;
 pub mod model;
 pub mod wsaa;

@@ -1,6 +1,9 @@
-//! WSAA, the first pieces (docs/arca.md §2): the access ticket request (TRA), its CMS
-//! signature, and reading `loginCms`'s answer. The call itself, the ticket cache in
-//! `arca_tickets` and the refresh under a lease remain.
+//! WSAA (docs/arca.md §2): the access ticket request (TRA), its CMS signature, the
+//! `loginCms` call, and [`Wsaa::ticket`]: the ticket cached in `arca_tickets`, shared by every
+//! instance on the database, renewed before it expires, one login at a time.
+//!
+//! ARCA refuses a second login while a ticket is valid (`coe.alreadyAuthenticated`), so the
+//! ticket is stored before it is used and a refusal falls back on the stored one.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -23,6 +26,16 @@ pub enum WsaaError {
     AlreadyAuthenticated,
     #[error("WSAA answer not understood: {0}")]
     Malformed(String),
+    /// A SOAP fault other than `coe.alreadyAuthenticated` (`ns1:cms.sign.invalid`, …).
+    #[error("WSAA refused the login: {code}: {message}")]
+    Fault { code: String, message: String },
+    #[error("WSAA cannot be reached: {0}")]
+    Transport(String),
+    /// Another instance is logging in and has not stored its ticket yet.
+    #[error("another instance is logging in to WSAA")]
+    Busy,
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// A WSAA access ticket: what every WSFEv1 call carries, valid until `expires_at`.
@@ -74,11 +87,14 @@ pub fn sign_tra(tra: &str, cert_pem: &[u8], key_pem: &[u8]) -> Result<String, Ws
 /// fault that says a ticket exists already.
 pub fn parse_login_response(body: &[u8]) -> Result<Ticket, WsaaError> {
     let root = Element::parse(body).map_err(|e| WsaaError::Malformed(e.to_string()))?;
-    if let Some(fault) = text(&root, "faultcode").or_else(|| text(&root, "faultstring")) {
-        if fault.contains("alreadyAuthenticated") {
+    if let Some(code) = text(&root, "faultcode") {
+        if code.contains("alreadyAuthenticated") {
             return Err(WsaaError::AlreadyAuthenticated);
         }
-        return Err(WsaaError::Malformed(format!("fault {fault}")));
+        let message = text(&root, "faultstring").unwrap_or_default();
+        // `ns1:cms.sign.invalid` → `cms.sign.invalid`: the prefix is the server's choice.
+        let code = code.rsplit(':').next().unwrap_or(&code).to_owned();
+        return Err(WsaaError::Fault { code, message });
     }
     // The element's text is the escaped ticket document, unescaped by the parser.
     let inner = text(&root, "loginCmsReturn")
@@ -98,6 +114,200 @@ pub fn parse_login_response(body: &[u8]) -> Result<Ticket, WsaaError> {
         generated_at: time("generationTime")?,
         expires_at: time("expirationTime")?,
     })
+}
+
+/// The SOAP envelope of `loginCms` carrying the signed TRA.
+pub fn login_envelope(cms: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+         <soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" \
+         xmlns:wsaa=\"{WSAA_NS}\"><soapenv:Header/><soapenv:Body><wsaa:loginCms>\
+         <wsaa:in0>{cms}</wsaa:in0></wsaa:loginCms></soapenv:Body></soapenv:Envelope>"
+    )
+}
+
+pub const WSAA_NS: &str = "http://wsaa.view.sua.dvadac.desein.afip.gov";
+
+/// The WSFEv1 service's name in a TRA ("wsfe", not "wsfev1").
+pub const SERVICE: &str = "wsfe";
+
+/// How long another instance's login may take before its lease is taken over.
+const LOGIN_LEASE: Duration = Duration::minutes(2);
+
+/// The access tickets of one certificate: stored in the database, shared by every instance,
+/// renewed `renew_before` their expiry, one login in flight per instance (and, through an
+/// `arca_locks` lease, per database).
+#[derive(Clone)]
+pub struct Wsaa {
+    inner: std::sync::Arc<Inner>,
+}
+
+struct Inner {
+    db: crate::store::Db,
+    http: reqwest::Client,
+    url: String,
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    /// SHA-256 of the certificate: a new certificate gets its own ticket.
+    fingerprint: String,
+    environment: super::Environment,
+    renew_before: Duration,
+    /// This instance's name on the login lease.
+    owner: String,
+    /// Held while this instance logs in: the other callers wait for its ticket.
+    flight: tokio::sync::Mutex<()>,
+    /// How long a caller waits for another instance's login.
+    timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for Wsaa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wsaa")
+            .field("url", &self.inner.url)
+            .field("fingerprint", &self.inner.fingerprint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Wsaa {
+    /// A WSAA client of `url` for the certificate `cert_pem` and its key.
+    pub fn new(
+        db: crate::store::Db,
+        url: &str,
+        environment: super::Environment,
+        (cert_pem, key_pem): (Vec<u8>, Vec<u8>),
+        renew_before: Duration,
+        timeout: std::time::Duration,
+    ) -> Result<Self, WsaaError> {
+        let cert = X509::from_pem(&cert_pem).map_err(|e| WsaaError::Credentials(e.to_string()))?;
+        let digest = cert
+            .digest(openssl::hash::MessageDigest::sha256())
+            .map_err(|e| WsaaError::Credentials(e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| WsaaError::Transport(e.to_string()))?;
+        Ok(Self {
+            inner: std::sync::Arc::new(Inner {
+                db,
+                http,
+                url: url.to_owned(),
+                cert_pem,
+                key_pem,
+                fingerprint: hex::encode(digest),
+                environment,
+                renew_before,
+                owner: uuid::Uuid::new_v4().to_string(),
+                flight: tokio::sync::Mutex::new(()),
+                timeout,
+            }),
+        })
+    }
+
+    async fn stored(&self) -> Result<Option<Ticket>, WsaaError> {
+        let i = &self.inner;
+        let row =
+            i.db.arca_ticket(i.environment.as_str(), SERVICE, &i.fingerprint)
+                .await?;
+        Ok(row.map(|r| Ticket {
+            token: r.token,
+            sign: r.sign,
+            generated_at: r.generated_at,
+            expires_at: r.expires_at,
+        }))
+    }
+
+    fn fresh(&self, t: &Ticket) -> bool {
+        t.expires_at - Utc::now() > self.inner.renew_before
+    }
+
+    /// A ticket valid now: the stored one while it is fresh, else a new login's (stored
+    /// before it is returned). Only one login is in flight per instance and per database;
+    /// the others wait for its ticket. A refused renewal keeps the stored ticket while it is
+    /// still valid.
+    pub async fn ticket(&self) -> Result<Ticket, WsaaError> {
+        let deadline = tokio::time::Instant::now() + self.inner.timeout * 2;
+        loop {
+            if let Some(t) = self.stored().await?.filter(|t| self.fresh(t)) {
+                return Ok(t);
+            }
+            let flight = self.inner.flight.lock().await;
+            // Another task of this instance may have logged in while this one waited.
+            let stored = self.stored().await?;
+            if let Some(t) = stored.clone().filter(|t| self.fresh(t)) {
+                return Ok(t);
+            }
+            let valid = stored.filter(|t| t.expires_at > Utc::now());
+            let i = &self.inner;
+            let lease = format!(
+                "wsaa:{}:{SERVICE}:{}",
+                i.environment.as_str(),
+                i.fingerprint
+            );
+            if !i.db.arca_lock(&lease, &i.owner, LOGIN_LEASE).await? {
+                // Another instance is logging in: its ticket will be stored.
+                if let Some(t) = valid {
+                    return Ok(t);
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(WsaaError::Busy);
+                }
+                drop(flight);
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                continue;
+            }
+            let outcome = self.login_and_store().await;
+            i.db.arca_unlock(&lease, &i.owner).await?;
+            return match outcome {
+                Ok(t) => Ok(t),
+                Err(e) => match (valid, self.stored().await?) {
+                    // Refused while the old ticket still serves (ARCA keeps one per
+                    // certificate and service): use it until it expires.
+                    (_, Some(t)) if t.expires_at > Utc::now() => {
+                        tracing::warn!(error = %e, "WSAA renewal refused; the stored ticket is still valid");
+                        Ok(t)
+                    }
+                    _ => Err(e),
+                },
+            };
+        }
+    }
+
+    /// One `loginCms`, its ticket stored before it is returned.
+    async fn login_and_store(&self) -> Result<Ticket, WsaaError> {
+        let i = &self.inner;
+        let tra = login_ticket_request(SERVICE, Utc::now());
+        let cms = sign_tra(&tra, &i.cert_pem, &i.key_pem)?;
+        let resp = i
+            .http
+            .post(&i.url)
+            .header("content-type", "text/xml; charset=utf-8")
+            .header("soapaction", "\"\"")
+            .body(login_envelope(&cms))
+            .send()
+            .await
+            .map_err(|e| WsaaError::Transport(e.to_string()))?;
+        let status = resp.status();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| WsaaError::Transport(e.to_string()))?;
+        let ticket = match parse_login_response(&body) {
+            Err(WsaaError::Malformed(m)) if !status.is_success() => {
+                return Err(WsaaError::Transport(format!("HTTP {status}: {m}")));
+            }
+            other => other?,
+        };
+        let row = crate::store::ArcaTicketRow {
+            token: ticket.token.clone(),
+            sign: ticket.sign.clone(),
+            generated_at: ticket.generated_at,
+            expires_at: ticket.expires_at,
+        };
+        i.db.arca_save_ticket(i.environment.as_str(), SERVICE, &i.fingerprint, &row)
+            .await?;
+        Ok(ticket)
+    }
 }
 
 #[cfg(test)]

@@ -355,6 +355,29 @@ impl Wsfe {
         parse_found(g).map(Some).map_err(WsfeError::Malformed)
     }
 
+    /// `FEParamGetPtosVenta`: the CUIT's web-services points of sale that issue with CAE and
+    /// are not blocked (602: none).
+    pub async fn ptos_venta(&self) -> Result<Vec<i32>, WsfeError> {
+        let r = self.call("FEParamGetPtosVenta", "").await?;
+        let errors = messages(&r, "Errors", "Err");
+        if errors.iter().any(|e| e.code == codes::NOT_FOUND) {
+            return Ok(Vec::new());
+        }
+        if !errors.is_empty() {
+            return Err(WsfeError::Refused(errors));
+        }
+        let mut points = Vec::new();
+        find_all(&r, "PtoVenta", &mut points);
+        Ok(points
+            .into_iter()
+            .filter(|p| {
+                text(p, "EmisionTipo").is_some_and(|t| t.starts_with("CAE"))
+                    && text(p, "Bloqueado").as_deref() != Some("S")
+            })
+            .filter_map(|p| number(p, "Nro").ok())
+            .collect())
+    }
+
     /// `FECAESolicitar` for one voucher, sent once. A failure of any kind leaves its outcome
     /// unknown; a header/detail contradiction is malformed, hence unknown too.
     pub async fn solicit(&self, req: &Request) -> Result<Solicit, WsfeError> {

@@ -11,14 +11,19 @@
 //!
 //! Faults, for tests: `lose_next=N` authorizes the next N vouchers and drops the connection
 //! instead of answering (the lost answer); `down=true` answers every WSFEv1 call with HTTP 503
-//! (ARCA down). Not modelled yet: WSAA `LoginCms` (any non-empty Token and Sign pass), the
-//! `FEParamGet*` catalogs, latency and outage windows.
+//! (ARCA down); `hang_next=N` authorizes the next N and holds each answer two minutes (the
+//! sender can be killed meanwhile); `strict_auth=true` makes WSFEv1 ask for a ticket [`wsaa`]
+//! handed out (else any non-empty Token and Sign pass); `ticket_seconds=N` shortens the
+//! tickets' 12 h; `ptos_venta=3+4` sets what `FEParamGetPtosVenta` lists (1 to 20 by default).
+//! WSAA `LoginCms` is modelled in [`wsaa`]. Not modelled yet: the other `FEParamGet*`
+//! catalogs, latency and outage windows.
 //!
 //! Who may import it: the CLI and tests. It imports [`crate::arca`] (the model and the
 //! envelopes' readers) and the server handle and the dropped-connection body of
 //! [`crate::pacsim::server`].
 
 pub mod server;
+pub mod wsaa;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -56,6 +61,9 @@ struct State {
     vouchers: Vec<SimVoucher>,
     /// CAEs handed out so far (the next one is derived from it).
     caes: u64,
+    /// WSAA tickets handed out and still valid.
+    #[serde(default)]
+    tickets: Vec<wsaa::SimTicket>,
 }
 
 /// What one `FECAEDetRequest` came to.
@@ -84,6 +92,21 @@ pub struct ArcaSim {
     pub down: AtomicBool,
     /// `FECAESolicitar` requests received, answered or not: what was sent.
     pub solicits: AtomicU64,
+    /// Answers of authorized `FECAESolicitar` still to hold for two minutes (the process
+    /// that sent them can be killed while it waits).
+    pub hang_next: AtomicU32,
+    /// The CUIT's web-services points of sale (`FEParamGetPtosVenta`); 1 to 20 unless set
+    /// with `ptos_venta=3+4`.
+    pub ptos_venta: Mutex<Vec<i32>>,
+    /// `FEParamGetPtosVenta` requests received.
+    pub ptos_venta_asked: AtomicU64,
+    /// `loginCms` tickets handed out.
+    pub logins: AtomicU64,
+    /// How long a new WSAA ticket lives (ARCA's: 12 h).
+    pub ticket_seconds: AtomicU64,
+    /// WSFEv1 calls must carry a ticket this sandbox handed out, valid now (else any non-empty
+    /// Token and Sign pass, for tests of the issuer alone).
+    pub strict_auth: AtomicBool,
 }
 
 fn required(e: &Element, name: &str) -> Result<String, Message> {
@@ -162,6 +185,12 @@ impl ArcaSim {
             lose_next: AtomicU32::new(0),
             down: AtomicBool::new(false),
             solicits: AtomicU64::new(0),
+            hang_next: AtomicU32::new(0),
+            ptos_venta: Mutex::new((1..=20).collect()),
+            ptos_venta_asked: AtomicU64::new(0),
+            logins: AtomicU64::new(0),
+            ticket_seconds: AtomicU64::new(12 * 3600),
+            strict_auth: AtomicBool::new(false),
         })
     }
 
@@ -272,11 +301,14 @@ impl ArcaSim {
         std::fs::rename(&tmp, &self.path)
     }
 
-    /// Applies a fault spec: `none`, or `lose_next=N` and `down=true|false`, comma-separated.
+    /// Applies a fault spec: `none` (no lost or held answers, not down), or `lose_next=N`,
+    /// `hang_next=N`, `ptos_venta=N+M+…`,
+    /// `down=true|false`, `strict_auth=true|false` and `ticket_seconds=N`, comma-separated.
     pub fn set_faults(&self, spec: &str) -> Result<(), String> {
         let spec = spec.trim();
         if spec.is_empty() || spec == "none" {
             self.lose_next.store(0, Ordering::SeqCst);
+            self.hang_next.store(0, Ordering::SeqCst);
             self.down.store(false, Ordering::SeqCst);
             return Ok(());
         }
@@ -290,6 +322,25 @@ impl ArcaSim {
                     b.parse().map_err(|_| format!("down={b}"))?,
                     Ordering::SeqCst,
                 ),
+                Some(("hang_next", n)) => self.hang_next.store(
+                    n.parse().map_err(|_| format!("hang_next={n}"))?,
+                    Ordering::SeqCst,
+                ),
+                Some(("ptos_venta", list)) => {
+                    let points = list
+                        .split('+')
+                        .map(|n| n.parse().map_err(|_| format!("ptos_venta={list}")))
+                        .collect::<Result<Vec<i32>, _>>()?;
+                    *self.ptos_venta.lock().unwrap_or_else(|p| p.into_inner()) = points;
+                }
+                Some(("strict_auth", b)) => self.strict_auth.store(
+                    b.parse().map_err(|_| format!("strict_auth={b}"))?,
+                    Ordering::SeqCst,
+                ),
+                Some(("ticket_seconds", n)) => self.ticket_seconds.store(
+                    n.parse().map_err(|_| format!("ticket_seconds={n}"))?,
+                    Ordering::SeqCst,
+                ),
                 _ => return Err(format!("unknown fault {part:?}")),
             }
         }
@@ -298,8 +349,17 @@ impl ArcaSim {
 
     /// Whether the answer now being sent is to be lost (one fewer to lose).
     fn take_loss(&self) -> bool {
-        self.lose_next
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
+        take(&self.lose_next)
     }
+
+    /// Whether the answer now being sent is to be held (one fewer to hold).
+    pub fn take_hang(&self) -> bool {
+        take(&self.hang_next)
+    }
+}
+
+/// Takes one from `n` if it is not zero.
+fn take(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }

@@ -2,10 +2,11 @@
 //!
 //! | Route | What |
 //! |---|---|
-//! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEDummy` |
+//! | `POST /ws/services/LoginCms` | WSAA `loginCms` (see [`super::wsaa`]) |
+//! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEParamGetPtosVenta`, `FEDummy` |
 //! | `GET /_sim/vouchers` | every authorized voucher with its number and CAE |
-//! | `GET /_sim/stats` | `{"solicits": N}`: `FECAESolicitar` requests received |
-//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`) |
+//! | `GET /_sim/stats` | `{"solicits": N, "logins": N}`: `FECAESolicitar` requests received, tickets handed out |
+//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`, `hang_next=N`, `ptos_venta=N+M`, `strict_auth=true`, `ticket_seconds=N`) |
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -15,8 +16,10 @@ use actix_web::web::{self, Bytes, Data};
 use actix_web::{App, HttpResponse};
 use serde_json::json;
 
+use super::wsaa::LoginFault;
 use super::{ArcaSim, DetAnswer, SimError, SimVoucher};
 use crate::arca::model::{Message, codes};
+use crate::arca::wsaa::WSAA_NS;
 use crate::arca::wsfe::{NS, find, find_all, number, text};
 use crate::cfdi::dom::Element;
 use crate::pacsim::server::{SandboxHandle, dropped};
@@ -29,6 +32,11 @@ impl SandboxHandle<ArcaSim> {
     pub fn wsfe_url(&self) -> String {
         format!("{}/wsfev1/service.asmx", self.url())
     }
+
+    /// The WSAA endpoint.
+    pub fn wsaa_url(&self) -> String {
+        format!("{}/ws/services/LoginCms", self.url())
+    }
 }
 
 /// Starts the sandbox on `addr` (the caller's tokio runtime drives it).
@@ -37,6 +45,7 @@ pub fn start(sim: Arc<ArcaSim>, addr: &str) -> Result<ArcaSimHandle, SimError> {
     SandboxHandle::serve(sim, addr, move || {
         App::new()
             .app_data(data.clone())
+            .route("/ws/services/LoginCms", web::post().to(login_cms))
             .route("/wsfev1/service.asmx", web::post().to(wsfe))
             .route("/_sim/vouchers", web::get().to(vouchers))
             .route("/_sim/stats", web::get().to(stats))
@@ -50,7 +59,10 @@ async fn vouchers(sim: Data<ArcaSim>) -> HttpResponse {
 }
 
 async fn stats(sim: Data<ArcaSim>) -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "solicits": sim.solicits.load(Ordering::SeqCst) }))
+    HttpResponse::Ok().json(json!({
+        "solicits": sim.solicits.load(Ordering::SeqCst),
+        "logins": sim.logins.load(Ordering::SeqCst),
+    }))
 }
 
 async fn faults(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
@@ -99,12 +111,64 @@ fn list(outer: &str, inner: &str, items: &[Message]) -> String {
     x
 }
 
-/// The represented CUIT when Token, Sign and Cuit are all there (WSAA is not modelled yet).
-fn auth(op: &Element) -> Option<i64> {
+/// The represented CUIT when Token, Sign and Cuit are all there and, with `strict_auth`,
+/// Token and Sign are a valid ticket of this sandbox.
+fn auth(sim: &ArcaSim, op: &Element) -> Option<i64> {
     let a = find(op, "Auth")?;
-    text(a, "Token")?;
-    text(a, "Sign")?;
+    let (token, sign) = (text(a, "Token")?, text(a, "Sign")?);
+    if sim.strict_auth.load(Ordering::SeqCst)
+        && !sim.valid_ticket(&token, &sign, chrono::Utc::now())
+    {
+        return None;
+    }
     number(a, "Cuit").ok()
+}
+
+/// `loginCms`: the ticket as an escaped `loginTicketResponse`, or the WSAA fault.
+async fn login_cms(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
+    let cms = Element::parse(&body)
+        .ok()
+        .and_then(|root| text(&root, "in0"))
+        .unwrap_or_default();
+    let now = chrono::Utc::now();
+    match sim.login(&cms, now) {
+        Ok(t) => {
+            let at = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3f%:z");
+            let inner = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\
+                 <loginTicketResponse version=\"1.0\"><header><source>CN=arcasim</source>\
+                 <uniqueId>{}</uniqueId><generationTime>{}</generationTime>\
+                 <expirationTime>{}</expirationTime></header><credentials><token>{}</token>\
+                 <sign>{}</sign></credentials></loginTicketResponse>",
+                now.timestamp(),
+                at(now),
+                at(t.expires_at),
+                t.token,
+                t.sign
+            );
+            let escaped = inner
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            HttpResponse::Ok()
+                .content_type("text/xml; charset=utf-8")
+                .body(format!(
+                    "<?xml version=\"1.0\" encoding=\"utf-8\"?>\
+                     <soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+                     <soapenv:Body><loginCmsResponse xmlns=\"{WSAA_NS}\"><loginCmsReturn>{escaped}\
+                     </loginCmsReturn></loginCmsResponse></soapenv:Body></soapenv:Envelope>"
+                ))
+        }
+        Err(LoginFault(code, msg)) => HttpResponse::InternalServerError()
+            .content_type("text/xml; charset=utf-8")
+            .body(format!(
+                "<?xml version=\"1.0\" encoding=\"utf-8\"?>\
+                 <soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+                 <soapenv:Body><soapenv:Fault><faultcode xmlns:ns1=\"http://xml.apache.org/axis/\">\
+                 ns1:{code}</faultcode><faultstring>{msg}</faultstring></soapenv:Fault>\
+                 </soapenv:Body></soapenv:Envelope>"
+            )),
+    }
 }
 
 async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
@@ -127,7 +191,7 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
             "<AppServer>OK</AppServer><DbServer>OK</DbServer><AuthServer>OK</AuthServer>",
         );
     }
-    let Some(cuit) = auth(op) else {
+    let Some(cuit) = auth(&sim, op) else {
         let err = Message::new(
             codes::AUTH,
             "ValidacionDeToken: No validaron las credenciales",
@@ -149,7 +213,37 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
             )
         }
         "FECompConsultar" => consultar(&sim, cuit, op),
-        "FECAESolicitar" => solicitar(&sim, cuit, op),
+        "FEParamGetPtosVenta" => {
+            sim.ptos_venta_asked.fetch_add(1, Ordering::SeqCst);
+            let points = sim
+                .ptos_venta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if points.is_empty() {
+                let err = Message::new(codes::NOT_FOUND, "Sin Resultados");
+                return soap(&name, &list("Errors", "Err", &[err]));
+            }
+            let items: String = points
+                .iter()
+                .map(|n| {
+                    format!(
+                        "<PtoVenta><Nro>{n}</Nro><EmisionTipo>CAE - RECE</EmisionTipo>\
+                         <Bloqueado>N</Bloqueado><FchBaja>NULL</FchBaja></PtoVenta>"
+                    )
+                })
+                .collect();
+            soap(&name, &format!("<ResultGet>{items}</ResultGet>"))
+        }
+        "FECAESolicitar" => {
+            let before = sim.vouchers().len();
+            let answer = solicitar(&sim, cuit, op);
+            if sim.vouchers().len() > before && sim.take_hang() {
+                // Authorized and written down; the answer is held while its sender dies.
+                tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+            }
+            answer
+        }
         _ => fault(&format!("unknown operation {name}")),
     }
 }

@@ -13,7 +13,7 @@
 //! - `pac.rs`: `[pac]` ([`PacConfig`], [`PacKind`]) and [`Settings::pac_config`].
 //! - `worker.rs`, `admin.rs`, `global.rs`, `refunds.rs`, `portal.rs`, `fx.rs`: `[worker]`,
 //!   `[admin]`, `[global]`, `[refunds]`, `[portal]` and `[fx]`, with their own checks;
-//!   `deliver.rs`: `[pdf]` and `[email]`.
+//!   `deliver.rs`: `[pdf]` and `[email]`; `arca.rs`: `[arca]` (Argentina, off by default).
 //! - `load.rs`: the layers (defaults, file, environment) merged into one table; error messages
 //!   that never quote a value.
 //! - `products.rs`: `[invoice.products]` and `[invoice.shipping]`, the SAT keys of what is
@@ -31,6 +31,7 @@
 //! parts that consume the settings.
 
 mod admin;
+mod arca;
 mod deliver;
 mod exposure;
 mod fx;
@@ -56,6 +57,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use admin::AdminSettings;
+pub use arca::{ArcaSettings, CondicionIva, Receptor};
 pub use deliver::{EmailSettings, Paper, PdfSettings};
 pub use fx::{FxSettings, FxSource};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};
@@ -109,6 +111,7 @@ pub struct Settings {
     pub pdf: PdfSettings,
     pub email: EmailSettings,
     pub fx: FxSettings,
+    pub arca: ArcaSettings,
     /// A `[pac] kind` that names no PAC, kept to be reported with the other problems.
     #[serde(skip)]
     unknown_pac_kind: Option<String>,

@@ -239,6 +239,7 @@ impl Settings {
         self.worker.check(&mut p);
         self.global.check(&self.emisor.regimen_fiscal, &mut p);
         self.refunds.check(&mut p);
+        self.arca.check(&mut p);
         p.extend(self.portal.problems());
         p.extend(self.email.problems());
         p.extend(self.product_key_problems());

@@ -446,4 +446,76 @@ impl Db {
         .await?;
         Ok(())
     }
+
+    /// ARS sales waiting for their ARCA voucher (`arca_pending`), oldest first.
+    pub async fn arca_pending_sales(&self, limit: i64) -> Result<Vec<ArcaSaleRow>, StoreError> {
+        stmt(
+            "SELECT id, provider, payment_id, amount FROM payments \
+             WHERE status = 'arca_pending' ORDER BY id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(self, "list sales waiting for ARCA")
+        .await
+    }
+
+    /// Settles an ARS sale: `arca_authorized` with its voucher, or `needs_attention` and why.
+    /// Only a sale still `arca_pending` moves, so a late repeat changes nothing.
+    pub async fn arca_sale_settled(
+        &self,
+        payment_row: i64,
+        status: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        stmt(
+            "UPDATE payments SET status = $1, reason = $2, updated_at = $3 \
+             WHERE id = $4 AND status = 'arca_pending'",
+        )
+        .bind(status)
+        .bind(reason)
+        .bind(Utc::now())
+        .bind(payment_row)
+        .execute(self, "settle an ARS sale")
+        .await?;
+        Ok(())
+    }
+
+    /// The status and reason of a sale (`arca_pending`, `arca_authorized`, …).
+    pub async fn arca_payment_status(
+        &self,
+        provider: &str,
+        payment_id: &str,
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        stmt("SELECT status, reason FROM payments WHERE provider = $1 AND payment_id = $2")
+            .bind(provider)
+            .bind(payment_id)
+            .fetch_optional(self, "read a sale's status")
+            .await
+    }
+
+    /// The newest vouchers, those still open (reserved, unknown) and conflicts first: the
+    /// admin's list.
+    pub async fn arca_recent_vouchers(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<ArcaVoucherRow>, StoreError> {
+        stmt(format!(
+            "SELECT {VOUCHER_COLUMNS} FROM arca_vouchers ORDER BY \
+             CASE state WHEN 'unknown' THEN 0 WHEN 'reserved' THEN 1 WHEN 'conflict' THEN 2 \
+             ELSE 3 END, cbte_tipo, number DESC LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(self, "list recent ARCA vouchers")
+        .await
+    }
+}
+
+/// An ARS sale waiting for its voucher.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ArcaSaleRow {
+    /// The payment's row.
+    pub id: i64,
+    pub provider: String,
+    pub payment_id: String,
+    /// Decimal text in pesos.
+    pub amount: String,
 }

@@ -9,6 +9,9 @@
 //! - `line_items`: Checkout line items from a fake Stripe API, SAT keys per product,
 //!   discounts and shipping (issue 18).
 //! - `arca`: Argentina (ARCA vouchers exactly once) against the sandbox ARCA, both backends.
+//! - `arca_admin`: the admin's ARCA vouchers in a real headless Chromium.
+//! - `arca_sales`: a Mercado Pago sale in ARS → one ARCA voucher with a CAE, end to end.
+//! - `arca_wsaa`: the WSAA login and its ticket stored, shared and renewed, both backends.
 //! - `folio`: folios numbered at sealing, 1..N per serie under load, redeliveries and SIGKILL.
 //! - `cli_e2e`, `secrets_in_logs`: the real binaries as an operator runs them; `otel`, their
 //!   traces at a collector (built with the `otel` feature, as `scripts/test` does).
@@ -27,6 +30,9 @@ mod admin_ux_ops;
 mod api;
 mod api_payments;
 mod arca;
+mod arca_admin;
+mod arca_sales;
+mod arca_wsaa;
 mod backup_pause;
 mod cfdi;
 mod cfdi_props;

@@ -70,6 +70,7 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/documents/{id}", Access::Page),
     ("GET", "/documents/{id}/pdf", Access::Page),
     ("GET", "/export/month", Access::Page),
+    ("GET", "/arca", Access::Page),
 ];
 
 /// The `(METHOD, path)` pairs registered by `admin::routes`, read from its source: each
@@ -373,7 +374,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 34, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 35, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
