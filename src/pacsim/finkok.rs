@@ -154,6 +154,8 @@ fn xml_param(op: &Element) -> Option<Vec<u8>> {
 }
 
 async fn stamp(st: &AppState, op: &Element, quick: bool) -> HttpResponse {
+    // The faults in force when the request arrived decide its answer (see the SW handler).
+    let faults = st.sim.faults();
     if let Some(r) = gate(st, true).await {
         return r;
     }
@@ -179,7 +181,7 @@ async fn stamp(st: &AppState, op: &Element, quick: bool) -> HttpResponse {
                     ),
                 )
             };
-            match st.sim.faults().after_stamp(st.sim.window_left(&s)) {
+            match faults.after_stamp(st.sim.window_left(&s)) {
                 After::Answer => ok(),
                 After::Lose(LoseMode::Drop) => dropped(),
                 After::Lose(LoseMode::Hang(d)) => {

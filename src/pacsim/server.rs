@@ -387,6 +387,9 @@ fn stamp_data(s: &StampRecord, with_cfdi: bool) -> Value {
 }
 
 async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpResponse {
+    // The faults in force when the request arrived decide its answer too, even when they are
+    // changed while it is being stamped (as a test does once it sees the stamp committed).
+    let faults = st.sim.faults();
     if let Some(r) = authorize(&st, &req) {
         return r;
     }
@@ -409,7 +412,7 @@ async fn stamp(st: Data<AppState>, req: HttpRequest, body: Bytes) -> HttpRespons
         Err(e) => return internal(e),
     };
     match answer {
-        StampAnswer::Stamped(s) => match st.sim.faults().after_stamp(st.sim.window_left(&s)) {
+        StampAnswer::Stamped(s) => match faults.after_stamp(st.sim.window_left(&s)) {
             After::Answer => {
                 HttpResponse::Ok().json(json!({"status": "success", "data": stamp_data(&s, true)}))
             }

@@ -949,12 +949,13 @@ async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backe
     let first = rig.post(&invoice(), Some("k-window")).await;
     assert_eq!(first.status, 202, "no worker yet: {}", first.text());
     let id = first.json()["id"].as_str().expect("id").to_owned();
-    // Asked for 72 hours ago, less 65 s: the worker stops sending 60 s before the SAT's limit,
-    // so its window closes 5 s from now; the PAC's own a minute later.
+    // Asked for 72 hours ago, less 75 s: the worker stops sending 60 s before the SAT's limit,
+    // so its window closes 15 s from now (time for a loaded machine to make the first call);
+    // the PAC's own a minute later.
     let fecha = autofactura::domain::time::now_in_mexico() - chrono::Duration::hours(72)
-        + chrono::Duration::seconds(65);
+        + chrono::Duration::seconds(75);
     let outbox_id = date_invoice(&rig, &id, fecha).await;
-    let closes = chrono::Utc::now() + chrono::Duration::seconds(5);
+    let closes = chrono::Utc::now() + chrono::Duration::seconds(15);
     let (_pool, _s) = rig.pool().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while rig.stamps().await.is_empty() {
@@ -963,7 +964,7 @@ async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backe
     }
     // The answer is held past the client's timeout, and the PAC cannot be asked.
     rig.set_faults("status503=1").await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let log = rig.app.db.attempts_of(outbox_id).await.expect("attempts");
         let after = log
