@@ -125,6 +125,7 @@ async fn read_gauges(db: &Db, window: chrono::Duration) -> Result<DocumentGauges
     let mut g = DocumentGauges {
         documents: db.document_counts().await?,
         deliveries: db.delivery_counts().await?,
+        arca_vouchers: db.arca_voucher_counts().await?,
         ..DocumentGauges::default()
     };
     let mut oldest: BTreeMap<String, i64> = BTreeMap::new();

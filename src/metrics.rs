@@ -60,6 +60,17 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ArcaLabels {
+    operation: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ArcaOpLabels {
+    operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DocLabels {
     state: String,
     kind: String,
@@ -91,6 +102,8 @@ struct Metrics {
     stamps: Family<KindLabels, Counter>,
     merchant_webhooks: Family<OutcomeLabels, Counter>,
     emails: Family<OutcomeLabels, Counter>,
+    arca_requests: Family<ArcaLabels, Counter>,
+    arca_duration: Histograms<ArcaOpLabels>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -143,6 +156,18 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Customer emails the courier tried to send, by outcome (sent, bounced, retry, failed)",
         emails.clone(),
     );
+    let arca_requests = Family::<ArcaLabels, Counter>::default();
+    registry.register(
+        "autofactura_arca_requests",
+        "ARCA calls (Argentina) by operation (loginCms, FECAESolicitar, FECompConsultar, FECompUltimoAutorizado, FEParamGetPtosVenta) and outcome (answered, transport, status, fault, malformed, refused)",
+        arca_requests.clone(),
+    );
+    let arca_duration: Histograms<ArcaOpLabels> = Family::new_with_constructor(pac_buckets);
+    registry.register(
+        "autofactura_arca_request_duration_seconds",
+        "How long each ARCA call took, by operation",
+        arca_duration.clone(),
+    );
     Metrics {
         registry,
         pac_requests,
@@ -153,6 +178,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         stamps,
         merchant_webhooks,
         emails,
+        arca_requests,
+        arca_duration,
     }
 });
 
@@ -220,6 +247,24 @@ pub fn email(outcome: &str) {
         .inc();
 }
 
+/// One call to ARCA (WSAA or WSFEv1): `operation` as ARCA names it, `outcome` as the client
+/// classified the answer.
+pub fn arca_request(operation: &str, outcome: &str, latency: Duration) {
+    METRICS
+        .arca_requests
+        .get_or_create(&ArcaLabels {
+            operation: operation.to_owned(),
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+    METRICS
+        .arca_duration
+        .get_or_create(&ArcaOpLabels {
+            operation: operation.to_owned(),
+        })
+        .observe(latency.as_secs_f64());
+}
+
 /// Adds `delta` to the worker slots in `state` (`configured` when a pool starts and stops,
 /// `in_flight` around each PAC call).
 pub fn worker_slots(state: &str, delta: i64) {
@@ -246,6 +291,8 @@ pub struct DocumentGauges {
     pub window_remaining: Option<i64>,
     /// `(state, count)` of the customer's emails (`deliveries`).
     pub deliveries: Vec<(String, i64)>,
+    /// `(state, count)` of the ARCA vouchers (Argentina; empty when ARCA was never used).
+    pub arca_vouchers: Vec<(String, i64)>,
 }
 
 /// The whole exposition: the process's metrics, then `gauges` (when the database answered).
@@ -308,6 +355,18 @@ fn gauge_registry(g: &DocumentGauges) -> Registry {
         "autofactura_deliveries",
         "Customer emails by state: pending, retry, sent, bounced, failed (read from the database)",
         deliveries,
+    );
+    let arca = Family::<StateLabels, Gauge>::default();
+    for (state, n) in &g.arca_vouchers {
+        arca.get_or_create(&StateLabels {
+            state: state.clone(),
+        })
+        .set(*n);
+    }
+    r.register(
+        "autofactura_arca_vouchers",
+        "ARCA vouchers (Argentina) by state: reserved, unknown, authorized, rejected, conflict (read from the database)",
+        arca,
     );
     if let Some(secs) = g.window_remaining {
         let gauge = Gauge::<i64>::default();

@@ -278,26 +278,39 @@ impl Wsaa {
         let i = &self.inner;
         let tra = login_ticket_request(SERVICE, Utc::now());
         let cms = sign_tra(&tra, &i.cert_pem, &i.key_pem)?;
-        let resp = i
-            .http
-            .post(&i.url)
-            .header("content-type", "text/xml; charset=utf-8")
-            .header("soapaction", "\"\"")
-            .body(login_envelope(&cms))
-            .send()
-            .await
-            .map_err(|e| WsaaError::Transport(e.to_string()))?;
-        let status = resp.status();
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| WsaaError::Transport(e.to_string()))?;
-        let ticket = match parse_login_response(&body) {
-            Err(WsaaError::Malformed(m)) if !status.is_success() => {
-                return Err(WsaaError::Transport(format!("HTTP {status}: {m}")));
+        let started = std::time::Instant::now();
+        let answer = async {
+            let resp = i
+                .http
+                .post(&i.url)
+                .header("content-type", "text/xml; charset=utf-8")
+                .header("soapaction", "\"\"")
+                .body(login_envelope(&cms))
+                .send()
+                .await
+                .map_err(|e| WsaaError::Transport(e.to_string()))?;
+            let status = resp.status();
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| WsaaError::Transport(e.to_string()))?;
+            match parse_login_response(&body) {
+                Err(WsaaError::Malformed(m)) if !status.is_success() => {
+                    Err(WsaaError::Transport(format!("HTTP {status}: {m}")))
+                }
+                other => other,
             }
-            other => other?,
+        }
+        .await;
+        let outcome = match &answer {
+            Ok(_) => "answered",
+            Err(WsaaError::AlreadyAuthenticated) => "already_authenticated",
+            Err(WsaaError::Fault { .. }) => "fault",
+            Err(WsaaError::Malformed(_)) => "malformed",
+            Err(_) => "transport",
         };
+        crate::metrics::arca_request("loginCms", outcome, started.elapsed());
+        let ticket = answer?;
         let row = crate::store::ArcaTicketRow {
             token: ticket.token.clone(),
             sign: ticket.sign.clone(),

@@ -276,6 +276,21 @@ impl Wsfe {
     /// Posts `op` and returns the parsed `<opResult>` element; result-level `Errors` are
     /// returned with it for the caller to weigh (602 is an answer, not a failure).
     async fn call(&self, op: &str, body: &str) -> Result<Element, WsfeError> {
+        let started = std::time::Instant::now();
+        let r = self.call_once(op, body).await;
+        let outcome = match &r {
+            Ok(_) => "answered",
+            Err(WsfeError::Transport(_)) => "transport",
+            Err(WsfeError::Status(..)) => "status",
+            Err(WsfeError::Fault(_)) => "fault",
+            Err(WsfeError::Malformed(_)) => "malformed",
+            Err(WsfeError::Refused(_)) => "refused",
+        };
+        crate::metrics::arca_request(op, outcome, started.elapsed());
+        r
+    }
+
+    async fn call_once(&self, op: &str, body: &str) -> Result<Element, WsfeError> {
         let resp = self
             .http
             .post(&self.url)

@@ -147,6 +147,13 @@ fn ymd_max<'a>(a: &'a str, b: Option<&'a str>) -> &'a str {
 }
 
 impl Db {
+    /// `(state, count)` of every ARCA voucher (the `autofactura_arca_vouchers` gauge).
+    pub async fn arca_voucher_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        stmt("SELECT state, COUNT(*) AS n FROM arca_vouchers GROUP BY state ORDER BY 1")
+            .fetch_all(self, "count ARCA vouchers by state")
+            .await
+    }
+
     /// The voucher of `key`, if any.
     pub async fn arca_voucher(&self, key: &str) -> Result<Option<ArcaVoucherRow>, StoreError> {
         stmt(select_voucher())

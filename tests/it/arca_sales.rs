@@ -2,6 +2,7 @@
 //! `[arca]` on, becomes one ARCA voucher with a CAE at the sandbox ARCA (logged in through
 //! WSAA), issued by the background loop of the real server; no CFDI. Both backends.
 
+use crate::ops_metrics::{scrape, value};
 use crate::support;
 
 use std::sync::Arc;
@@ -143,6 +144,21 @@ async fn a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae(b: Backe
         }
         assert!(tokio::time::Instant::now() < deadline, "status {status}");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The operator sees it in the metrics: the voucher by state (this database), and the calls
+    // to ARCA (the process's counters, shared by the tests of this binary: at least these).
+    let m = scrape(&app, &app.admin_address).await;
+    assert_eq!(
+        value(&m, "autofactura_arca_vouchers", &[("state", "authorized")]),
+        1.0
+    );
+    for op in ["loginCms", "FECAESolicitar"] {
+        let calls = value(
+            &m,
+            "autofactura_arca_requests_total",
+            &[("operation", op), ("outcome", "answered")],
+        );
+        assert!(calls >= 1.0, "{op}: {calls}");
     }
     sim.stop().await;
 }
