@@ -12,9 +12,10 @@
 //! - [`pacsim`]: the sandbox PAC (SW's and Finkok's wire shapes, XSD and SAT checks, dedup,
 //!   cancellation, faults, persistent state); in-process for the embedded default or
 //!   `autofactura pac-sim`.
-//! - [`arca`]: Argentina (issue 21, not wired into the worker yet): the ARCA voucher model, the
-//!   WSFEv1 client, and the issuer that authorizes each voucher exactly once (the number,
-//!   reserved in the database before the call, is its identity).
+//! - [`arca`]: Argentina (`[arca]`): the ARCA voucher model, the WSAA login and the WSFEv1
+//!   client, the issuer that authorizes each voucher exactly once (the number, reserved in the
+//!   database before the call, is its identity), and the loop that issues Mercado Pago sales in
+//!   ARS (`arca::drain`, beside the worker pool).
 //! - [`arcasim`]: the sandbox ARCA (WSFEv1's numbering and checks, lost answers, outages,
 //!   persistent vouchers); in-process for tests or `autofactura arca-sim`.
 //! - [`sandbox`]: what a sandbox install seals and samples with besides the sandbox PAC: the
