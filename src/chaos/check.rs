@@ -140,6 +140,10 @@ pub struct Verdict {
     /// an extra egreso counts as duplicated too).
     pub refunds: usize,
     pub credited: usize,
+    /// Stamped documents whose customer has an address, and of them those whose message the
+    /// mailbox took under exactly one Message-ID (see `mail.rs`).
+    pub emails: usize,
+    pub emailed: usize,
     /// One line per problem, for the operator.
     pub problems: Vec<String>,
 }
@@ -152,6 +156,7 @@ impl Verdict {
             && self.orphans == 0
             && self.not_terminal == 0
             && self.credited == self.refunds
+            && self.emailed == self.emails
             && self.problems.is_empty()
     }
 }
@@ -168,7 +173,7 @@ impl fmt::Display for Line<'_> {
         let v = self.verdict;
         write!(
             f,
-            "payments={} stamped={} self_invoiced={} in_global={} expired={} lost={} duplicated={} orphans={} refunds={} credited={} kills={} faults={}",
+            "payments={} stamped={} self_invoiced={} in_global={} expired={} lost={} duplicated={} orphans={} refunds={} credited={} emails={} emailed={} kills={} faults={}",
             v.payments,
             v.stamped,
             v.self_invoiced,
@@ -179,6 +184,8 @@ impl fmt::Display for Line<'_> {
             v.orphans,
             v.refunds,
             v.credited,
+            v.emails,
+            v.emailed,
             self.kills,
             self.faults
         )
@@ -519,7 +526,7 @@ mod tests {
         assert!(v.is_ok(), "{v:?}");
         assert_eq!(
             line(&v),
-            "payments=3 stamped=3 self_invoiced=0 in_global=0 expired=0 lost=0 duplicated=0 orphans=0 refunds=0 credited=0 kills=3 faults=7"
+            "payments=3 stamped=3 self_invoiced=0 in_global=0 expired=0 lost=0 duplicated=0 orphans=0 refunds=0 credited=0 emails=0 emailed=0 kills=3 faults=7"
         );
     }
 

@@ -39,6 +39,7 @@
 pub mod check;
 mod credit;
 pub mod customers;
+mod mail;
 pub mod procs;
 pub mod traffic;
 
@@ -108,7 +109,7 @@ fn sim_args(state: &Path, port: u16, faults: &str) -> Vec<String> {
 }
 
 /// The settings of one instance: the external sandbox, compressed time, no reconciliation.
-fn appliance_settings(port: u16, database_url: &str, sim_url: &str) -> String {
+fn appliance_settings(port: u16, database_url: &str, sim_url: &str, smtp_port: u16) -> String {
     format!(
         r#"[server]
 listen = "127.0.0.1:{port}"
@@ -146,6 +147,13 @@ interval_seconds = 1
 
 [portal]
 lookups_per_window = 1000000
+
+[email]
+smtp_url = "smtp://127.0.0.1:{smtp_port}"
+from = "Facturas <facturas@example.mx>"
+# A short timeout makes a short lease: a killed courier's claimed message is due again soon.
+timeout_seconds = 3
+retry_seconds = [1, 2, 5]
 "#
     )
 }
@@ -285,12 +293,17 @@ async fn run_in(
         dir,
         "/_sim/stamps",
     )?;
+    // The customers' mailbox: every instance's courier sends there.
+    let mailbox = mail::Mailbox::start().await?;
     let mut appliances = Vec::new();
     for k in 1..=instances {
         let port = free_port()?;
         let config = dir.join(format!("appliance-{k}.toml"));
-        std::fs::write(&config, appliance_settings(port, database_url, &sim.url()))
-            .with_context(|| format!("cannot write {}", config.display()))?;
+        std::fs::write(
+            &config,
+            appliance_settings(port, database_url, &sim.url(), mailbox.port),
+        )
+        .with_context(|| format!("cannot write {}", config.display()))?;
         appliances.push(Proc::new(
             &format!("appliance-{k}"),
             port,
@@ -414,6 +427,10 @@ async fn run_in(
         .problems
         .extend(errors.iter().map(|e| format!("sender: {e}")));
     verdict.problems.extend(cast.crashes());
+    let mailed = mail::check(&db, &mailbox).await?;
+    verdict.emails = mailed.expected;
+    verdict.emailed = mailed.mailed;
+    verdict.problems.extend(mailed.problems);
 
     let per_process: Vec<String> = cast
         .all()
@@ -581,6 +598,14 @@ async fn moving_rows(db: &Db) -> anyhow::Result<Vec<(String, i64)>> {
             .into_iter()
             .filter(|(s, _)| s == "awaiting_original" || s == "canceling")
             .map(|(s, n)| (format!("refunds {s}"), n)),
+    );
+    // Customers' emails still to send (the courier retries through kills).
+    moving.extend(
+        db.delivery_counts()
+            .await?
+            .into_iter()
+            .filter(|(s, _)| s == "pending" || s == "retry")
+            .map(|(s, n)| (format!("emails {s}"), n)),
     );
     moving.extend(
         db.webhook_event_counts()

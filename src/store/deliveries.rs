@@ -236,6 +236,24 @@ impl Db {
         Ok(n == 1)
     }
 
+    /// Every stamped document whose customer has an address, with its stamp's message, if
+    /// any: `(uuid, message_id, state)` (the chaos run's check).
+    pub async fn stamped_mail_audit(
+        &self,
+    ) -> Result<Vec<(String, Option<String>, Option<String>)>, StoreError> {
+        static AUDIT: Dialected = Dialected::new(
+            "SELECT o.uuid, d.message_id, d.state FROM outbox o {PAYMENTS} \
+             LEFT JOIN deliveries d ON d.outbox_id = o.id AND d.event = 'stamped' \
+             AND d.resend = 0 \
+             WHERE o.state = 'stamped' AND o.uuid IS NOT NULL AND {EMAIL} IS NOT NULL \
+             ORDER BY o.id",
+            &[EMAIL, PAYMENTS],
+        );
+        stmt(AUDIT.text(self.dialect()))
+            .fetch_all(self, "list the stamped documents' emails")
+            .await
+    }
+
     /// `(state, count)` of every delivery (the `autofactura_deliveries` gauge).
     pub async fn delivery_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         stmt("SELECT state, COUNT(*) AS n FROM deliveries GROUP BY state ORDER BY 1")
