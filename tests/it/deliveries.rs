@@ -312,7 +312,7 @@ async fn a_cancelled_invoice_emails_the_customer_with_its_own_wording(b: Backend
 }
 
 /// The Subject header, its RFC 2047 words (`=?utf-8?b?…?=`, as lettre writes them) decoded
-/// (the spaces between words approximate).
+/// as a mail reader shows them.
 pub(crate) fn subject_of(data: &[u8]) -> String {
     use base64::Engine;
     let text = String::from_utf8_lossy(data);
@@ -322,22 +322,27 @@ pub(crate) fn subject_of(data: &[u8]) -> String {
         .skip_while(|l| !l.starts_with("Subject: "));
     let mut raw = lines.next().unwrap_or_default()["Subject: ".len()..].to_owned();
     raw.extend(lines.take_while(|l| l.starts_with(' ')).map(str::to_owned));
-    raw.split_whitespace()
-        .map(|w| {
-            match w
-                .strip_prefix("=?utf-8?b?")
-                .and_then(|w| w.strip_suffix("?="))
-            {
-                Some(b64) => String::from_utf8_lossy(
-                    &base64::engine::general_purpose::STANDARD
-                        .decode(b64)
-                        .expect("base64"),
-                )
-                .into_owned(),
-                None => format!("{w} "),
-            }
-        })
-        .collect()
+    // RFC 2047: the space between two encoded words is not part of the text; any other is.
+    let mut out = String::new();
+    let mut last_encoded = false;
+    for (i, w) in raw.split_whitespace().enumerate() {
+        let decoded = w
+            .strip_prefix("=?utf-8?b?")
+            .or_else(|| w.strip_prefix("=?UTF-8?B?"))
+            .and_then(|w| w.strip_suffix("?="))
+            .map(|b64| {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .expect("base64");
+                String::from_utf8(bytes).expect("utf-8")
+            });
+        if i > 0 && !(last_encoded && decoded.is_some()) {
+            out.push(' ');
+        }
+        last_encoded = decoded.is_some();
+        out.push_str(decoded.as_deref().unwrap_or(w));
+    }
+    out
 }
 
 async fn an_egreso_emails_the_customer_of_the_sale_it_credits(b: Backend) {
