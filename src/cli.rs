@@ -28,6 +28,9 @@ pub enum Command {
     /// Work with CFDI documents: cadena original, verification, samples.
     #[command(subcommand)]
     Cfdi(CfdiCommand),
+    /// Argentine vouchers authorized by ARCA.
+    #[command(subcommand)]
+    Arca(ArcaCommand),
     /// Receive webhooks and queue invoices (the default command).
     Serve,
     /// Apply database migrations and exit.
@@ -176,6 +179,18 @@ pub enum InvoicesCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ArcaCommand {
+    /// Write the printable voucher (RG 1415, with ARCA's QR) of the voucher issued under this
+    /// key (`mercadopago:PAYMENT_ID` for a sale).
+    Pdf {
+        key: String,
+        /// Where to write it (`-` for standard output).
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum GlobalCommand {
     /// Issue the factura global of every closed period not issued yet (up to --through): one
     /// line per global frozen.
@@ -276,6 +291,9 @@ pub fn run() -> ExitCode {
         }
         Some(Command::Invoices(InvoicesCommand::Pdf { uuid, out })) => {
             block_on(ops::invoices_pdf(cli.config.as_deref(), &uuid, &out))
+        }
+        Some(Command::Arca(ArcaCommand::Pdf { key, out })) => {
+            block_on(ops::arca_pdf(cli.config.as_deref(), &key, &out))
         }
         Some(Command::Global(GlobalCommand::Issue { through, wait })) => block_on(
             ops::global_issue(cli.config.as_deref(), through.as_deref(), wait),

@@ -397,21 +397,40 @@ pub async fn invoices_pdf(
     uuid: &str,
     out: &Path,
 ) -> anyhow::Result<ExitCode> {
-    use std::io::Write;
     let (settings, xml) = stamped_xml_of(config, uuid).await?;
     let Some(xml) = xml else {
         return Ok(ExitCode::FAILURE);
     };
     let opts = crate::pdf::PdfOptions::from_settings(&settings.pdf)?;
     let pdf = crate::pdf::render_blocking(xml, opts).await?;
+    write_out(out, &pdf)
+}
+
+/// `autofactura arca pdf KEY --out FILE`: the printable voucher issued under `key`.
+pub async fn arca_pdf(config: Option<&Path>, key: &str, out: &Path) -> anyhow::Result<ExitCode> {
+    let (settings, _) = load(config)?;
+    let db = store::connect(&settings.database).await?;
+    let Some(row) = db.arca_voucher(key).await? else {
+        eprintln!("no ARCA voucher was issued under key {key}");
+        return Ok(ExitCode::FAILURE);
+    };
+    let print = crate::arca::print::printable(&row, &settings.arca)?;
+    let opts = crate::pdf::PdfOptions::from_settings(&settings.pdf)?;
+    let pdf = crate::pdf::voucher::render_voucher(&print, &opts);
+    write_out(out, &pdf)
+}
+
+/// Writes `bytes` to `out` (`-`: standard output).
+fn write_out(out: &Path, bytes: &[u8]) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
     if out == Path::new("-") {
         let mut o = std::io::stdout().lock();
-        o.write_all(&pdf)?;
+        o.write_all(bytes)?;
         o.flush()?;
     } else {
-        std::fs::write(out, &pdf)
+        std::fs::write(out, bytes)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
-        eprintln!("{}: {} bytes", out.display(), pdf.len());
+        eprintln!("{}: {} bytes", out.display(), bytes.len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,8 @@
 //!   before the call; a lost answer is resolved by consulting that number, never by a new one.
 //! - [`wsaa`]: WSAA: the access ticket request, its CMS signature, the `loginCms` call, and the
 //!   ticket cached in the database, shared by instances and renewed before it expires.
+//! - [`print`]: what an authorized voucher prints (RG 1415) and ARCA's QR (RG 4892); the
+//!   layout is [`crate::pdf::voucher`]'s.
 //! - [`drain`]: the loop of `serve` and `worker` issuing the ARS sales ingest marked
 //!   `arca_pending` (Mercado Pago in ARS with `[arca]` on).
 //!
@@ -22,6 +24,7 @@
 pub mod drain;
 pub mod issue;
 pub mod model;
+pub mod print;
 pub mod wsaa;
 pub mod wsfe;
 

@@ -80,6 +80,21 @@ pub struct ArcaSettings {
     pub ticket_renew_minutes: u64,
     /// How often `serve` and `worker` look for ARS sales to issue, in seconds.
     pub interval_seconds: u64,
+    /// What the printable voucher says of the emisor (RG 1415), and ARCA's QR address.
+    pub print: ArcaPrint,
+}
+
+/// `[arca.print]`: the emisor's data ARCA does not hold for the voucher (it prints "—" for a
+/// razón social not given), and the base of the verification QR (RG 4892).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArcaPrint {
+    pub razon_social: Option<String>,
+    pub domicilio: Option<String>,
+    pub ingresos_brutos: Option<String>,
+    /// As printed, e.g. `01/03/2019`.
+    pub inicio_actividades: Option<String>,
+    pub qr_base: String,
 }
 
 impl ArcaSettings {

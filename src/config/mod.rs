@@ -57,7 +57,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use admin::AdminSettings;
-pub use arca::{ArcaSettings, CondicionIva, Receptor};
+pub use arca::{ArcaPrint, ArcaSettings, CondicionIva, Receptor};
 pub use deliver::{EmailSettings, Paper, PdfSettings};
 pub use fx::{FxSettings, FxSource};
 pub use global::{GlobalSettings, MAX_CONCEPTOS_LIMIT};

@@ -9,7 +9,7 @@ use super::font::Face;
 use super::image::Logo;
 use super::layout::{MARGIN, Pages};
 
-const BODY: f32 = 7.5;
+pub(super) const BODY: f32 = 7.5;
 const SMALL: f32 = 6.5;
 
 pub fn draw(doc: &Printable, width: f32, height: f32, logo: Option<&Logo>) -> Pages {
@@ -59,27 +59,40 @@ fn header(p: &mut Pages, doc: &Printable, logo: Option<&Logo>) {
 
 fn parties(p: &mut Pages, doc: &Printable) {
     p.section("Emisor y receptor");
-    let col = p.inner_width() / 2.0;
+    let column = |title: &'static str, party: &super::doc::Party| {
+        let mut lines = vec![
+            (Face::Bold, party.nombre.clone()),
+            (Face::Regular, format!("RFC: {}", party.rfc)),
+        ];
+        lines.extend(
+            party
+                .datos
+                .iter()
+                .map(|(k, v)| (Face::Regular, format!("{k}: {v}"))),
+        );
+        (title, lines)
+    };
+    columns(
+        p,
+        &[
+            column("Emisor", &doc.emisor),
+            column("Receptor", &doc.receptor),
+        ],
+    );
+}
+
+/// A titled column of wrapped lines, side by side; the cursor ends under the longest.
+pub(super) fn columns(p: &mut Pages, cols: &[(&str, Vec<(Face, String)>)]) {
+    let col = p.inner_width() / cols.len().max(1) as f32;
     let start = p.y;
     let mut lowest = start;
-    for (i, (title, party)) in [("Emisor", &doc.emisor), ("Receptor", &doc.receptor)]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, (title, lines)) in cols.iter().enumerate() {
         let x = MARGIN + col * i as f32;
         p.y = start;
         p.text(x, p.y, Face::Bold, BODY, title);
         p.y -= BODY * 1.4;
-        p.paragraph(x, col - 10.0, Face::Bold, BODY, &party.nombre);
-        p.paragraph(
-            x,
-            col - 10.0,
-            Face::Regular,
-            BODY,
-            &format!("RFC: {}", party.rfc),
-        );
-        for (k, v) in &party.datos {
-            p.paragraph(x, col - 10.0, Face::Regular, BODY, &format!("{k}: {v}"));
+        for (face, line) in lines {
+            p.paragraph(x, col - 10.0, *face, BODY, line);
         }
         lowest = lowest.min(p.y);
     }
@@ -88,17 +101,7 @@ fn parties(p: &mut Pages, doc: &Printable) {
 
 fn datos(p: &mut Pages, doc: &Printable) {
     p.section("Datos del comprobante");
-    let col = p.inner_width() / 3.0;
-    for row in doc.comprobante.chunks(3) {
-        p.ensure(BODY * 1.4);
-        for (i, (k, v)) in row.iter().enumerate() {
-            let x = MARGIN + col * i as f32;
-            p.text(x, p.y, Face::Bold, BODY, &format!("{k}:"));
-            let w = p.fonts.width(Face::Bold, BODY, &format!("{k}: "));
-            p.text(x + w, p.y, Face::Regular, BODY, v);
-        }
-        p.y -= BODY * 1.4;
-    }
+    grid(p, &doc.comprobante);
     if let Some(g) = &doc.informacion_global {
         p.paragraph(
             MARGIN,
@@ -116,6 +119,21 @@ fn datos(p: &mut Pages, doc: &Printable) {
             BODY,
             &format!("CFDI relacionados: {r}"),
         );
+    }
+}
+
+/// `label: value` pairs, three to a row.
+pub(super) fn grid<K: std::fmt::Display>(p: &mut Pages, pairs: &[(K, String)]) {
+    let col = p.inner_width() / 3.0;
+    for row in pairs.chunks(3) {
+        p.ensure(BODY * 1.4);
+        for (i, (k, v)) in row.iter().enumerate() {
+            let x = MARGIN + col * i as f32;
+            p.text(x, p.y, Face::Bold, BODY, &format!("{k}:"));
+            let w = p.fonts.width(Face::Bold, BODY, &format!("{k}: "));
+            p.text(x + w, p.y, Face::Regular, BODY, v);
+        }
+        p.y -= BODY * 1.4;
     }
 }
 
@@ -212,18 +230,25 @@ fn lines_at(p: &mut Pages, x: f32, top: f32, lines: &[String]) {
 }
 
 fn totales(p: &mut Pages, doc: &Printable) {
+    let rows: Vec<(String, String)> = doc
+        .totales
+        .iter()
+        .map(|(label, value)| (label.clone(), format!("{value} {}", doc.moneda)))
+        .collect();
+    totals(p, &rows);
+}
+
+/// Right-aligned `label value` rows; the one labelled `Total` larger and bold.
+pub(super) fn totals(p: &mut Pages, rows: &[(String, String)]) {
     let right = p.width - MARGIN;
-    p.ensure(doc.totales.len() as f32 * BODY * 1.5 + 8.0);
+    p.ensure(rows.len() as f32 * BODY * 1.5 + 8.0);
     p.y -= 4.0;
-    for (label, value) in &doc.totales {
-        let face = if label == "Total" {
-            Face::Bold
-        } else {
-            Face::Regular
-        };
-        let size = if label == "Total" { 9.0 } else { BODY };
+    for (label, value) in rows {
+        let total = label == "Total";
+        let face = if total { Face::Bold } else { Face::Regular };
+        let size = if total { 9.0 } else { BODY };
         p.text_right(right - 90.0, p.y, face, size, label);
-        p.text_right(right, p.y, face, size, &format!("{value} {}", doc.moneda));
+        p.text_right(right, p.y, face, size, value);
         p.y -= size * 1.5;
     }
 }
@@ -246,15 +271,11 @@ fn timbre(p: &mut Pages, doc: &Printable) {
     // SAT asks for at least 2.75 cm a side; this is 3.9 cm with the quiet zone.
     const QR: f32 = 110.0;
     p.section("Timbre fiscal digital");
-    p.ensure(QR + 8.0);
-    let top = p.y + BODY;
-    qr(p, &doc.qr_url, MARGIN, top - QR, QR);
-    let x = MARGIN + QR + 12.0;
-    let w = p.inner_width() - QR - 12.0;
-    for (k, v) in &doc.timbre {
-        p.paragraph(x, w, Face::Regular, BODY, &format!("{k}: {v}"));
-    }
-    p.y = p.y.min(top - QR - 12.0);
+    qr_beside(p, &doc.qr_url, QR, |p, x, w| {
+        for (k, v) in &doc.timbre {
+            p.paragraph(x, w, Face::Regular, BODY, &format!("{k}: {v}"));
+        }
+    });
     let full = p.inner_width();
     for (title, text) in [
         ("Sello digital del CFDI", &doc.sello_cfd),
@@ -272,6 +293,23 @@ fn timbre(p: &mut Pages, doc: &Printable) {
         p.paragraph(MARGIN, full, Face::Regular, SMALL, text);
         p.y -= 3.0;
     }
+}
+
+/// The QR of `url`, `size` points wide, at the left margin, and beside it what `text` writes
+/// (given the left edge and width it has); the cursor ends under both.
+pub(super) fn qr_beside(
+    p: &mut Pages,
+    url: &str,
+    size: f32,
+    text: impl FnOnce(&mut Pages, f32, f32),
+) {
+    p.ensure(size + 8.0);
+    let top = p.y + BODY;
+    qr(p, url, MARGIN, top - size, size);
+    let x = MARGIN + size + 12.0;
+    let w = p.inner_width() - size - 12.0;
+    text(p, x, w);
+    p.y = p.y.min(top - size - 12.0);
 }
 
 /// The QR of `url` as filled squares, `size` points wide with the quiet zone, lower-left at

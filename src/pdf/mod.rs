@@ -17,6 +17,7 @@ mod draw;
 mod font;
 mod image;
 mod layout;
+pub mod voucher;
 
 use std::io::Write;
 
@@ -69,7 +70,24 @@ pub fn render(xml: &[u8], opts: &PdfOptions) -> Result<Vec<u8>, PrintError> {
     let doc = Printable::from_xml(xml)?;
     let (w, h) = page_size(opts.paper);
     let pages = draw::draw(&doc, w, h, opts.logo.as_ref());
-    let (fonts, contents) = pages.finish(&doc.uuid);
+    let footer = Footer {
+        legend: "Este documento es una representación impresa de un CFDI",
+        id: format!("UUID {}", doc.uuid),
+    };
+    let title = format!("CFDI {} {}", doc.serie_folio, doc.uuid);
+    Ok(assemble(pages, &footer, title.trim(), opts))
+}
+
+/// What every page's footer says: a legend on the left, the document's identity on the right.
+pub(crate) struct Footer {
+    pub legend: &'static str,
+    pub id: String,
+}
+
+/// The PDF file of the drawn `pages`: page tree, fonts, the logo, compressed contents.
+fn assemble(pages: layout::Pages, footer: &Footer, title: &str, opts: &PdfOptions) -> Vec<u8> {
+    let (w, h) = (pages.width, pages.height);
+    let (fonts, contents) = pages.finish(footer);
 
     let mut ids = Ids(0);
     let catalog = ids.next();
@@ -85,9 +103,8 @@ pub fn render(xml: &[u8], opts: &PdfOptions) -> Result<Vec<u8>, PrintError> {
     pdf.pages(tree)
         .kids(page_ids.iter().map(|p| p.0))
         .count(i32::try_from(page_ids.len()).unwrap_or(i32::MAX));
-    let title = format!("CFDI {} {}", doc.serie_folio, doc.uuid);
     pdf.document_info(info)
-        .title(pdf_writer::TextStr(title.trim()))
+        .title(pdf_writer::TextStr(title))
         .producer(pdf_writer::TextStr("autofactura"));
     for ((page_id, content_id), content) in page_ids.iter().zip(contents) {
         let mut page = pdf.page(*page_id);
@@ -110,7 +127,7 @@ pub fn render(xml: &[u8], opts: &PdfOptions) -> Result<Vec<u8>, PrintError> {
         l.write(&mut pdf, id);
     }
     fonts.write(&mut pdf, regular, bold, &mut || ids.next());
-    Ok(pdf.finish())
+    pdf.finish()
 }
 
 /// [`render`] off the async threads (a page of text and a font subset is milliseconds of CPU).

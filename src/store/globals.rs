@@ -409,14 +409,8 @@ impl Db {
         payment_row: i64,
         reason: &str,
     ) -> Result<bool, StoreError> {
-        let n = stmt(TAKE_SALE)
-            .bind("awaiting_global")
-            .bind(reason)
-            .bind(Utc::now())
-            .bind(payment_row)
-            .execute(self, "say why a sale is held out of the factura global")
-            .await?;
-        Ok(n == 1)
+        self.leave_out_of_global(payment_row, "awaiting_global", reason)
+            .await
     }
 
     /// Refunds of the sales [`Db::awaiting_global`] returns for `before` that the global is to
