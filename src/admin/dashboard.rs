@@ -176,7 +176,11 @@ pub async fn dashboard(
         .map(|(s, n)| {
             let (label, class) = state_label(&s);
             CountView {
-                href: format!("/admin/invoices?state={}", percent_encode(&s)),
+                href: match s.starts_with("arca_") {
+                    // Their vouchers, numbers and CAEs are on the ARCA page.
+                    true => "/admin/arca".to_owned(),
+                    false => format!("/admin/invoices?state={}", percent_encode(&s)),
+                },
                 state: s,
                 label,
                 class,

@@ -290,6 +290,9 @@ pub fn state_label(state: &str) -> (String, &'static str) {
         "in_global" => ("In a factura global", "ok"),
         "refunded" => ("Refunded (not invoiced)", "muted"),
         "invoice_pending" => ("Invoice pending", "info"),
+        // Argentine sales: an ARCA voucher instead of a CFDI (`/admin/arca`).
+        "arca_pending" => ("Waiting for its ARCA voucher", "info"),
+        "arca_authorized" => ("ARCA voucher authorized", "ok"),
         other => return (other.to_owned(), "muted"),
     };
     (label.to_owned(), class)
