@@ -700,11 +700,13 @@ fn build_line(l: &LineData, include_tax: bool, dec: u32) -> Result<Concepto, Cfd
             )));
         }
         check_amount("retención rate", r.tasa)?;
+        let exact = computed("retención Importe", base.checked_mul(r.tasa).map(r6))?;
+        let fits = |w: &Decimal| *w >= Decimal::ZERO && charged_tax_fits(base, r.tasa, *w, dec);
         retenciones.push(Retencion {
             base,
             impuesto: r.impuesto.clone(),
             tasa: r.tasa,
-            importe: computed("retención Importe", base.checked_mul(r.tasa).map(r6))?,
+            importe: r.importe.filter(fits).unwrap_or(exact),
         });
     }
     Ok(Concepto {

@@ -125,6 +125,10 @@ pub struct RetencionData {
     pub impuesto: String,
     /// Rate as a decimal fraction, e.g. `0.106667` or `0.100000`.
     pub tasa: Decimal,
+    /// The Importe when the caller fixes it (an egreso's share of what the original withheld),
+    /// on the currency's decimals: taken when Anexo 20's tolerance accepts it against the Base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub importe: Option<Decimal>,
 }
 
 /// One line of the sale.

@@ -93,7 +93,7 @@ fn ceil(d: Decimal, dp: u32) -> Decimal {
 
 /// Anexo 20's tolerance for a tax amount: the product of the rate and the Base's own rounding
 /// interval, truncated / raised to the decimals the Importe is written with.
-pub(crate) fn tax_in_tolerance(
+pub fn tax_in_tolerance(
     base: Decimal,
     base_dp: u32,
     rate: Decimal,

@@ -51,6 +51,8 @@ pub struct RefundSale {
     pub global: Option<Credited>,
     /// Decimal text of each refund of the sale already credited (egreso or global reduction).
     pub refunded_before: Vec<String>,
+    /// The frozen request (JSON) of each egreso of the sale already frozen, oldest first.
+    pub earlier_egresos: Vec<String>,
     /// The policy `cancel` was tried for it and the ingreso could not be cancelled.
     pub cancel_refused: bool,
 }
@@ -156,6 +158,16 @@ where
     .bind(refund_row)
     .fetch_all_in(tx, "read the sale's earlier refunds")
     .await?;
+    let earlier: Vec<(String,)> = stmt(
+        "SELECT o.request_json FROM refunds r JOIN outbox o ON o.id = r.outbox_id \
+         WHERE r.provider = $1 AND r.payment_ref = $2 AND r.status = 'egreso' AND r.id <> $3 \
+         ORDER BY r.id",
+    )
+    .bind(&refund.provider)
+    .bind(&refund.payment_ref)
+    .bind(refund_row)
+    .fetch_all_in(tx, "read the sale's earlier egresos")
+    .await?;
     let view = RefundSale {
         refund_row,
         refund,
@@ -163,6 +175,7 @@ where
         ingreso,
         global,
         refunded_before: before.into_iter().map(|r| r.0).collect(),
+        earlier_egresos: earlier.into_iter().map(|r| r.0).collect(),
         cancel_refused,
     };
     let (status, reason, outbox) = match plan(&view) {

@@ -51,7 +51,7 @@ fn line() -> impl Strategy<Value = LineData> {
             tax_amount: None,
             retenciones: match (ret, tax) {
                 (Some(t), TaxTreatment::Iva16 | TaxTreatment::Iva8) => {
-                    vec![RetencionData { impuesto: "002".into(), tasa: t.parse().expect("rate") }]
+                    vec![RetencionData { impuesto: "002".into(), tasa: t.parse().expect("rate"), importe: None }]
                 }
                 _ => vec![],
             },
