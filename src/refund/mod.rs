@@ -553,12 +553,18 @@ impl Planner {
                 }
             }
         }
+        // A global carries the sale less what was refunded before it was frozen: its egresos
+        // are measured against that concepto, not against the sale.
+        let reduced: Decimal = match v.ingreso {
+            Some(_) => Decimal::ZERO,
+            None => v.reduced_in_global.iter().filter_map(|a| dec(a)).sum(),
+        };
         let original = Original {
             request: &request,
             uuid,
             lines,
-            sale_amount,
-            refunded_before: before,
+            sale_amount: sale_amount - reduced,
+            refunded_before: before - reduced,
             credited_taxes,
         };
         let Egreso { request, missed } = match egreso(&original, amount, &self.serie, fecha) {

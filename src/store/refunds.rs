@@ -51,6 +51,9 @@ pub struct RefundSale {
     pub global: Option<Credited>,
     /// Decimal text of each refund of the sale already credited (egreso or global reduction).
     pub refunded_before: Vec<String>,
+    /// Those of them the factura global carried less of (`global_reduced`): its concepto is
+    /// the sale less these.
+    pub reduced_in_global: Vec<String>,
     /// The frozen request (JSON) of each egreso of the sale already frozen, oldest first.
     pub earlier_egresos: Vec<String>,
     /// The policy `cancel` was tried for it and the ingreso could not be cancelled.
@@ -149,8 +152,8 @@ where
         .fetch_optional_in(tx, "read the refunded sale's global")
         .await?;
     }
-    let before: Vec<(String,)> = stmt(format!(
-        "SELECT amount FROM refunds WHERE provider = $1 AND payment_ref = $2 \
+    let before: Vec<(String, String)> = stmt(format!(
+        "SELECT amount, status FROM refunds WHERE provider = $1 AND payment_ref = $2 \
          AND status IN {CREDITED} AND id <> $3 ORDER BY id"
     ))
     .bind(&refund.provider)
@@ -174,6 +177,11 @@ where
         sale,
         ingreso,
         global,
+        reduced_in_global: before
+            .iter()
+            .filter(|r| r.1 == "global_reduced")
+            .map(|r| r.0.clone())
+            .collect(),
         refunded_before: before.into_iter().map(|r| r.0).collect(),
         earlier_egresos: earlier.into_iter().map(|r| r.0).collect(),
         cancel_refused,

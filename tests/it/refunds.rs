@@ -390,6 +390,43 @@ async fn a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_gener
     pool.shutdown().await;
 }
 
+/// A sale refunded in part while it waited for its global, then twice more once the global
+/// (carrying the rest) is stamped: each egreso credits exactly its refund, measured against
+/// the concepto the global carries, and together they credit exactly that concepto.
+async fn refunds_after_a_reduced_global_credit_exactly_its_concepto(b: Backend) {
+    let Some(app) = spawn_app_with(b, FAST).await else {
+        return;
+    };
+    let oct = month(2);
+    sell(&app, "gr", at(oct, 9, 12), 8000).await;
+    let out = refund_event(&app, "gr1", "refund.created", "gr", "gr1", 3000).await;
+    assert_eq!(out["refunds"], json!(["global_reduced"]), "{out}");
+    let (global, global_uuid) = issue_global(&app).await;
+    let global = global.expect("the global is stamped");
+    assert_eq!(total(&global), Decimal::new(5000, 2));
+    let (pool, _services) = app.start_pool().await;
+    let out = refund_event(&app, "gr2", "refund.created", "gr", "gr2", 2000).await;
+    assert_eq!(out["refunds"], json!(["egreso"]), "{out}");
+    let out = refund_event(&app, "gr3", "refund.created", "gr", "gr3", 3000).await;
+    assert_eq!(out["refunds"], json!(["egreso"]), "{out}");
+    let e = wait_egresos(&app, 2).await;
+    pool.shutdown().await;
+    let xmls: Vec<&[u8]> = e.iter().map(|x| x.2.as_deref().expect("xml")).collect();
+    for x in &xmls {
+        assert_eq!(attr(x, "cfdi:CfdiRelacionado", "UUID"), global_uuid);
+    }
+    assert_eq!(
+        (total(xmls[0]), total(xmls[1])),
+        (Decimal::new(2000, 2), Decimal::new(3000, 2)),
+        "each egreso is its refund"
+    );
+    assert_eq!(
+        trasladados(xmls[0]) + trasladados(xmls[1]),
+        trasladados(&global),
+        "together they credit the concepto's IVA"
+    );
+}
+
 /// The refund rows' statuses, oldest first.
 /// A refund recorded between the global's read of its sales and its freeze: the freeze rolls
 /// back (the global would carry the sale unreduced), and the next plan carries what was kept.
@@ -679,6 +716,7 @@ on_both_backends!(
     a_refund_before_the_ingreso_is_stamped_waits_then_is_stamped,
     a_refund_of_a_sale_awaiting_the_global_reduces_it_without_an_egreso,
     a_refund_of_a_sale_in_a_stamped_global_is_an_egreso_to_publico_en_general,
+    refunds_after_a_reduced_global_credit_exactly_its_concepto,
     a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back,
     a_cancellation_the_receptor_rejects_falls_back_to_an_egreso,
     a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos,
