@@ -201,6 +201,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "merchant_events",
         include_str!("../../migrations/sqlite/0025_merchant_events.sql"),
     ),
+    (
+        27,
+        "arca_barrier",
+        include_str!("../../migrations/sqlite/0027_arca_barrier.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -292,6 +297,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         25,
         "merchant_events",
         include_str!("../../migrations/postgres/0025_merchant_events.sql"),
+    ),
+    (
+        27,
+        "arca_barrier",
+        include_str!("../../migrations/postgres/0027_arca_barrier.sql"),
     ),
 ];
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 use autofactura::arca::model::codes;
 use autofactura::arca::wsfe::{Request, Solicit};
 use autofactura::arca::{
-    Alicuota, Auth, CbteTipo, DocTipo, Environment, IssueError, Issuer, Outcome, VoucherInput,
-    Wsfe, WsfeError,
+    Alicuota, Auth, CbteTipo, DocTipo, Environment, IssueError, Issuer, Lookup, Outcome,
+    VoucherInput, Wsfe, WsfeError,
 };
 use autofactura::arcasim::server::{ArcaSimHandle, start};
 use autofactura::arcasim::{ArcaSim, SimVoucher};
@@ -100,6 +100,12 @@ impl Rig {
     /// What the sandbox authorized.
     async fn vouchers(&self) -> Vec<SimVoucher> {
         self.sim_get("vouchers").await
+    }
+
+    /// Each voucher at the sandbox: its number and total.
+    async fn totals(&self) -> Vec<(i64, Decimal)> {
+        let v = self.vouchers().await;
+        v.iter().map(|v| (v.number, v.input.imp_total)).collect()
     }
 
     /// `FECAESolicitar` requests the sandbox received.
@@ -336,6 +342,7 @@ async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend)
         input: &text,
         today: "2000-01-01",
         sending_until: until,
+        landing_until: until + chrono::Duration::minutes(2),
     };
     let in_flight = reserve(chrono::Utc::now() + chrono::Duration::minutes(1));
     let reserved = r.app.db.arca_reserve(seq(), &in_flight, None).await;
@@ -380,12 +387,7 @@ async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend)
     assert_eq!(number, 3);
     let (number, _, recovered) = authorized(&i.issue("mp:6002", &input).await.expect("issue"));
     assert_eq!((number, recovered), (2, false));
-    let at_arca: Vec<(i64, Decimal)> = r
-        .vouchers()
-        .await
-        .iter()
-        .map(|v| (v.number, v.input.imp_total))
-        .collect();
+    let at_arca = r.totals().await;
     assert_eq!(
         at_arca,
         [
@@ -394,6 +396,88 @@ async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend)
             (3, Decimal::new(3_000, 2))
         ]
     );
+}
+
+/// With `down=true`, `key`'s send never reaches ARCA and stays unknown at `number`; then ARCA
+/// is back and no send of `key` can land any more (its landing window is over).
+async fn lose_for_good(r: &Rig, key: &str, input: &VoucherInput, number: i64) {
+    r.lose("down=true", key, input, number).await;
+    r.faults("none").await;
+    exec_sql(
+        &r.app.db,
+        &format!("UPDATE arca_vouchers SET landing_until = NULL WHERE key = '{key}'"),
+    )
+    .await;
+}
+
+async fn the_barrier_supersedes_a_number_proven_empty_and_the_old_key_never_resends(b: Backend) {
+    let Some(r) = rig(b).await else { return };
+    let i = r.issuer();
+    authorized(&i.issue("mp:8001", &sale(1_000)).await.expect("issue"));
+    lose_for_good(&r, "mp:8002", &sale(2_000), 2).await;
+    let sent = r.solicits().await;
+    // Another key: ARCA proves 2 empty and next, and mp:8002 cannot land: 2 goes to mp:8003.
+    let (number, _, recovered) =
+        authorized(&i.issue("mp:8003", &sale(3_000)).await.expect("issue"));
+    assert_eq!((number, recovered), (2, false));
+    assert_eq!(r.solicits().await, sent + 1, "only mp:8003 was sent");
+    let old = r.app.db.arca_voucher("mp:8002").await.expect("read");
+    let old = old.expect("a reservation is never deleted");
+    assert_eq!(
+        (old.state.as_str(), old.number, old.superseded_by.as_deref()),
+        (arca_state::SUPERSEDED, 2, Some("mp:8003"))
+    );
+    // Its repeats, from this instance and another, consult the number and report it
+    // superseded: nothing is sent.
+    for i in [r.issuer(), issuer(&r.app.db, &r.sim)] {
+        let o = i.issue("mp:8002", &sale(2_000)).await.expect("repeat");
+        assert!(
+            matches!(&o, Outcome::Indeterminate { number: 2, lookup: Lookup::Superseded { by }, .. }
+                if by == "mp:8003"),
+            "{o:?}"
+        );
+    }
+    assert_eq!(r.solicits().await, sent + 1, "the old key never resends");
+    // The sale goes on under its next key, once.
+    for _ in 0..2 {
+        let o = i.issue_sale("mp:8002", &sale(2_000)).await.expect("sale");
+        assert_eq!(authorized(&o).0, 3);
+    }
+    assert_eq!(
+        r.state_of("mp:8002#2").await.as_deref(),
+        Some(arca_state::AUTHORIZED)
+    );
+    assert_eq!(r.solicits().await, sent + 2);
+
+    // Its own repeat finds the number free for good: it is not resent, and the sale's next
+    // key takes the number.
+    lose_for_good(&r, "mp:8004", &sale(4_000), 4).await;
+    let sent = r.solicits().await;
+    let o = i.issue("mp:8004", &sale(4_000)).await.expect("repeat");
+    assert!(
+        matches!(
+            o,
+            Outcome::Indeterminate {
+                number: 4,
+                lookup: Lookup::Free,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
+    assert_eq!(r.solicits().await, sent, "a free number is not resent");
+    let o = i.issue_sale("mp:8004", &sale(4_000)).await.expect("sale");
+    assert_eq!(authorized(&o).0, 4);
+    let old = r.app.db.arca_voucher("mp:8004").await.expect("read");
+    assert_eq!(
+        old.and_then(|v| v.superseded_by).as_deref(),
+        Some("mp:8004#2")
+    );
+    assert_eq!(r.solicits().await, sent + 1);
+    // ARCA holds each sale once, and nothing of the superseded attempts.
+    let at_arca = r.totals().await;
+    let expected = [(1, 1_000), (2, 3_000), (3, 2_000), (4, 4_000)];
+    assert_eq!(at_arca, expected.map(|(n, c)| (n, Decimal::new(c, 2))));
 }
 
 async fn a_voucher_arca_refuses_is_rejected_and_its_number_left_empty(b: Backend) {
@@ -586,6 +670,7 @@ on_both_backends!(
     a_foreign_voucher_on_our_number_is_a_conflict,
     a_voucher_arca_refuses_is_rejected_and_its_number_left_empty,
     a_reservation_whose_sender_died_is_sent_again_at_its_number,
+    the_barrier_supersedes_a_number_proven_empty_and_the_old_key_never_resends,
     leases_and_tickets_are_kept_in_the_database,
 );
 
