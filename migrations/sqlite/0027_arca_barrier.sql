@@ -47,3 +47,17 @@ ALTER TABLE arca_vouchers_0027 RENAME TO arca_vouchers;
 -- The superseded voucher and the one that took its number share it.
 CREATE UNIQUE INDEX arca_vouchers_number ON arca_vouchers (environment, cuit, pto_vta, cbte_tipo, number)
     WHERE state NOT IN ('rejected', 'superseded');
+
+-- WSAA logins refused with coe.alreadyAuthenticated (ARCA holds a valid ticket for the
+-- certificate; if none is stored here, a login's answer was lost or its process died before
+-- storing it): no instance logs in again before retry_at, which backs off with each refusal in a
+-- row. Deleted by the next login that succeeds.
+CREATE TABLE arca_login_refusals (
+    environment      TEXT        NOT NULL,
+    service          TEXT        NOT NULL,
+    cert_fingerprint TEXT        NOT NULL,
+    refusals         INTEGER     NOT NULL,
+    refused_at       TEXT NOT NULL,
+    retry_at         TEXT NOT NULL,
+    PRIMARY KEY (environment, service, cert_fingerprint)
+);

@@ -133,6 +133,22 @@ pub struct ArcaTicketRow {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A standing WSAA login refusal (`coe.alreadyAuthenticated`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ArcaLoginRefusal {
+    pub environment: String,
+    pub service: String,
+    pub cert_fingerprint: String,
+    /// Refusals in a row.
+    pub refusals: i32,
+    pub refused_at: DateTime<Utc>,
+    /// No instance logs in before this.
+    pub retry_at: DateTime<Utc>,
+}
+
+const REFUSAL_COLUMNS: &str =
+    "environment, service, cert_fingerprint, refusals, refused_at, retry_at";
+
 const VOUCHER_COLUMNS: &str = "key, environment, cuit, pto_vta, cbte_tipo, number, cbte_fch, \
     input_hash, input, state, sending_until, sends, cae, cae_due, recovered, errors, \
     observations, detail, landing_until, superseded_by";
@@ -492,6 +508,72 @@ impl Db {
         .bind(ticket.generated_at)
         .bind(ticket.expires_at)
         .execute(self, "store a WSAA ticket")
+        .await?;
+        Ok(())
+    }
+
+    /// The standing WSAA login refusal of (environment, service, certificate), if any.
+    pub async fn arca_login_refusal(
+        &self,
+        environment: &str,
+        service: &str,
+        cert_fingerprint: &str,
+    ) -> Result<Option<ArcaLoginRefusal>, StoreError> {
+        stmt(format!(
+            "SELECT {REFUSAL_COLUMNS} FROM arca_login_refusals \
+             WHERE environment = $1 AND service = $2 AND cert_fingerprint = $3"
+        ))
+        .bind(environment)
+        .bind(service)
+        .bind(cert_fingerprint)
+        .fetch_optional(self, "read a WSAA login refusal")
+        .await
+    }
+
+    /// Every standing WSAA login refusal (the admin's page).
+    pub async fn arca_login_refusals(&self) -> Result<Vec<ArcaLoginRefusal>, StoreError> {
+        stmt(format!(
+            "SELECT {REFUSAL_COLUMNS} FROM arca_login_refusals ORDER BY environment, service"
+        ))
+        .fetch_all(self, "list WSAA login refusals")
+        .await
+    }
+
+    /// Records a login refusal: `refusals` in a row, no login before `retry_at`.
+    pub async fn arca_save_login_refusal(&self, r: &ArcaLoginRefusal) -> Result<(), StoreError> {
+        stmt(
+            "INSERT INTO arca_login_refusals (environment, service, cert_fingerprint, refusals, \
+             refused_at, retry_at) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (environment, service, cert_fingerprint) DO UPDATE SET \
+             refusals = EXCLUDED.refusals, refused_at = EXCLUDED.refused_at, \
+             retry_at = EXCLUDED.retry_at",
+        )
+        .bind(&r.environment)
+        .bind(&r.service)
+        .bind(&r.cert_fingerprint)
+        .bind(r.refusals)
+        .bind(r.refused_at)
+        .bind(r.retry_at)
+        .execute(self, "record a WSAA login refusal")
+        .await?;
+        Ok(())
+    }
+
+    /// A login succeeded: the refusal is over.
+    pub async fn arca_clear_login_refusal(
+        &self,
+        environment: &str,
+        service: &str,
+        cert_fingerprint: &str,
+    ) -> Result<(), StoreError> {
+        stmt(
+            "DELETE FROM arca_login_refusals \
+             WHERE environment = $1 AND service = $2 AND cert_fingerprint = $3",
+        )
+        .bind(environment)
+        .bind(service)
+        .bind(cert_fingerprint)
+        .execute(self, "clear a WSAA login refusal")
         .await?;
         Ok(())
     }

@@ -76,8 +76,8 @@ mod views;
 
 pub use admin::{ActionRow, AdminSession, FindingRow};
 pub use arca::{
-    ArcaSaleRow, ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow, NewReservation, Reserve,
-    arca_state,
+    ArcaLoginRefusal, ArcaSaleRow, ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow,
+    NewReservation, Reserve, arca_state,
 };
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
