@@ -119,6 +119,17 @@ pub const LANDING_MARGIN: Duration = Duration::minutes(2);
 /// Attempt keys of one sale [`Issuer::issue_sale`] goes through (`{key}`, `{key}#2`, …).
 const ATTEMPTS: u32 = 20;
 
+/// A sale's own key and the attempt `key` is: `mercadopago:7#3` → (`mercadopago:7`, 3).
+pub fn sale_of(key: &str) -> (&str, u32) {
+    match key.rsplit_once('#') {
+        Some((sale, n)) => match n.parse() {
+            Ok(n) if n > 1 => (sale, n),
+            _ => (key, 1),
+        },
+        None => (key, 1),
+    }
+}
+
 /// The key of a sale's `attempt` (1 is the sale's own key): `{key}#{attempt}` after the first.
 pub fn attempt_key(key: &str, attempt: u32) -> String {
     if attempt <= 1 {
@@ -244,12 +255,21 @@ impl Issuer {
     }
 
     /// Issues a sale's voucher under `key`, then, while ARCA shows an attempt superseded or
-    /// its number free for good ([`Lookup`]), under the sale's next attempt key
-    /// ([`attempt_key`]): one voucher per sale, whatever attempt carries it.
+    /// its number free for good ([`Lookup`]), or a human moved the sale on from a conflict,
+    /// under the sale's next attempt key ([`attempt_key`]): one voucher per sale, whatever
+    /// attempt carries it.
     pub async fn issue_sale(&self, key: &str, input: &VoucherInput) -> Result<Outcome, IssueError> {
         let mut outcome = Outcome::Busy;
         for attempt in 1..=ATTEMPTS {
-            outcome = self.issue(&attempt_key(key, attempt), input).await?;
+            let this = attempt_key(key, attempt);
+            outcome = self.issue(&this, input).await?;
+            if matches!(outcome, Outcome::Conflict { .. }) {
+                // A human moved the sale on from this conflict (the admin's re-issue).
+                let moved = self.db.arca_voucher(&this).await?;
+                if moved.is_some_and(|v| v.superseded_by.is_some()) {
+                    continue;
+                }
+            }
             if !matches!(
                 outcome,
                 Outcome::Indeterminate {

@@ -578,6 +578,85 @@ impl Db {
         Ok(())
     }
 
+    /// A human moves a sale whose voucher is a `conflict` on to its next attempt key: in one
+    /// transaction the conflict names `next_key` (`superseded_by`; the conflict itself stays
+    /// settled, never resent), the sale (`provider`, `payment_id`) goes back to
+    /// `arca_pending` from `needs_attention`, and the action is audited. `false` when the
+    /// voucher is not an unreleased conflict.
+    pub async fn arca_reissue_conflict(
+        &self,
+        key: &str,
+        next_key: &str,
+        (provider, payment_id): (&str, &str),
+        actor: &str,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let n = stmt(
+            "UPDATE arca_vouchers SET superseded_by = $2, updated_at = $3 \
+             WHERE key = $1 AND state = 'conflict' AND superseded_by IS NULL",
+        )
+        .bind(key)
+        .bind(next_key)
+        .bind(now)
+        .execute_in(&mut tx, "release an ARCA conflict")
+        .await?;
+        if n != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let reason = format!("ARCA: {key} was a conflict; re-issued as {next_key} by {actor}");
+        stmt(
+            "UPDATE payments SET status = 'arca_pending', reason = $1, updated_at = $2 \
+             WHERE provider = $3 AND payment_id = $4 AND status = 'needs_attention'",
+        )
+        .bind(&reason)
+        .bind(now)
+        .bind(provider)
+        .bind(payment_id)
+        .execute_in(&mut tx, "send an ARS sale back to ARCA")
+        .await?;
+        super::admin::admin_action(
+            actor,
+            "arca_reissue",
+            "arca_voucher",
+            key,
+            Some(&*reason),
+            now,
+        )
+        .execute_in(&mut tx, "record an admin action")
+        .await?;
+        tx.commit("re-issue an ARCA conflict").await?;
+        Ok(true)
+    }
+
+    /// A human ends a WSAA login refusal's wait (the next round logs in), audited.
+    pub async fn arca_end_login_refusal(
+        &self,
+        environment: &str,
+        cert_fingerprint: &str,
+        actor: &str,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let n = stmt(
+            "DELETE FROM arca_login_refusals WHERE environment = $1 AND cert_fingerprint = $2",
+        )
+        .bind(environment)
+        .bind(cert_fingerprint)
+        .execute_in(&mut tx, "end a WSAA login refusal")
+        .await?;
+        if n > 0 {
+            let target = format!("{environment}:{cert_fingerprint}");
+            let detail = "the next round logs in to WSAA without waiting";
+            super::admin::admin_action(actor, "arca_login_now", "wsaa", target, Some(detail), now)
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
+        }
+        tx.commit("end a WSAA login refusal").await?;
+        Ok(n > 0)
+    }
+
     /// ARS sales waiting for their ARCA voucher (`arca_pending`), oldest first.
     pub async fn arca_pending_sales(&self, limit: i64) -> Result<Vec<ArcaSaleRow>, StoreError> {
         stmt(
