@@ -11,8 +11,8 @@ use std::time::Duration;
 use autofactura::arca::model::codes;
 use autofactura::arca::wsfe::{Request, Solicit};
 use autofactura::arca::{
-    Alicuota, Auth, CbteTipo, DocTipo, Environment, IssueError, Issuer, Lookup, Outcome,
-    VoucherInput, Wsfe, WsfeError,
+    Alicuota, Auth, CbteTipo, DocTipo, Environment, IssueError, Issuer, Outcome, VoucherInput,
+    Wsfe, WsfeError,
 };
 use autofactura::arcasim::server::{ArcaSimHandle, start};
 use autofactura::arcasim::{ArcaSim, SimVoucher};
@@ -25,13 +25,13 @@ const PTO_VTA: i32 = 7;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Factura B to an anonymous consumidor final for `cents`, IVA 21 % included.
-fn sale(cents: i64) -> VoucherInput {
+pub(crate) fn sale(cents: i64) -> VoucherInput {
     VoucherInput::consumidor_final(Decimal::new(cents, 2), Alicuota::Veintiuno)
 }
 
-struct Rig {
-    app: TestApp,
-    sim: ArcaSimHandle,
+pub(crate) struct Rig {
+    pub(crate) app: TestApp,
+    pub(crate) sim: ArcaSimHandle,
     http: reqwest::Client,
     _dir: tempfile::TempDir,
 }
@@ -50,7 +50,7 @@ fn wsfe(sim: &ArcaSimHandle) -> Wsfe {
     wsfe_at(&sim.wsfe_url())
 }
 
-fn issuer(db: &Db, sim: &ArcaSimHandle) -> Issuer {
+pub(crate) fn issuer(db: &Db, sim: &ArcaSimHandle) -> Issuer {
     Issuer::new(
         db.clone(),
         wsfe(sim),
@@ -61,7 +61,7 @@ fn issuer(db: &Db, sim: &ArcaSimHandle) -> Issuer {
     )
 }
 
-async fn rig(b: Backend) -> Option<Rig> {
+pub(crate) async fn rig(b: Backend) -> Option<Rig> {
     let dir = tempfile::tempdir().expect("tempdir");
     let sim = ArcaSim::open(&dir.path().join("arcasim.json")).expect("sim");
     let sim = start(Arc::new(sim), "127.0.0.1:0").expect("start the sandbox ARCA");
@@ -75,11 +75,11 @@ async fn rig(b: Backend) -> Option<Rig> {
 }
 
 impl Rig {
-    fn issuer(&self) -> Issuer {
+    pub(crate) fn issuer(&self) -> Issuer {
         issuer(&self.app.db, &self.sim)
     }
 
-    async fn faults(&self, spec: &str) {
+    pub(crate) async fn faults(&self, spec: &str) {
         let r = self
             .http
             .put(format!("{}/_sim/faults", self.sim.url()))
@@ -103,19 +103,19 @@ impl Rig {
     }
 
     /// Each voucher at the sandbox: its number and total.
-    async fn totals(&self) -> Vec<(i64, Decimal)> {
+    pub(crate) async fn totals(&self) -> Vec<(i64, Decimal)> {
         let v = self.vouchers().await;
         v.iter().map(|v| (v.number, v.input.imp_total)).collect()
     }
 
     /// `FECAESolicitar` requests the sandbox received.
-    async fn solicits(&self) -> u64 {
+    pub(crate) async fn solicits(&self) -> u64 {
         let v: serde_json::Value = self.sim_get("stats").await;
         v["solicits"].as_u64().expect("solicits")
     }
 
     /// With `fault` set, `key` is sent and its outcome stays unknown at `number`.
-    async fn lose(&self, fault: &str, key: &str, input: &VoucherInput, number: i64) {
+    pub(crate) async fn lose(&self, fault: &str, key: &str, input: &VoucherInput, number: i64) {
         self.faults(fault).await;
         let o = self.issuer().issue(key, input).await.expect("issue");
         assert!(
@@ -124,7 +124,7 @@ impl Rig {
         );
     }
 
-    async fn state_of(&self, key: &str) -> Option<String> {
+    pub(crate) async fn state_of(&self, key: &str) -> Option<String> {
         let v = self.app.db.arca_voucher(key).await.expect("read");
         v.map(|v| v.state)
     }
@@ -139,7 +139,7 @@ fn seq() -> ArcaSeq<'static> {
     }
 }
 
-fn authorized(o: &Outcome) -> (i64, String, bool) {
+pub(crate) fn authorized(o: &Outcome) -> (i64, String, bool) {
     match o {
         Outcome::Authorized {
             number,
@@ -398,88 +398,6 @@ async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend)
     );
 }
 
-/// With `down=true`, `key`'s send never reaches ARCA and stays unknown at `number`; then ARCA
-/// is back and no send of `key` can land any more (its landing window is over).
-async fn lose_for_good(r: &Rig, key: &str, input: &VoucherInput, number: i64) {
-    r.lose("down=true", key, input, number).await;
-    r.faults("none").await;
-    exec_sql(
-        &r.app.db,
-        &format!("UPDATE arca_vouchers SET landing_until = NULL WHERE key = '{key}'"),
-    )
-    .await;
-}
-
-async fn the_barrier_supersedes_a_number_proven_empty_and_the_old_key_never_resends(b: Backend) {
-    let Some(r) = rig(b).await else { return };
-    let i = r.issuer();
-    authorized(&i.issue("mp:8001", &sale(1_000)).await.expect("issue"));
-    lose_for_good(&r, "mp:8002", &sale(2_000), 2).await;
-    let sent = r.solicits().await;
-    // Another key: ARCA proves 2 empty and next, and mp:8002 cannot land: 2 goes to mp:8003.
-    let (number, _, recovered) =
-        authorized(&i.issue("mp:8003", &sale(3_000)).await.expect("issue"));
-    assert_eq!((number, recovered), (2, false));
-    assert_eq!(r.solicits().await, sent + 1, "only mp:8003 was sent");
-    let old = r.app.db.arca_voucher("mp:8002").await.expect("read");
-    let old = old.expect("a reservation is never deleted");
-    assert_eq!(
-        (old.state.as_str(), old.number, old.superseded_by.as_deref()),
-        (arca_state::SUPERSEDED, 2, Some("mp:8003"))
-    );
-    // Its repeats, from this instance and another, consult the number and report it
-    // superseded: nothing is sent.
-    for i in [r.issuer(), issuer(&r.app.db, &r.sim)] {
-        let o = i.issue("mp:8002", &sale(2_000)).await.expect("repeat");
-        assert!(
-            matches!(&o, Outcome::Indeterminate { number: 2, lookup: Lookup::Superseded { by }, .. }
-                if by == "mp:8003"),
-            "{o:?}"
-        );
-    }
-    assert_eq!(r.solicits().await, sent + 1, "the old key never resends");
-    // The sale goes on under its next key, once.
-    for _ in 0..2 {
-        let o = i.issue_sale("mp:8002", &sale(2_000)).await.expect("sale");
-        assert_eq!(authorized(&o).0, 3);
-    }
-    assert_eq!(
-        r.state_of("mp:8002#2").await.as_deref(),
-        Some(arca_state::AUTHORIZED)
-    );
-    assert_eq!(r.solicits().await, sent + 2);
-
-    // Its own repeat finds the number free for good: it is not resent, and the sale's next
-    // key takes the number.
-    lose_for_good(&r, "mp:8004", &sale(4_000), 4).await;
-    let sent = r.solicits().await;
-    let o = i.issue("mp:8004", &sale(4_000)).await.expect("repeat");
-    assert!(
-        matches!(
-            o,
-            Outcome::Indeterminate {
-                number: 4,
-                lookup: Lookup::Free,
-                ..
-            }
-        ),
-        "{o:?}"
-    );
-    assert_eq!(r.solicits().await, sent, "a free number is not resent");
-    let o = i.issue_sale("mp:8004", &sale(4_000)).await.expect("sale");
-    assert_eq!(authorized(&o).0, 4);
-    let old = r.app.db.arca_voucher("mp:8004").await.expect("read");
-    assert_eq!(
-        old.and_then(|v| v.superseded_by).as_deref(),
-        Some("mp:8004#2")
-    );
-    assert_eq!(r.solicits().await, sent + 1);
-    // ARCA holds each sale once, and nothing of the superseded attempts.
-    let at_arca = r.totals().await;
-    let expected = [(1, 1_000), (2, 3_000), (3, 2_000), (4, 4_000)];
-    assert_eq!(at_arca, expected.map(|(n, c)| (n, Decimal::new(c, 2))));
-}
-
 async fn a_voucher_arca_refuses_is_rejected_and_its_number_left_empty(b: Backend) {
     let Some(r) = rig(b).await else { return };
     let i = r.issuer();
@@ -670,7 +588,6 @@ on_both_backends!(
     a_foreign_voucher_on_our_number_is_a_conflict,
     a_voucher_arca_refuses_is_rejected_and_its_number_left_empty,
     a_reservation_whose_sender_died_is_sent_again_at_its_number,
-    the_barrier_supersedes_a_number_proven_empty_and_the_old_key_never_resends,
     leases_and_tickets_are_kept_in_the_database,
 );
 
