@@ -92,6 +92,10 @@ pub fn notice_text(key: &str) -> Option<&'static str> {
             "The replacement global was frozen with the same sales; once a worker stamps it, the global it replaces is cancelled with motivo 01."
         }
         "resolved" => "Finding closed.",
+        "arca_reissued" => {
+            "The sale goes back to ARCA under its next attempt key; the conflict stays as it was."
+        }
+        "arca_login_now" => "The WSAA wait is over: the next ARCA round logs in.",
         "sat_status" => "SAT status queried; the answer is recorded below.",
         "resent" => "A new email with the XML and the PDF was queued; see Emails below.",
         "logged_out" => "Signed out.",

@@ -29,7 +29,8 @@
 //!   needs attention, which issues its document once, or sends them all to the global.
 //! - [`globals`]: the facturas globales, one with its sales, its replacement (motivo 01).
 //! - [`findings`]: the reconciliation page and its actions.
-//! - [`arca`]: the ARCA vouchers of Argentina (state, number, CAE), open ones first.
+//! - [`arca`]: the ARCA vouchers of Argentina (state, number, CAE), open ones first; blocked
+//!   sequences, WSAA login refusals, and the actions on conflicts and refusals.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
 pub mod arca;
@@ -245,7 +246,9 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
                 web::post().to(findings::resolve_finding),
             )
             .route("/audit", web::get().to(lists::audit))
-            .route("/arca", web::get().to(arca::vouchers)),
+            .route("/arca", web::get().to(arca::vouchers))
+            .route("/arca/reissue", web::post().to(arca::reissue))
+            .route("/arca/login-now", web::post().to(arca::login_now)),
     );
 }
 

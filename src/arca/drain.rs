@@ -166,7 +166,7 @@ impl Drainer {
         let (status, reason) = match sale.amount.parse::<Decimal>() {
             Err(_) => attention(format!("amount {:?} is not a number", sale.amount)),
             Ok(total) => match issuer
-                .issue(&key, &sale_input(&self.cfg, tipo, total))
+                .issue_sale(&key, &sale_input(&self.cfg, tipo, total))
                 .await
             {
                 Ok(Outcome::Authorized { number, cae, .. }) => (

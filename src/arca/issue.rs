@@ -13,8 +13,14 @@
 //!    its content. `10016` (the number is used) and a refused resend consult the number first.
 //! 5. A lost answer leaves the voucher `unknown`. Resolving it consults its number first:
 //!    found and equal → authorized (recovered, one CAE); found and different → conflict; empty
-//!    and still ARCA's next → the same stored request is sent again at the same number (ARCA
-//!    holds one voucher per number, so a late original and the resend cannot both land).
+//!    and still ARCA's next → while an earlier send of it could still land (`landing_until`),
+//!    the same stored request is sent again at the same number (ARCA holds one voucher per
+//!    number, so a late original and the resend cannot both land).
+//! 6. The barrier: empty and next, and no send of it can land any more → it is never sent
+//!    again. The next key to claim the sequence takes its number and settles it `superseded`
+//!    naming that key, in one transaction ([`Db::arca_supersede`]); a repeat of the old key
+//!    consults the number once and reports [`Lookup::Superseded`]. [`Issuer::issue_sale`]
+//!    then issues the sale under its next attempt key (`{key}#2`, …).
 
 use std::time::Duration as StdDuration;
 
@@ -38,8 +44,12 @@ pub enum Outcome {
     /// ARCA holds another voucher at the number reserved for this key.
     Conflict { number: i64, detail: String },
     /// This key's voucher was sent and its outcome is not known yet; it will be resolved by
-    /// consulting its number, never by a new one.
-    Indeterminate { number: i64, reason: String },
+    /// consulting its number, never by a new one. `lookup` says what the number showed.
+    Indeterminate {
+        number: i64,
+        reason: String,
+        lookup: Lookup,
+    },
     /// The sequence waits for `by`'s number to be resolved; nothing was reserved or sent.
     Blocked {
         by: String,
@@ -48,6 +58,19 @@ pub enum Outcome {
     },
     /// Another instance is reserving or sending on this sequence right now: try again soon.
     Busy,
+}
+
+/// What consulting an indeterminate key's number showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// ARCA could not tell (down, no answer), or what it showed needs a human: wait.
+    Unanswered,
+    /// ARCA proved the number empty and next, and no send of this key can land any more: it
+    /// is never sent again; the next key to claim the sequence takes the number.
+    Free,
+    /// Settled: the number went to `by`, and ARCA showed it does not hold this key's voucher.
+    /// The sale goes on under a new key.
+    Superseded { by: String },
 }
 
 /// A call that cannot be made at all; nothing was reserved or sent.
@@ -80,12 +103,41 @@ pub struct Issuer {
     /// How long a sender may be talking to ARCA: the client's timeout plus a margin. Until
     /// then nobody else resends its number.
     send_window: Duration,
+    /// How long after a send began it may still land at ARCA: `send_window` plus
+    /// [`LANDING_MARGIN`] (a request ARCA is still processing after the client gave up).
+    landing_window: Duration,
 }
 
 /// How long a sequence's lease lasts if its holder dies between reading and writing.
 const LEASE: Duration = Duration::seconds(30);
 /// Rounds of "settle the last claim, then reserve" before answering `Busy`.
 const ROUNDS: usize = 8;
+/// How long past its sender's window a send is still assumed able to land at ARCA. ARCA
+/// documents no bound for a request its client abandoned; two minutes is this appliance's
+/// choice (docs/arca.md, the barrier).
+pub const LANDING_MARGIN: Duration = Duration::minutes(2);
+/// Attempt keys of one sale [`Issuer::issue_sale`] goes through (`{key}`, `{key}#2`, …).
+const ATTEMPTS: u32 = 20;
+
+/// A sale's own key and the attempt `key` is: `mercadopago:7#3` → (`mercadopago:7`, 3).
+pub fn sale_of(key: &str) -> (&str, u32) {
+    match key.rsplit_once('#') {
+        Some((sale, n)) => match n.parse() {
+            Ok(n) if n > 1 => (sale, n),
+            _ => (key, 1),
+        },
+        None => (key, 1),
+    }
+}
+
+/// The key of a sale's `attempt` (1 is the sale's own key): `{key}#{attempt}` after the first.
+pub fn attempt_key(key: &str, attempt: u32) -> String {
+    if attempt <= 1 {
+        key.to_owned()
+    } else {
+        format!("{key}#{attempt}")
+    }
+}
 
 fn json(m: &[Message]) -> String {
     serde_json::to_string(m).expect("messages serialize")
@@ -111,6 +163,7 @@ impl Issuer {
             tipo,
             owner: uuid::Uuid::new_v4().to_string(),
             send_window,
+            landing_window: send_window + LANDING_MARGIN,
         }
     }
 
@@ -147,30 +200,47 @@ impl Issuer {
                 Some(k) => self.db.arca_voucher(k).await?,
                 None => None,
             };
+            // The last claim's number, when ARCA proved it free for this key (the barrier).
+            let mut free = None;
             if let Some(last) = last.filter(ArcaVoucherRow::is_open) {
-                if let Some(blocked) = self.settle_other(&last).await? {
-                    return Ok(blocked);
+                match self.settle_other(&last).await? {
+                    Some(Outcome::Indeterminate {
+                        lookup: Lookup::Free,
+                        ..
+                    }) => free = Some(last),
+                    Some(blocked) => return Ok(blocked),
+                    None => continue,
                 }
-                continue;
             }
             let name = self.seq().lock_name();
             if !self.db.arca_lock(&name, &self.owner, LEASE).await? {
                 return Ok(Outcome::Busy);
             }
+            let now = Utc::now();
             let new = NewReservation {
                 key,
                 input_hash: &hash,
                 input: &text,
                 today: &Self::today().to_string(),
-                sending_until: Utc::now() + self.send_window,
+                sending_until: now + self.send_window,
+                landing_until: now + self.landing_window,
             };
-            let reserved = self.db.arca_reserve(self.seq(), &new, arca_last).await;
+            let reserved = match &free {
+                Some(old) => self.db.arca_supersede(self.seq(), old, &new).await,
+                None => self.db.arca_reserve(self.seq(), &new, arca_last).await,
+            };
             self.db.arca_unlock(&name, &self.owner).await?;
             match reserved? {
-                Reserve::Reserved(v) => return self.send(&v, true).await,
+                Reserve::Reserved(v) => {
+                    if let Some(old) = &free {
+                        tracing::warn!(old = %old.key, new = %key, number = v.number,
+                            "ARCA number proven empty: superseded");
+                    }
+                    return self.send(&v, true).await;
+                }
                 Reserve::Existing(v) => return self.known(&v, &hash).await,
-                // Settled by the next round.
-                Reserve::Unsettled(_) => {}
+                // Settled (or sent again) by the next round.
+                Reserve::Unsettled(_) | Reserve::Moved => {}
                 Reserve::NeedLast => {
                     arca_last = Some(
                         self.wsfe
@@ -182,6 +252,35 @@ impl Issuer {
             }
         }
         Ok(Outcome::Busy)
+    }
+
+    /// Issues a sale's voucher under `key`, then, while ARCA shows an attempt superseded or
+    /// its number free for good ([`Lookup`]), or a human moved the sale on from a conflict,
+    /// under the sale's next attempt key ([`attempt_key`]): one voucher per sale, whatever
+    /// attempt carries it.
+    pub async fn issue_sale(&self, key: &str, input: &VoucherInput) -> Result<Outcome, IssueError> {
+        let mut outcome = Outcome::Busy;
+        for attempt in 1..=ATTEMPTS {
+            let this = attempt_key(key, attempt);
+            outcome = self.issue(&this, input).await?;
+            if matches!(outcome, Outcome::Conflict { .. }) {
+                // A human moved the sale on from this conflict (the admin's re-issue).
+                let moved = self.db.arca_voucher(&this).await?;
+                if moved.is_some_and(|v| v.superseded_by.is_some()) {
+                    continue;
+                }
+            }
+            if !matches!(
+                outcome,
+                Outcome::Indeterminate {
+                    lookup: Lookup::Free | Lookup::Superseded { .. },
+                    ..
+                }
+            ) {
+                break;
+            }
+        }
+        Ok(outcome)
     }
 
     /// A key with a voucher already: the same input gets its outcome (resolving it if open).
@@ -199,10 +298,15 @@ impl Issuer {
     }
 
     /// The last claim of the sequence belongs to another key and is open: resolve it. `None`
-    /// when it is settled now; the outcome that blocks this key otherwise.
+    /// when it is settled now; [`Lookup::Free`] when its number may be taken; the outcome
+    /// that blocks this key otherwise.
     async fn settle_other(&self, last: &ArcaVoucherRow) -> Result<Option<Outcome>, IssueError> {
         Ok(match self.resolve(last).await? {
-            Outcome::Indeterminate { number, reason } => Some(Outcome::Blocked {
+            free @ Outcome::Indeterminate {
+                lookup: Lookup::Free,
+                ..
+            } => Some(free),
+            Outcome::Indeterminate { number, reason, .. } => Some(Outcome::Blocked {
                 by: last.key.clone(),
                 number,
                 reason,
@@ -231,6 +335,7 @@ impl Issuer {
                     detail: v.detail.clone().unwrap_or_default(),
                 });
             }
+            arca_state::SUPERSEDED => return self.superseded(v, &req).await,
             _ => {}
         }
         if v.sending_until.is_some_and(|t| t > Utc::now()) {
@@ -240,15 +345,28 @@ impl Issuer {
         let indeterminate = |e: WsfeError| Outcome::Indeterminate {
             number: v.number,
             reason: e.to_string(),
+            lookup: Lookup::Unanswered,
         };
         match self.wsfe.consult(self.pto_vta, self.tipo, v.number).await {
             Err(e) => Ok(indeterminate(e)),
             Ok(Some(found)) => self.found(v, &req, &found).await,
             Ok(None) => match self.wsfe.last_authorized(self.pto_vta, self.tipo).await {
                 Err(e) => Ok(indeterminate(e)),
+                Ok(last) if last + 1 == v.number && !self.may_land(v) => {
+                    Ok(Outcome::Indeterminate {
+                        number: v.number,
+                        reason: format!(
+                            "number {} is empty and next at ARCA, and no send of this key can \
+                             land any more: it is never sent again, the next key takes the number",
+                            v.number
+                        ),
+                        lookup: Lookup::Free,
+                    })
+                }
                 Ok(last) if last + 1 == v.number => {
-                    let until = Utc::now() + self.send_window;
-                    match self.db.arca_claim_send(&v.key, until).await? {
+                    let now = Utc::now();
+                    let (until, landing) = (now + self.send_window, now + self.landing_window);
+                    match self.db.arca_claim_send(&v.key, until, landing).await? {
                         Some(v) => self.send(&v, false).await,
                         None => Ok(Outcome::Busy),
                     }
@@ -260,9 +378,53 @@ impl Issuer {
                          look at the sequence",
                         v.number
                     ),
+                    lookup: Lookup::Unanswered,
                 }),
             },
         }
+    }
+
+    /// Whether a send of `v` may still reach ARCA.
+    fn may_land(&self, v: &ArcaVoucherRow) -> bool {
+        v.landing_until.is_some_and(|t| t > Utc::now())
+    }
+
+    /// A repeat of a superseded key: never sent again. Its number is consulted once, so that
+    /// the sale goes on under a new key only when ARCA shows this attempt's voucher is not
+    /// there (its number holds the superseding key's voucher, or another one, or nothing).
+    async fn superseded(&self, v: &ArcaVoucherRow, req: &Request) -> Result<Outcome, IssueError> {
+        let by = v.superseded_by.clone().unwrap_or_default();
+        let unanswered = |reason: String| Outcome::Indeterminate {
+            number: v.number,
+            reason,
+            lookup: Lookup::Unanswered,
+        };
+        let found = match self.wsfe.consult(self.pto_vta, self.tipo, v.number).await {
+            Err(e) => return Ok(unanswered(format!("superseded by {by}; consulting: {e}"))),
+            Ok(found) => found,
+        };
+        let mine = found.as_ref().is_some_and(|f| f.matches(req));
+        // The same sale under its next key sends equal fields: what is found may be its.
+        let successors = match self.db.arca_voucher(&by).await? {
+            Some(s) if s.number == v.number => {
+                let theirs = self.request(&s)?;
+                found.as_ref().is_some_and(|f| f.matches(&theirs))
+            }
+            _ => false,
+        };
+        if mine && !successors {
+            // A send of this attempt landed after all: its sale must not be issued again.
+            return Ok(unanswered(format!(
+                "superseded by {by}, yet ARCA holds this key's voucher at number {}: a human \
+                 must look at the sequence",
+                v.number
+            )));
+        }
+        Ok(Outcome::Indeterminate {
+            number: v.number,
+            reason: format!("superseded by {by}"),
+            lookup: Lookup::Superseded { by },
+        })
     }
 
     /// ARCA holds a voucher at `v`'s number: ours if it is what we sent.
@@ -363,6 +525,7 @@ impl Issuer {
         Ok(Outcome::Indeterminate {
             number: v.number,
             reason: e.to_string(),
+            lookup: Lookup::Unanswered,
         })
     }
 
@@ -377,6 +540,7 @@ impl Issuer {
             return Ok(Outcome::Indeterminate {
                 number: v.number,
                 reason: v.detail.unwrap_or_default(),
+                lookup: Lookup::Unanswered,
             });
         }
         Box::pin(self.resolve(&v)).await

@@ -28,6 +28,6 @@ pub mod print;
 pub mod wsaa;
 pub mod wsfe;
 
-pub use issue::{IssueError, Issuer, Outcome};
+pub use issue::{IssueError, Issuer, Lookup, Outcome};
 pub use model::{AlicIva, Alicuota, Cae, CbteTipo, Concepto, DocTipo, Environment, VoucherInput};
 pub use wsfe::{Auth, Wsfe, WsfeError};

@@ -34,6 +34,15 @@ pub enum WsaaError {
     /// Another instance is logging in and has not stored its ticket yet.
     #[error("another instance is logging in to WSAA")]
     Busy,
+    /// WSAA refused a login while no valid ticket is stored here: ARCA holds one this
+    /// appliance never stored (a login whose answer was lost, or whose process died before
+    /// storing it). No login is tried before `until`; ARCA accepts a new one some minutes
+    /// after the last (docs/arca.md).
+    #[error(
+        "WSAA refuses new logins (coe.alreadyAuthenticated) and no valid ticket is stored: a \
+         login's answer was probably lost; next login at {until}"
+    )]
+    LockedOut { until: DateTime<Utc> },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
@@ -133,6 +142,11 @@ pub const SERVICE: &str = "wsfe";
 
 /// How long another instance's login may take before its lease is taken over.
 const LOGIN_LEASE: Duration = Duration::minutes(2);
+/// After a refused login, the wait before the next one; doubled with each refusal in a row up
+/// to [`BACKOFF_MAX`]. ARCA reportedly accepts a new login 2 (production) to 10 (homologación)
+/// minutes after the last one.
+const BACKOFF_FIRST: Duration = Duration::seconds(30);
+const BACKOFF_MAX: Duration = Duration::minutes(10);
 
 /// The access tickets of one certificate: stored in the database, shared by every instance,
 /// renewed `renew_before` their expiry, one login in flight per instance (and, through an
@@ -158,6 +172,8 @@ struct Inner {
     flight: tokio::sync::Mutex<()>,
     /// How long a caller waits for another instance's login.
     timeout: std::time::Duration,
+    /// The wait after a first refused login, and the most it doubles to.
+    backoff: (Duration, Duration),
 }
 
 impl std::fmt::Debug for Wsaa {
@@ -200,8 +216,57 @@ impl Wsaa {
                 owner: uuid::Uuid::new_v4().to_string(),
                 flight: tokio::sync::Mutex::new(()),
                 timeout,
+                backoff: (BACKOFF_FIRST, BACKOFF_MAX),
             }),
         })
+    }
+
+    /// Waits `first` after a refused login, doubling up to `max` (tests shorten them).
+    #[must_use]
+    pub fn with_login_backoff(mut self, first: Duration, max: Duration) -> Self {
+        if let Some(i) = std::sync::Arc::get_mut(&mut self.inner) {
+            i.backoff = (first, max);
+        }
+        self
+    }
+
+    /// When `refusals` logins in a row were refused, the wait before the next.
+    fn backoff(&self, refusals: i32) -> Duration {
+        let (first, max) = self.inner.backoff;
+        let doublings = u32::try_from(refusals.saturating_sub(1))
+            .unwrap_or(0)
+            .min(16);
+        (first * 2_i32.pow(doublings)).min(max)
+    }
+
+    /// Records a refused login; no login before the returned instant. While our stored ticket
+    /// is valid, the refusal is expected (ARCA keeps one per certificate) and waits no longer
+    /// than that ticket lives.
+    async fn refused(&self, valid: Option<&Ticket>) -> Result<DateTime<Utc>, WsaaError> {
+        let i = &self.inner;
+        let (env, fp) = (i.environment.as_str(), i.fingerprint.as_str());
+        let before = i.db.arca_login_refusal(env, SERVICE, fp).await?;
+        let refusals = before.map_or(0, |r| r.refusals) + 1;
+        let now = Utc::now();
+        let mut retry_at = now + self.backoff(refusals);
+        if let Some(t) = valid {
+            retry_at = retry_at.min(t.expires_at);
+        }
+        let row = crate::store::ArcaLoginRefusal {
+            environment: env.to_owned(),
+            service: SERVICE.to_owned(),
+            cert_fingerprint: fp.to_owned(),
+            refusals,
+            refused_at: now,
+            retry_at,
+        };
+        i.db.arca_save_login_refusal(&row).await?;
+        if valid.is_none() {
+            tracing::warn!(refusals, %retry_at,
+                "WSAA refused a login and no valid ticket is stored (a login's answer was lost?): \
+                 waiting before the next");
+        }
+        Ok(retry_at)
     }
 
     async fn stored(&self) -> Result<Option<Ticket>, WsaaError> {
@@ -239,6 +304,13 @@ impl Wsaa {
             }
             let valid = stored.filter(|t| t.expires_at > Utc::now());
             let i = &self.inner;
+            let refusal =
+                i.db.arca_login_refusal(i.environment.as_str(), SERVICE, &i.fingerprint)
+                    .await?;
+            if let Some(r) = refusal.filter(|r| r.retry_at > Utc::now()) {
+                // Backing off after a refusal: no login now.
+                return valid.ok_or(WsaaError::LockedOut { until: r.retry_at });
+            }
             let lease = format!(
                 "wsaa:{}:{SERVICE}:{}",
                 i.environment.as_str(),
@@ -256,10 +328,24 @@ impl Wsaa {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 continue;
             }
+            // Another instance may have stored its ticket and let the lease go meanwhile.
+            if let Some(t) = self.stored().await?.filter(|t| self.fresh(t)) {
+                i.db.arca_unlock(&lease, &i.owner).await?;
+                return Ok(t);
+            }
             let outcome = self.login_and_store().await;
             i.db.arca_unlock(&lease, &i.owner).await?;
             return match outcome {
-                Ok(t) => Ok(t),
+                Ok(t) => {
+                    i.db.arca_clear_login_refusal(i.environment.as_str(), SERVICE, &i.fingerprint)
+                        .await?;
+                    Ok(t)
+                }
+                Err(WsaaError::AlreadyAuthenticated) => {
+                    let valid = self.stored().await?.filter(|t| t.expires_at > Utc::now());
+                    let until = self.refused(valid.as_ref()).await?;
+                    valid.ok_or(WsaaError::LockedOut { until })
+                }
                 Err(e) => match (valid, self.stored().await?) {
                     // Refused while the old ticket still serves (ARCA keeps one per
                     // certificate and service): use it until it expires.

@@ -102,6 +102,15 @@ pub struct ArcaSim {
     pub ptos_venta_asked: AtomicU64,
     /// `loginCms` tickets handed out.
     pub logins: AtomicU64,
+    /// `loginCms` requests received, refused or not.
+    pub login_attempts: AtomicU64,
+    /// Tickets still to hand out and then lose (the connection dropped instead of the
+    /// answer: a login whose process died before it stored the ticket).
+    pub lose_logins: AtomicU32,
+    /// How long after a ticket is handed out a new login of the same certificate and service
+    /// is refused (`coe.alreadyAuthenticated`) while it is valid. ARCA reportedly accepts a
+    /// new login 2 (production) to 10 (homologación) minutes after the last: 600 s here.
+    pub relogin_seconds: AtomicU64,
     /// How long a new WSAA ticket lives (ARCA's: 12 h).
     pub ticket_seconds: AtomicU64,
     /// WSFEv1 calls must carry a ticket this sandbox handed out, valid now (else any non-empty
@@ -189,6 +198,9 @@ impl ArcaSim {
             ptos_venta: Mutex::new((1..=20).collect()),
             ptos_venta_asked: AtomicU64::new(0),
             logins: AtomicU64::new(0),
+            login_attempts: AtomicU64::new(0),
+            lose_logins: AtomicU32::new(0),
+            relogin_seconds: AtomicU64::new(600),
             ticket_seconds: AtomicU64::new(12 * 3600),
             strict_auth: AtomicBool::new(false),
         })
@@ -355,6 +367,11 @@ impl ArcaSim {
     /// Whether the answer now being sent is to be held (one fewer to hold).
     pub fn take_hang(&self) -> bool {
         take(&self.hang_next)
+    }
+
+    /// Whether the login ticket now being sent is to be lost (one fewer to lose).
+    pub fn take_login_loss(&self) -> bool {
+        take(&self.lose_logins)
     }
 }
 

@@ -5,7 +5,7 @@
 //! | `POST /ws/services/LoginCms` | WSAA `loginCms` (see [`super::wsaa`]) |
 //! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEParamGetPtosVenta`, `FEDummy` |
 //! | `GET /_sim/vouchers` | every authorized voucher with its number and CAE |
-//! | `GET /_sim/stats` | `{"solicits": N, "logins": N}`: `FECAESolicitar` requests received, tickets handed out |
+//! | `GET /_sim/stats` | `{"solicits": N, "logins": N, "login_attempts": N}`: `FECAESolicitar` requests received, tickets handed out, `loginCms` requests received |
 //! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`, `hang_next=N`, `ptos_venta=N+M`, `strict_auth=true`, `ticket_seconds=N`) |
 
 use std::fmt::Write as _;
@@ -62,6 +62,7 @@ async fn stats(sim: Data<ArcaSim>) -> HttpResponse {
     HttpResponse::Ok().json(json!({
         "solicits": sim.solicits.load(Ordering::SeqCst),
         "logins": sim.logins.load(Ordering::SeqCst),
+        "login_attempts": sim.login_attempts.load(Ordering::SeqCst),
     }))
 }
 
@@ -126,12 +127,15 @@ fn auth(sim: &ArcaSim, op: &Element) -> Option<i64> {
 
 /// `loginCms`: the ticket as an escaped `loginTicketResponse`, or the WSAA fault.
 async fn login_cms(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
+    sim.login_attempts.fetch_add(1, Ordering::SeqCst);
     let cms = Element::parse(&body)
         .ok()
         .and_then(|root| text(&root, "in0"))
         .unwrap_or_default();
     let now = chrono::Utc::now();
     match sim.login(&cms, now) {
+        // Handed out and written down; the answer never arrives.
+        Ok(_) if sim.take_login_loss() => dropped(),
         Ok(t) => {
             let at = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3f%:z");
             let inner = format!(

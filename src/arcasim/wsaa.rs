@@ -4,7 +4,9 @@
 //! the attached TRA (`cms.sign.invalid`), the TRA's schema (`xml.bad`), its times
 //! (`xml.generationTime.invalid`, `xml.expirationTime.expired`, `xml.expirationTime.invalid`),
 //! the service (`wsn.notFound`), and a second login while a ticket of the same certificate and
-//! service is valid (`coe.alreadyAuthenticated`). The certificate's chain is not checked: the
+//! service is valid and was handed out less than `relogin_seconds` ago (`coe.alreadyAuthenticated`;
+//! ARCA reportedly accepts a new login a few minutes after the last one, its earlier ticket
+//! still valid). The certificate's chain is not checked: the
 //! sandbox trusts any self-signed certificate (ARCA's `cms.cert.untrusted` is not modelled).
 
 use base64::Engine as _;
@@ -29,6 +31,9 @@ pub struct SimTicket {
     pub token: String,
     pub sign: String,
     pub expires_at: DateTime<Utc>,
+    /// When it was handed out (absent in older state files: refused for its whole life).
+    #[serde(default)]
+    pub issued_at: Option<DateTime<Utc>>,
 }
 
 /// A refusal: the fault code (without its `ns1:` prefix) and its text.
@@ -138,11 +143,19 @@ impl ArcaSim {
             return fault("wsn.notFound", "Servicio informado inexistente");
         }
         let mut state = self.state();
-        if state
-            .tickets
-            .iter()
-            .any(|t| t.fingerprint == fingerprint && t.service == service && t.expires_at > now)
-        {
+        let relogin = Duration::seconds(
+            i64::try_from(
+                self.relogin_seconds
+                    .load(std::sync::atomic::Ordering::SeqCst),
+            )
+            .unwrap_or(600),
+        );
+        if state.tickets.iter().any(|t| {
+            t.fingerprint == fingerprint
+                && t.service == service
+                && t.expires_at > now
+                && t.issued_at.is_none_or(|at| at + relogin > now)
+        }) {
             return fault(
                 "coe.alreadyAuthenticated",
                 "El CEE ya posee un TA valido para el acceso al WSN solicitado",
@@ -158,6 +171,7 @@ impl ArcaSim {
             token: STANDARD.encode(format!("arcasim-token-{n}-{}", uuid::Uuid::new_v4())),
             sign: STANDARD.encode(format!("arcasim-sign-{n}-{}", uuid::Uuid::new_v4())),
             expires_at: now + Duration::seconds(i64::try_from(seconds).unwrap_or(43_200)),
+            issued_at: Some(now),
         };
         state.tickets.retain(|t| t.expires_at > now);
         state.tickets.push(ticket.clone());

@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::exec::{Dialected, stmt};
+use super::exec::{Dialected, Tx, stmt};
 use super::{Db, StoreError};
 
 /// A sequence: (environment, CUIT, punto de venta, voucher type).
@@ -42,6 +42,9 @@ pub mod arca_state {
     pub const REJECTED: &str = "rejected";
     /// ARCA holds another voucher at the number: for a human.
     pub const CONFLICT: &str = "conflict";
+    /// ARCA proved the number empty and this attempt could no longer land, so the number
+    /// went to `superseded_by`; never sent again (the barrier).
+    pub const SUPERSEDED: &str = "superseded";
 }
 
 /// One voucher row.
@@ -67,6 +70,10 @@ pub struct ArcaVoucherRow {
     pub errors: Option<String>,
     pub observations: Option<String>,
     pub detail: Option<String>,
+    /// After this instant no send of it can still reach ARCA (`None`: none in flight).
+    pub landing_until: Option<DateTime<Utc>>,
+    /// The key that took its number (`superseded`).
+    pub superseded_by: Option<String>,
 }
 
 impl ArcaVoucherRow {
@@ -97,6 +104,8 @@ pub struct NewReservation<'a> {
     pub today: &'a str,
     /// Until when the reserving sender may be talking to ARCA.
     pub sending_until: DateTime<Utc>,
+    /// Until when its send may still reach ARCA (`sending_until` plus a margin).
+    pub landing_until: DateTime<Utc>,
 }
 
 /// What [`Db::arca_reserve`] did.
@@ -104,6 +113,9 @@ pub struct NewReservation<'a> {
 pub enum Reserve {
     /// Numbered and committed: now send it.
     Reserved(ArcaVoucherRow),
+    /// The old claim whose number was to be taken over is no longer as it was seen (sent
+    /// again, settled, or no longer the sequence's last): look again.
+    Moved,
     /// The key has a voucher already (another instance reserved it first).
     Existing(ArcaVoucherRow),
     /// The sequence's last claim is not settled: resolve it first.
@@ -121,9 +133,25 @@ pub struct ArcaTicketRow {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A standing WSAA login refusal (`coe.alreadyAuthenticated`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ArcaLoginRefusal {
+    pub environment: String,
+    pub service: String,
+    pub cert_fingerprint: String,
+    /// Refusals in a row.
+    pub refusals: i32,
+    pub refused_at: DateTime<Utc>,
+    /// No instance logs in before this.
+    pub retry_at: DateTime<Utc>,
+}
+
+const REFUSAL_COLUMNS: &str =
+    "environment, service, cert_fingerprint, refusals, refused_at, retry_at";
+
 const VOUCHER_COLUMNS: &str = "key, environment, cuit, pto_vta, cbte_tipo, number, cbte_fch, \
     input_hash, input, state, sending_until, sends, cae, cae_due, recovered, errors, \
-    observations, detail";
+    observations, detail, landing_until, superseded_by";
 
 const SEQ_WHERE: &str = "environment = $1 AND cuit = $2 AND pto_vta = $3 AND cbte_tipo = $4";
 
@@ -234,6 +262,32 @@ impl Db {
         Ok(())
     }
 
+    /// Opens a claim's transaction: the sequence's row taken, or [`Reserve::Existing`] (the
+    /// transaction ended) when `key` has a voucher already.
+    async fn open_claim(
+        &self,
+        seq: ArcaSeq<'_>,
+        key: &str,
+    ) -> Result<Result<(Tx<'_>, Option<ArcaSequenceRow>), Reserve>, StoreError> {
+        let mut tx = self.begin().await?;
+        if let Some(v) = stmt(select_voucher())
+            .bind(key)
+            .fetch_optional_in(&mut tx, "read an ARCA voucher")
+            .await?
+        {
+            tx.rollback().await?;
+            return Ok(Err(Reserve::Existing(v)));
+        }
+        let row = stmt(SEQUENCE_FOR_UPDATE.text(tx.dialect()))
+            .bind(seq.environment)
+            .bind(seq.cuit)
+            .bind(seq.pto_vta)
+            .bind(seq.cbte_tipo)
+            .fetch_optional_in(&mut tx, "take an ARCA sequence")
+            .await?;
+        Ok(Ok((tx, row)))
+    }
+
     /// In one transaction: the next number of `seq` for `new.key`, written to the sequence
     /// and then to the reservation it names. The next number is the last claim's plus one when
     /// that claim was authorized; after a rejection or a conflict (or on a new sequence) it is
@@ -245,26 +299,13 @@ impl Db {
         new: &NewReservation<'_>,
         arca_last: Option<i64>,
     ) -> Result<Reserve, StoreError> {
-        let mut tx = self.begin().await?;
-        let select = select_voucher();
-        if let Some(v) = stmt(select.clone())
-            .bind(new.key)
-            .fetch_optional_in(&mut tx, "read an ARCA voucher")
-            .await?
-        {
-            tx.rollback().await?;
-            return Ok(Reserve::Existing(v));
-        }
-        let row: Option<ArcaSequenceRow> = stmt(SEQUENCE_FOR_UPDATE.text(tx.dialect()))
-            .bind(seq.environment)
-            .bind(seq.cuit)
-            .bind(seq.pto_vta)
-            .bind(seq.cbte_tipo)
-            .fetch_optional_in(&mut tx, "take an ARCA sequence")
-            .await?;
+        let (mut tx, row) = match self.open_claim(seq, new.key).await? {
+            Ok(open) => open,
+            Err(existing) => return Ok(existing),
+        };
         let mut continues = false;
         if let Some(key) = row.as_ref().and_then(|r| r.last_key.clone()) {
-            let last: Option<ArcaVoucherRow> = stmt(select)
+            let last: Option<ArcaVoucherRow> = stmt(select_voucher())
                 .bind(key)
                 .fetch_optional_in(&mut tx, "read the last ARCA claim")
                 .await?;
@@ -285,62 +326,79 @@ impl Db {
             }
         };
         let date = ymd_max(new.today, row.as_ref().and_then(|r| r.last_date.as_deref()));
-        let now = Utc::now();
-        stmt(
-            "INSERT INTO arca_sequences (environment, cuit, pto_vta, cbte_tipo, last_number, \
-             last_key, last_date, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             ON CONFLICT (environment, cuit, pto_vta, cbte_tipo) DO UPDATE SET \
-             last_number = EXCLUDED.last_number, last_key = EXCLUDED.last_key, \
-             last_date = EXCLUDED.last_date, updated_at = EXCLUDED.updated_at",
-        )
-        .bind(seq.environment)
-        .bind(seq.cuit)
-        .bind(seq.pto_vta)
-        .bind(seq.cbte_tipo)
-        .bind(number)
-        .bind(new.key)
-        .bind(date)
-        .bind(now)
-        .execute_in(&mut tx, "claim an ARCA number")
-        .await?;
-        let v: ArcaVoucherRow = stmt(format!(
-            "INSERT INTO arca_vouchers (key, environment, cuit, pto_vta, cbte_tipo, number, \
-             cbte_fch, input_hash, input, state, sending_until, sends, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'reserved', $10, 1, $11, $11) \
-             RETURNING {VOUCHER_COLUMNS}"
-        ))
-        .bind(new.key)
-        .bind(seq.environment)
-        .bind(seq.cuit)
-        .bind(seq.pto_vta)
-        .bind(seq.cbte_tipo)
-        .bind(number)
-        .bind(date)
-        .bind(new.input_hash)
-        .bind(new.input)
-        .bind(new.sending_until)
-        .bind(now)
-        .fetch_one_in(&mut tx, "reserve an ARCA number")
-        .await?;
+        let v = claim_in(&mut tx, seq, new, number, date, Utc::now()).await?;
         tx.commit("reserve an ARCA number").await?;
         Ok(Reserve::Reserved(v))
     }
 
-    /// Takes the right to (re)send `key`'s open voucher until `until`: only when no other
-    /// sender may still be talking to ARCA about it. `None` when another one may.
+    /// The barrier, in one transaction: `old`, the sequence's last claim (open, its number
+    /// proven empty and next by ARCA, no send of it able to land any more), is settled
+    /// `superseded` naming `new.key`, and `new.key` is reserved at `old`'s number. The
+    /// conditions are checked again in the `UPDATE`, so a resend of `old` claimed meanwhile
+    /// ([`Db::arca_claim_send`]) and the barrier cannot both win: [`Reserve::Moved`].
+    pub async fn arca_supersede(
+        &self,
+        seq: ArcaSeq<'_>,
+        old: &ArcaVoucherRow,
+        new: &NewReservation<'_>,
+    ) -> Result<Reserve, StoreError> {
+        let (mut tx, row) = match self.open_claim(seq, new.key).await? {
+            Ok(open) => open,
+            Err(existing) => return Ok(existing),
+        };
+        let Some(row) = row.filter(|r| r.last_key.as_deref() == Some(old.key.as_str())) else {
+            tx.rollback().await?;
+            return Ok(Reserve::Moved);
+        };
+        let now = Utc::now();
+        let detail = format!(
+            "ARCA proved number {} empty and no send of this key could still land: the number \
+             went to {}",
+            old.number, new.key
+        );
+        let n = stmt(
+            "UPDATE arca_vouchers SET state = 'superseded', superseded_by = $2, detail = $3, \
+             sending_until = NULL, updated_at = $4 WHERE key = $1 AND number = $5 \
+             AND state IN ('reserved', 'unknown') \
+             AND (sending_until IS NULL OR sending_until < $4) \
+             AND (landing_until IS NULL OR landing_until < $4)",
+        )
+        .bind(&old.key)
+        .bind(new.key)
+        .bind(&detail)
+        .bind(now)
+        .bind(old.number)
+        .execute_in(&mut tx, "supersede an ARCA voucher")
+        .await?;
+        if n != 1 {
+            tx.rollback().await?;
+            return Ok(Reserve::Moved);
+        }
+        let date = ymd_max(new.today, row.last_date.as_deref());
+        let v = claim_in(&mut tx, seq, new, old.number, date, now).await?;
+        tx.commit("supersede an ARCA number").await?;
+        Ok(Reserve::Reserved(v))
+    }
+
+    /// Takes the right to (re)send `key`'s open voucher until `until` (its send may land
+    /// until `landing_until`): only when no other sender may still be talking to ARCA about
+    /// it. `None` when another one may, or when it was settled (superseded) meanwhile.
     pub async fn arca_claim_send(
         &self,
         key: &str,
         until: DateTime<Utc>,
+        landing_until: DateTime<Utc>,
     ) -> Result<Option<ArcaVoucherRow>, StoreError> {
         stmt(format!(
-            "UPDATE arca_vouchers SET state = 'reserved', sending_until = $2, sends = sends + 1, \
-             updated_at = $3 WHERE key = $1 AND state IN ('reserved', 'unknown') \
+            "UPDATE arca_vouchers SET state = 'reserved', sending_until = $2, landing_until = $4, \
+             sends = sends + 1, updated_at = $3 WHERE key = $1 \
+             AND state IN ('reserved', 'unknown') \
              AND (sending_until IS NULL OR sending_until < $3) RETURNING {VOUCHER_COLUMNS}"
         ))
         .bind(key)
         .bind(until)
         .bind(Utc::now())
+        .bind(landing_until)
         .writes()
         .fetch_optional(self, "claim an ARCA send")
         .await
@@ -454,6 +512,151 @@ impl Db {
         Ok(())
     }
 
+    /// The standing WSAA login refusal of (environment, service, certificate), if any.
+    pub async fn arca_login_refusal(
+        &self,
+        environment: &str,
+        service: &str,
+        cert_fingerprint: &str,
+    ) -> Result<Option<ArcaLoginRefusal>, StoreError> {
+        stmt(format!(
+            "SELECT {REFUSAL_COLUMNS} FROM arca_login_refusals \
+             WHERE environment = $1 AND service = $2 AND cert_fingerprint = $3"
+        ))
+        .bind(environment)
+        .bind(service)
+        .bind(cert_fingerprint)
+        .fetch_optional(self, "read a WSAA login refusal")
+        .await
+    }
+
+    /// Every standing WSAA login refusal (the admin's page).
+    pub async fn arca_login_refusals(&self) -> Result<Vec<ArcaLoginRefusal>, StoreError> {
+        stmt(format!(
+            "SELECT {REFUSAL_COLUMNS} FROM arca_login_refusals ORDER BY environment, service"
+        ))
+        .fetch_all(self, "list WSAA login refusals")
+        .await
+    }
+
+    /// Records a login refusal: `refusals` in a row, no login before `retry_at`.
+    pub async fn arca_save_login_refusal(&self, r: &ArcaLoginRefusal) -> Result<(), StoreError> {
+        stmt(
+            "INSERT INTO arca_login_refusals (environment, service, cert_fingerprint, refusals, \
+             refused_at, retry_at) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (environment, service, cert_fingerprint) DO UPDATE SET \
+             refusals = EXCLUDED.refusals, refused_at = EXCLUDED.refused_at, \
+             retry_at = EXCLUDED.retry_at",
+        )
+        .bind(&r.environment)
+        .bind(&r.service)
+        .bind(&r.cert_fingerprint)
+        .bind(r.refusals)
+        .bind(r.refused_at)
+        .bind(r.retry_at)
+        .execute(self, "record a WSAA login refusal")
+        .await?;
+        Ok(())
+    }
+
+    /// A login succeeded: the refusal is over.
+    pub async fn arca_clear_login_refusal(
+        &self,
+        environment: &str,
+        service: &str,
+        cert_fingerprint: &str,
+    ) -> Result<(), StoreError> {
+        stmt(
+            "DELETE FROM arca_login_refusals \
+             WHERE environment = $1 AND service = $2 AND cert_fingerprint = $3",
+        )
+        .bind(environment)
+        .bind(service)
+        .bind(cert_fingerprint)
+        .execute(self, "clear a WSAA login refusal")
+        .await?;
+        Ok(())
+    }
+
+    /// A human moves a sale whose voucher is a `conflict` on to its next attempt key: in one
+    /// transaction the conflict names `next_key` (`superseded_by`; the conflict itself stays
+    /// settled, never resent), the sale (`provider`, `payment_id`) goes back to
+    /// `arca_pending` from `needs_attention`, and the action is audited. `false` when the
+    /// voucher is not an unreleased conflict.
+    pub async fn arca_reissue_conflict(
+        &self,
+        key: &str,
+        next_key: &str,
+        (provider, payment_id): (&str, &str),
+        actor: &str,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let n = stmt(
+            "UPDATE arca_vouchers SET superseded_by = $2, updated_at = $3 \
+             WHERE key = $1 AND state = 'conflict' AND superseded_by IS NULL",
+        )
+        .bind(key)
+        .bind(next_key)
+        .bind(now)
+        .execute_in(&mut tx, "release an ARCA conflict")
+        .await?;
+        if n != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let reason = format!("ARCA: {key} was a conflict; re-issued as {next_key} by {actor}");
+        stmt(
+            "UPDATE payments SET status = 'arca_pending', reason = $1, updated_at = $2 \
+             WHERE provider = $3 AND payment_id = $4 AND status = 'needs_attention'",
+        )
+        .bind(&reason)
+        .bind(now)
+        .bind(provider)
+        .bind(payment_id)
+        .execute_in(&mut tx, "send an ARS sale back to ARCA")
+        .await?;
+        super::admin::admin_action(
+            actor,
+            "arca_reissue",
+            "arca_voucher",
+            key,
+            Some(&*reason),
+            now,
+        )
+        .execute_in(&mut tx, "record an admin action")
+        .await?;
+        tx.commit("re-issue an ARCA conflict").await?;
+        Ok(true)
+    }
+
+    /// A human ends a WSAA login refusal's wait (the next round logs in), audited.
+    pub async fn arca_end_login_refusal(
+        &self,
+        environment: &str,
+        cert_fingerprint: &str,
+        actor: &str,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let n = stmt(
+            "DELETE FROM arca_login_refusals WHERE environment = $1 AND cert_fingerprint = $2",
+        )
+        .bind(environment)
+        .bind(cert_fingerprint)
+        .execute_in(&mut tx, "end a WSAA login refusal")
+        .await?;
+        if n > 0 {
+            let target = format!("{environment}:{cert_fingerprint}");
+            let detail = "the next round logs in to WSAA without waiting";
+            super::admin::admin_action(actor, "arca_login_now", "wsaa", target, Some(detail), now)
+                .execute_in(&mut tx, "record an admin action")
+                .await?;
+        }
+        tx.commit("end a WSAA login refusal").await?;
+        Ok(n > 0)
+    }
+
     /// ARS sales waiting for their ARCA voucher (`arca_pending`), oldest first.
     pub async fn arca_pending_sales(&self, limit: i64) -> Result<Vec<ArcaSaleRow>, StoreError> {
         stmt(
@@ -525,4 +728,53 @@ pub struct ArcaSaleRow {
     pub payment_id: String,
     /// Decimal text in pesos.
     pub amount: String,
+}
+
+/// In `tx`: the sequence row (written first) names `new.key` at `number`, then the
+/// reservation itself.
+async fn claim_in(
+    tx: &mut Tx<'_>,
+    seq: ArcaSeq<'_>,
+    new: &NewReservation<'_>,
+    number: i64,
+    date: &str,
+    now: DateTime<Utc>,
+) -> Result<ArcaVoucherRow, StoreError> {
+    stmt(
+        "INSERT INTO arca_sequences (environment, cuit, pto_vta, cbte_tipo, last_number, \
+         last_key, last_date, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT (environment, cuit, pto_vta, cbte_tipo) DO UPDATE SET \
+         last_number = EXCLUDED.last_number, last_key = EXCLUDED.last_key, \
+         last_date = EXCLUDED.last_date, updated_at = EXCLUDED.updated_at",
+    )
+    .bind(seq.environment)
+    .bind(seq.cuit)
+    .bind(seq.pto_vta)
+    .bind(seq.cbte_tipo)
+    .bind(number)
+    .bind(new.key)
+    .bind(date)
+    .bind(now)
+    .execute_in(tx, "claim an ARCA number")
+    .await?;
+    stmt(format!(
+        "INSERT INTO arca_vouchers (key, environment, cuit, pto_vta, cbte_tipo, number, \
+         cbte_fch, input_hash, input, state, sending_until, landing_until, sends, created_at, \
+         updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'reserved', $10, $11, 1, $12, \
+         $12) RETURNING {VOUCHER_COLUMNS}"
+    ))
+    .bind(new.key)
+    .bind(seq.environment)
+    .bind(seq.cuit)
+    .bind(seq.pto_vta)
+    .bind(seq.cbte_tipo)
+    .bind(number)
+    .bind(date)
+    .bind(new.input_hash)
+    .bind(new.input)
+    .bind(new.sending_until)
+    .bind(new.landing_until)
+    .bind(now)
+    .fetch_one_in(tx, "reserve an ARCA number")
+    .await
 }

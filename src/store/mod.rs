@@ -76,8 +76,8 @@ mod views;
 
 pub use admin::{ActionRow, AdminSession, FindingRow};
 pub use arca::{
-    ArcaSaleRow, ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow, NewReservation, Reserve,
-    arca_state,
+    ArcaLoginRefusal, ArcaSaleRow, ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow,
+    NewReservation, Reserve, arca_state,
 };
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
@@ -201,6 +201,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "merchant_events",
         include_str!("../../migrations/sqlite/0025_merchant_events.sql"),
     ),
+    (
+        27,
+        "arca_barrier",
+        include_str!("../../migrations/sqlite/0027_arca_barrier.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -292,6 +297,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         25,
         "merchant_events",
         include_str!("../../migrations/postgres/0025_merchant_events.sql"),
+    ),
+    (
+        27,
+        "arca_barrier",
+        include_str!("../../migrations/postgres/0027_arca_barrier.sql"),
     ),
 ];
 

@@ -25,13 +25,13 @@ const PTO_VTA: i32 = 7;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Factura B to an anonymous consumidor final for `cents`, IVA 21 % included.
-fn sale(cents: i64) -> VoucherInput {
+pub(crate) fn sale(cents: i64) -> VoucherInput {
     VoucherInput::consumidor_final(Decimal::new(cents, 2), Alicuota::Veintiuno)
 }
 
-struct Rig {
-    app: TestApp,
-    sim: ArcaSimHandle,
+pub(crate) struct Rig {
+    pub(crate) app: TestApp,
+    pub(crate) sim: ArcaSimHandle,
     http: reqwest::Client,
     _dir: tempfile::TempDir,
 }
@@ -50,7 +50,7 @@ fn wsfe(sim: &ArcaSimHandle) -> Wsfe {
     wsfe_at(&sim.wsfe_url())
 }
 
-fn issuer(db: &Db, sim: &ArcaSimHandle) -> Issuer {
+pub(crate) fn issuer(db: &Db, sim: &ArcaSimHandle) -> Issuer {
     Issuer::new(
         db.clone(),
         wsfe(sim),
@@ -61,7 +61,7 @@ fn issuer(db: &Db, sim: &ArcaSimHandle) -> Issuer {
     )
 }
 
-async fn rig(b: Backend) -> Option<Rig> {
+pub(crate) async fn rig(b: Backend) -> Option<Rig> {
     let dir = tempfile::tempdir().expect("tempdir");
     let sim = ArcaSim::open(&dir.path().join("arcasim.json")).expect("sim");
     let sim = start(Arc::new(sim), "127.0.0.1:0").expect("start the sandbox ARCA");
@@ -75,11 +75,11 @@ async fn rig(b: Backend) -> Option<Rig> {
 }
 
 impl Rig {
-    fn issuer(&self) -> Issuer {
+    pub(crate) fn issuer(&self) -> Issuer {
         issuer(&self.app.db, &self.sim)
     }
 
-    async fn faults(&self, spec: &str) {
+    pub(crate) async fn faults(&self, spec: &str) {
         let r = self
             .http
             .put(format!("{}/_sim/faults", self.sim.url()))
@@ -102,14 +102,20 @@ impl Rig {
         self.sim_get("vouchers").await
     }
 
+    /// Each voucher at the sandbox: its number and total.
+    pub(crate) async fn totals(&self) -> Vec<(i64, Decimal)> {
+        let v = self.vouchers().await;
+        v.iter().map(|v| (v.number, v.input.imp_total)).collect()
+    }
+
     /// `FECAESolicitar` requests the sandbox received.
-    async fn solicits(&self) -> u64 {
+    pub(crate) async fn solicits(&self) -> u64 {
         let v: serde_json::Value = self.sim_get("stats").await;
         v["solicits"].as_u64().expect("solicits")
     }
 
     /// With `fault` set, `key` is sent and its outcome stays unknown at `number`.
-    async fn lose(&self, fault: &str, key: &str, input: &VoucherInput, number: i64) {
+    pub(crate) async fn lose(&self, fault: &str, key: &str, input: &VoucherInput, number: i64) {
         self.faults(fault).await;
         let o = self.issuer().issue(key, input).await.expect("issue");
         assert!(
@@ -118,7 +124,7 @@ impl Rig {
         );
     }
 
-    async fn state_of(&self, key: &str) -> Option<String> {
+    pub(crate) async fn state_of(&self, key: &str) -> Option<String> {
         let v = self.app.db.arca_voucher(key).await.expect("read");
         v.map(|v| v.state)
     }
@@ -133,7 +139,7 @@ fn seq() -> ArcaSeq<'static> {
     }
 }
 
-fn authorized(o: &Outcome) -> (i64, String, bool) {
+pub(crate) fn authorized(o: &Outcome) -> (i64, String, bool) {
     match o {
         Outcome::Authorized {
             number,
@@ -336,6 +342,7 @@ async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend)
         input: &text,
         today: "2000-01-01",
         sending_until: until,
+        landing_until: until + chrono::Duration::minutes(2),
     };
     let in_flight = reserve(chrono::Utc::now() + chrono::Duration::minutes(1));
     let reserved = r.app.db.arca_reserve(seq(), &in_flight, None).await;
@@ -380,12 +387,7 @@ async fn a_reservation_whose_sender_died_is_sent_again_at_its_number(b: Backend)
     assert_eq!(number, 3);
     let (number, _, recovered) = authorized(&i.issue("mp:6002", &input).await.expect("issue"));
     assert_eq!((number, recovered), (2, false));
-    let at_arca: Vec<(i64, Decimal)> = r
-        .vouchers()
-        .await
-        .iter()
-        .map(|v| (v.number, v.input.imp_total))
-        .collect();
+    let at_arca = r.totals().await;
     assert_eq!(
         at_arca,
         [

@@ -47,6 +47,21 @@ fn wsaa(db: &Db, sim: &ArcaSimHandle, renew_before: chrono::Duration) -> Wsaa {
     .expect("wsaa")
 }
 
+/// `FECompUltimoAutorizado` of Factura C at point 1, with the ticket `token`/`sign`.
+async fn last_with(
+    sim: &ArcaSimHandle,
+    token: &str,
+    sign: &str,
+) -> Result<i64, autofactura::arca::WsfeError> {
+    let auth = Auth {
+        token: token.to_owned(),
+        sign: sign.to_owned(),
+        cuit: CUIT,
+    };
+    let w = Wsfe::new(&sim.wsfe_url(), auth, TIMEOUT).expect("wsfe");
+    w.last_authorized(1, CbteTipo::FacturaC).await
+}
+
 fn logins(sim: &ArcaSimHandle) -> u64 {
     sim.sim().logins.load(std::sync::atomic::Ordering::SeqCst)
 }
@@ -82,25 +97,8 @@ async fn a_ticket_is_logged_in_once_stored_and_reused_after_a_restart(b: Backend
         "the stored ticket is reused after a restart"
     );
     // And WSFEv1 takes it (the sandbox asks for a ticket it handed out).
-    let auth = Auth {
-        token: t.token.clone(),
-        sign: t.sign.clone(),
-        cuit: CUIT,
-    };
-    let w = Wsfe::new(&sim.wsfe_url(), auth, TIMEOUT).expect("wsfe");
-    assert_eq!(
-        w.last_authorized(1, CbteTipo::FacturaC)
-            .await
-            .expect("last"),
-        0
-    );
-    let forged = Auth {
-        token: "forged".into(),
-        sign: t.sign,
-        cuit: CUIT,
-    };
-    let w = Wsfe::new(&sim.wsfe_url(), forged, TIMEOUT).expect("wsfe");
-    assert!(w.last_authorized(1, CbteTipo::FacturaC).await.is_err());
+    assert_eq!(last_with(&sim, &t.token, &t.sign).await.expect("last"), 0);
+    assert!(last_with(&sim, "forged", &t.sign).await.is_err());
     sim.stop().await;
 }
 
@@ -148,9 +146,85 @@ async fn a_ticket_near_its_expiry_is_renewed_and_a_refused_renewal_keeps_it(b: B
     sim.stop().await;
 }
 
+fn fingerprint() -> String {
+    let cert = openssl::x509::X509::from_pem(&credentials().0).expect("cert");
+    let digest = cert
+        .digest(openssl::hash::MessageDigest::sha256())
+        .expect("digest");
+    hex::encode(digest)
+}
+
+async fn a_login_whose_answer_is_lost_does_not_lock_the_appliance_out(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim = sandbox(&dir, "strict_auth=true");
+    let s = sim.sim();
+    let ordering = std::sync::atomic::Ordering::SeqCst;
+    // ARCA hands out a 12 h ticket and the answer is lost: as if the process died before
+    // storing it. New logins are refused for 3 s after it (ARCA: minutes).
+    s.relogin_seconds.store(3, ordering);
+    s.lose_logins.store(1, ordering);
+    let renew = chrono::Duration::minutes(10);
+    let backoff =
+        |w: Wsaa| w.with_login_backoff(chrono::Duration::seconds(1), chrono::Duration::seconds(2));
+    let lost = backoff(wsaa(&app.db, &sim, renew)).ticket().await;
+    assert!(matches!(lost, Err(WsaaError::Transport(_))), "{lost:?}");
+    assert_eq!(logins(&sim), 1, "ARCA handed out a ticket");
+    let fp = fingerprint();
+    let stored = app.db.arca_ticket("homologacion", SERVICE, &fp).await;
+    assert_eq!(stored.expect("read"), None, "nothing was stored");
+
+    // A restarted instance: refused while the lost ticket is young, then it backs off (no
+    // login tried before the refusal's retry time), then logs in.
+    let restarted = backoff(wsaa(&app.db, &sim, renew));
+    let refused = restarted.ticket().await;
+    assert!(
+        matches!(refused, Err(WsaaError::LockedOut { .. })),
+        "{refused:?}"
+    );
+    let refusal = app
+        .db
+        .arca_login_refusal("homologacion", SERVICE, &fp)
+        .await;
+    let refusal = refusal.expect("read").expect("the refusal is recorded");
+    assert_eq!(refusal.refusals, 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let ticket = loop {
+        let attempts = s.login_attempts.load(ordering);
+        match restarted.ticket().await {
+            Ok(t) => break t,
+            Err(WsaaError::LockedOut { until }) => {
+                if until > chrono::Utc::now() + chrono::Duration::milliseconds(500) {
+                    // Still backing off: only a refusal just now may have called ARCA.
+                    assert!(s.login_attempts.load(ordering) <= attempts + 1);
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "locked out");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(logins(&sim), 2, "one new ticket");
+    let last = last_with(&sim, &ticket.token, &ticket.sign).await;
+    assert_eq!(last.expect("WSFEv1 takes the new ticket"), 0);
+    let stored = app.db.arca_ticket("homologacion", SERVICE, &fp).await;
+    assert_eq!(stored.expect("read").map(|t| t.token), Some(ticket.token));
+    let refusal = app
+        .db
+        .arca_login_refusal("homologacion", SERVICE, &fp)
+        .await;
+    assert_eq!(refusal.expect("read"), None, "the refusal is over");
+    // Backing off asked ARCA far less often than the 200 ms polling would have.
+    assert!(s.login_attempts.load(ordering) < 12, "{s:?}");
+    sim.stop().await;
+}
+
 crate::on_both_backends!(
     a_ticket_is_logged_in_once_stored_and_reused_after_a_restart,
     a_ticket_near_its_expiry_is_renewed_and_a_refused_renewal_keeps_it,
+    a_login_whose_answer_is_lost_does_not_lock_the_appliance_out,
 );
 
 /// `loginCms` of `cms` over HTTP: the sandbox's fault code, or `ok`.

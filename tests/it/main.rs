@@ -10,6 +10,7 @@
 //!   discounts and shipping (issue 18).
 //! - `arca`: Argentina (ARCA vouchers exactly once) against the sandbox ARCA, both backends.
 //! - `arca_admin`: the admin's ARCA vouchers in a real headless Chromium.
+//! - `arca_barrier`: a number ARCA proves empty is superseded; the old key never resends.
 //! - `arca_sales`: a Mercado Pago sale in ARS → one ARCA voucher with a CAE, end to end.
 //! - `arca_wsaa`: the WSAA login and its ticket stored, shared and renewed, both backends.
 //! - `folio`: folios numbered at sealing, 1..N per serie under load, redeliveries and SIGKILL.
@@ -31,6 +32,7 @@ mod api;
 mod api_payments;
 mod arca;
 mod arca_admin;
+mod arca_barrier;
 mod arca_print;
 mod arca_sales;
 mod arca_wsaa;

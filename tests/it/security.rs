@@ -71,6 +71,8 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/documents/{id}/pdf", Access::Page),
     ("GET", "/export/month", Access::Page),
     ("GET", "/arca", Access::Page),
+    ("POST", "/arca/reissue", Access::Form),
+    ("POST", "/arca/login-now", Access::Form),
 ];
 
 /// The `(METHOD, path)` pairs registered by `admin::routes`, read from its source: each
@@ -374,7 +376,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 35, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 37, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
@@ -424,7 +426,7 @@ async fn every_admin_form_refuses_a_missing_or_foreign_csrf_token(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 16, "every form, every bad token");
+    assert_eq!(checked, 4 * 18, "every form, every bad token");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The login form: its token is the double-submit cookie, which a forger does not have.
