@@ -457,7 +457,7 @@ impl Db {
     /// ARS sales waiting for their ARCA voucher (`arca_pending`), oldest first.
     pub async fn arca_pending_sales(&self, limit: i64) -> Result<Vec<ArcaSaleRow>, StoreError> {
         stmt(
-            "SELECT id, provider, payment_id, amount FROM payments \
+            "SELECT id, provider, payment_id, amount, customer_json FROM payments \
              WHERE status = 'arca_pending' ORDER BY id LIMIT $1",
         )
         .bind(limit)
@@ -525,4 +525,6 @@ pub struct ArcaSaleRow {
     pub payment_id: String,
     /// Decimal text in pesos.
     pub amount: String,
+    /// The buyer's data (`crate::ingest::CustomerData`: its `identification`).
+    pub customer_json: String,
 }

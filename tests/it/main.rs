@@ -31,6 +31,7 @@ mod api;
 mod api_payments;
 mod arca;
 mod arca_admin;
+mod arca_buyers;
 mod arca_sales;
 mod arca_wsaa;
 mod backup_pause;
