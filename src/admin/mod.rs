@@ -30,9 +30,11 @@
 //! - [`globals`]: the facturas globales, one with its sales, its replacement (motivo 01).
 //! - [`findings`]: the reconciliation page and its actions.
 //! - [`arca`]: the ARCA vouchers of Argentina (state, number, CAE), open ones first.
+//! - [`arca_print`]: an authorized ARCA voucher's PDF with ARCA's QR.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
 pub mod arca;
+pub mod arca_print;
 pub mod auth;
 pub mod cancel;
 pub mod codes;
@@ -245,7 +247,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
                 web::post().to(findings::resolve_finding),
             )
             .route("/audit", web::get().to(lists::audit))
-            .route("/arca", web::get().to(arca::vouchers)),
+            .route("/arca", web::get().to(arca::vouchers))
+            .route("/arca/print", web::get().to(arca_print::print)),
     );
 }
 

@@ -12,19 +12,23 @@
 //!   ticket cached in the database, shared by instances and renewed before it expires.
 //! - [`buyer`]: who a sale's voucher names (CUIT, CUIL, DNI or nobody, and the IVA
 //!   condition), from Mercado Pago's `payer.identification`; no I/O.
+//! - [`print`]: the printable voucher: its fields and ARCA's QR (RG 4892), for
+//!   [`crate::pdf::sheet`].
 //! - [`drain`]: the loop of `serve` and `worker` issuing the ARS sales ingest marked
 //!   `arca_pending` (Mercado Pago in ARS with `[arca]` on), and the notas de crédito of their
 //!   refunds.
 //!
 //! Who may import it: the sandbox ([`crate::arcasim`], for the model and the envelopes),
 //! startup, the CLI and tests; the settings ([`crate::config`]) use the model's leaf types. It
-//! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings and the XML
+//! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings, the PDF pages
+//! ([`crate::pdf::sheet`]) and the XML
 //! reader of [`crate::cfdi::dom`]. Batching (`CantReg` > 1) remains (docs/arca.md).
 
 pub mod buyer;
 pub mod drain;
 pub mod issue;
 pub mod model;
+pub mod print;
 pub mod wsaa;
 pub mod wsfe;
 

@@ -133,8 +133,9 @@ impl Pages {
         self.y -= 10.0;
     }
 
-    /// Closes the last page and adds the footer to each: the legend, the UUID, page i of n.
-    pub fn finish(mut self, uuid: &str) -> (Fonts, Vec<Content>) {
+    /// Closes the last page and adds the footer to each: `legend`, the document's `id` (`UUID
+    /// …`), page i of n.
+    pub fn finish(mut self, legend: &str, id: &str) -> (Fonts, Vec<Content>) {
         let last = std::mem::replace(&mut self.page, Content::new());
         self.done.push(last);
         let n = self.done.len();
@@ -148,14 +149,8 @@ impl Pages {
                 .move_to(MARGIN, MARGIN + 12.0)
                 .line_to(self.width - MARGIN, MARGIN + 12.0)
                 .stroke();
-            self.text(
-                MARGIN,
-                MARGIN,
-                Face::Regular,
-                7.0,
-                "Este documento es una representación impresa de un CFDI",
-            );
-            let right = format!("UUID {uuid} · Página {} de {n}", i + 1);
+            self.text(MARGIN, MARGIN, Face::Regular, 7.0, legend);
+            let right = format!("{id} · Página {} de {n}", i + 1);
             let w = self.width - MARGIN;
             self.text_right(w, MARGIN, Face::Regular, 7.0, &right);
             std::mem::swap(&mut self.page, page);

@@ -5,18 +5,21 @@
 //! wherever the PDF is offered (API, admin, CLI, email).
 //!
 //! - [`doc`]: the printable fields read from the XML.
+//! - [`sheet`]: a voucher that is not a CFDI (an ARCA comprobante): labelled fields and a
+//!   verification QR, drawn with the same pages, font and QR.
 //! - `layout`: pages and the cursor that fills them; `font`: the embedded font; `draw`: the
 //!   sections of the page; `image`: the merchant logo (JPEG or PNG).
 //!
-//! Who may import it: `startup`, `api`, `admin`, `ops`, the email deliveries and tests. It uses
-//! the document engine's XML tree and cadena, the SAT status query's expresión impresa and
-//! `[pdf]`.
+//! Who may import it: `startup`, `api`, `admin`, `ops`, `arca` (its printable voucher), the
+//! email deliveries and tests. It uses the document engine's XML tree and cadena, the SAT
+//! status query's expresión impresa and `[pdf]`.
 
 pub mod doc;
 mod draw;
 mod font;
 mod image;
 mod layout;
+pub mod sheet;
 
 use std::io::Write;
 
@@ -69,31 +72,55 @@ pub fn render(xml: &[u8], opts: &PdfOptions) -> Result<Vec<u8>, PrintError> {
     let doc = Printable::from_xml(xml)?;
     let (w, h) = page_size(opts.paper);
     let pages = draw::draw(&doc, w, h, opts.logo.as_ref());
-    let (fonts, contents) = pages.finish(&doc.uuid);
+    let done = pages.finish(
+        "Este documento es una representación impresa de un CFDI",
+        &format!("UUID {}", doc.uuid),
+    );
+    let title = format!("CFDI {} {}", doc.serie_folio, doc.uuid);
+    Ok(assemble(
+        done,
+        (w, h),
+        title.trim(),
+        opts.logo.as_ref(),
+        &[],
+    ))
+}
 
+/// The PDF of drawn pages `done` (`w` × `h` points), titled `title`, with `links` (an area
+/// of the first page and the URL it opens).
+fn assemble(
+    (fonts, contents): (font::Fonts, Vec<pdf_writer::Content>),
+    (w, h): (f32, f32),
+    title: &str,
+    logo_image: Option<&Logo>,
+    links: &[(Rect, String)],
+) -> Vec<u8> {
     let mut ids = Ids(0);
     let catalog = ids.next();
     let tree = ids.next();
     let info = ids.next();
     let regular = ids.next();
     let bold = ids.next();
-    let logo = opts.logo.as_ref().map(|_| ids.next());
+    let logo = logo_image.map(|_| ids.next());
     let page_ids: Vec<(Ref, Ref)> = contents.iter().map(|_| (ids.next(), ids.next())).collect();
+    let link_ids: Vec<Ref> = links.iter().map(|_| ids.next()).collect();
 
     let mut pdf = Pdf::new();
     pdf.catalog(catalog).pages(tree);
     pdf.pages(tree)
         .kids(page_ids.iter().map(|p| p.0))
         .count(i32::try_from(page_ids.len()).unwrap_or(i32::MAX));
-    let title = format!("CFDI {} {}", doc.serie_folio, doc.uuid);
     pdf.document_info(info)
-        .title(pdf_writer::TextStr(title.trim()))
+        .title(pdf_writer::TextStr(title))
         .producer(pdf_writer::TextStr("autofactura"));
-    for ((page_id, content_id), content) in page_ids.iter().zip(contents) {
+    for (i, ((page_id, content_id), content)) in page_ids.iter().zip(contents).enumerate() {
         let mut page = pdf.page(*page_id);
         page.media_box(Rect::new(0.0, 0.0, w, h))
             .parent(tree)
             .contents(*content_id);
+        if i == 0 && !link_ids.is_empty() {
+            page.annotations(link_ids.iter().copied());
+        }
         let mut res = page.resources();
         res.fonts()
             .pair(font::Face::Regular.resource(), regular)
@@ -106,11 +133,20 @@ pub fn render(xml: &[u8], opts: &PdfOptions) -> Result<Vec<u8>, PrintError> {
         pdf.stream(*content_id, &deflate(&content.finish()))
             .filter(Filter::FlateDecode);
     }
-    if let (Some(id), Some(l)) = (logo, &opts.logo) {
+    for (id, (rect, url)) in link_ids.iter().zip(links) {
+        let mut a = pdf.annotation(*id);
+        a.subtype(pdf_writer::types::AnnotationType::Link)
+            .rect(*rect)
+            .border(0.0, 0.0, 0.0, None);
+        a.action()
+            .action_type(pdf_writer::types::ActionType::Uri)
+            .uri(pdf_writer::Str(url.as_bytes()));
+    }
+    if let (Some(id), Some(l)) = (logo, logo_image) {
         l.write(&mut pdf, id);
     }
     fonts.write(&mut pdf, regular, bold, &mut || ids.next());
-    Ok(pdf.finish())
+    pdf.finish()
 }
 
 /// [`render`] off the async threads (a page of text and a font subset is milliseconds of CPU).

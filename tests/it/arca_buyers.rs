@@ -132,7 +132,7 @@ async fn buyers_are_named_by_cuit_cuil_or_dni_and_their_condition_picks_the_clas
             .expect("payments")
             .insert(id.into(), payment(id, amount, ident, meta, &[]));
     }
-    let Some((app, sim)) = rig_with(b, &dir, true, &fake_mp(&payments)).await else {
+    let Some((app, sim)) = rig_with(b, &dir, true, &fake_mp(&payments), "").await else {
         return;
     };
     for n in 1..=7 {
@@ -211,7 +211,7 @@ async fn refunds_become_notas_de_credito_naming_the_sale_once_each(b: Backend) {
             .insert(id.into(), payment(id, "1210.00", dni, "{}", refunds));
     };
     set(&[("9000001", "300.00")]);
-    let Some((app, sim)) = rig_with(b, &dir, true, &fake_mp(&payments)).await else {
+    let Some((app, sim)) = rig_with(b, &dir, true, &fake_mp(&payments), "").await else {
         return;
     };
     mp_notify(&app, "n-rf-1", "payment.created", id).await;
@@ -280,9 +280,88 @@ async fn refunds_become_notas_de_credito_naming_the_sale_once_each(b: Backend) {
     sim.stop().await;
 }
 
+async fn an_authorized_voucher_prints_with_arca_s_qr(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let payments = Payments::default();
+    let (id, dni) = ("7400000001", r#"{"type": "DNI", "number": "26756539"}"#);
+    payments
+        .lock()
+        .expect("payments")
+        .insert(id.into(), payment(id, "1210.00", dni, "{}", &[]));
+    let admin = format!(
+        "\n[admin]\npassword = \"{}\"\n",
+        crate::support::admin::PASSWORD
+    );
+    let Some((app, sim)) = rig_with(b, &dir, true, &fake_mp(&payments), &admin).await else {
+        return;
+    };
+    mp_notify(&app, "n-print-1", "payment.created", id).await;
+    let key = format!("mercadopago:{id}");
+    let v = authorized(&app.db, &key).await;
+    let cae = v.cae.clone().expect("a CAE");
+    let browser = crate::support::admin::Browser::new(&app);
+    browser.login().await;
+    let (status, headers, pdf) = browser
+        .get_bytes(&format!("/admin/arca/print?key={key}"))
+        .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&pdf));
+    assert_eq!(headers["content-type"], "application/pdf");
+    let text = crate::support::pdf::text(&pdf, None);
+    for needle in [
+        "Factura B",
+        "00003-00000001",
+        cae.as_str(),
+        "DNI 26756539",
+        "1210.00",
+    ] {
+        assert!(text.contains(needle), "{needle} not in\n{text}");
+    }
+    // The QR (and its link) is ARCA's URL: RG 4892's JSON in base64.
+    use base64::Engine;
+    let codes = crate::support::pdf::qr_codes(&pdf);
+    assert_eq!(codes.len(), 1, "{codes:?}");
+    let p = codes[0]
+        .strip_prefix("https://www.afip.gob.ar/fe/qr/?p=")
+        .expect("ARCA's QR URL");
+    let json: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(p)
+            .expect("base64"),
+    )
+    .expect("json");
+    assert_eq!(
+        (
+            &json["cuit"],
+            &json["ptoVta"],
+            &json["tipoCmp"],
+            &json["nroCmp"]
+        ),
+        (
+            &serde_json::json!(CUIT),
+            &serde_json::json!(PTO_VTA),
+            &serde_json::json!(6),
+            &serde_json::json!(1)
+        )
+    );
+    assert_eq!(json["codAut"].to_string(), cae);
+    assert_eq!(
+        (json["importe"].as_i64(), json["tipoDocRec"].as_i64()),
+        (Some(1210), Some(96))
+    );
+    assert!(
+        String::from_utf8_lossy(&pdf).contains(&codes[0]),
+        "the QR is also a link"
+    );
+    // A key without a voucher is not found.
+    let (status, _, _) = browser.get_bytes("/admin/arca/print?key=nothing").await;
+    assert_eq!(status, 404);
+    sim.stop().await;
+}
+
 crate::on_both_backends!(
     buyers_are_named_by_cuit_cuil_or_dni_and_their_condition_picks_the_class,
     refunds_become_notas_de_credito_naming_the_sale_once_each,
+    an_authorized_voucher_prints_with_arca_s_qr,
 );
 
 /// The codes of a rejected answer (errors and observations).
