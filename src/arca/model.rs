@@ -672,6 +672,46 @@ mod tests {
     }
 
     #[test]
+    fn notas_de_credito_in_any_steps_add_up_to_the_voucher_field_by_field() {
+        let asoc = CbteAsoc {
+            tipo: 6,
+            pto_vta: 3,
+            nro: 1,
+            cuit: 20_111_111_112,
+            cbte_fch: NaiveDate::from_ymd_opt(2026, 12, 4).expect("date"),
+        };
+        let b = consumidor_final(121_000);
+        let mut c = b.clone();
+        (c.imp_neto, c.imp_iva) = (c.imp_total, Decimal::ZERO);
+        c.iva.clear();
+        for (sale, tipo) in [(b, CbteTipo::NotaCreditoB), (c, CbteTipo::NotaCreditoC)] {
+            let steps = [1, 33_333, 12_345, 75_321].map(|cents| Decimal::new(cents, 2));
+            assert_eq!(steps.iter().sum::<Decimal>(), sale.imp_total);
+            let mut before = Decimal::ZERO;
+            let mut notas = Vec::new();
+            for a in steps {
+                let mut nc = sale.credited(before, a);
+                nc.cbtes_asoc = vec![asoc.clone()];
+                assert_eq!(nc.imp_total, a);
+                assert_eq!(nc.problems(tipo), vec![], "{nc:?}");
+                assert!(nc.imp_neto >= Decimal::ZERO && nc.imp_iva >= Decimal::ZERO);
+                before += a;
+                notas.push(nc);
+            }
+            let sum = |f: fn(&VoucherInput) -> Decimal| notas.iter().map(f).sum::<Decimal>();
+            assert_eq!(sum(|n| n.imp_neto), sale.imp_neto);
+            assert_eq!(sum(|n| n.imp_iva), sale.imp_iva);
+            // Without CbtesAsoc a nota de crédito is refused.
+            let bare = sale.credited(Decimal::ZERO, Decimal::ONE);
+            assert!(
+                bare.problems(tipo)
+                    .iter()
+                    .any(|m| m.code == codes::CBTES_ASOC_MISSING)
+            );
+        }
+    }
+
+    #[test]
     fn the_hash_changes_with_any_amount() {
         let a = consumidor_final(12_100);
         let mut b = a.clone();

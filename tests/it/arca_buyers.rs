@@ -230,6 +230,9 @@ async fn refunds_become_notas_de_credito_naming_the_sale_once_each(b: Backend) {
     );
     mp_notify(&app, "n-rf-2", "payment.updated", id).await;
     mp_notify(&app, "n-rf-3", "payment.updated", id).await;
+    // A late delivery of an older state (one refund listed) changes nothing either.
+    set(&[("9000001", "300.00")]);
+    mp_notify(&app, "n-rf-4", "payment.updated", id).await;
     // Rounds run every second: a second nota would have been issued by now.
     tokio::time::sleep(Duration::from_secs(4)).await;
 
