@@ -1,6 +1,7 @@
 //! Refunds (`refunds`): each one a provider reported as succeeded, recorded once by its id, and
 //! what it became — an egreso frozen in the same transaction, a wait for the original's UUID
-//! (`awaiting_original`), a smaller share of the coming factura global (`global_reduced`).
+//! (`awaiting_original`), a smaller share of the coming factura global (`global_reduced`), or
+//! for a sale ARCA invoices a nota de crédito to issue (`arca_pending`, `arca_refunds.rs`).
 //!
 //! What a refund becomes is decided outside the store (`crate::refund`), from what the
 //! transaction read of its sale ([`RefundSale`]); the store only reads, locks and writes. An
