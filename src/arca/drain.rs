@@ -142,7 +142,8 @@ impl Drainer {
         let mut waiting = HashSet::new();
         let mut settled = 0;
         for sale in sales {
-            let plan = self.plan_sale(&sale);
+            let key = format!("{}:{}", sale.provider, sale.payment_id);
+            let plan = self.plan_sale(&key, &sale).await?;
             if let Ok((tipo, _, _)) = &plan
                 && waiting.contains(tipo)
             {
@@ -151,13 +152,15 @@ impl Drainer {
             let result = match plan {
                 Err(why) => Some(Err(why)),
                 Ok((tipo, input, note)) => {
-                    let key = format!("{}:{}", sale.provider, sale.payment_id);
                     let got = self.issue(&issuer(tipo), &key, tipo, &input).await?;
                     if got.is_none() {
                         waiting.insert(tipo);
                     }
                     got.map(|r| {
-                        r.map(|text| note.map_or(text.clone(), |n| format!("{text} ({n})")))
+                        r.map(|text| match note {
+                            Some(n) => format!("{text} ({n})"),
+                            None => text,
+                        })
                     })
                 }
             };
@@ -205,9 +208,25 @@ impl Drainer {
         Ok(settled)
     }
 
-    /// A sale's voucher: its type, its input, and a note on what of the buyer's data was not
-    /// used; `Err` says why the sale cannot be issued as it is.
-    fn plan_sale(
+    /// A sale's voucher under `key`: its type, its input, and a note on what of the buyer's
+    /// data was not used; `Err` says why the sale cannot be issued as it is. A key issued
+    /// before keeps the type and input it was bound to (the settings, or this code, may have
+    /// changed since: never a second voucher for a sale).
+    async fn plan_sale(
+        &self,
+        key: &str,
+        sale: &ArcaSaleRow,
+    ) -> anyhow::Result<Result<(CbteTipo, VoucherInput, Option<String>), String>> {
+        if let Some(v) = self.db.arca_voucher(key).await? {
+            let tipo = CbteTipo::from_code(v.cbte_tipo)
+                .with_context(|| format!("voucher type {} of {key}", v.cbte_tipo))?;
+            let input = serde_json::from_str(&v.input).context("a stored voucher")?;
+            return Ok(Ok((tipo, input, None)));
+        }
+        Ok(self.new_sale_plan(sale))
+    }
+
+    fn new_sale_plan(
         &self,
         sale: &ArcaSaleRow,
     ) -> Result<(CbteTipo, VoucherInput, Option<String>), String> {
