@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn an_enabled_arca_section_names_every_problem() {
         let bad = "[arca]\nenabled = true\ncuit = 20111111113\npunto_venta = 0\n\
-                   iva_rate = \"19\"\nwsaa_url = \"ftp://x\"\n";
+                   iva_rate = \"19\"\nwsaa_url = \"ftp://x\"\nanonymous_limit = \"-1\"\n";
         let err = Settings::from_parts(Some(bad), &[])
             .expect_err("refused")
             .to_string();
@@ -319,6 +319,7 @@ mod tests {
             "[arca] cert and key",
             "[arca] iva_rate = \"19\"",
             "[arca] wsaa_url",
+            "[arca] anonymous_limit = \"-1\"",
         ] {
             assert!(err.contains(needle), "{needle} not in {err}");
         }
