@@ -104,6 +104,21 @@ pub struct CustomerData {
     pub codigo_postal: Option<String>,
     pub uso_cfdi: Option<String>,
     pub email: Option<String>,
+    /// An Argentine buyer's document and IVA condition (ARCA, `crate::arca::buyer`); only on
+    /// sales in ARS, and then only serialized.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identification: Option<Identification>,
+}
+
+/// What identifies an Argentine buyer, unvalidated: Mercado Pago's `payer.identification`
+/// (`type` CUIT, CUIL, DNI, …, and `number`) and the IVA condition the merchant's checkout put
+/// in the payment's metadata (`condicion_iva`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Identification {
+    pub kind: Option<String>,
+    pub number: Option<String>,
+    pub condicion_iva: Option<String>,
 }
 
 impl CustomerData {

@@ -15,7 +15,8 @@
 //! - [`arca`]: Argentina (`[arca]`): the ARCA voucher model, the WSAA login and the WSFEv1
 //!   client, the issuer that authorizes each voucher exactly once (the number, reserved in the
 //!   database before the call, is its identity), and the loop that issues Mercado Pago sales in
-//!   ARS (`arca::drain`, beside the worker pool).
+//!   ARS to the buyer they name and the notas de crédito of their refunds (`arca::drain`,
+//!   beside the worker pool); the printable voucher with ARCA's QR (`arca::print`).
 //! - [`arcasim`]: the sandbox ARCA (WSFEv1's numbering and checks, lost answers, outages,
 //!   persistent vouchers); in-process for tests or `autofactura arca-sim`.
 //! - [`sandbox`]: what a sandbox install seals and samples with besides the sandbox PAC: the

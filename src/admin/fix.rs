@@ -199,6 +199,7 @@ pub async fn fix(
         codigo_postal: trimmed(&form.codigo_postal),
         uso_cfdi: trimmed(&form.uso_cfdi),
         email: trimmed(&form.email),
+        identification: None,
     };
     if customer.rfc.is_none() {
         return refused(p, "RFC: give the customer's RFC".into());

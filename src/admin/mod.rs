@@ -31,9 +31,11 @@
 //! - [`findings`]: the reconciliation page and its actions.
 //! - [`arca`]: the ARCA vouchers of Argentina (state, number, CAE), open ones first; blocked
 //!   sequences, WSAA login refusals, and the actions on conflicts and refusals.
+//! - [`arca_print`]: an authorized ARCA voucher's PDF with ARCA's QR.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
 pub mod arca;
+pub mod arca_print;
 pub mod auth;
 pub mod cancel;
 pub mod codes;
@@ -248,7 +250,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/audit", web::get().to(lists::audit))
             .route("/arca", web::get().to(arca::vouchers))
             .route("/arca/reissue", web::post().to(arca::reissue))
-            .route("/arca/login-now", web::post().to(arca::login_now)),
+            .route("/arca/login-now", web::post().to(arca::login_now))
+            .route("/arca/print", web::get().to(arca_print::print)),
     );
 }
 

@@ -6,20 +6,29 @@
 //! restart, another instance, a `kill -9` between the CAE and the sale's update) returns the
 //! stored outcome or resolves the key's own number, never a new voucher. An outcome not known
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for
-//! the next round.
+//! the next round, and the other sales of its sequence with it.
+//!
+//! The voucher names the buyer ([`super::buyer`]), whose IVA condition decides the class (A,
+//! B or C, [`ArcaSettings::factura_for`]): one sequence per voucher type. A refund of an
+//! authorized sale becomes a nota de crédito of the sale's class (its own sequence) under the
+//! key `refund:{provider}:{refund id}`, crediting its share of the sale's amounts
+//! ([`VoucherInput::credited`]) and naming the sale's voucher in `CbtesAsoc`; a refund waits
+//! while its sale's voucher is not authorized.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration as StdDuration;
 
 use anyhow::Context as _;
 use rust_decimal::Decimal;
 use tokio_util::sync::CancellationToken;
 
-use super::model::{CbteTipo, VoucherInput};
+use super::buyer::{Given, buyer};
+use super::model::{CbteAsoc, CbteTipo, VoucherInput};
 use super::wsaa::Wsaa;
 use super::wsfe::{Auth, Wsfe};
 use super::{Issuer, Outcome};
-use crate::config::{ArcaSettings, Receptor};
-use crate::store::{ArcaSaleRow, Db};
+use crate::config::ArcaSettings;
+use crate::store::{ArcaRefundRow, ArcaSaleRow, Db};
 
 /// Sales taken per round.
 const BATCH: i64 = 50;
@@ -34,12 +43,13 @@ pub struct Drainer {
     point_checked: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// The voucher of an ARS sale of `total` pesos to an anonymous consumidor final: IVA at
-/// `cfg`'s rate in classes A and B, none in class C.
+/// The voucher of an ARS sale of `total` pesos of type `tipo`, to an anonymous consumidor
+/// final until the caller names the buyer: IVA at `cfg`'s rate in classes A and B, none in
+/// class C.
 pub fn sale_input(cfg: &ArcaSettings, tipo: CbteTipo, total: Decimal) -> VoucherInput {
     let alicuota = cfg.alicuota().unwrap_or(super::Alicuota::Veintiuno);
     let mut input = VoucherInput::consumidor_final(total, alicuota);
-    if tipo == CbteTipo::FacturaC {
+    if tipo.class() == 'C' {
         input.imp_neto = total;
         input.imp_iva = Decimal::ZERO;
         input.iva.clear();
@@ -89,11 +99,13 @@ impl Drainer {
         }
     }
 
-    /// One round: every pending sale issued or left for the next round. Returns how many
-    /// sales were settled.
+    /// One round: every pending sale issued, then every refund whose sale is authorized
+    /// credited by its nota de crédito, or left for the next round. Returns how many sales and
+    /// refunds were settled.
     pub async fn round(&self) -> anyhow::Result<usize> {
         let sales = self.db.arca_pending_sales(BATCH).await?;
-        if sales.is_empty() {
+        let refunds = self.db.arca_pending_refunds(BATCH).await?;
+        if sales.is_empty() && refunds.is_empty() {
             return Ok(0);
         }
         let ticket = self.wsaa.ticket().await?;
@@ -105,26 +117,195 @@ impl Drainer {
         let timeout = StdDuration::from_secs(self.cfg.timeout_seconds);
         let wsfe = Wsfe::new(self.cfg.wsfe_url(), auth, timeout)?;
         self.check_point(&wsfe).await?;
-        let tipo = self.cfg.factura_for(Receptor::ConsumidorFinal);
-        let issuer = Issuer::new(
-            self.db.clone(),
-            wsfe,
-            self.cfg.environment,
-            self.cfg
-                .punto_venta
-                .context("[arca] punto_venta is required")?,
-            tipo,
-            timeout,
-        );
+        let pto_vta = self
+            .cfg
+            .punto_venta
+            .context("[arca] punto_venta is required")?;
+        // One issuer per sequence (voucher type) met this round.
+        let mut issuers: HashMap<CbteTipo, Issuer> = HashMap::new();
+        let mut issuer = |tipo: CbteTipo| {
+            issuers
+                .entry(tipo)
+                .or_insert_with(|| {
+                    Issuer::new(
+                        self.db.clone(),
+                        wsfe.clone(),
+                        self.cfg.environment,
+                        pto_vta,
+                        tipo,
+                        timeout,
+                    )
+                })
+                .clone()
+        };
+        // Sequences whose last claim is not known yet: they wait for the next round.
+        let mut waiting = HashSet::new();
         let mut settled = 0;
         for sale in sales {
-            match self.issue(&issuer, tipo, &sale).await? {
-                true => settled += 1,
-                // The sequence waits (an outcome not known yet): the next round goes on.
-                false => break,
+            let key = format!("{}:{}", sale.provider, sale.payment_id);
+            let plan = self.plan_sale(&key, &sale).await?;
+            if let Ok((tipo, _, _)) = &plan
+                && waiting.contains(tipo)
+            {
+                continue;
             }
+            let result = match plan {
+                Err(why) => Some(Err(why)),
+                Ok((tipo, input, note)) => {
+                    let got = self.issue(&issuer(tipo), &key, tipo, &input).await?;
+                    if got.is_none() {
+                        waiting.insert(tipo);
+                    }
+                    got.map(|r| {
+                        r.map(|text| match note {
+                            Some(n) => format!("{text} ({n})"),
+                            None => text,
+                        })
+                    })
+                }
+            };
+            let Some(result) = result else { continue };
+            let (status, reason) = match result {
+                Ok(text) => ("arca_authorized", text),
+                Err(why) => ("needs_attention", format!("ARCA: {why}")),
+            };
+            self.db.arca_sale_settled(sale.id, status, &reason).await?;
+            tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
+            settled += 1;
+        }
+        for refund in refunds {
+            // None: the sale's voucher is not authorized: not this round.
+            let Some(plan) = self.plan_refund(&refund).await? else {
+                continue;
+            };
+            if let Ok((tipo, _, _)) = &plan
+                && waiting.contains(tipo)
+            {
+                continue;
+            }
+            let result = match plan {
+                Err(why) => Err(why),
+                Ok((tipo, input, key)) => {
+                    match self.issue(&issuer(tipo), &key, tipo, &input).await? {
+                        Some(r) => r,
+                        None => {
+                            waiting.insert(tipo);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let (status, reason) = match result {
+                Ok(text) => ("arca_credited", text),
+                Err(why) => ("needs_attention", format!("ARCA: {why}")),
+            };
+            self.db
+                .arca_refund_settled(refund.id, status, &reason)
+                .await?;
+            tracing::info!(refund = %refund.refund_id, payment = %refund.payment_ref, status, %reason, "ARS refund settled");
+            settled += 1;
         }
         Ok(settled)
+    }
+
+    /// A sale's voucher under `key`: its type, its input, and a note on what of the buyer's
+    /// data was not used; `Err` says why the sale cannot be issued as it is. A key issued
+    /// before keeps the type and input it was bound to (the settings, or this code, may have
+    /// changed since: never a second voucher for a sale).
+    async fn plan_sale(
+        &self,
+        key: &str,
+        sale: &ArcaSaleRow,
+    ) -> anyhow::Result<Result<(CbteTipo, VoucherInput, Option<String>), String>> {
+        if let Some(v) = self.db.arca_voucher(key).await? {
+            let tipo = CbteTipo::from_code(v.cbte_tipo)
+                .with_context(|| format!("voucher type {} of {key}", v.cbte_tipo))?;
+            let input = serde_json::from_str(&v.input).context("a stored voucher")?;
+            return Ok(Ok((tipo, input, None)));
+        }
+        Ok(self.new_sale_plan(sale))
+    }
+
+    fn new_sale_plan(
+        &self,
+        sale: &ArcaSaleRow,
+    ) -> Result<(CbteTipo, VoucherInput, Option<String>), String> {
+        let total: Decimal = sale
+            .amount
+            .parse()
+            .map_err(|_| format!("amount {:?} is not a number", sale.amount))?;
+        let customer: serde_json::Value =
+            serde_json::from_str(&sale.customer_json).unwrap_or_default();
+        let ident = customer.get("identification");
+        let field = |k: &str| {
+            ident
+                .and_then(|i| i.get(k))
+                .and_then(serde_json::Value::as_str)
+        };
+        let given = Given {
+            kind: field("kind"),
+            number: field("number"),
+            condicion_iva: field("condicion_iva"),
+        };
+        let b = buyer(given, total, &self.cfg)?;
+        let tipo = self.cfg.factura_for(b.receptor);
+        let mut input = sale_input(&self.cfg, tipo, total);
+        input.doc_tipo = b.doc_tipo;
+        input.doc_nro = b.doc_nro;
+        input.condicion_iva_receptor = b.receptor.id();
+        Ok((tipo, input, b.note))
+    }
+
+    /// A refund's nota de crédito: its type, input and key (`refund:{provider}:{refund id}`);
+    /// `None` while its sale's voucher is not authorized. A key issued before keeps the input
+    /// it was bound to (what was credited before it may have changed since).
+    async fn plan_refund(
+        &self,
+        r: &ArcaRefundRow,
+    ) -> anyhow::Result<Option<Result<(CbteTipo, VoucherInput, String), String>>> {
+        let key = format!("refund:{}:{}", r.provider, r.refund_id);
+        let Some(sale) = self.db.arca_sale_voucher(&r.provider, &r.payment_ref).await? else {
+            return Ok(None);
+        };
+        let tipo = CbteTipo::from_code(sale.cbte_tipo)
+            .with_context(|| format!("voucher type {} of {}", sale.cbte_tipo, sale.key))?
+            .credit_note();
+        if let Some(v) = self.db.arca_voucher(&key).await? {
+            let input = serde_json::from_str(&v.input).context("a stored nota de crédito")?;
+            return Ok(Some(Ok((tipo, input, key))));
+        }
+        let original: VoucherInput =
+            serde_json::from_str(&sale.input).context("the sale's stored voucher")?;
+        let dec = |t: &str| t.parse::<Decimal>().ok();
+        let Some(amount) = dec(&r.amount).filter(|a| *a > Decimal::ZERO) else {
+            return Ok(Some(Err(format!(
+                "refund amount {:?} is not an amount",
+                r.amount
+            ))));
+        };
+        let before: Decimal = self
+            .db
+            .arca_credited_before(r)
+            .await?
+            .iter()
+            .filter_map(|a| dec(a))
+            .sum();
+        if before + amount > original.imp_total {
+            return Ok(Some(Err(format!(
+                "refund of {amount} exceeds what remains of the voucher ({} of {})",
+                original.imp_total - before,
+                original.imp_total
+            ))));
+        }
+        let mut input = original.credited(before, amount);
+        input.cbtes_asoc = vec![CbteAsoc {
+            tipo: sale.cbte_tipo,
+            pto_vta: sale.pto_vta,
+            nro: sale.number,
+            cuit: sale.cuit,
+            cbte_fch: sale.cbte_fch.parse().context("the sale's CbteFch")?,
+        }];
+        Ok(Some(Ok((tipo, input, key))))
     }
 
     /// Once per process, before the first voucher: the configured punto de venta must be one of
@@ -154,53 +335,41 @@ impl Drainer {
         }
     }
 
-    /// Issues one sale; `false` when its outcome is not known yet.
+    /// Issues `input` as a voucher of `tipo` under `key`: `None` when its outcome is not
+    /// known yet, else the voucher as printed with its CAE, or why it cannot be had.
     async fn issue(
         &self,
         issuer: &Issuer,
+        key: &str,
         tipo: CbteTipo,
-        sale: &ArcaSaleRow,
-    ) -> anyhow::Result<bool> {
-        let key = format!("{}:{}", sale.provider, sale.payment_id);
-        let attention = |why: String| ("needs_attention", format!("ARCA: {why}"));
-        let (status, reason) = match sale.amount.parse::<Decimal>() {
-            Err(_) => attention(format!("amount {:?} is not a number", sale.amount)),
-            Ok(total) => match issuer
-                .issue_sale(&key, &sale_input(&self.cfg, tipo, total))
-                .await
-            {
-                Ok(Outcome::Authorized { number, cae, .. }) => (
-                    "arca_authorized",
-                    format!(
-                        "Factura {} {:05}-{number:08}, CAE {} (due {})",
-                        tipo.class(),
-                        self.cfg.punto_venta.unwrap_or_default(),
-                        cae.code,
-                        cae.due
-                    ),
-                ),
-                Ok(Outcome::Rejected { errors, .. }) => attention(format!(
-                    "refused: {}",
-                    errors
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                )),
-                Ok(Outcome::Conflict { number, detail }) => {
-                    attention(format!("another voucher holds number {number}: {detail}"))
-                }
-                Ok(Outcome::Indeterminate { .. } | Outcome::Blocked { .. } | Outcome::Busy) => {
-                    return Ok(false);
-                }
-                Err(e @ (super::IssueError::Mismatch(_) | super::IssueError::Invalid(_))) => {
-                    attention(e.to_string())
-                }
-                Err(e) => return Err(e.into()),
-            },
-        };
-        self.db.arca_sale_settled(sale.id, status, &reason).await?;
-        tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
-        Ok(true)
+        input: &VoucherInput,
+    ) -> anyhow::Result<Option<Result<String, String>>> {
+        Ok(Some(match issuer.issue_sale(key, input).await {
+            Ok(Outcome::Authorized { number, cae, .. }) => Ok(format!(
+                "{} {:05}-{number:08}, CAE {} (due {})",
+                tipo.name(),
+                self.cfg.punto_venta.unwrap_or_default(),
+                cae.code,
+                cae.due
+            )),
+            Ok(Outcome::Rejected { errors, .. }) => Err(format!(
+                "refused: {}",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            Ok(Outcome::Conflict { number, detail }) => {
+                Err(format!("another voucher holds number {number}: {detail}"))
+            }
+            Ok(Outcome::Indeterminate { .. } | Outcome::Blocked { .. } | Outcome::Busy) => {
+                return Ok(None);
+            }
+            Err(e @ (super::IssueError::Mismatch(_) | super::IssueError::Invalid(_))) => {
+                Err(e.to_string())
+            }
+            Err(e) => return Err(e.into()),
+        }))
     }
 }

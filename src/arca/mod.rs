@@ -10,17 +10,20 @@
 //!   before the call; a lost answer is resolved by consulting that number, never by a new one.
 //! - [`wsaa`]: WSAA: the access ticket request, its CMS signature, the `loginCms` call, and the
 //!   ticket cached in the database, shared by instances and renewed before it expires.
+//! - [`buyer`]: who a sale's voucher names (CUIT, CUIL, DNI or nobody, and the IVA
+//!   condition), from Mercado Pago's `payer.identification`; no I/O.
 //! - [`print`]: what an authorized voucher prints (RG 1415) and ARCA's QR (RG 4892); the
 //!   layout is [`crate::pdf::voucher`]'s.
 //! - [`drain`]: the loop of `serve` and `worker` issuing the ARS sales ingest marked
-//!   `arca_pending` (Mercado Pago in ARS with `[arca]` on).
+//!   `arca_pending` (Mercado Pago in ARS with `[arca]` on), and the notas de crédito of their
+//!   refunds.
 //!
 //! Who may import it: the sandbox ([`crate::arcasim`], for the model and the envelopes),
 //! startup, the CLI and tests; the settings ([`crate::config`]) use the model's leaf types. It
-//! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings and the XML
-//! reader of [`crate::cfdi::dom`]. Batching (`CantReg` > 1) and notas de crédito remain
-//! (docs/arca.md).
+//! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings, the PDF pages
+//! ([`crate::pdf::voucher`]) and the XML reader of [`crate::cfdi::dom`]. Batching (`CantReg` > 1) remains (docs/arca.md).
 
+pub mod buyer;
 pub mod drain;
 pub mod issue;
 pub mod model;

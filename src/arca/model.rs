@@ -30,8 +30,16 @@ pub mod codes {
     pub const IVA_BASE: i32 = 10061;
     /// Class C carries no IVA *(sandbox)*.
     pub const CLASS_C_IVA: i32 = 10071;
+    /// CondicionIVAReceptorId not in ARCA's catalog (`FEParamGetCondicionIvaReceptor`).
+    pub const CONDICION_IVA_INVALID: i32 = 10242;
     /// CondicionIVAReceptorId not valid for the class.
     pub const CONDICION_IVA: i32 = 10243;
+    /// CondicionIVAReceptorId missing (mandatory under RG 5616).
+    pub const CONDICION_IVA_MISSING: i32 = 10246;
+    /// A nota de crédito without `CbtesAsoc` *(sandbox)*.
+    pub const CBTES_ASOC_MISSING: i32 = 10151;
+    /// A `CbteAsoc` naming no authorized voucher of the emisor *(sandbox)*.
+    pub const CBTE_ASOC_NOT_FOUND: i32 = 10153;
     /// MonCotiz must be 1 for PES *(sandbox)*.
     pub const COTIZACION: i32 = 10119;
     /// CbteFch outside the window around today (5 days for products, 10 for services)
@@ -41,8 +49,9 @@ pub mod codes {
     pub const SERVICE_DATES: i32 = 10036;
 }
 
-/// The consumidor final without identification may be invoiced up to this total (RG 5700/2025;
-/// a setting once the worker uses it).
+/// ARCA's limit for a consumidor final without identification: a voucher of this total or more
+/// names its buyer (RG 5700/2025). What the sandbox enforces; the appliance holds sales from
+/// `[arca] anonymous_limit`, which follows it when ARCA moves it.
 pub const ANONYMOUS_LIMIT: Decimal = Decimal::from_parts(10_000_000, 0, 0, false, 0);
 
 /// Homologación or producción: a sequence and a ticket belong to one of them.
@@ -62,35 +71,75 @@ impl Environment {
     }
 }
 
-/// The voucher types issued so far (facturas); notas de crédito come with refunds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The voucher types issued: facturas and the notas de crédito that credit them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CbteTipo {
     FacturaA,
     FacturaB,
     FacturaC,
+    NotaCreditoA,
+    NotaCreditoB,
+    NotaCreditoC,
 }
 
 impl CbteTipo {
+    const ALL: [Self; 6] = [
+        Self::FacturaA,
+        Self::FacturaB,
+        Self::FacturaC,
+        Self::NotaCreditoA,
+        Self::NotaCreditoB,
+        Self::NotaCreditoC,
+    ];
+
     pub fn code(self) -> i32 {
         match self {
             Self::FacturaA => 1,
             Self::FacturaB => 6,
             Self::FacturaC => 11,
+            Self::NotaCreditoA => 3,
+            Self::NotaCreditoB => 8,
+            Self::NotaCreditoC => 13,
         }
     }
 
     pub fn from_code(code: i32) -> Option<Self> {
-        [Self::FacturaA, Self::FacturaB, Self::FacturaC]
-            .into_iter()
-            .find(|t| t.code() == code)
+        Self::ALL.into_iter().find(|t| t.code() == code)
     }
 
     pub fn class(self) -> char {
         match self {
-            Self::FacturaA => 'A',
-            Self::FacturaB => 'B',
-            Self::FacturaC => 'C',
+            Self::FacturaA | Self::NotaCreditoA => 'A',
+            Self::FacturaB | Self::NotaCreditoB => 'B',
+            Self::FacturaC | Self::NotaCreditoC => 'C',
         }
+    }
+
+    pub fn is_credit_note(self) -> bool {
+        matches!(
+            self,
+            Self::NotaCreditoA | Self::NotaCreditoB | Self::NotaCreditoC
+        )
+    }
+
+    /// The nota de crédito of a factura's class (itself for a nota de crédito): its own
+    /// sequence.
+    pub fn credit_note(self) -> Self {
+        match self.class() {
+            'A' => Self::NotaCreditoA,
+            'B' => Self::NotaCreditoB,
+            _ => Self::NotaCreditoC,
+        }
+    }
+
+    /// As printed: `Factura B`, `Nota de Crédito B`.
+    pub fn name(self) -> String {
+        let kind = if self.is_credit_note() {
+            "Nota de Crédito"
+        } else {
+            "Factura"
+        };
+        format!("{kind} {}", self.class())
     }
 }
 
@@ -98,6 +147,8 @@ impl CbteTipo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DocTipo {
     Cuit,
+    /// CUIL (86): a person's labour code, same check digit as a CUIT.
+    Cuil,
     Dni,
     /// Consumidor final without identification (DocNro 0).
     SinIdentificar,
@@ -107,13 +158,14 @@ impl DocTipo {
     pub fn code(self) -> i32 {
         match self {
             Self::Cuit => 80,
+            Self::Cuil => 86,
             Self::Dni => 96,
             Self::SinIdentificar => 99,
         }
     }
 
     pub fn from_code(code: i32) -> Option<Self> {
-        [Self::Cuit, Self::Dni, Self::SinIdentificar]
+        [Self::Cuit, Self::Cuil, Self::Dni, Self::SinIdentificar]
             .into_iter()
             .find(|t| t.code() == code)
     }
@@ -225,7 +277,31 @@ pub struct VoucherInput {
     /// The buyer's IVA condition (1 RI, 4 exento, 5 consumidor final, 6 monotributo, …).
     pub condicion_iva_receptor: i32,
     pub iva: Vec<AlicIva>,
+    /// The vouchers a nota de crédito credits (`CbtesAsoc`); none on a factura, and then not
+    /// serialized, so a factura's hash is what it was before notas de crédito existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cbtes_asoc: Vec<CbteAsoc>,
 }
+
+/// One `CbteAsoc`: the voucher a nota de crédito credits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CbteAsoc {
+    /// Its `CbteTipo` code.
+    pub tipo: i32,
+    pub pto_vta: i32,
+    pub nro: i64,
+    /// The CUIT of its emisor.
+    pub cuit: i64,
+    pub cbte_fch: NaiveDate,
+}
+
+/// `CondicionIVAReceptorId`s of ARCA's catalog (`FEParamGetCondicionIvaReceptor`, RG 5616)
+/// that class A takes: RI, monotributo, monotributista social, monotributo trabajador
+/// independiente promovido.
+pub const CONDICIONES_CLASE_A: [i32; 4] = [1, 6, 13, 16];
+/// Those class B takes: exento, consumidor final, no categorizado, proveedor and cliente del
+/// exterior, IVA liberado (Ley 19.640), IVA no alcanzado. Class C takes all of both.
+pub const CONDICIONES_CLASE_B: [i32; 7] = [4, 5, 7, 8, 9, 10, 15];
 
 /// One of ARCA's `Err` or `Obs`: a code and its message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -302,7 +378,64 @@ impl VoucherInput {
                 base_imp: neto,
                 importe: total - neto,
             }],
+            cbtes_asoc: Vec::new(),
         }
+    }
+
+    /// What `c` pesos of this voucher's `imp_total` stand for: every amount scaled by
+    /// `c / imp_total` to the centavo, the rounding's centavos on the last IVA line (else on
+    /// ImpNeto), so the parts add up to exactly `c`, the IVA lines to ImpIVA and their bases
+    /// to ImpNeto.
+    fn share(&self, c: Decimal) -> VoucherInput {
+        let mut out = self.clone();
+        out.cbtes_asoc.clear();
+        if c == self.imp_total || self.imp_total.is_zero() {
+            return out;
+        }
+        let scale = |x: Decimal| (x * c / self.imp_total).round_dp(2);
+        out.imp_total = c;
+        out.imp_tot_conc = scale(self.imp_tot_conc);
+        out.imp_op_ex = scale(self.imp_op_ex);
+        out.imp_trib = scale(self.imp_trib);
+        for a in &mut out.iva {
+            a.base_imp = scale(a.base_imp);
+            a.importe = scale(a.importe);
+        }
+        out.imp_neto = if out.iva.is_empty() {
+            scale(self.imp_neto)
+        } else {
+            out.iva.iter().map(|a| a.base_imp).sum()
+        };
+        out.imp_iva = out.iva.iter().map(|a| a.importe).sum();
+        let parts = out.imp_tot_conc + out.imp_neto + out.imp_op_ex + out.imp_trib + out.imp_iva;
+        match out.iva.last_mut() {
+            Some(last) => {
+                last.importe += c - parts;
+                out.imp_iva += c - parts;
+            }
+            None => out.imp_neto += c - parts,
+        }
+        out
+    }
+
+    /// The amounts of a nota de crédito for `amount` more pesos of this voucher, `before`
+    /// having been credited already: cumulative shares (`share(before + amount) −
+    /// share(before)`), so the notas of a voucher credited in any number of steps add up, field
+    /// by field and to the centavo, to the voucher itself. `cbtes_asoc` is left for the caller.
+    pub fn credited(&self, before: Decimal, amount: Decimal) -> VoucherInput {
+        let (to, from) = (self.share(before + amount), self.share(before));
+        let mut out = to.clone();
+        out.imp_total = to.imp_total - from.imp_total;
+        out.imp_tot_conc = to.imp_tot_conc - from.imp_tot_conc;
+        out.imp_neto = to.imp_neto - from.imp_neto;
+        out.imp_op_ex = to.imp_op_ex - from.imp_op_ex;
+        out.imp_trib = to.imp_trib - from.imp_trib;
+        out.imp_iva = to.imp_iva - from.imp_iva;
+        for (a, f) in out.iva.iter_mut().zip(&from.iva) {
+            a.base_imp -= f.base_imp;
+            a.importe -= f.importe;
+        }
+        out
     }
 
     /// SHA-256 of the canonical JSON: an idempotency key reused with another input differs.
@@ -329,7 +462,7 @@ impl VoucherInput {
         }
         let iva: Decimal = self.iva.iter().map(|a| a.importe).sum();
         let bases: Decimal = self.iva.iter().map(|a| a.base_imp).sum();
-        if tipo == CbteTipo::FacturaC {
+        if tipo.class() == 'C' {
             if !self.imp_iva.is_zero() || !self.iva.is_empty() {
                 out.push(Message::new(
                     codes::CLASS_C_IVA,
@@ -358,6 +491,12 @@ impl VoucherInput {
             }
         }
         out.extend(self.document_problems(tipo));
+        if tipo.is_credit_note() && self.cbtes_asoc.is_empty() {
+            out.push(Message::new(
+                codes::CBTES_ASOC_MISSING,
+                "Para notas de credito es obligatorio informar CbtesAsoc",
+            ));
+        }
         if self.mon_id == "PES" && self.mon_cotiz != Decimal::ONE {
             out.push(Message::new(
                 codes::COTIZACION,
@@ -395,11 +534,18 @@ impl VoucherInput {
 
     fn document_problems(&self, tipo: CbteTipo) -> Vec<Message> {
         let mut out = Vec::new();
-        let cuit_ok = self.doc_tipo == DocTipo::Cuit && valid_cuit(self.doc_nro);
         match self.doc_tipo {
-            DocTipo::Cuit if !cuit_ok => out.push(Message::new(
+            DocTipo::Cuit | DocTipo::Cuil if !valid_cuit(self.doc_nro) => out.push(Message::new(
                 codes::DOCUMENT,
-                format!("El numero de CUIT {} no es valido", self.doc_nro),
+                format!(
+                    "El numero de {} {} no es valido",
+                    if self.doc_tipo == DocTipo::Cuit {
+                        "CUIT"
+                    } else {
+                        "CUIL"
+                    },
+                    self.doc_nro
+                ),
             )),
             DocTipo::Dni if !(1..100_000_000).contains(&self.doc_nro) => out.push(Message::new(
                 codes::DOCUMENT,
@@ -419,22 +565,30 @@ impl VoucherInput {
             }
             _ => {}
         }
-        match tipo {
-            CbteTipo::FacturaA => {
+        let c = self.condicion_iva_receptor;
+        if !CONDICIONES_CLASE_A.contains(&c) && !CONDICIONES_CLASE_B.contains(&c) {
+            out.push(Message::new(
+                codes::CONDICION_IVA_INVALID,
+                format!(
+                    "El campo Condicion IVA receptor ({c}) no es un valor valido. Consultar \
+                     metodo FEParamGetCondicionIvaReceptor"
+                ),
+            ));
+            return out;
+        }
+        match tipo.class() {
+            'A' => {
                 if self.doc_tipo != DocTipo::Cuit {
                     out.push(Message::new(
                         codes::CLASS_A_NEEDS_CUIT,
                         "Para comprobantes clase A el campo DocTipo debe ser 80 (CUIT)",
                     ));
                 }
-                // RI, monotributo (and its social and promoted variants) receive class A.
-                if ![1, 6, 13, 16].contains(&self.condicion_iva_receptor) {
+                if !CONDICIONES_CLASE_A.contains(&c) {
                     out.push(self.condicion_problem('A'));
                 }
             }
-            CbteTipo::FacturaB if [1, 6, 13, 16].contains(&self.condicion_iva_receptor) => {
-                out.push(self.condicion_problem('B'));
-            }
+            'B' if !CONDICIONES_CLASE_B.contains(&c) => out.push(self.condicion_problem('B')),
             _ => {}
         }
         out
@@ -515,6 +669,46 @@ mod tests {
         assert!(valid_cuit(30_000_000_007));
         assert!(!valid_cuit(20_267_565_394));
         assert!(!valid_cuit(2_026_756_539));
+    }
+
+    #[test]
+    fn notas_de_credito_in_any_steps_add_up_to_the_voucher_field_by_field() {
+        let asoc = CbteAsoc {
+            tipo: 6,
+            pto_vta: 3,
+            nro: 1,
+            cuit: 20_111_111_112,
+            cbte_fch: NaiveDate::from_ymd_opt(2026, 12, 4).expect("date"),
+        };
+        let b = consumidor_final(121_000);
+        let mut c = b.clone();
+        (c.imp_neto, c.imp_iva) = (c.imp_total, Decimal::ZERO);
+        c.iva.clear();
+        for (sale, tipo) in [(b, CbteTipo::NotaCreditoB), (c, CbteTipo::NotaCreditoC)] {
+            let steps = [1, 33_333, 12_345, 75_321].map(|cents| Decimal::new(cents, 2));
+            assert_eq!(steps.iter().sum::<Decimal>(), sale.imp_total);
+            let mut before = Decimal::ZERO;
+            let mut notas = Vec::new();
+            for a in steps {
+                let mut nc = sale.credited(before, a);
+                nc.cbtes_asoc = vec![asoc.clone()];
+                assert_eq!(nc.imp_total, a);
+                assert_eq!(nc.problems(tipo), vec![], "{nc:?}");
+                assert!(nc.imp_neto >= Decimal::ZERO && nc.imp_iva >= Decimal::ZERO);
+                before += a;
+                notas.push(nc);
+            }
+            let sum = |f: fn(&VoucherInput) -> Decimal| notas.iter().map(f).sum::<Decimal>();
+            assert_eq!(sum(|n| n.imp_neto), sale.imp_neto);
+            assert_eq!(sum(|n| n.imp_iva), sale.imp_iva);
+            // Without CbtesAsoc a nota de crédito is refused.
+            let bare = sale.credited(Decimal::ZERO, Decimal::ONE);
+            assert!(
+                bare.problems(tipo)
+                    .iter()
+                    .any(|m| m.code == codes::CBTES_ASOC_MISSING)
+            );
+        }
     }
 
     #[test]

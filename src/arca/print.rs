@@ -97,7 +97,7 @@ pub fn qr_url(base: &str, row: &ArcaVoucherRow, input: &VoucherInput, cae: &str)
         row.pto_vta,
         row.cbte_tipo,
         row.number,
-        input.imp_total.round_dp(2),
+        input.imp_total.round_dp(2).normalize(),
         input.mon_id,
         input.mon_cotiz.normalize(),
         cae.trim_start_matches('0'),
@@ -150,6 +150,7 @@ pub fn printable(row: &ArcaVoucherRow, cfg: &ArcaSettings) -> anyhow::Result<Vou
     let receptor = match input.doc_tipo {
         DocTipo::SinIdentificar => vec!["Consumidor final".to_owned()],
         DocTipo::Cuit => vec![format!("CUIT: {}", input.doc_nro)],
+        DocTipo::Cuil => vec![format!("CUIL: {}", input.doc_nro)],
         DocTipo::Dni => vec![format!("DNI: {}", input.doc_nro)],
     };
     let mut receptor = receptor;
@@ -168,6 +169,19 @@ pub fn printable(row: &ArcaVoucherRow, cfg: &ArcaSettings) -> anyhow::Result<Vou
     }
     if let Some(v) = input.fch_vto_pago {
         datos.push(("Vencimiento del pago", ar(v)));
+    }
+    for a in &input.cbtes_asoc {
+        // A nota de crédito names the voucher it credits.
+        let (titulo, letra) = kind(a.tipo).unwrap_or(("COMPROBANTE", '?'));
+        datos.push((
+            "Comprobante asociado",
+            format!(
+                "{titulo} {letra} {:05}-{:08} del {}",
+                a.pto_vta,
+                a.nro,
+                ar(a.cbte_fch)
+            ),
+        ));
     }
     // Class A itemizes IVA; B and C print prices with it included.
     let shown = if letra == 'A' {
@@ -234,6 +248,65 @@ fn concepto(code: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(doc: DocTipo, doc_nro: i64) -> (ArcaVoucherRow, VoucherInput) {
+        let mut i = VoucherInput::consumidor_final(
+            Decimal::new(121_000, 2),
+            super::super::model::Alicuota::Veintiuno,
+        );
+        i.doc_tipo = doc;
+        i.doc_nro = doc_nro;
+        let row = ArcaVoucherRow {
+            key: "mercadopago:1".into(),
+            environment: "homologacion".into(),
+            cuit: 20_111_111_112,
+            pto_vta: 3,
+            cbte_tipo: 6,
+            number: 7,
+            cbte_fch: "2026-12-04".into(),
+            input_hash: i.hash(),
+            input: serde_json::to_string(&i).expect("json"),
+            state: "authorized".into(),
+            sending_until: None,
+            sends: 1,
+            cae: Some("71000000000001".into()),
+            cae_due: Some("2026-12-14".into()),
+            recovered: false,
+            errors: None,
+            observations: None,
+            detail: None,
+            landing_until: None,
+            superseded_by: None,
+        };
+        (row, i)
+    }
+
+    fn decoded(url: &str) -> serde_json::Value {
+        let p = url
+            .strip_prefix("https://www.afip.gob.ar/fe/qr/?p=")
+            .expect("base");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(p)
+            .expect("base64");
+        serde_json::from_slice(&bytes).expect("json")
+    }
+
+    #[test]
+    fn the_qr_carries_rg_4892_s_json() {
+        let base = "https://www.afip.gob.ar/fe/qr/";
+        let (r, i) = row(DocTipo::Dni, 26_756_539);
+        let v = decoded(&qr_url(base, &r, &i, "71000000000001"));
+        assert_eq!(
+            v,
+            serde_json::json!({"ver": 1, "fecha": "2026-12-04", "cuit": 20_111_111_112_i64,
+                "ptoVta": 3, "tipoCmp": 6, "nroCmp": 7, "importe": 1210, "moneda": "PES",
+                "ctz": 1, "tipoDocRec": 96, "nroDocRec": 26_756_539, "tipoCodAut": "E",
+                "codAut": 71_000_000_000_001_i64})
+        );
+        let (r, i) = row(DocTipo::SinIdentificar, 0);
+        let anonymous = decoded(&qr_url(base, &r, &i, "71000000000001"));
+        assert!(anonymous.get("tipoDocRec").is_none(), "{anonymous}");
+    }
 
     #[test]
     fn pesos_print_with_dots_and_a_comma() {

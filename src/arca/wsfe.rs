@@ -186,6 +186,21 @@ pub fn detail_xml(r: &Request) -> String {
         i.mon_cotiz,
         i.condicion_iva_receptor
     ));
+    if !i.cbtes_asoc.is_empty() {
+        x.push_str("<CbtesAsoc>");
+        for a in &i.cbtes_asoc {
+            x.push_str(&format!(
+                "<CbteAsoc><Tipo>{}</Tipo><PtoVta>{}</PtoVta><Nro>{}</Nro><Cuit>{}</Cuit>\
+                 <CbteFch>{}</CbteFch></CbteAsoc>",
+                a.tipo,
+                a.pto_vta,
+                a.nro,
+                a.cuit,
+                yyyymmdd(a.cbte_fch)
+            ));
+        }
+        x.push_str("</CbtesAsoc>");
+    }
     if !i.iva.is_empty() {
         x.push_str("<Iva>");
         for a in &i.iva {

@@ -34,7 +34,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::arca::model::{
-    AlicIva, Alicuota, CbteTipo, Concepto, DocTipo, Message, VoucherInput, codes,
+    AlicIva, Alicuota, CbteAsoc, CbteTipo, Concepto, DocTipo, Message, VoucherInput, codes,
 };
 use crate::arca::wsfe::{find, find_all, number, parse_date, text, yyyymmdd};
 use crate::cfdi::dom::Element;
@@ -159,6 +159,31 @@ fn read_input(d: &Element) -> Result<VoucherInput, Message> {
             importe: amount(a, "Importe")?,
         });
     }
+    let mut asoc = Vec::new();
+    if let Some(block) = find(d, "CbtesAsoc") {
+        let mut listed = Vec::new();
+        find_all(block, "CbteAsoc", &mut listed);
+        for a in listed {
+            asoc.push(CbteAsoc {
+                tipo: int(a, "Tipo")?,
+                pto_vta: int(a, "PtoVta")?,
+                nro: int(a, "Nro")?,
+                cuit: int(a, "Cuit")?,
+                cbte_fch: date(a, "CbteFch")?.ok_or_else(|| {
+                    Message::new(codes::CBTE_ASOC_NOT_FOUND, "CbteAsoc sin CbteFch")
+                })?,
+            });
+        }
+    }
+    // Mandatory under RG 5616: its absence has a code of its own.
+    let condicion = text(d, "CondicionIVAReceptorId").ok_or_else(|| {
+        Message::new(
+            codes::CONDICION_IVA_MISSING,
+            "Campo Condicion Frente al IVA del receptor es obligatorio conforme a lo \
+             reglamentado por la Resolucion General Nro 5616. Para mas informacion consultar \
+             metodo FEParamGetCondicionIvaReceptor",
+        )
+    })?;
     Ok(VoucherInput {
         concepto,
         doc_tipo,
@@ -174,8 +199,14 @@ fn read_input(d: &Element) -> Result<VoucherInput, Message> {
         fch_vto_pago: date(d, "FchVtoPago")?,
         mon_id: required(d, "MonId")?,
         mon_cotiz: amount(d, "MonCotiz")?,
-        condicion_iva_receptor: int(d, "CondicionIVAReceptorId")?,
+        condicion_iva_receptor: condicion.parse().map_err(|_| {
+            Message::new(
+                codes::CONDICION_IVA_INVALID,
+                "El campo Condicion IVA receptor no es un valor valido",
+            )
+        })?,
         iva,
+        cbtes_asoc: asoc,
     })
 }
 
@@ -275,6 +306,7 @@ impl ArcaSim {
         let today = (Utc::now() - Duration::hours(3)).date_naive();
         let mut errors = input.problems(cbte_tipo);
         errors.extend(input.date_problems(parse_date(&fch).unwrap_or_default(), today));
+        errors.extend(Self::asoc_problems(&state, cuit, cbte_tipo, &input));
         if !errors.is_empty() {
             return reject(errors);
         }
@@ -297,6 +329,49 @@ impl ArcaSim {
             return Err(e);
         }
         Ok(DetAnswer::Approved(Box::new(v)))
+    }
+
+    /// A nota de crédito credits authorized vouchers of its emisor, of its class, dated on or
+    /// before it; each `CbteAsoc` must name one (type, punto de venta, number, CUIT and date).
+    fn asoc_problems(
+        state: &State,
+        cuit: i64,
+        tipo: CbteTipo,
+        input: &VoucherInput,
+    ) -> Vec<Message> {
+        if !tipo.is_credit_note() {
+            return Vec::new();
+        }
+        input
+            .cbtes_asoc
+            .iter()
+            .filter(|a| {
+                !state.vouchers.iter().any(|v| {
+                    v.cuit == a.cuit
+                        && a.cuit == cuit
+                        && v.pto_vta == a.pto_vta
+                        && v.cbte_tipo == a.tipo
+                        && v.number == a.nro
+                        && v.cbte_fch == yyyymmdd(a.cbte_fch)
+                        && CbteTipo::from_code(v.cbte_tipo)
+                            .is_some_and(|t| !t.is_credit_note() && t.class() == tipo.class())
+                })
+            })
+            .map(|a| {
+                Message::new(
+                    codes::CBTE_ASOC_NOT_FOUND,
+                    format!(
+                        "El comprobante asociado (tipo {}, punto de venta {}, numero {}, CUIT {}, \
+                         fecha {}) no existe o no esta autorizado para el emisor",
+                        a.tipo,
+                        a.pto_vta,
+                        a.nro,
+                        a.cuit,
+                        yyyymmdd(a.cbte_fch)
+                    ),
+                )
+            })
+            .collect()
     }
 
     /// Writes the whole state to a temporary file, then renames it over the old one, so a

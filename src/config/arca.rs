@@ -34,21 +34,55 @@ pub enum CondicionIva {
 }
 
 /// The buyer's IVA condition (`CondicionIVAReceptorId`, RG 5616).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Receptor {
     ResponsableInscripto,
     Monotributo,
     ConsumidorFinal,
+    Exento,
+    NoAlcanzado,
 }
 
 impl Receptor {
-    /// `CondicionIVAReceptorId`: 1 RI, 6 Monotributo, 5 Consumidor Final.
+    const ALL: [Self; 5] = [
+        Self::ResponsableInscripto,
+        Self::Monotributo,
+        Self::ConsumidorFinal,
+        Self::Exento,
+        Self::NoAlcanzado,
+    ];
+
+    /// `CondicionIVAReceptorId`: 1 RI, 6 Monotributo, 5 Consumidor Final, 4 Exento, 15 IVA
+    /// no alcanzado.
     pub fn id(self) -> i32 {
         match self {
             Self::ResponsableInscripto => 1,
             Self::Monotributo => 6,
             Self::ConsumidorFinal => 5,
+            Self::Exento => 4,
+            Self::NoAlcanzado => 15,
         }
+    }
+
+    /// Its configuration name (`responsable_inscripto`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ResponsableInscripto => "responsable_inscripto",
+            Self::Monotributo => "monotributo",
+            Self::ConsumidorFinal => "consumidor_final",
+            Self::Exento => "exento",
+            Self::NoAlcanzado => "no_alcanzado",
+        }
+    }
+
+    /// A condition as a merchant writes it: its name (case and `-`/space ignored) or its
+    /// `CondicionIVAReceptorId`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let t = text.trim().to_lowercase().replace(['-', ' '], "_");
+        Self::ALL
+            .into_iter()
+            .find(|r| r.name() == t || r.id().to_string() == t)
     }
 }
 
@@ -80,6 +114,13 @@ pub struct ArcaSettings {
     pub ticket_renew_minutes: u64,
     /// How often `serve` and `worker` look for ARS sales to issue, in seconds.
     pub interval_seconds: u64,
+    /// The IVA condition of a buyer identified by CUIT when the sale does not say it (Mercado
+    /// Pago does not know it; metadata `condicion_iva` does): `consumidor_final` (Factura B
+    /// from an RI) unless the merchant sells to businesses.
+    pub cuit_condicion_iva: Receptor,
+    /// From this total in pesos a buyer must be identified (RG 5700/2025: ARS 10,000,000):
+    /// a sale without DNI, CUIL or CUIT from here is held.
+    pub anonymous_limit: String,
     /// What the printable voucher says of the emisor (RG 1415), and ARCA's QR address.
     pub print: ArcaPrint,
 }
@@ -128,9 +169,20 @@ impl ArcaSettings {
                 CondicionIva::ResponsableInscripto,
                 Receptor::ResponsableInscripto | Receptor::Monotributo,
             ) => CbteTipo::FacturaA,
-            (CondicionIva::ResponsableInscripto, Receptor::ConsumidorFinal) => CbteTipo::FacturaB,
+            (
+                CondicionIva::ResponsableInscripto,
+                Receptor::ConsumidorFinal | Receptor::Exento | Receptor::NoAlcanzado,
+            ) => CbteTipo::FacturaB,
             (CondicionIva::Monotributo | CondicionIva::Exento, _) => CbteTipo::FacturaC,
         }
+    }
+
+    /// `anonymous_limit` in pesos, if it is a positive amount.
+    pub fn anonymous_limit(&self) -> Option<rust_decimal::Decimal> {
+        self.anonymous_limit
+            .parse()
+            .ok()
+            .filter(|l: &rust_decimal::Decimal| *l > rust_decimal::Decimal::ZERO)
     }
 
     /// Adds every problem of `[arca]` to `p` (none when it is off).
@@ -165,6 +217,12 @@ impl ArcaSettings {
             {
                 p.push(format!("[arca] {key} must start with http:// or https://"));
             }
+        }
+        if self.anonymous_limit().is_none() {
+            p.push(format!(
+                "[arca] anonymous_limit = {:?} must be an amount in pesos (ARCA's: \"10000000\")",
+                self.anonymous_limit
+            ));
         }
         if self.timeout_seconds == 0 || self.interval_seconds == 0 {
             p.push("[arca] timeout_seconds and interval_seconds must be at least 1".into());
@@ -266,7 +324,7 @@ mod tests {
     #[test]
     fn an_enabled_arca_section_names_every_problem() {
         let bad = "[arca]\nenabled = true\ncuit = 20111111113\npunto_venta = 0\n\
-                   iva_rate = \"19\"\nwsaa_url = \"ftp://x\"\n";
+                   iva_rate = \"19\"\nwsaa_url = \"ftp://x\"\nanonymous_limit = \"-1\"\n";
         let err = Settings::from_parts(Some(bad), &[])
             .expect_err("refused")
             .to_string();
@@ -276,6 +334,7 @@ mod tests {
             "[arca] cert and key",
             "[arca] iva_rate = \"19\"",
             "[arca] wsaa_url",
+            "[arca] anonymous_limit = \"-1\"",
         ] {
             assert!(err.contains(needle), "{needle} not in {err}");
         }
@@ -305,5 +364,13 @@ mod tests {
             s.factura_for(Receptor::ResponsableInscripto),
             CbteTipo::FacturaA
         );
+        assert_eq!(s.factura_for(Receptor::Exento), CbteTipo::FacturaB);
+        assert_eq!(s.cuit_condicion_iva, Receptor::ConsumidorFinal);
+        assert_eq!(
+            Receptor::parse("Responsable Inscripto"),
+            Some(Receptor::ResponsableInscripto)
+        );
+        assert_eq!(Receptor::parse("6"), Some(Receptor::Monotributo));
+        assert_eq!(Receptor::parse("ri"), None);
     }
 }

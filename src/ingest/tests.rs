@@ -33,6 +33,7 @@ fn full_customer() -> CustomerData {
         codigo_postal: Some("26015".into()),
         uso_cfdi: None,
         email: None,
+        identification: None,
     }
 }
 
@@ -127,6 +128,7 @@ fn checkout_custom_fields_fill_the_customer_data_before_anything_else() {
             codigo_postal: Some("26015".into()),
             uso_cfdi: Some("S01".into()),
             email: None,
+            identification: None,
         },
         "an unanswered field stays empty, a value already there is kept"
     );

@@ -31,14 +31,7 @@ pub fn draw(doc: &Printable, width: f32, height: f32, logo: Option<&Logo>) -> Pa
 fn header(p: &mut Pages, doc: &Printable, logo: Option<&Logo>) {
     let top = p.y + 8.0;
     if let Some(l) = logo {
-        // Fit in 160 × 56 points, keeping the aspect ratio.
-        let scale = (160.0 / l.width as f32).min(56.0 / l.height as f32);
-        let (w, h) = (l.width as f32 * scale, l.height as f32 * scale);
-        p.page
-            .save_state()
-            .transform([w, 0.0, 0.0, h, MARGIN, top - h])
-            .x_object(Name(b"Logo"))
-            .restore_state();
+        draw_logo(p, l, top);
     }
     let right = p.width - MARGIN;
     let mut y = p.y;
@@ -55,6 +48,18 @@ fn header(p: &mut Pages, doc: &Printable, logo: Option<&Logo>) {
         y -= BODY * 1.4;
     }
     p.y = y.min(top - 64.0) - 4.0;
+}
+
+/// The logo at the top left, its top at `top`, fit in 160 × 56 points keeping its aspect
+/// ratio.
+pub(super) fn draw_logo(p: &mut Pages, l: &Logo, top: f32) {
+    let scale = (160.0 / l.width as f32).min(56.0 / l.height as f32);
+    let (w, h) = (l.width as f32 * scale, l.height as f32 * scale);
+    p.page
+        .save_state()
+        .transform([w, 0.0, 0.0, h, MARGIN, top - h])
+        .x_object(Name(b"Logo"))
+        .restore_state();
 }
 
 fn parties(p: &mut Pages, doc: &Printable) {
@@ -314,7 +319,7 @@ pub(super) fn qr_beside(
 
 /// The QR of `url` as filled squares, `size` points wide with the quiet zone, lower-left at
 /// (`x`, `y`).
-fn qr(p: &mut Pages, url: &str, x: f32, y: f32, size: f32) {
+pub(super) fn qr(p: &mut Pages, url: &str, x: f32, y: f32, size: f32) {
     let Ok(code) = qrcode::QrCode::with_error_correction_level(url, qrcode::EcLevel::M) else {
         return;
     };

@@ -49,6 +49,10 @@ pub fn render_voucher(v: &VoucherPrint, opts: &PdfOptions) -> Vec<u8> {
     let (w, h) = super::page_size(opts.paper);
     let head = format!("{} {} N° {} (continuación)", v.titulo, v.letra, v.numero);
     let mut p = Pages::new(w, h, head);
+    if let Some(l) = &opts.logo {
+        let top = p.y + 8.0;
+        super::draw::draw_logo(&mut p, l, top);
+    }
     header(&mut p, v);
     p.section("Emisor y receptor");
     let bold_first = |lines: &[String]| {

@@ -472,6 +472,14 @@ impl Planner {
                 .to_string(),
             );
         }
+        if matches!(sale.status.as_str(), "arca_pending" | "arca_authorized") {
+            // Argentina: ARCA's nota de crédito, issued by `crate::arca::drain` once the
+            // sale's voucher is authorized.
+            return RefundDecision::Arca(format!(
+                "a nota de crédito from ARCA for {amount} of {sale_amount}, once the sale's \
+                 voucher is authorized"
+            ));
+        }
         let (credited, what) = match (&v.ingreso, &v.global) {
             (Some(i), _) => (i, "its ingreso"),
             (None, Some(g)) => (g, "its factura global"),

@@ -149,7 +149,7 @@ pub struct ArcaLoginRefusal {
 const REFUSAL_COLUMNS: &str =
     "environment, service, cert_fingerprint, refusals, refused_at, retry_at";
 
-const VOUCHER_COLUMNS: &str = "key, environment, cuit, pto_vta, cbte_tipo, number, cbte_fch, \
+pub(super) const VOUCHER_COLUMNS: &str = "key, environment, cuit, pto_vta, cbte_tipo, number, cbte_fch, \
     input_hash, input, state, sending_until, sends, cae, cae_due, recovered, errors, \
     observations, detail, landing_until, superseded_by";
 
@@ -660,7 +660,7 @@ impl Db {
     /// ARS sales waiting for their ARCA voucher (`arca_pending`), oldest first.
     pub async fn arca_pending_sales(&self, limit: i64) -> Result<Vec<ArcaSaleRow>, StoreError> {
         stmt(
-            "SELECT id, provider, payment_id, amount FROM payments \
+            "SELECT id, provider, payment_id, amount, customer_json FROM payments \
              WHERE status = 'arca_pending' ORDER BY id LIMIT $1",
         )
         .bind(limit)
@@ -728,6 +728,8 @@ pub struct ArcaSaleRow {
     pub payment_id: String,
     /// Decimal text in pesos.
     pub amount: String,
+    /// The buyer's data (`crate::ingest::CustomerData`: its `identification`).
+    pub customer_json: String,
 }
 
 /// In `tx`: the sequence row (written first) names `new.key` at `number`, then the

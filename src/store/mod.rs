@@ -35,6 +35,7 @@
 //!   the state change that causes them.
 //! - `arca.rs`: Argentina (ARCA): vouchers by idempotency key, their number sequences and
 //!   reservations, the leases that serialise a sequence across instances, the WSAA tickets.
+//! - `arca_refunds.rs`: the refunds of ARS sales waiting for their nota de crédito.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
 //! - `backup.rs`: the online copy of the SQLite database (`autofactura backup`).
 //! - `export.rs`: the month's stamped documents and acuses, a page at a time (the
@@ -54,6 +55,7 @@
 mod admin;
 pub mod api;
 mod arca;
+mod arca_refunds;
 mod attempts;
 mod backup;
 mod cancellations;
@@ -79,6 +81,7 @@ pub use arca::{
     ArcaLoginRefusal, ArcaSaleRow, ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow,
     NewReservation, Reserve, arca_state,
 };
+pub use arca_refunds::ArcaRefundRow;
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
 pub use deliveries::{ClaimedDelivery, DeliveryOutcome, DeliveryRow};

@@ -1,6 +1,7 @@
 //! Refunds (`refunds`): each one a provider reported as succeeded, recorded once by its id, and
 //! what it became — an egreso frozen in the same transaction, a wait for the original's UUID
-//! (`awaiting_original`), a smaller share of the coming factura global (`global_reduced`).
+//! (`awaiting_original`), a smaller share of the coming factura global (`global_reduced`), or
+//! for a sale ARCA invoices a nota de crédito to issue (`arca_pending`, `arca_refunds.rs`).
 //!
 //! What a refund becomes is decided outside the store (`crate::refund`), from what the
 //! transaction read of its sale ([`RefundSale`]); the store only reads, locks and writes. An
@@ -88,6 +89,9 @@ pub enum RefundDecision {
     /// A full refund under `[refunds] full = "cancel"`: the ingreso (this outbox row) is to be
     /// cancelled with motivo 02 instead of credited (`canceling`).
     Cancel { ingreso: i64, reason: String },
+    /// A sale ARCA invoices (Argentina): a nota de crédito, issued by the ARCA loop once the
+    /// sale's voucher is authorized (`arca_pending`).
+    Arca(String),
 }
 
 /// What one refund delivery did.
@@ -106,7 +110,8 @@ const INSERT_REFUND: &str = "INSERT INTO refunds \
     ON CONFLICT (provider, refund_id) DO NOTHING RETURNING id";
 
 /// Statuses whose amount counts as credited against the sale.
-const CREDITED: &str = "('egreso', 'global_reduced', 'canceling', 'canceled')";
+const CREDITED: &str =
+    "('egreso', 'global_reduced', 'canceling', 'canceled', 'arca_pending', 'arca_credited')";
 
 /// In `tx`: reads what refund `refund_row` (still `awaiting_original`) refunds, asks `plan`
 /// and writes its answer. Two refunds of one sale are serialized on the sale's payment row,
@@ -201,6 +206,7 @@ where
         RefundDecision::GlobalReduced(r) => ("global_reduced", Some(r), None),
         RefundDecision::Attention(r) => ("needs_attention", Some(r), None),
         RefundDecision::Cancel { ingreso, reason } => ("canceling", Some(reason), Some(ingreso)),
+        RefundDecision::Arca(r) => ("arca_pending", Some(r), None),
     };
     stmt("UPDATE refunds SET status = $1, reason = $2, outbox_id = $3, updated_at = $4 WHERE id = $5")
         .bind(status)
@@ -214,14 +220,21 @@ where
 }
 
 /// Statuses of a refund whose amount no longer counts as refundable.
-pub const CREDITED_STATUSES: &[&str] = &["egreso", "global_reduced", "canceling", "canceled"];
+pub const CREDITED_STATUSES: &[&str] = &[
+    "egreso",
+    "global_reduced",
+    "canceling",
+    "canceled",
+    "arca_pending",
+    "arca_credited",
+];
 
 /// Refunds waiting for their original whose sale may now be credited: its ingreso or global
 /// stamped, or the sale waiting for a global.
 const WAITING_READY: &str = "SELECT r.id, r.provider, r.refund_id, r.payment_ref, r.amount, \
     r.currency, r.refunded_at, r.event_id, r.cancel_refused FROM refunds r \
     JOIN payments p ON p.provider = r.provider AND p.payment_id = r.payment_ref \
-    WHERE r.status = 'awaiting_original' AND (p.status = 'awaiting_global' \
+    WHERE r.status = 'awaiting_original' AND (p.status IN ('awaiting_global', 'arca_pending', 'arca_authorized') \
     OR EXISTS (SELECT 1 FROM outbox o WHERE o.payment_id = p.id AND o.kind = 'ingreso' AND o.state = 'stamped') \
     OR EXISTS (SELECT 1 FROM global_members m JOIN outbox g ON g.id = m.outbox_id \
                WHERE m.payment_row = p.id AND g.state = 'stamped')) \

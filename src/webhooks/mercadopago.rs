@@ -213,6 +213,9 @@ impl Payment {
                 .and_then(Value::as_str)
                 .map(str::to_owned);
         }
+        if self.currency_id.eq_ignore_ascii_case("ARS") {
+            customer.identification = Some(self.identification());
+        }
         // Metadata (set by the merchant at checkout) is more specific than payer data.
         let mut from_meta = CustomerData::default();
         from_meta.fill_from_metadata(self.metadata.as_ref());
@@ -254,6 +257,24 @@ impl Payment {
             lines,
             provider_rate: self.provider_rate(),
         }))
+    }
+}
+
+impl Payment {
+    /// An Argentine buyer's `payer.identification` (a number may come as a JSON number) and
+    /// the IVA condition in the metadata (`condicion_iva`): what ARCA's voucher names.
+    fn identification(&self) -> ingest::Identification {
+        let ident = self.payer.as_ref().and_then(|p| p.get("identification"));
+        let text = |v: Option<&Value>| {
+            v.and_then(value_text)
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+        };
+        ingest::Identification {
+            kind: text(ident.and_then(|i| i.get("type"))),
+            number: text(ident.and_then(|i| i.get("number"))),
+            condicion_iva: text(self.metadata.as_ref().and_then(|m| m.get("condicion_iva"))),
+        }
     }
 }
 

@@ -92,11 +92,21 @@ async fn rig(
     dir: &tempfile::TempDir,
     in_process: bool,
 ) -> Option<(TestApp, ArcaSimHandle)> {
+    rig_with(b, dir, in_process, &fake_mp_ars(), "").await
+}
+
+/// [`rig`] with the Mercado Pago stand-in at `mp` and `extra` settings after `[arca]`.
+pub async fn rig_with(
+    b: Backend,
+    dir: &tempfile::TempDir,
+    in_process: bool,
+    mp: &str,
+    extra: &str,
+) -> Option<(TestApp, ArcaSimHandle)> {
     let sim = ArcaSim::open(&dir.path().join("arcasim.json")).expect("sim");
     sim.set_faults("strict_auth=true").expect("faults");
     let sim = start(Arc::new(sim), "127.0.0.1:0").expect("start the sandbox ARCA");
-    let mp = fake_mp_ars();
-    let app = spawn_app_with(b, &arca_toml(&mp, sim.url())).await?;
+    let app = spawn_app_with(b, &format!("{}{extra}", arca_toml(mp, sim.url()))).await?;
     if in_process {
         // The loop `serve` runs beside its workers (the test app starts none).
         let token = tokio_util::sync::CancellationToken::new();

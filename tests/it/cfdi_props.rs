@@ -452,6 +452,7 @@ proptest! {
                 codigo_postal: Some("26015".into()),
                 uso_cfdi: Some("G03".into()),
                 email: None,
+                identification: None,
             },
             description: None,
             references: Vec::new(),

@@ -42,6 +42,7 @@ fn facts(currency: &str, amount: Decimal, rate: Decimal, paid_at: DateTime<Utc>)
             codigo_postal: Some("26015".into()),
             uso_cfdi: Some("G03".into()),
             email: None,
+            identification: None,
         },
         description: Some("Venta".into()),
         references: Vec::new(),

@@ -34,6 +34,7 @@ mod arca;
 mod arca_admin;
 mod arca_barrier;
 mod arca_print;
+mod arca_buyers;
 mod arca_sales;
 mod arca_wsaa;
 mod backup_pause;
