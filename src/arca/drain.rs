@@ -264,7 +264,11 @@ impl Drainer {
         r: &ArcaRefundRow,
     ) -> anyhow::Result<Option<Result<(CbteTipo, VoucherInput, String), String>>> {
         let key = format!("refund:{}:{}", r.provider, r.refund_id);
-        let Some(sale) = self.db.arca_sale_voucher(&r.provider, &r.payment_ref).await? else {
+        let Some(sale) = self
+            .db
+            .arca_sale_voucher(&r.provider, &r.payment_ref)
+            .await?
+        else {
             return Ok(None);
         };
         let tipo = CbteTipo::from_code(sale.cbte_tipo)
