@@ -32,8 +32,9 @@ async fn an_authorized_voucher_prints_with_its_cae_and_arcas_qr(b: Backend) {
     let toml = format!(
         "{}[arca.print]\nrazon_social = \"Almacén Ñandú S.R.L.\"\n\
          domicilio = \"Av. Corrientes 1234, CABA\"\ninicio_actividades = \"01/03/2019\"\n\
-         qr_base = \"https://www.afip.gob.ar/fe/qr/\"\n",
-        arca_toml(&mp, sim.url())
+         qr_base = \"https://www.afip.gob.ar/fe/qr/\"\n[admin]\npassword = \"{}\"\n",
+        arca_toml(&mp, sim.url()),
+        support::admin::PASSWORD
     );
     let Some(app) = spawn_app_with(b, &toml).await else {
         return;
@@ -130,6 +131,18 @@ async fn an_authorized_voucher_prints_with_its_cae_and_arcas_qr(b: Backend) {
         raw.contains(&format!("\"importe\":{},", a.input.imp_total.normalize())),
         "{raw}"
     );
+    // The dashboard counts the sale under its own state and sends the admin to its voucher.
+    let browser = support::admin::Browser::new(&app);
+    browser.login().await;
+    let page = browser.get("/admin").await;
+    assert_eq!(page.status, 200);
+    let html = page.body;
+    let tile = html
+        .split("<a class=\"tile")
+        .find(|t| t.contains("data-state=\"arca_authorized\""))
+        .unwrap_or_else(|| panic!("no ARCA tile in\n{html}"));
+    assert!(tile.contains("href=\"/admin/arca\""), "{tile}");
+    assert!(tile.contains("ARCA voucher authorized"), "{tile}");
     sim.stop().await;
 }
 
