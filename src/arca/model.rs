@@ -58,7 +58,10 @@ pub const ANONYMOUS_LIMIT: Decimal = Decimal::from_parts(10_000_000, 0, 0, false
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Environment {
+    // Spanish spells them with an accent; either spelling is taken.
+    #[serde(alias = "homologación")]
     Homologacion,
+    #[serde(alias = "producción")]
     Produccion,
 }
 

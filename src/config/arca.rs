@@ -319,6 +319,10 @@ mod tests {
             "https://wsaa.afip.gov.ar/ws/services/LoginCms"
         );
         assert_eq!(s.arca.wsfe_url(), "http://127.0.0.1:9/x");
+        // Spelled as in Spanish, with its accent.
+        let accented = enabled("environment = \"producción\"\n");
+        let s = Settings::from_parts(Some(&accented), &[]).expect("accented environment");
+        assert_eq!(s.arca.environment, Environment::Produccion);
     }
 
     #[test]
