@@ -21,7 +21,7 @@ const LIMIT: i64 = 200;
 
 pub struct VoucherView {
     pub key: String,
-    /// `Factura B`.
+    /// `Factura B`, `Nota de Crédito B`.
     pub tipo: String,
     /// `00003-00000001`, as printed on a voucher.
     pub number: String,
@@ -57,10 +57,7 @@ pub struct RefusalView {
 }
 
 fn tipo_name(code: i32) -> String {
-    CbteTipo::from_code(code).map_or_else(
-        || format!("type {code}"),
-        |t| format!("Factura {}", t.class()),
-    )
+    CbteTipo::from_code(code).map_or_else(|| format!("type {code}"), CbteTipo::name)
 }
 
 fn view(v: &ArcaVoucherRow) -> VoucherView {
