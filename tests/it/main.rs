@@ -32,6 +32,7 @@ mod api_payments;
 mod arca;
 mod arca_admin;
 mod arca_sales;
+mod arca_sim_faults;
 mod arca_wsaa;
 mod backup_pause;
 mod cfdi;
