@@ -49,12 +49,13 @@ const PTO_VTA: i32 = 3;
 const CERT: &[u8] = include_bytes!("../../fixtures/arca/test.crt");
 const KEY: &[u8] = include_bytes!("../../fixtures/arca/test.key");
 
-/// The sandbox ARCA's faults from its start: latency, 5xx and resets before anything is done,
-/// answers lost (or broken) after the voucher was authorized, and the `windows` given
-/// (`outage`, `recover_outage`).
+/// The sandbox ARCA's faults from its start: WSFEv1 takes only the tickets WSAA handed out
+/// (kept in its journal, so they outlive its kills); latency, 5xx and resets before anything
+/// is done; answers lost (or broken) after the voucher was authorized; and the `windows`
+/// given (`outage`, `recover_outage`).
 fn fault_spec(seed: u64, windows: &[(&str, (Duration, Duration))]) -> String {
     let mut s = format!(
-        "seed={seed},latency=10ms..150ms,status500=0.03,status503=0.03,reset=0.03,lose_response=0.1,malformed=0.02"
+        "seed={seed},strict_auth=true,latency=10ms..150ms,status500=0.03,status503=0.03,reset=0.03,lose_response=0.1,malformed=0.02"
     );
     for (name, (a, b)) in windows {
         s.push_str(&format!(",{name}={}ms..{}ms", a.as_millis(), b.as_millis()));
