@@ -319,6 +319,12 @@ pub async fn run_in(
     tokio::time::sleep(Duration::from_millis(1100)).await;
     counter.abort();
 
+    // Rejected vouchers (a number ARCA refused, used again) are no fault of the count, but
+    // worth seeing.
+    eprintln!(
+        "chaos: our vouchers by state: {:?}",
+        db.arca_voucher_counts().await?
+    );
     let sales = db.list_invoices(None).await?;
     let ours: Vec<OurVoucher> = db
         .arca_recent_vouchers(i64::MAX)
