@@ -63,6 +63,10 @@ pub enum Command {
     /// Chaos run: the sandbox PAC with faults, instances killed with SIGKILL, signed webhooks
     /// delivered 1–4 times; then check one stamp per payment (exit 1 when a count is off).
     Chaos {
+        /// `pac`: Mexican sales stamped by the sandbox PAC; `arca`: Argentine Mercado Pago
+        /// sales authorized by the sandbox ARCA (`gaps=` in the line).
+        #[arg(long, value_enum, default_value_t)]
+        authority: crate::chaos::Authority,
         /// Payments to send.
         #[arg(long)]
         payments: usize,
@@ -142,7 +146,8 @@ pub enum Command {
         /// File that keeps every authorized voucher across restarts.
         #[arg(long, default_value = "arcasim-state.json")]
         state: PathBuf,
-        /// Fault spec: `lose_next=N`, `down=true` (see docs/arca.md).
+        /// Fault spec, e.g. `seed=7,latency=20ms..300ms,lose_response=0.1,outage=20s..30s`,
+        /// `lose_next=N`, `down=true` (see docs/arca.md).
         #[arg(long)]
         faults: Option<String>,
     },
@@ -323,12 +328,14 @@ pub fn run() -> ExitCode {
             days,
         )),
         Some(Command::Chaos {
+            authority,
             payments,
             database_url,
             rate,
             seed,
             keep,
         }) => block_on(crate::chaos::run(crate::chaos::Options {
+            authority,
             payments,
             database_url,
             rate,

@@ -6,28 +6,27 @@
 //! uses no number. It checks totals, IVA sums and the document rules of each class with the
 //! codes of [`crate::arca::model::codes`], CbteFch's window around today (5 days for products,
 //! 10 for services) and the dates a service needs, and answers `FECompUltimoAutorizado`,
-//! `FECompConsultar` (602 when empty) and `FEDummy`. Its vouchers are kept in a JSON file,
-//! written before an answer leaves, so they survive a restart or `kill -9`.
+//! `FECompConsultar` (602 when empty) and `FEDummy`. Its vouchers and tickets are kept in an
+//! append-only journal (one JSON line each, the PAC sandbox's [`Journal`]), each line handed to
+//! the kernel before the answer leaves, so they survive a restart or `kill -9`.
 //!
-//! Faults, for tests: `lose_next=N` authorizes the next N vouchers and drops the connection
-//! instead of answering (the lost answer); `down=true` answers every WSFEv1 call with HTTP 503
-//! (ARCA down); `hang_next=N` authorizes the next N and holds each answer two minutes (the
-//! sender can be killed meanwhile); `strict_auth=true` makes WSFEv1 ask for a ticket [`wsaa`]
-//! handed out (else any non-empty Token and Sign pass); `ticket_seconds=N` shortens the
-//! tickets' 12 h; `ptos_venta=3+4` sets what `FEParamGetPtosVenta` lists (1 to 20 by default).
-//! WSAA `LoginCms` is modelled in [`wsaa`]. Not modelled yet: the other `FEParamGet*`
-//! catalogs, latency and outage windows.
+//! Faults ([`faults`]), for tests and the chaos run: the PAC sandbox's latency, 5xx, resets,
+//! lost answers (authorized, then dropped) and outage windows, and ARCA's own (`lose_next=N`,
+//! `down=true`, `hang_next=N`, `strict_auth`, `ticket_seconds`, `ptos_venta`), set at start or
+//! with `PUT /_sim/faults`. WSAA `LoginCms` is modelled in [`wsaa`]. Not modelled yet: the
+//! other `FEParamGet*` catalogs.
 //!
-//! Who may import it: the CLI and tests. It imports [`crate::arca`] (the model and the
-//! envelopes' readers) and the server handle and the dropped-connection body of
-//! [`crate::pacsim::server`].
+//! Who may import it: the CLI, the chaos run and tests. It imports [`crate::arca`] (the model
+//! and the envelopes' readers) and from [`crate::pacsim`] the server handle, the
+//! dropped-connection body, the journal and the fault spec.
 
+pub mod faults;
 pub mod server;
 pub mod wsaa;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use chrono::{Duration, NaiveDate, Utc};
 use rust_decimal::Decimal;
@@ -38,6 +37,8 @@ use crate::arca::model::{
 };
 use crate::arca::wsfe::{find, find_all, number, parse_date, text, yyyymmdd};
 use crate::cfdi::dom::Element;
+use crate::pacsim::faults::Faults;
+use crate::pacsim::state::Journal;
 
 /// One authorized voucher, as `FECompConsultar` echoes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,15 +57,25 @@ pub struct SimVoucher {
     pub fch_proceso: String,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default)]
 struct State {
     vouchers: Vec<SimVoucher>,
     /// CAEs handed out so far (the next one is derived from it).
     caes: u64,
     /// WSAA tickets handed out and still valid.
-    #[serde(default)]
     tickets: Vec<wsaa::SimTicket>,
 }
+
+/// A line of the journal.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum Record {
+    Voucher(SimVoucher),
+    Ticket(wsaa::SimTicket),
+}
+
+/// The first CAE of the sandbox, less one.
+const CAE_BASE: u64 = 71_000_000_000_000;
 
 /// What one `FECAEDetRequest` came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +96,13 @@ pub enum SimError {
 #[derive(Debug)]
 pub struct ArcaSim {
     state: Mutex<State>,
-    path: PathBuf,
+    /// Taken under `state`'s lock, never the other way round.
+    journal: Mutex<Journal>,
+    /// The PAC sandbox's faults (latency, 5xx, resets, lost answers, outage windows), as
+    /// [`faults`] allows them for WSFEv1.
+    timed: RwLock<Arc<Faults>>,
+    /// Faults injected so far (answers refused, dropped, held or broken on purpose).
+    pub injected: AtomicU64,
     /// Answers of authorized `FECAESolicitar` still to lose.
     pub lose_next: AtomicU32,
     /// Every WSFEv1 call answered 503.
@@ -213,15 +230,21 @@ fn read_input(d: &Element) -> Result<VoucherInput, Message> {
 impl ArcaSim {
     /// Opens (or starts) the sandbox whose vouchers live in `path`.
     pub fn open(path: &Path) -> Result<ArcaSim, SimError> {
-        let err = |e: String| SimError::State(path.to_owned(), e);
-        let state = match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| err(e.to_string()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
-            Err(e) => return Err(err(e.to_string())),
-        };
+        let mut state = State::default();
+        let journal = Journal::replay(path, |r: Record| match r {
+            Record::Voucher(v) => {
+                let n = v.cae.parse::<u64>().unwrap_or_default();
+                state.caes = state.caes.max(n.saturating_sub(CAE_BASE));
+                state.vouchers.push(v);
+            }
+            Record::Ticket(t) => state.tickets.push(t),
+        })
+        .map_err(|e| SimError::State(path.to_owned(), e.to_string()))?;
         Ok(ArcaSim {
             state: Mutex::new(state),
-            path: path.to_owned(),
+            journal: Mutex::new(journal),
+            timed: RwLock::new(faults::no_faults()),
+            injected: AtomicU64::new(0),
             lose_next: AtomicU32::new(0),
             down: AtomicBool::new(false),
             solicits: AtomicU64::new(0),
@@ -244,6 +267,11 @@ impl ArcaSim {
     /// Every authorized voucher, in the order they were authorized.
     pub fn vouchers(&self) -> Vec<SimVoucher> {
         self.state().vouchers.clone()
+    }
+
+    /// How many vouchers were authorized.
+    pub fn voucher_count(&self) -> usize {
+        self.state().vouchers.len()
     }
 
     fn last(state: &State, cuit: i64, pto_vta: i32, tipo: i32) -> Option<&SimVoucher> {
@@ -319,15 +347,12 @@ impl ArcaSim {
             number,
             cbte_fch: fch,
             input,
-            cae: format!("{}", 71_000_000_000_000 + state.caes),
+            cae: format!("{}", CAE_BASE + state.caes),
             cae_due: yyyymmdd(due),
             fch_proceso: Utc::now().format("%Y%m%d%H%M%S").to_string(),
         };
+        self.save(&Record::Voucher(v.clone()))?;
         state.vouchers.push(v.clone());
-        if let Err(e) = self.save(&state) {
-            state.vouchers.pop();
-            return Err(e);
-        }
         Ok(DetAnswer::Approved(Box::new(v)))
     }
 
@@ -374,74 +399,13 @@ impl ArcaSim {
             .collect()
     }
 
-    /// Writes the whole state to a temporary file, then renames it over the old one, so a
-    /// crash leaves one or the other.
-    fn save(&self, state: &State) -> std::io::Result<()> {
-        let tmp = self.path.with_extension("tmp");
-        let bytes = serde_json::to_vec(state).map_err(std::io::Error::other)?;
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &self.path)
-    }
-
-    /// Applies a fault spec: `none` (no lost or held answers, not down), or `lose_next=N`,
-    /// `hang_next=N`, `ptos_venta=N+M+…`,
-    /// `down=true|false`, `strict_auth=true|false` and `ticket_seconds=N`, comma-separated.
-    pub fn set_faults(&self, spec: &str) -> Result<(), String> {
-        let spec = spec.trim();
-        if spec.is_empty() || spec == "none" {
-            self.lose_next.store(0, Ordering::SeqCst);
-            self.hang_next.store(0, Ordering::SeqCst);
-            self.down.store(false, Ordering::SeqCst);
-            return Ok(());
-        }
-        for part in spec.split(',') {
-            match part.trim().split_once('=') {
-                Some(("lose_next", n)) => self.lose_next.store(
-                    n.parse().map_err(|_| format!("lose_next={n}"))?,
-                    Ordering::SeqCst,
-                ),
-                Some(("down", b)) => self.down.store(
-                    b.parse().map_err(|_| format!("down={b}"))?,
-                    Ordering::SeqCst,
-                ),
-                Some(("hang_next", n)) => self.hang_next.store(
-                    n.parse().map_err(|_| format!("hang_next={n}"))?,
-                    Ordering::SeqCst,
-                ),
-                Some(("ptos_venta", list)) => {
-                    let points = list
-                        .split('+')
-                        .map(|n| n.parse().map_err(|_| format!("ptos_venta={list}")))
-                        .collect::<Result<Vec<i32>, _>>()?;
-                    *self.ptos_venta.lock().unwrap_or_else(|p| p.into_inner()) = points;
-                }
-                Some(("strict_auth", b)) => self.strict_auth.store(
-                    b.parse().map_err(|_| format!("strict_auth={b}"))?,
-                    Ordering::SeqCst,
-                ),
-                Some(("ticket_seconds", n)) => self.ticket_seconds.store(
-                    n.parse().map_err(|_| format!("ticket_seconds={n}"))?,
-                    Ordering::SeqCst,
-                ),
-                _ => return Err(format!("unknown fault {part:?}")),
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether the answer now being sent is to be lost (one fewer to lose).
-    fn take_loss(&self) -> bool {
-        take(&self.lose_next)
-    }
-
-    /// Whether the answer now being sent is to be held (one fewer to hold).
-    pub fn take_hang(&self) -> bool {
-        take(&self.hang_next)
+    /// Appends `r` to the journal: once this returns, the line is the kernel's and outlives
+    /// a `kill -9` of the sandbox (called under the state's lock, before the answer leaves).
+    fn save(&self, r: &Record) -> std::io::Result<()> {
+        self.journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(r)
     }
 
     /// Whether the login ticket now being sent is to be lost (one fewer to lose).

@@ -5,8 +5,8 @@
 //! | `POST /ws/services/LoginCms` | WSAA `loginCms` (see [`super::wsaa`]) |
 //! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEParamGetPtosVenta`, `FEDummy` |
 //! | `GET /_sim/vouchers` | every authorized voucher with its number and CAE |
-//! | `GET /_sim/stats` | `{"solicits": N, "logins": N, "login_attempts": N}`: `FECAESolicitar` requests received, tickets handed out, `loginCms` requests received |
-//! | `PUT /_sim/faults` | the fault spec (body: `none`, `lose_next=N`, `down=true`, `hang_next=N`, `ptos_venta=N+M`, `strict_auth=true`, `ticket_seconds=N`) |
+//! | `GET /_sim/stats` | `{"solicits": N, "logins": N, "login_attempts": N, "faults": N}`: `FECAESolicitar` requests received, tickets handed out, `loginCms` requests received, faults injected (since this process started) |
+//! | `GET`/`PUT /_sim/faults` | read or change the fault spec (body: a spec of [`super::faults`], or `none`) |
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use actix_web::web::{self, Bytes, Data};
 use actix_web::{App, HttpResponse};
 use serde_json::json;
 
+use super::faults::{Fate, Gate};
 use super::wsaa::LoginFault;
 use super::{ArcaSim, DetAnswer, SimError, SimVoucher};
 use crate::arca::model::{Message, codes};
@@ -50,6 +51,7 @@ pub fn start(sim: Arc<ArcaSim>, addr: &str) -> Result<ArcaSimHandle, SimError> {
             .route("/_sim/vouchers", web::get().to(vouchers))
             .route("/_sim/stats", web::get().to(stats))
             .route("/_sim/faults", web::put().to(faults))
+            .route("/_sim/faults", web::get().to(faults_get))
     })
     .map_err(SimError::Listen)
 }
@@ -63,7 +65,12 @@ async fn stats(sim: Data<ArcaSim>) -> HttpResponse {
         "solicits": sim.solicits.load(Ordering::SeqCst),
         "logins": sim.logins.load(Ordering::SeqCst),
         "login_attempts": sim.login_attempts.load(Ordering::SeqCst),
+        "faults": sim.injected.load(Ordering::SeqCst),
     }))
+}
+
+async fn faults_get(sim: Data<ArcaSim>) -> HttpResponse {
+    HttpResponse::Ok().body(sim.fault_text())
 }
 
 async fn faults(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
@@ -175,8 +182,22 @@ async fn login_cms(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
     }
 }
 
+/// A WSFEv1 call under the faults in force when it arrived: its answer leaves their latency
+/// after it arrived, however long the sandbox took meanwhile.
 async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
-    let Ok(root) = Element::parse(&body) else {
+    let faults = sim.faults();
+    let answer_at = tokio::time::Instant::now() + faults.latency();
+    let answer = wsfe_call(&sim, &faults, &body).await;
+    tokio::time::sleep_until(answer_at).await;
+    answer
+}
+
+async fn wsfe_call(
+    sim: &ArcaSim,
+    faults: &crate::pacsim::faults::Faults,
+    body: &[u8],
+) -> HttpResponse {
+    let Ok(root) = Element::parse(body) else {
         return fault("Server was unable to read request: malformed XML");
     };
     let Some(op) = find(&root, "Body").and_then(|b| b.elements().next()) else {
@@ -186,8 +207,18 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
     if name == "FECAESolicitar" {
         sim.solicits.fetch_add(1, Ordering::SeqCst);
     }
-    if sim.down.load(Ordering::SeqCst) {
-        return HttpResponse::ServiceUnavailable().body("Service Unavailable");
+    match sim.gate(faults) {
+        Gate::Proceed => {}
+        Gate::Reset => return dropped(),
+        Gate::Status(code) => {
+            let status = actix_web::http::StatusCode::from_u16(code)
+                .unwrap_or(actix_web::http::StatusCode::SERVICE_UNAVAILABLE);
+            return HttpResponse::build(status).body(format!("sandbox fault: HTTP {code}"));
+        }
+    }
+    let asks_for_issued = matches!(name.as_str(), "FECompConsultar" | "FECompUltimoAutorizado");
+    if asks_for_issued && sim.recover_unavailable(faults) {
+        return HttpResponse::ServiceUnavailable().body("sandbox fault: recover outage");
     }
     if name == "FEDummy" {
         return soap(
@@ -195,7 +226,7 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
             "<AppServer>OK</AppServer><DbServer>OK</DbServer><AuthServer>OK</AuthServer>",
         );
     }
-    let Some(cuit) = auth(&sim, op) else {
+    let Some(cuit) = auth(sim, op) else {
         let err = Message::new(
             codes::AUTH,
             "ValidacionDeToken: No validaron las credenciales",
@@ -216,7 +247,7 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
                 ),
             )
         }
-        "FECompConsultar" => consultar(&sim, cuit, op),
+        "FECompConsultar" => consultar(sim, cuit, op),
         "FEParamGetPtosVenta" => {
             sim.ptos_venta_asked.fetch_add(1, Ordering::SeqCst);
             let points = sim
@@ -240,13 +271,23 @@ async fn wsfe(sim: Data<ArcaSim>, body: Bytes) -> HttpResponse {
             soap(&name, &format!("<ResultGet>{items}</ResultGet>"))
         }
         "FECAESolicitar" => {
-            let before = sim.vouchers().len();
-            let answer = solicitar(&sim, cuit, op);
-            if sim.vouchers().len() > before && sim.take_hang() {
-                // Authorized and written down; the answer is held while its sender dies.
-                tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+            let (answer, approved) = solicitar(sim, cuit, op);
+            if approved == 0 {
+                return answer;
             }
-            answer
+            // Authorized and written down: the answer may still never arrive.
+            match sim.fate(faults) {
+                Fate::Answer => answer,
+                Fate::Drop => dropped(),
+                Fate::Hold(d) => {
+                    // Held while its sender times out or dies.
+                    tokio::time::sleep(d).await;
+                    answer
+                }
+                Fate::Malformed => HttpResponse::Ok()
+                    .content_type("text/xml; charset=utf-8")
+                    .body("<?xml version=\"1.0\"?><soap:Envelope><soap:Body><FECAESolic"),
+            }
         }
         _ => fault(&format!("unknown operation {name}")),
     }
@@ -316,16 +357,17 @@ fn det_response(
     )
 }
 
-fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
+/// The answer, and how many vouchers it authorized.
+fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> (HttpResponse, usize) {
     let Some(cab) = find(op, "FeCabReq") else {
-        return fault("FeCabReq is required");
+        return (fault("FeCabReq is required"), 0);
     };
     let (Ok(cant), Ok(pv), Ok(tipo)) = (
         number::<usize>(cab, "CantReg"),
         number::<i32>(cab, "PtoVta"),
         number::<i32>(cab, "CbteTipo"),
     ) else {
-        return fault("CantReg, PtoVta and CbteTipo are required");
+        return (fault("CantReg, PtoVta and CbteTipo are required"), 0);
     };
     let mut dets = Vec::new();
     if let Some(d) = find(op, "FeDetReq") {
@@ -357,7 +399,8 @@ fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
                     details.push_str(&det_response(number, &fch, 'R', None, &obs));
                     errors.extend(seq);
                 }
-                Err(e) => return fault(&format!("sandbox failure: {e}")),
+                // What was authorized before is written down: its answer is lost.
+                Err(e) => return (fault(&format!("sandbox failure: {e}")), approved),
             }
         }
     }
@@ -366,12 +409,8 @@ fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
         (_, 0) => 'A',
         _ => 'P',
     };
-    if approved > 0 && sim.take_loss() {
-        // Authorized and written down; the answer never arrives.
-        return dropped();
-    }
     let now = chrono::Utc::now().format("%Y%m%d%H%M%S");
-    soap(
+    let answer = soap(
         "FECAESolicitar",
         &format!(
             "<FeCabResp><Cuit>{cuit}</Cuit><PtoVta>{pv}</PtoVta><CbteTipo>{tipo}</CbteTipo>\
@@ -380,5 +419,6 @@ fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> HttpResponse {
              <FeDetResp>{details}</FeDetResp>{}",
             list("Errors", "Err", &errors)
         ),
-    )
+    );
+    (answer, approved)
 }

@@ -173,12 +173,12 @@ impl ArcaSim {
             expires_at: now + Duration::seconds(i64::try_from(seconds).unwrap_or(43_200)),
             issued_at: Some(now),
         };
+        self.save(&super::Record::Ticket(ticket.clone()))
+            .map_err(|_| LoginFault("wsaa.internalError", "Error interno"))?;
         state.tickets.retain(|t| t.expires_at > now);
         state.tickets.push(ticket.clone());
         self.logins
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.save(&state)
-            .map_err(|_| LoginFault("wsaa.internalError", "Error interno"))?;
         Ok(ticket)
     }
 

@@ -32,10 +32,19 @@
 //! so its window closes while nobody knows whether it was stamped. Both must end with the one
 //! stamp recorded.
 //!
+//! With `--authority arca` the run is Argentina's instead ([`arca`]): Mercado Pago sales in
+//! ARS, the sandbox ARCA (`arca-sim`) with its faults and outages, the same kills, and the
+//! line of [`arca_check`] with `gaps=`.
+//!
+//! Who may import it: the CLI. It imports the store, the settings, the webhooks' signing and
+//! samples, and the sandbox ARCA's voucher type.
+//!
 //! The instances run with time compressed (5 s leases, backoff capped at 2 s, 10 attempts
 //! before a dead letter) so a run takes about a minute; periodic reconciliation is off, so the
 //! worker path alone has to get every count right.
 
+mod arca;
+pub mod arca_check;
 pub mod check;
 mod credit;
 pub mod customers;
@@ -43,7 +52,7 @@ mod mail;
 pub mod procs;
 pub mod traffic;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,9 +70,20 @@ use check::{Globals, Line, PacStamp, TERMINAL_OUTBOX_STATES};
 use procs::{Proc, free_port};
 use traffic::SendStats;
 
+/// Whom the run's sales are invoiced with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Authority {
+    /// Mexico: Stripe and Mercado Pago sales stamped as CFDI by the sandbox PAC.
+    #[default]
+    Pac,
+    /// Argentina: Mercado Pago sales in ARS authorized by the sandbox ARCA ([`arca`]).
+    Arca,
+}
+
 /// What `autofactura chaos` was asked to do.
 #[derive(Debug, Clone)]
 pub struct Options {
+    pub authority: Authority,
     pub payments: usize,
     /// A PostgreSQL server: the run creates a database of its own there and drops it after.
     /// `None`: SQLite in a temporary directory, one instance.
@@ -96,9 +116,10 @@ fn fault_spec(
     s
 }
 
-fn sim_args(state: &Path, port: u16, faults: &str) -> Vec<String> {
+/// The arguments of sandbox `command` (`pac-sim`, `arca-sim`).
+fn sim_args(command: &str, state: &Path, port: u16, faults: &str) -> Vec<String> {
     vec![
-        "pac-sim".into(),
+        command.into(),
         "--listen".into(),
         format!("127.0.0.1:{port}"),
         "--state".into(),
@@ -169,6 +190,31 @@ impl Cast {
         std::iter::once(&mut self.sim).chain(self.appliances.iter_mut())
     }
 
+    /// Starts whatever is not running, then waits until everything answers.
+    async fn start(&mut self, http: &reqwest::Client) -> anyhow::Result<()> {
+        for p in self.all() {
+            if !p.is_running() {
+                p.start()?;
+            }
+        }
+        for p in self.all() {
+            p.wait_ready(http, Duration::from_secs(90)).await?;
+        }
+        Ok(())
+    }
+
+    /// Says how often each process was killed, then stops them all.
+    async fn stop(&mut self) {
+        let per_process: Vec<String> = self
+            .all()
+            .map(|p| format!("{} {}", p.name, p.kills))
+            .collect();
+        eprintln!("chaos: SIGKILLs per process: {}", per_process.join(", "));
+        for p in self.all() {
+            p.stop().await;
+        }
+    }
+
     fn crashes(&self) -> Vec<String> {
         std::iter::once(&self.sim)
             .chain(self.appliances.iter())
@@ -232,7 +278,10 @@ pub async fn run(opts: Options) -> anyhow::Result<ExitCode> {
         }
         None => format!("sqlite://{}", dir.join("chaos.db").display()),
     };
-    let result = run_in(&opts, seed, &run_id, &dir, &database_url).await;
+    let result = match opts.authority {
+        Authority::Pac => run_in(&opts, seed, &run_id, &dir, &database_url).await,
+        Authority::Arca => arca::run_in(&opts, seed, &dir, &database_url).await,
+    };
     if let Some(admin) = &opts.database_url
         && let Err(e) = store::drop_postgres_database(admin, &pg_name).await
     {
@@ -261,15 +310,7 @@ async fn run_in(
     dir: &Path,
     database_url: &str,
 ) -> anyhow::Result<bool> {
-    let db = store::connect(&DatabaseSettings {
-        url: SecretString::new(database_url),
-        max_connections: 2,
-    })
-    .await?;
-    db.migrate().await?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()?;
+    let (db, http) = connect(database_url).await?;
     let mut rng = StdRng::seed_from_u64(seed);
 
     let instances = if opts.database_url.is_some() { 2 } else { 1 };
@@ -289,40 +330,17 @@ async fn run_in(
     let sim = Proc::new(
         "pac-sim",
         sim_port,
-        sim_args(&state, sim_port, &first_faults),
+        sim_args("pac-sim", &state, sim_port, &first_faults),
         dir,
         "/_sim/stamps",
     )?;
     // The customers' mailbox: every instance's courier sends there.
     let mailbox = mail::Mailbox::start().await?;
-    let mut appliances = Vec::new();
-    for k in 1..=instances {
-        let port = free_port()?;
-        let config = dir.join(format!("appliance-{k}.toml"));
-        std::fs::write(
-            &config,
-            appliance_settings(port, database_url, &sim.url(), mailbox.port),
-        )
-        .with_context(|| format!("cannot write {}", config.display()))?;
-        appliances.push(Proc::new(
-            &format!("appliance-{k}"),
-            port,
-            vec![
-                "serve".into(),
-                "--config".into(),
-                config.display().to_string(),
-            ],
-            dir,
-            "/healthz",
-        )?);
-    }
+    let appliances = appliances(dir, instances, |port| {
+        appliance_settings(port, database_url, &sim.url(), mailbox.port)
+    })?;
     let mut cast = Cast { sim, appliances };
-    for p in cast.all() {
-        p.start()?;
-    }
-    for p in cast.all() {
-        p.wait_ready(&http, Duration::from_secs(90)).await?;
-    }
+    cast.start(&http).await?;
     let targets: Arc<Vec<String>> = Arc::new(cast.appliances.iter().map(Proc::url).collect());
     eprintln!(
         "chaos: pac-sim at {} (faults {first_faults}), {} instance(s) at {}",
@@ -355,14 +373,26 @@ async fn run_in(
     let stats = Arc::new(SendStats::default());
     let stop = CancellationToken::new();
     let started = Instant::now();
+    let sim_kills = SimKills {
+        at: vec![schedule.sim_kill_at],
+        args: Box::new(move |since, _| {
+            // The outages are measured from the sandbox's own start: the restarted one has
+            // the full one and the rest of the lookup outage.
+            let faults = fault_spec(
+                seed.wrapping_add(1),
+                since_start(schedule.recover_outage, since),
+                Some(since_start(schedule.outage, since)),
+            );
+            (sim_args("pac-sim", &state, sim_port, &faults), faults)
+        }),
+    };
     let chaos = tokio::spawn(chaos_loop(
         cast,
         stop.clone(),
-        schedule,
+        sim_kills,
         kills.clone(),
         rng.random(),
-        state.clone(),
-        seed,
+        (2000, 5000),
     ));
     let reporter = tokio::spawn(report_loop(
         db.clone(),
@@ -371,6 +401,7 @@ async fn run_in(
         plan.deliveries,
         opts.payments,
         started,
+        false,
     ));
     let give_up = Instant::now() + chaos_for * 3 + Duration::from_secs(300);
     let mut errors = traffic::send_all(
@@ -390,24 +421,7 @@ async fn run_in(
     if Instant::now() < min_end {
         tokio::time::sleep_until(min_end.into()).await;
     }
-    stop.cancel();
-    let mut cast = chaos.await.context("the kill loop failed")??;
-    eprintln!(
-        "chaos: all deliveries sent after {:.0?}; killing stopped ({} kills); waiting for quiet",
-        started.elapsed(),
-        kills.load(Ordering::Relaxed)
-    );
-
-    // Quiet: everything up, nothing killed, until no row is still moving.
-    for p in cast.all() {
-        if !p.is_running() {
-            p.start()?;
-        }
-    }
-    for p in cast.all() {
-        p.wait_ready(&http, Duration::from_secs(90)).await?;
-    }
-    let moving = wait_quiet(&db, opts.payments).await?;
+    let (mut cast, moving) = settle(chaos, &stop, &http, &db, opts.payments, false, &kills).await?;
     reporter.abort();
 
     let ours = db.list_invoices(None).await?;
@@ -432,54 +446,119 @@ async fn run_in(
     verdict.emailed = mailed.mailed;
     verdict.problems.extend(mailed.problems);
 
-    let per_process: Vec<String> = cast
-        .all()
-        .map(|p| format!("{} {}", p.name, p.kills))
-        .collect();
-    eprintln!("chaos: SIGKILLs per process: {}", per_process.join(", "));
-    for p in cast.all() {
-        p.stop().await;
-    }
+    cast.stop().await;
     db.close().await;
-
     let line = Line {
         verdict: &verdict,
         kills: kills.load(Ordering::Relaxed),
         faults: u64::try_from(faults).unwrap_or(0),
     };
-    if !verdict.problems.is_empty() {
-        eprintln!("chaos: {} problem(s):", verdict.problems.len());
-        for p in verdict.problems.iter().take(40) {
+    report(&verdict.problems, verdict.is_ok(), started, &stats, &line);
+    Ok(verdict.is_ok())
+}
+
+/// Stops the kills, then quiet: everything up, nothing killed, until no row is still moving
+/// (see [`wait_quiet`]). Returns the processes and what still moves.
+async fn settle(
+    chaos: tokio::task::JoinHandle<anyhow::Result<Cast>>,
+    stop: &CancellationToken,
+    http: &reqwest::Client,
+    db: &Db,
+    payments: usize,
+    arca: bool,
+    kills: &AtomicU64,
+) -> anyhow::Result<(Cast, Vec<(String, i64)>)> {
+    stop.cancel();
+    let mut cast = chaos.await.context("the kill loop failed")??;
+    eprintln!(
+        "chaos: killing stopped ({} kills); waiting for quiet",
+        kills.load(Ordering::Relaxed)
+    );
+    cast.start(http).await?;
+    let moving = wait_quiet(db, payments, arca).await?;
+    Ok((cast, moving))
+}
+
+/// The run's own connection to the database (migrated) and its HTTP client.
+async fn connect(database_url: &str) -> anyhow::Result<(Db, reqwest::Client)> {
+    let db = store::connect(&DatabaseSettings {
+        url: SecretString::new(database_url),
+        max_connections: 2,
+    })
+    .await?;
+    db.migrate().await?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    Ok((db, http))
+}
+
+/// The end of a run on stderr (the problems, passed or failed) and its line on stdout.
+fn report(
+    problems: &[String],
+    ok: bool,
+    started: Instant,
+    stats: &SendStats,
+    line: &dyn std::fmt::Display,
+) {
+    if !problems.is_empty() {
+        eprintln!("chaos: {} problem(s):", problems.len());
+        for p in problems.iter().take(40) {
             eprintln!("  {p}");
         }
     }
     eprintln!(
         "chaos: {} in {:.0?}: {} deliveries acknowledged, {} retried",
-        if verdict.is_ok() { "passed" } else { "FAILED" },
+        if ok { "passed" } else { "FAILED" },
         started.elapsed(),
         stats.acknowledged.load(Ordering::Relaxed),
         stats.retried.load(Ordering::Relaxed)
     );
     println!("{line}");
-    Ok(verdict.is_ok())
 }
 
-/// Kills a random instance every 2–5 s and starts it again; kills and restarts the sandbox
-/// once, its restart carrying the one outage window; restarts anything that ended by itself.
-/// Hands the processes back when `stop` fires.
+/// `n` instances (`appliance-1`, …), each `serve` with the settings `settings` gives for its
+/// port, written to the working directory `dir`.
+fn appliances(dir: &Path, n: usize, settings: impl Fn(u16) -> String) -> anyhow::Result<Vec<Proc>> {
+    (1..=n)
+        .map(|k| {
+            let port = free_port()?;
+            let config = dir.join(format!("appliance-{k}.toml"));
+            std::fs::write(&config, settings(port))
+                .with_context(|| format!("cannot write {}", config.display()))?;
+            let args = vec![
+                "serve".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ];
+            Proc::new(&format!("appliance-{k}"), port, args, dir, "/healthz")
+        })
+        .collect()
+}
+
+/// When the sandbox is SIGKILLed (from the start of the chaos phase), and the arguments it
+/// is started again with, given the time since that start and which kill it was (its fault
+/// spec, for the log, beside them).
+struct SimKills {
+    at: Vec<Duration>,
+    args: Box<dyn Fn(Duration, usize) -> (Vec<String>, String) + Send>,
+}
+
+/// Kills a random instance every `every` (a range in milliseconds) and starts it again; kills
+/// and restarts the sandbox at `sim_kills`; restarts anything that ended by itself. Hands the
+/// processes back when `stop` fires.
 async fn chaos_loop(
     mut cast: Cast,
     stop: CancellationToken,
-    schedule: Schedule,
+    sim_kills: SimKills,
     kills: Arc<AtomicU64>,
     seed: u64,
-    state: PathBuf,
-    fault_seed: u64,
+    every: (u64, u64),
 ) -> anyhow::Result<Cast> {
     let mut rng = StdRng::seed_from_u64(seed);
     let start = Instant::now();
-    let mut next_kill = start + Duration::from_millis(rng.random_range(2000..5000));
-    let mut sim_killed = false;
+    let mut next_kill = start + Duration::from_millis(rng.random_range(every.0..every.1));
+    let mut sim_killed = 0;
     loop {
         tokio::select! {
             () = stop.cancelled() => return Ok(cast),
@@ -496,22 +575,22 @@ async fn chaos_loop(
             }
         }
         let now = Instant::now();
-        if !sim_killed && now >= start + schedule.sim_kill_at {
-            sim_killed = true;
+        if sim_kills
+            .at
+            .get(sim_killed)
+            .is_some_and(|at| now >= start + *at)
+        {
+            sim_killed += 1;
             cast.sim.kill().await?;
             kills.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
-            // The outages are measured from the sandbox's own start: the restarted one has
-            // the full one and the rest of the lookup outage.
-            let since = start.elapsed();
-            let faults = fault_spec(
-                fault_seed.wrapping_add(1),
-                since_start(schedule.recover_outage, since),
-                Some(since_start(schedule.outage, since)),
-            );
-            cast.sim.set_args(sim_args(&state, cast.sim.port, &faults));
+            let (args, faults) = (sim_kills.args)(start.elapsed(), sim_killed);
+            cast.sim.set_args(args);
             cast.sim.start()?;
-            eprintln!("chaos: pac-sim SIGKILLed and restarted (faults {faults})");
+            eprintln!(
+                "chaos: {} SIGKILLed and restarted (faults {faults})",
+                cast.sim.name
+            );
         }
         if now >= next_kill {
             let i = rng.random_range(0..cast.appliances.len());
@@ -522,7 +601,7 @@ async fn chaos_loop(
                 tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
                 p.start()?;
             }
-            next_kill = Instant::now() + Duration::from_millis(rng.random_range(2000..5000));
+            next_kill = Instant::now() + Duration::from_millis(rng.random_range(every.0..every.1));
         }
     }
 }
@@ -535,12 +614,20 @@ async fn report_loop(
     deliveries: usize,
     payments: usize,
     started: Instant,
+    arca: bool,
 ) {
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let stamped = db.outbox_count(DocumentState::Stamped).await.unwrap_or(0);
+        let (what, done) = if arca {
+            let by_state = db.arca_voucher_counts().await.unwrap_or_default();
+            let n = by_state.iter().find(|(s, _)| s == "authorized");
+            ("authorized", n.map_or(0, |(_, n)| *n))
+        } else {
+            let n = db.outbox_count(DocumentState::Stamped).await.unwrap_or(0);
+            ("stamped", n)
+        };
         eprintln!(
-            "chaos: {:>4.0?}  deliveries {}/{deliveries} acknowledged ({} retried)  stamped {stamped}/{payments}  kills {}",
+            "chaos: {:>4.0?}  deliveries {}/{deliveries} acknowledged ({} retried)  {what} {done}/{payments}  kills {}",
             started.elapsed(),
             stats.acknowledged.load(Ordering::Relaxed),
             stats.retried.load(Ordering::Relaxed),
@@ -575,7 +662,8 @@ fn last_month_noon() -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
     crate::domain::time::from_local(noon).context("noon is not a local time")
 }
 
-async fn moving_rows(db: &Db) -> anyhow::Result<Vec<(String, i64)>> {
+/// With `arca`, ARS sales not settled and vouchers not settled (reserved, unknown) too.
+async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> {
     let mut moving: Vec<(String, i64)> = db
         .outbox_counts()
         .await?
@@ -614,18 +702,34 @@ async fn moving_rows(db: &Db) -> anyhow::Result<Vec<(String, i64)>> {
             .filter(|(s, _)| s == "pending_fetch")
             .map(|(s, n)| (format!("webhook_events {s}"), n)),
     );
+    if arca {
+        let pending = db.arca_pending_sales(i64::MAX).await?.len();
+        if pending > 0 {
+            moving.push((
+                "sales arca_pending".into(),
+                i64::try_from(pending).unwrap_or(i64::MAX),
+            ));
+        }
+        moving.extend(
+            db.arca_voucher_counts()
+                .await?
+                .into_iter()
+                .filter(|(s, _)| s == "reserved" || s == "unknown")
+                .map(|(s, n)| (format!("arca_vouchers {s}"), n)),
+        );
+    }
     Ok(moving)
 }
 
 /// Waits until no row is moving, or until nothing has changed for two minutes; then returns
 /// what still moves (empty when quiet), having printed the stuck rows.
-async fn wait_quiet(db: &Db, payments: usize) -> anyhow::Result<Vec<(String, i64)>> {
+async fn wait_quiet(db: &Db, payments: usize, arca: bool) -> anyhow::Result<Vec<(String, i64)>> {
     let stall_limit = Duration::from_secs(120);
     let mut last = Vec::new();
     let mut changed = Instant::now();
     let mut said = Instant::now();
     loop {
-        let moving = moving_rows(db).await?;
+        let moving = moving_rows(db, arca).await?;
         let total: i64 = moving.iter().map(|(_, n)| n).sum();
         if total == 0 {
             return Ok(moving);

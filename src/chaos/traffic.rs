@@ -201,26 +201,7 @@ pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut
             }
         } else {
             provider = crate::webhooks::mercadopago::PROVIDER;
-            // The sandbox's stand-in payments API reads the approval time from the id: Unix
-            // seconds, then three digits. A thousand payments per second of the past.
-            let secs = now - 1 - mp_count / 1000;
-            let id = format!("{}", secs * 1000 + mp_count % 1000);
-            mp_count += 1;
-            let data_id: Arc<str> = id.clone().into();
-            let created: Arc<str> =
-                mp_notification(&id, &format!("{id}1"), "payment.created").into();
-            for _ in 0..k {
-                let body = if rng.random_bool(0.3) {
-                    mp_notification(&id, &format!("{id}2"), "payment.updated").into()
-                } else {
-                    created.clone()
-                };
-                ds.push(Delivery::MercadoPago {
-                    data_id: data_id.clone(),
-                    body,
-                });
-            }
-            payment_id = id;
+            payment_id = mp_payment(now, &mut mp_count, k, &mut ds, rng);
         }
         deliveries += ds.len();
         payments.push(SentPayment {
@@ -231,28 +212,102 @@ pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut
             kind,
             refund,
         });
-        let slot = i as u64;
-        let mut rest = ds.into_iter();
-        let first: Vec<Delivery> = if k >= 2 && rng.random_bool(0.15) {
-            rest.by_ref().take(2).collect()
+        schedule(&mut groups, i as u64, ds, (near, far), rng);
+    }
+    groups.sort_by_key(|g| g.slot);
+    Plan {
+        payments,
+        groups,
+        deliveries,
+    }
+}
+
+/// A Mercado Pago payment notified `k` times (some as `payment.updated`), its deliveries
+/// pushed to `ds`; returns its id. The sandbox's stand-in payments API reads the approval time
+/// from the id: Unix seconds, then three digits (`count` of them so far). A thousand payments
+/// per second of the past.
+fn mp_payment(
+    now: i64,
+    count: &mut i64,
+    k: usize,
+    ds: &mut Vec<Delivery>,
+    rng: &mut StdRng,
+) -> String {
+    let secs = now - 1 - *count / 1000;
+    let id = format!("{}", secs * 1000 + *count % 1000);
+    *count += 1;
+    let data_id: Arc<str> = id.clone().into();
+    let created: Arc<str> = mp_notification(&id, &format!("{id}1"), "payment.created").into();
+    for _ in 0..k {
+        let body = if rng.random_bool(0.3) {
+            mp_notification(&id, &format!("{id}2"), "payment.updated").into()
         } else {
-            rest.by_ref().take(1).collect()
+            created.clone()
+        };
+        ds.push(Delivery::MercadoPago {
+            data_id: data_id.clone(),
+            body,
+        });
+    }
+    id
+}
+
+/// Puts a payment's deliveries in groups: the first (two at once, sometimes) at `slot`, the
+/// others a little later (`near` slots at most) or, one in ten, much later (`far`).
+fn schedule(
+    groups: &mut Vec<Group>,
+    slot: u64,
+    ds: Vec<Delivery>,
+    (near, far): (u64, u64),
+    rng: &mut StdRng,
+) {
+    let k = ds.len();
+    let mut rest = ds.into_iter();
+    let first: Vec<Delivery> = if k >= 2 && rng.random_bool(0.15) {
+        rest.by_ref().take(2).collect()
+    } else {
+        rest.by_ref().take(1).collect()
+    };
+    groups.push(Group {
+        slot,
+        deliveries: first,
+    });
+    for d in rest {
+        let later = if rng.random_bool(0.1) {
+            rng.random_range(1..=far)
+        } else {
+            rng.random_range(1..=near)
         };
         groups.push(Group {
-            slot,
-            deliveries: first,
+            slot: slot + later,
+            deliveries: vec![d],
         });
-        for d in rest {
-            let later = if rng.random_bool(0.1) {
-                rng.random_range(1..=far)
-            } else {
-                rng.random_range(1..=near)
-            };
-            groups.push(Group {
-                slot: slot + later,
-                deliveries: vec![d],
-            });
-        }
+    }
+}
+
+/// Plans `n` Mercado Pago payments only (the Argentine run: every one in ARS), delivered as
+/// [`plan`] delivers them.
+pub fn plan_mercadopago(n: usize, rate: f64, now: i64, rng: &mut StdRng) -> Plan {
+    let (near, far) = ((rate * 3.0).max(2.0) as u64, (rate * 10.0).max(4.0) as u64);
+    let mut payments = Vec::with_capacity(n);
+    let mut groups = Vec::new();
+    let mut deliveries = 0;
+    let mut count = 0;
+    for i in 0..n {
+        let k = rng.random_range(1..=4usize);
+        let mut ds = Vec::with_capacity(k);
+        let payment_id = mp_payment(now, &mut count, k, &mut ds, rng);
+        let provider = crate::webhooks::mercadopago::PROVIDER;
+        deliveries += ds.len();
+        payments.push(SentPayment {
+            provider: provider.to_owned(),
+            stamp_key: StampKey::derive(provider, &payment_id, "ingreso").to_string(),
+            payment_id,
+            near_window: false,
+            kind: SaleKind::Nominative,
+            refund: None,
+        });
+        schedule(&mut groups, i as u64, ds, (near, far), rng);
     }
     groups.sort_by_key(|g| g.slot);
     Plan {

@@ -164,6 +164,17 @@ pub struct Journal {
 impl Journal {
     /// Opens (or creates) the journal at `path` and replays it.
     pub fn open(path: &Path) -> io::Result<(Journal, SimState)> {
+        let mut state = SimState::default();
+        let journal = Journal::replay(path, |ev: Event| state.apply(&ev))?;
+        Ok((journal, state))
+    }
+
+    /// Opens (or creates) a journal of `E` lines at `path`, handing every whole line to
+    /// `apply` in order (the sandbox ARCA keeps its vouchers in one too).
+    pub fn replay<E: serde::de::DeserializeOwned>(
+        path: &Path,
+        mut apply: impl FnMut(E),
+    ) -> io::Result<Journal> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
@@ -172,7 +183,6 @@ impl Journal {
             .append(true)
             .create(true)
             .open(path)?;
-        let mut state = SimState::default();
         let mut good_end = 0u64;
         let mut reader = BufReader::new(&file);
         let mut line = String::new();
@@ -187,13 +197,13 @@ impl Journal {
             if !line.ends_with('\n') {
                 break; // torn tail: the write never finished, so it was never answered
             }
-            let ev = serde_json::from_str::<Event>(line.trim_end()).map_err(|e| {
+            let ev = serde_json::from_str::<E>(line.trim_end()).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("{} line {lineno}: {e}", path.display()),
                 )
             })?;
-            state.apply(&ev);
+            apply(ev);
             good_end += n as u64;
         }
         drop(reader);
@@ -201,11 +211,11 @@ impl Journal {
             file.set_len(good_end)?;
             file.seek(SeekFrom::End(0))?;
         }
-        Ok((Journal { file }, state))
+        Ok(Journal { file })
     }
 
     /// Appends `ev`: once this returns, the line is the kernel's and outlives the process.
-    pub fn append(&mut self, ev: &Event) -> io::Result<()> {
+    pub fn append(&mut self, ev: &impl Serialize) -> io::Result<()> {
         let mut line = serde_json::to_vec(ev).map_err(io::Error::other)?;
         line.push(b'\n');
         self.file.write_all(&line)

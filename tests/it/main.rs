@@ -36,6 +36,7 @@ mod arca_barrier;
 mod arca_buyers;
 mod arca_print;
 mod arca_sales;
+mod arca_sim_faults;
 mod arca_wsaa;
 mod backup_pause;
 mod cfdi;
