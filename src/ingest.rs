@@ -389,6 +389,12 @@ impl Ingestor {
         }
     }
 
+    /// Whether the sale becomes an ARCA voucher, not a CFDI (a Mercado Pago sale in ARS with
+    /// `[arca]` on): it needs no TipoCambio.
+    pub fn for_arca(&self, facts: &PaymentFacts) -> bool {
+        self.arca && facts.provider == "mercadopago" && facts.currency == "ARS"
+    }
+
     fn plan_with(
         &self,
         facts: &PaymentFacts,
@@ -420,7 +426,7 @@ impl Ingestor {
             p.reason = Some(reason);
             (p, None)
         };
-        if self.arca && facts.provider == "mercadopago" && facts.currency == "ARS" {
+        if self.for_arca(facts) {
             // Argentina: the voucher is ARCA's, issued by `arca::drain`, not a CFDI.
             payment.status = "arca_pending".into();
             payment.reason = Some("waiting for its ARCA voucher (Argentina)".into());

@@ -11,7 +11,7 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize)]
 pub struct PrintQuery {
     /// The voucher's idempotency key (`mercadopago:{payment}`, `refund:mercadopago:{refund}`).
-    pub key: String,
+    pub key: Option<String>,
 }
 
 /// The voucher's PDF, shown inline.
@@ -20,12 +20,14 @@ pub async fn print(
     _session: Session,
     q: web::Query<PrintQuery>,
 ) -> Result<HttpResponse, AdminError> {
+    // Optional, so that a request without it meets the session check, not a query error.
+    let key = q.key.as_deref().unwrap_or_default();
     let v = state
         .db
-        .arca_voucher(&q.key)
+        .arca_voucher(key)
         .await
         .map_err(|e| AdminError::Refused(format!("the voucher cannot be read: {e}")))?
-        .ok_or_else(|| AdminError::NotFound(format!("no ARCA voucher under {}", q.key)))?;
+        .ok_or_else(|| AdminError::NotFound(format!("no ARCA voucher under {key:?}")))?;
     let print = crate::arca::print::printable(&v, &state.settings.arca)
         .map_err(|e| AdminError::Refused(format!("{e:#}")))?;
     let opts = state.pdf.clone();

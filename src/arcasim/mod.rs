@@ -70,7 +70,7 @@ struct State {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 enum Record {
-    Voucher(SimVoucher),
+    Voucher(Box<SimVoucher>),
     Ticket(wsaa::SimTicket),
 }
 
@@ -235,7 +235,7 @@ impl ArcaSim {
             Record::Voucher(v) => {
                 let n = v.cae.parse::<u64>().unwrap_or_default();
                 state.caes = state.caes.max(n.saturating_sub(CAE_BASE));
-                state.vouchers.push(v);
+                state.vouchers.push(*v);
             }
             Record::Ticket(t) => state.tickets.push(t),
         })
@@ -351,7 +351,7 @@ impl ArcaSim {
             cae_due: yyyymmdd(due),
             fch_proceso: Utc::now().format("%Y%m%d%H%M%S").to_string(),
         };
-        self.save(&Record::Voucher(v.clone()))?;
+        self.save(&Record::Voucher(Box::new(v.clone())))?;
         state.vouchers.push(v.clone());
         Ok(DetAnswer::Approved(Box::new(v)))
     }

@@ -430,10 +430,16 @@ async fn plan(
     Option<crate::store::OutboxDraft>,
     Option<String>,
 ) {
-    let rated = state
-        .fx
-        .tipo_cambio(&facts.currency, facts.provider_rate, facts.paid_at)
-        .await;
+    // An ARCA sale is invoiced in pesos: no rate is looked up (nor waited for).
+    let rated = match state.ingestor.for_arca(facts) {
+        true => None,
+        false => {
+            state
+                .fx
+                .tipo_cambio(&facts.currency, facts.provider_rate, facts.paid_at)
+                .await
+        }
+    };
     let outage = match &rated {
         Some(Err(e)) if e.outage => Some(e.reason.clone()),
         Some(Err(e)) => {

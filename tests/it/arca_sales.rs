@@ -262,6 +262,31 @@ async fn a_punto_de_venta_arca_does_not_list_issues_nothing_until_it_does(b: Bac
     sim.stop().await;
 }
 
+/// An ARS sale for ARCA is invoiced in pesos: with the exchange-rate source down it is recorded
+/// at once, not kept waiting for a rate it does not need.
+async fn an_ars_sale_for_arca_waits_for_no_exchange_rate(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim = ArcaSim::open(&dir.path().join("arcasim.json")).expect("sim");
+    let sim = start(Arc::new(sim), "127.0.0.1:0").expect("start the sandbox ARCA");
+    let mp = fake_mp_ars();
+    // Pesos are an invoicing currency with a Banxico series, and nothing listens on port 9:
+    // a rate lookup for this sale would be an outage, and the sale would wait for it.
+    let toml = format!(
+        "{}[invoice]\ncurrencies = [\"*\"]\n\
+         [fx]\nsource = \"banxico\"\ntoken = \"tok\"\napi_base = \"http://127.0.0.1:9\"\n\
+         timeout_seconds = 2\n[fx.series]\nARS = \"SF57767\"\n",
+        arca_toml(&mp, sim.url())
+    );
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let ack = mp_notify(&app, "n-ar-fx", "payment.created", "7100000061").await;
+    assert_eq!(ack["outcome"], "payment_recorded", "{ack}");
+    let (status, _) = sqlx_row(&app, "7100000061").await;
+    assert_eq!(status, "arca_pending");
+    sim.stop().await;
+}
+
 /// The status and reason of payment `payment_id`.
 pub async fn sqlx_row(app: &TestApp, payment_id: &str) -> (String, Option<String>) {
     let rows = app
@@ -276,4 +301,5 @@ crate::on_both_backends!(
     a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae,
     a_worker_killed_while_arca_authorizes_leaves_one_voucher_and_no_gap,
     a_punto_de_venta_arca_does_not_list_issues_nothing_until_it_does,
+    an_ars_sale_for_arca_waits_for_no_exchange_rate,
 );

@@ -73,6 +73,7 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/arca", Access::Page),
     ("POST", "/arca/reissue", Access::Form),
     ("POST", "/arca/login-now", Access::Form),
+    ("GET", "/arca/print", Access::Page),
 ];
 
 /// The `(METHOD, path)` pairs registered by `admin::routes`, read from its source: each
@@ -376,7 +377,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 37, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 38, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
