@@ -35,6 +35,8 @@ pub struct VoucherView {
     pub note: String,
     /// A conflict a human may move the sale on from (the re-issue button).
     pub reissue: bool,
+    /// The printable voucher's link, once it is authorized.
+    pub print: Option<String>,
 }
 
 /// A sequence that issues nothing new until its last claim is settled.
@@ -127,6 +129,12 @@ fn view(v: &ArcaVoucherRow) -> VoucherView {
         cae_due: v.cae_due.clone().unwrap_or_default(),
         note,
         reissue: v.state == arca_state::CONFLICT && v.superseded_by.is_none(),
+        print: (v.state == arca_state::AUTHORIZED).then(|| {
+            format!(
+                "/admin/arca/print?key={}",
+                super::common::percent_encode(&v.key)
+            )
+        }),
     }
 }
 

@@ -304,9 +304,11 @@ async fn an_authorized_voucher_prints_with_arca_s_qr(b: Backend) {
     let cae = v.cae.clone().expect("a CAE");
     let browser = crate::support::admin::Browser::new(&app);
     browser.login().await;
-    let (status, headers, pdf) = browser
-        .get_bytes(&format!("/admin/arca/print?key={key}"))
-        .await;
+    // The admin's list links each authorized voucher to its PDF.
+    let list = browser.get("/admin/arca").await.body;
+    let href = format!("/admin/arca/print?key=mercadopago%3A{id}");
+    assert!(list.contains(&format!("href=\"{href}\"")), "{list}");
+    let (status, headers, pdf) = browser.get_bytes(&href).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&pdf));
     assert_eq!(headers["content-type"], "application/pdf");
     let text = crate::support::pdf::text(&pdf, None);
