@@ -17,8 +17,8 @@
 //!   database before the call, is its identity), and the loop that issues Mercado Pago sales in
 //!   ARS to the buyer they name and the notas de crédito of their refunds (`arca::drain`,
 //!   beside the worker pool); the printable voucher with ARCA's QR (`arca::print`).
-//! - [`arcasim`]: the sandbox ARCA (WSFEv1's numbering and checks, lost answers, outages,
-//!   persistent vouchers); in-process for tests or `autofactura arca-sim`.
+//! - [`arcasim`]: the sandbox ARCA (WSFEv1's numbering and checks, the PAC sandbox's faults,
+//!   a journal that outlives kill -9); in-process for tests or `autofactura arca-sim`.
 //! - [`sandbox`]: what a sandbox install seals and samples with besides the sandbox PAC: the
 //!   SAT test CSD, the sample requests of `cfdi sample`, the Mercado Pago stand-in.
 //! - [`cli`]: the command line (`main.rs` only calls [`cli::run`]).
@@ -54,7 +54,9 @@
 //! - [`export`]: the accountant's month in one ZIP (stamped XMLs by kind, a CSV, the acuses),
 //!   streamed page by page (`autofactura export`, `/admin/export/month`).
 //! - [`chaos`]: `autofactura chaos`: the whole appliance as processes under faults and
-//!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate).
+//!   SIGKILL, then the exact count (every payment one UUID, no orphan, no duplicate); with
+//!   `--authority arca`, Mercado Pago ARS sales against the sandbox ARCA (every sale one CAE,
+//!   no gap in a sequence).
 //! - [`startup`]: wiring (database, the PAC and the in-process sandbox PAC, HTTP listeners,
 //!   background loops); only `ops` and tests import it. [`state`]: [`state::AppState`],
 //!   what handlers and loops share (they import it, not startup). [`shutdown`]: the one
