@@ -7,21 +7,20 @@ use base64::Engine;
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
 
-use super::model::{DocTipo, VoucherInput};
+use super::model::{CbteTipo, DocTipo, VoucherInput};
 use crate::config::{ArcaSettings, CondicionIva};
 use crate::pdf::voucher::{Linea, VoucherPrint};
 use crate::store::ArcaVoucherRow;
 
-/// The voucher type's title and class letter, by ARCA's code.
+/// The voucher type's printed title and class letter, by ARCA's code.
 fn kind(code: i32) -> Option<(&'static str, char)> {
-    Some(match code {
-        1 => ("FACTURA", 'A'),
-        3 => ("NOTA DE CRÉDITO", 'A'),
-        6 => ("FACTURA", 'B'),
-        8 => ("NOTA DE CRÉDITO", 'B'),
-        11 => ("FACTURA", 'C'),
-        13 => ("NOTA DE CRÉDITO", 'C'),
-        _ => return None,
+    CbteTipo::from_code(code).map(|t| {
+        let titulo = if t.is_credit_note() {
+            "NOTA DE CRÉDITO"
+        } else {
+            "FACTURA"
+        };
+        (titulo, t.class())
     })
 }
 
@@ -147,13 +146,12 @@ pub fn printable(row: &ArcaVoucherRow, cfg: &ArcaSettings) -> anyhow::Result<Vou
             .iter()
             .map(|d| format!("Fecha de inicio de actividades: {d}")),
     );
-    let receptor = match input.doc_tipo {
+    let mut receptor = match input.doc_tipo {
         DocTipo::SinIdentificar => vec!["Consumidor final".to_owned()],
         DocTipo::Cuit => vec![format!("CUIT: {}", input.doc_nro)],
         DocTipo::Cuil => vec![format!("CUIL: {}", input.doc_nro)],
         DocTipo::Dni => vec![format!("DNI: {}", input.doc_nro)],
     };
-    let mut receptor = receptor;
     receptor.push(format!(
         "Condición frente al IVA: {}",
         condicion_receptor(input.condicion_iva_receptor)
