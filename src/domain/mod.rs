@@ -12,7 +12,10 @@
 //! - [`cancellation`]: motivos, who must accept, and the checked cancel request.
 //! - [`period`]: the periods of a factura global (c_Periodicidad, Meses, Año).
 //! - [`delivery`]: the customer's email of a document: its event and stable Message-ID.
+//! - [`authority`]: [`Authority`], what the worker asks of a PAC or of ARCA, and the four
+//!   [`Verdict`]s it acts on.
 
+pub mod authority;
 pub mod cancellation;
 pub mod delivery;
 pub mod period;
@@ -20,5 +23,6 @@ pub mod stamp_key;
 pub mod states;
 pub mod time;
 
+pub use authority::{Authority, Verdict};
 pub use stamp_key::{StampKey, StampKeyError};
 pub use states::{CancellationState, DocumentKind, DocumentState};

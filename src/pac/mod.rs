@@ -19,10 +19,12 @@
 //!
 //! Adapters: [`sw`] (SW Sapién REST; also what talks to the sandbox PAC, [`crate::pacsim`]),
 //! [`finkok`] (SOAP), and [`failover`] (primary + backup). [`sat`] is the SAT status service.
+//! [`Stamper`] is the PAC as the worker's [`crate::domain::Authority`].
 
 pub mod failover;
 pub mod finkok;
 pub mod sat;
+mod stamper;
 pub mod sw;
 
 use std::fmt;
@@ -38,6 +40,7 @@ pub use crate::domain::cancellation::Motivo;
 
 pub use failover::{AttemptLog, Failover, Route};
 pub use sat::{SatStatus, StatusOutcome, StatusQuery};
+pub use stamper::Stamper;
 
 /// A stamp as a PAC issued it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

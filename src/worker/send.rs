@@ -10,8 +10,8 @@ use super::Worker;
 use super::prepare::Prepared;
 use super::settle::Answered;
 use crate::cfdi::{self, InvoiceRequest};
-use crate::domain::{DocumentState, StampKey};
-use crate::pac::{self, AttemptLog, PacClient, Recovery, Route, StampOutcome};
+use crate::domain::{Authority, DocumentState, StampKey, Verdict};
+use crate::pac::{self, AttemptLog, Recovery, Route, StampOutcome, Stamper};
 use crate::store::{Attempt, Settle};
 use crate::store::{Db, StoreError};
 
@@ -122,57 +122,41 @@ impl Worker {
         }
 
         let (route, outcome, latency) = self.stamp_with_keepalive(id, sealed, key).await?;
-        let attempt = self.stamp_attempt(id, route, &outcome, latency);
+        let attempt = self.stamp_attempt(id, route, &outcome.1, latency);
         let a = Some(&attempt);
-        match &outcome {
-            StampOutcome::Stamped(stamp) => self.stamped(p, stamp, false, a, answered).await,
-            StampOutcome::AlreadyStamped {
-                stamp,
-                same_content: true,
-            } => self.stamped(p, stamp, true, a, answered).await,
-            StampOutcome::AlreadyStamped {
-                stamp,
-                same_content: false,
-            } => {
-                let msg = format!(
-                    "the stamp key was already used for another document (UUID {}); reconcile before retrying",
-                    stamp.uuid
-                );
-                self.fail_logged(id, DocumentState::Failed, "CFDI3307", &msg, a, answered)
-                    .await
-            }
+        match Stamper::verdict(&outcome) {
+            Verdict::Issued {
+                document,
+                recovered,
+            } => self.stamped(p, document, recovered, a, answered).await,
             // The PAC's window check: the frozen Fecha is too old to stamp.
-            StampOutcome::Rejected { code, message, .. } if code == "401" => {
-                self.fail_logged(id, DocumentState::Expired, code, message, a, answered)
+            Verdict::Rejected { code, message } if code == "401" => {
+                self.fail_logged(id, DocumentState::Expired, &code, &message, a, answered)
                     .await
             }
-            StampOutcome::Rejected { code, message, .. } => {
-                self.fail_logged(id, DocumentState::Failed, code, message, a, answered)
+            Verdict::Rejected { code, message } => {
+                self.fail_logged(id, DocumentState::Failed, &code, &message, a, answered)
                     .await
             }
-            StampOutcome::Retryable {
-                reason,
-                retry_after,
-                ..
-            } => {
+            Verdict::Retryable { reason, after } => {
                 if attempts >= self.cfg.retry.max_attempts {
                     let msg = format!("{attempts} attempts, last: {reason}");
                     return self
                         .fail_logged(id, DocumentState::Failed, "EXHAUSTED", &msg, a, answered)
                         .await;
                 }
-                let run_at = self.later(attempts, *retry_after);
+                let run_at = self.later(attempts, after);
                 info!(%folio, %reason, %run_at, "PAC did not process it; retry scheduled");
                 let state = DocumentState::RetryScheduled;
-                self.again_at(id, state, run_at, reason, a, answered).await
+                self.again_at(id, state, run_at, &reason, a, answered).await
             }
-            StampOutcome::Unknown { reason, .. } => {
+            Verdict::Unknown { reason } => {
                 // Ask again soon, recovering first. (A send happens within the window, so the
                 // asking period of [`Worker::still_unknown`] has not begun.)
                 let run_at = self.later(1, None);
                 warn!(%folio, %reason, "outcome unknown; the next attempt recovers by key before anything else");
                 let state = DocumentState::Unknown;
-                self.again_at(id, state, run_at, reason, a, answered).await
+                self.again_at(id, state, run_at, &reason, a, answered).await
             }
         }
     }
@@ -276,25 +260,21 @@ impl Worker {
         id: i64,
         sealed: &[u8],
         key: &StampKey,
-    ) -> Result<(&'static str, StampOutcome, Duration), StoreError> {
+    ) -> Result<(&'static str, <Stamper<'_> as Authority>::Answer, Duration), StoreError> {
         let t = Instant::now();
         let log = DbRouteLog {
             db: &self.db,
             backup_pause: self.backup_label.as_deref(),
         };
-        let call = async {
-            match &*self.pac {
-                PacClient::Failover(f) => {
-                    let (route, out) = f.stamp_logged(sealed, key, &log).await;
-                    (route_label(route), out)
-                }
-                other => ("", other.stamp(sealed, key).await),
-            }
+        let pac = Stamper {
+            client: &self.pac,
+            log: &log,
         };
+        let call = pac.issue(key, sealed);
         tokio::pin!(call);
         let mut tick = tokio::time::interval(self.cfg.lease / 3);
         tick.tick().await;
-        let (route, out) = loop {
+        let out = loop {
             tokio::select! {
                 out = &mut call => break out,
                 _ = tick.tick() => {
@@ -305,7 +285,7 @@ impl Worker {
                 }
             }
         };
-        Ok((route, out, t.elapsed()))
+        Ok((out.0.map_or("", route_label), out, t.elapsed()))
     }
 
     async fn stamped(
