@@ -15,8 +15,8 @@
 //! - [`arca`]: Argentina (`[arca]`): the ARCA voucher model, the WSAA login and the WSFEv1
 //!   client, the issuer that authorizes each voucher exactly once (the number, reserved in the
 //!   database before the call, is its identity), and the loop that issues Mercado Pago sales in
-//!   ARS to the buyer they name and the notas de crédito of their refunds (`arca::drain`,
-//!   beside the worker pool); the printable voucher with ARCA's QR (`arca::print`).
+//!   ARS to the buyer they name and the notas de crédito of their refunds (`arca::drain`, a
+//!   lane of the worker pool); the printable voucher with ARCA's QR (`arca::print`).
 //! - [`arcasim`]: the sandbox ARCA (WSFEv1's numbering and checks, the PAC sandbox's faults,
 //!   a journal that outlives kill -9); in-process for tests or `autofactura arca-sim`.
 //! - [`sandbox`]: what a sandbox install seals and samples with besides the sandbox PAC: the
@@ -39,7 +39,8 @@
 //! - [`ops`]: the operator commands behind `serve`, `worker`, `migrate`, `invoices list`,
 //!   `send-test-webhook`, `api-key`, `reconcile`, `portal link`.
 //! - [`worker`]: the pool that seals and stamps outbox rows exactly once (leases, retries,
-//!   recovery of unknown outcomes, the attempt log) and drives cancellations.
+//!   recovery of unknown outcomes, the attempt log) and drives cancellations; with `[arca]`
+//!   on, it also runs the ARCA lane. Both talk to a [`domain::Authority`].
 //! - [`api`]: the invoicing API (`/v1`): API keys, idempotency keys that make every retry safe.
 //! - [`notify`]: the signed webhooks to the merchant (outbound) and their delivery from their
 //!   outbox; [`webhooks`] is inbound only.

@@ -129,24 +129,27 @@ pub async fn worker(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let db = store::connect(&settings.database).await?;
     db.migrate().await?;
     let db_for_courier = db.clone();
-    let db_for_arca = db.clone();
     let services = startup::worker_services(&settings, db).await?;
     let shutdown = Shutdown::new();
     let pool = services.worker.clone().start(shutdown.token(), None);
-    let arca = startup::spawn_arca(&settings, db_for_arca, &shutdown.token())?;
     let pdf = crate::pdf::PdfOptions::from_settings(&settings.pdf)?;
     let courier = startup::spawn_courier(&settings, db_for_courier, pdf, &shutdown.token())?;
     eprintln!(
-        "autofactura worker {}: {} slots, PAC {}, email {}; stop with Ctrl-C or SIGTERM",
+        "autofactura worker {}: {} slots, PAC {}, ARCA {}, email {}; stop with Ctrl-C or SIGTERM",
         services.worker.id,
         services.worker.cfg.concurrency,
         services.worker.pac_label,
+        if services.worker.arca.is_some() {
+            "on"
+        } else {
+            "off"
+        },
         if courier.is_some() { "on" } else { "off" }
     );
     shutdown.stop_on(Signals::TermAndInt);
     shutdown.cancelled().await;
     pool.shutdown().await;
-    for task in courier.into_iter().chain(arca) {
+    if let Some(task) = courier {
         let _ = task.await;
     }
     drop(services);

@@ -42,8 +42,6 @@ pub struct Application {
     state: web::Data<AppState>,
     /// The worker pool, when this application runs one (`serve` does; tests may not).
     workers: Option<(worker::Pool, worker::Services)>,
-    /// The ARCA issuing loop, beside the worker pool when `[arca]` is on.
-    arca: Option<tokio::task::JoinHandle<()>>,
     admin: web::Data<Admin>,
     shutdown: Shutdown,
 }
@@ -183,7 +181,6 @@ impl Application {
             admin_listener,
             state,
             workers: None,
-            arca: None,
             admin,
             shutdown: Shutdown::new(),
         })
@@ -206,12 +203,6 @@ impl Application {
             .clone()
             .start(self.shutdown.token(), Some(self.state.health.clone()));
         self.workers = Some((pool, services));
-        // Argentina (`[arca] enabled`): ARS sales become ARCA vouchers where workers run.
-        self.arca = spawn_arca(
-            &self.state.settings,
-            self.state.db.clone(),
-            &self.shutdown.token(),
-        )?;
         Ok(self)
     }
 
@@ -312,7 +303,6 @@ impl Application {
             .chain(reconcile)
             .chain(global)
             .chain(courier)
-            .chain(self.arca)
         {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a background loop ended abnormally");
@@ -324,19 +314,6 @@ impl Application {
         }
         result.map_err(Into::into)
     }
-}
-
-/// The ARCA issuing loop ([`crate::arca::drain`]) when `[arca]` is on.
-pub fn spawn_arca(
-    settings: &Settings,
-    db: Db,
-    token: &tokio_util::sync::CancellationToken,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
-    if !settings.arca.enabled {
-        return Ok(None);
-    }
-    let drainer = crate::arca::drain::Drainer::new(db, &settings.arca)?;
-    Ok(Some(tokio::spawn(drainer.run(token.clone()))))
 }
 
 /// Stops `server` when the process's stop is asked for: gracefully (open requests finish) unless

@@ -30,6 +30,10 @@
 //!
 //! Cancellations ([`cancel`]) are drained by the same loops with the same discipline.
 //!
+//! The PAC is the pool's [`crate::domain::Authority`] ([`crate::pac::Stamper`]): the send
+//! decides from its four verdicts. With `[arca]` on, the pool also runs the ARCA lane
+//! ([`crate::arca::drain`]), whose issuer is the other authority, with the same verdicts.
+//!
 //! # What lives here
 //!
 //! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`Services`] and
@@ -134,6 +138,9 @@ pub struct Worker {
     pub mail_domain: Option<String>,
     /// Whether the PAC issues real CFDIs: test-mode payments are never sent to it.
     pub pac_is_production: bool,
+    /// With `[arca]` on, the lane that issues ARS sales as ARCA vouchers ([`crate::arca::drain`]):
+    /// the pool runs it beside its slots, under the same token and shutdown deadline.
+    pub arca: Option<crate::arca::drain::Drainer>,
     /// This process's id in leases, heartbeats and the attempt log.
     pub id: String,
     /// Rows being processed right now (reported by the heartbeat).
@@ -217,6 +224,7 @@ impl Worker {
             backup_label: None,
             mail_domain: None,
             pac_is_production,
+            arca: None,
             id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
             in_flight: pool::InFlight::default(),
             next_expired_look: prepare::ExpiredLook::default(),
@@ -251,6 +259,13 @@ impl Worker {
             let me = self.clone();
             let t = token.clone();
             loops.spawn(async move { me.slot_loop(slot, t).await });
+        }
+        // Argentina: one lane whose rounds take each sequence in turn (ARCA numbers each
+        // sequence strictly, so its sales go one sequence at a time, never in parallel).
+        if let Some(lane) = self.arca.clone() {
+            info!(worker = %self.id, "ARCA lane started");
+            let t = token.clone();
+            loops.spawn(async move { lane.run(t).await });
         }
         let beat = {
             let me = self.clone();
@@ -392,6 +407,12 @@ pub fn worker_for(
     let mut worker = Worker::new(db, pac, Arc::new(csd), cfg, label, production);
     worker.backup_label = pac_cfg.backup_name();
     worker.mail_domain = settings.email.message_domain();
+    if settings.arca.enabled {
+        worker.arca = Some(crate::arca::drain::Drainer::new(
+            worker.db.clone(),
+            &settings.arca,
+        )?);
+    }
     Ok(Arc::new(worker))
 }
 

@@ -39,8 +39,7 @@ async fn an_authorized_voucher_prints_with_its_cae_and_arcas_qr(b: Backend) {
     let Some(app) = spawn_app_with(b, &toml).await else {
         return;
     };
-    let token = tokio_util::sync::CancellationToken::new();
-    autofactura::startup::spawn_arca(&app.settings, app.db.clone(), &token).expect("ARCA loop");
+    app.run_workers().await;
     let key = "mercadopago:7100000051";
 
     // Not issued yet: the command says so and writes nothing.
@@ -56,7 +55,6 @@ async fn an_authorized_voucher_prints_with_its_cae_and_arcas_qr(b: Backend) {
 
     mp_notify(&app, "n-ar-print", "payment.created", "7100000051").await;
     let v = authorized(&app.db, key).await;
-    token.cancel();
     let cae = v.cae.clone().expect("CAE");
     let run = arca_pdf(&app.config_file, key, &out);
     assert!(

@@ -108,9 +108,8 @@ pub async fn rig_with(
     let sim = start(Arc::new(sim), "127.0.0.1:0").expect("start the sandbox ARCA");
     let app = spawn_app_with(b, &format!("{}{extra}", arca_toml(mp, sim.url()))).await?;
     if in_process {
-        // The loop `serve` runs beside its workers (the test app starts none).
-        let token = tokio_util::sync::CancellationToken::new();
-        autofactura::startup::spawn_arca(&app.settings, app.db.clone(), &token).expect("ARCA loop");
+        // The pool `serve` runs, with its ARCA lane (the test app starts none).
+        app.run_workers().await;
     }
     Some((app, sim))
 }

@@ -44,6 +44,8 @@ pub struct TestApp {
     pub settings: Settings,
     pub http: reqwest::Client,
     pub config_file: std::path::PathBuf,
+    /// A pool kept running by [`TestApp::run_workers`], stopped when the app is dropped.
+    workers: std::sync::Mutex<Option<(tokio_util::sync::DropGuard, Services)>>,
     _dir: tempfile::TempDir,
     pg_db: Option<(String, String)>,
 }
@@ -128,6 +130,7 @@ pub async fn spawn_app_with_env(
         settings,
         http: reqwest::Client::new(),
         config_file,
+        workers: std::sync::Mutex::default(),
         _dir: dir,
         pg_db,
     })
@@ -156,6 +159,18 @@ impl TestApp {
             .clone()
             .start(tokio_util::sync::CancellationToken::new(), None);
         (pool, services)
+    }
+
+    /// Keeps a worker pool running, as `serve` does, for as long as this app lives (with
+    /// `[arca]` on, its ARCA lane issues the ARS sales).
+    pub async fn run_workers(&self) {
+        let services = autofactura::startup::worker_services(&self.settings, self.db.clone())
+            .await
+            .expect("worker services");
+        let token = tokio_util::sync::CancellationToken::new();
+        // The pool stops with the token; its handle is not needed to keep it running.
+        drop(services.worker.clone().start(token.clone(), None));
+        *self.workers.lock().expect("workers") = Some((token.drop_guard(), services));
     }
 
     /// Runs a worker pool until no outbox row waits for a stamp (within `secs`), then stops it.
