@@ -15,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use serde_json::Value;
+use support::admin::count;
 use support::rows::{Bind, assert_gapless, fetch_rows, folios_of, wait_drained};
 use support::{Backend, STRIPE_SECRET, TestApp, spawn_app_with};
 
@@ -84,11 +85,6 @@ async fn deliver(addrs: &[String], bodies: Vec<String>, senders: usize) {
     while let Some(t) = tasks.join_next().await {
         t.expect("sender");
     }
-}
-
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    let n: Vec<(i64,)> = fetch_rows(&app.db, sql, &[]).await;
-    n[0].0
 }
 
 /// Every row stamped once at the PAC, under its own key, and every stamped document carries

@@ -408,22 +408,7 @@ pub async fn set_request(app: &TestApp, id: i64, req: &InvoiceRequest) {
 }
 
 pub async fn count(app: &TestApp, sql: &str) -> i64 {
-    match &app.db {
-        Db::Sqlite { pool, .. } => {
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
-                .fetch_one(pool)
-                .await
-                .expect("count");
-            n
-        }
-        Db::Postgres(pool) => {
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
-                .fetch_one(pool)
-                .await
-                .expect("count");
-            n
-        }
-    }
+    super::rows::count(&app.db, sql).await
 }
 
 /// What the cancellation worker writes when SAT's answer is final.
