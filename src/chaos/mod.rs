@@ -85,19 +85,29 @@ pub enum Authority {
     Arca,
 }
 
-/// What `autofactura chaos` was asked to do.
-#[derive(Debug, Clone)]
+/// What `autofactura chaos` was asked to do: its command-line arguments, as `--help` shows
+/// them.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
+    /// `pac`: Mexican sales stamped by the sandbox PAC; `arca`: Argentine Mercado Pago
+    /// sales authorized by the sandbox ARCA (`gaps=` in the line).
+    #[arg(long, value_enum, default_value_t)]
     pub authority: Authority,
+    /// Payments to send.
+    #[arg(long)]
     pub payments: usize,
-    /// A PostgreSQL server: the run creates a database of its own there and drops it after.
-    /// `None`: SQLite in a temporary directory, one instance.
+    /// PostgreSQL server (two instances on a fresh database of the run's own, dropped
+    /// after); without it, SQLite in a temporary directory and one instance.
+    #[arg(long)]
     pub database_url: Option<String>,
-    /// Payments per second sent.
+    /// Payments sent per second.
+    #[arg(long, default_value_t = 20.0)]
     pub rate: f64,
-    /// Seeds the traffic, the faults and the kills (printed, so a run can be repeated).
+    /// Seed of the traffic, faults and kills (default: random, printed).
+    #[arg(long)]
     pub seed: Option<u64>,
-    /// Keep the working directory (logs, settings, the sandbox journal) even when the run passes.
+    /// Keep the working directory (logs, settings, sandbox journal) after a passing run.
+    #[arg(long)]
     pub keep: bool,
 }
 
