@@ -432,6 +432,11 @@ pub async fn count(app: &TestApp, sql: &str) -> i64 {
     super::rows::count(&app.db, sql).await
 }
 
+/// Checks that document `d` is stamped; the message is its last error when it is not.
+pub fn assert_stamped(d: &DocFull) {
+    assert_eq!(d.state.as_str(), "stamped", "{:?}", d.last_error_message);
+}
+
 /// Checks that `SELECT COUNT(*) …` `sql` answers `expected`.
 pub async fn assert_count(app: &TestApp, sql: &str, expected: i64) {
     assert_eq!(count(app, sql).await, expected, "{sql}");
