@@ -37,61 +37,56 @@ pub(super) async fn settle(
 /// not fetched yet, sales of a closed period not in a global yet, refunds and emails still to
 /// settle. With `arca`, ARS sales not settled and vouchers not settled (reserved, unknown) too.
 async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> {
-    let mut moving: Vec<(String, i64)> = db
-        .outbox_counts()
-        .await?
-        .into_iter()
-        .filter(|(s, _)| !TERMINAL_OUTBOX_STATES.contains(&s.as_str()))
-        .map(|(s, n)| (format!("outbox {s}"), n))
-        .collect();
+    let mut moving: Vec<(String, i64)> = in_states("outbox", db.outbox_counts().await?, |s| {
+        !TERMINAL_OUTBOX_STATES.contains(&s)
+    })
+    .collect();
     // Sales of a closed period still waiting: `serve`'s loop puts them in a global.
     let waiting = db.awaiting_global(start_of_month()?).await?.len();
-    if waiting > 0 {
-        moving.push((
-            "payments awaiting_global of a closed period".into(),
-            i64::try_from(waiting).unwrap_or(i64::MAX),
-        ));
-    }
+    moving.extend(if_any(
+        "payments awaiting_global of a closed period",
+        waiting,
+    ));
     // Refunds not credited yet: waiting for their sale's ingreso, or cancelling it.
-    moving.extend(
-        db.refund_counts()
-            .await?
-            .into_iter()
-            .filter(|(s, _)| s == "awaiting_original" || s == "canceling")
-            .map(|(s, n)| (format!("refunds {s}"), n)),
-    );
+    moving.extend(in_states("refunds", db.refund_counts().await?, |s| {
+        s == "awaiting_original" || s == "canceling"
+    }));
     // Customers' emails still to send (the courier retries through kills).
-    moving.extend(
-        db.delivery_counts()
-            .await?
-            .into_iter()
-            .filter(|(s, _)| s == "pending" || s == "retry")
-            .map(|(s, n)| (format!("emails {s}"), n)),
-    );
-    moving.extend(
-        db.webhook_event_counts()
-            .await?
-            .into_iter()
-            .filter(|(s, _)| s == "pending_fetch")
-            .map(|(s, n)| (format!("webhook_events {s}"), n)),
-    );
+    moving.extend(in_states("emails", db.delivery_counts().await?, |s| {
+        s == "pending" || s == "retry"
+    }));
+    moving.extend(in_states(
+        "webhook_events",
+        db.webhook_event_counts().await?,
+        |s| s == "pending_fetch",
+    ));
     if arca {
         let pending = db.arca_pending_sales(i64::MAX).await?.len();
-        if pending > 0 {
-            moving.push((
-                "sales arca_pending".into(),
-                i64::try_from(pending).unwrap_or(i64::MAX),
-            ));
-        }
-        moving.extend(
-            db.arca_voucher_counts()
-                .await?
-                .into_iter()
-                .filter(|(s, _)| s == "reserved" || s == "unknown")
-                .map(|(s, n)| (format!("arca_vouchers {s}"), n)),
-        );
+        moving.extend(if_any("sales arca_pending", pending));
+        moving.extend(in_states(
+            "arca_vouchers",
+            db.arca_voucher_counts().await?,
+            |s| s == "reserved" || s == "unknown",
+        ));
     }
     Ok(moving)
+}
+
+/// The `(state, count)` rows of `counts` whose state is still `moving`, named `"{what} {state}"`.
+fn in_states<'a>(
+    what: &'a str,
+    counts: Vec<(String, i64)>,
+    moving: impl Fn(&str) -> bool + 'a,
+) -> impl Iterator<Item = (String, i64)> + 'a {
+    counts
+        .into_iter()
+        .filter(move |(s, _)| moving(s))
+        .map(move |(s, n)| (format!("{what} {s}"), n))
+}
+
+/// `n` rows named `what`, when there are any.
+fn if_any(what: &str, n: usize) -> Option<(String, i64)> {
+    (n > 0).then(|| (what.to_owned(), i64::try_from(n).unwrap_or(i64::MAX)))
 }
 
 /// Waits until no row is moving, or until nothing has changed for two minutes; then returns
