@@ -95,7 +95,7 @@ pub use globals::{
     RecordedEvent, Sale,
 };
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
-pub use pagos::{NewPago, PagoOutcome, PagoPlan, PagoRow};
+pub use pagos::{NewPago, PagoOutcome, PagoPlan, PagoRow, Paid};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
 pub use portal::{GlobalRef, PortalSubmission, Submitted};
 pub use refunds::{
