@@ -91,8 +91,8 @@ pub use exec::{
 };
 pub use export::{ExportAcuse, ExportDoc};
 pub use globals::{
-    DocumentListing, Frozen, GLOBAL_PROVIDER, GlobalRow, NewGlobal, PendingSubstitution,
-    RecordedEvent, Sale,
+    DocumentListing, Frozen, GLOBAL_PROVIDER, GlobalIdentity, GlobalRow, NewGlobal,
+    PendingSubstitution, RecordedEvent, Sale,
 };
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
 pub use pagos::{NewPago, PagoOutcome, PagoPlan, PagoRow, Paid};
