@@ -62,28 +62,7 @@ pub enum Command {
     Portal(PortalCommand),
     /// Chaos run: the sandbox PAC with faults, instances killed with SIGKILL, signed webhooks
     /// delivered 1–4 times; then check one stamp per payment (exit 1 when a count is off).
-    Chaos {
-        /// `pac`: Mexican sales stamped by the sandbox PAC; `arca`: Argentine Mercado Pago
-        /// sales authorized by the sandbox ARCA (`gaps=` in the line).
-        #[arg(long, value_enum, default_value_t)]
-        authority: crate::chaos::Authority,
-        /// Payments to send.
-        #[arg(long)]
-        payments: usize,
-        /// PostgreSQL server (two instances on a fresh database of the run's own, dropped
-        /// after); without it, SQLite in a temporary directory and one instance.
-        #[arg(long)]
-        database_url: Option<String>,
-        /// Payments sent per second.
-        #[arg(long, default_value_t = 20.0)]
-        rate: f64,
-        /// Seed of the traffic, faults and kills (default: random, printed).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Keep the working directory (logs, settings, sandbox journal) after a passing run.
-        #[arg(long)]
-        keep: bool,
-    },
+    Chaos(crate::chaos::Options),
     /// Check the configuration (file, environment, `*_file` secrets): print it with secrets
     /// redacted, or name the key that is wrong (exit 2).
     #[command(subcommand)]
@@ -327,21 +306,7 @@ pub fn run() -> ExitCode {
             provider.as_deref(),
             days,
         )),
-        Some(Command::Chaos {
-            authority,
-            payments,
-            database_url,
-            rate,
-            seed,
-            keep,
-        }) => block_on(crate::chaos::run(crate::chaos::Options {
-            authority,
-            payments,
-            database_url,
-            rate,
-            seed,
-            keep,
-        })),
+        Some(Command::Chaos(opts)) => block_on(crate::chaos::run(opts)),
         Some(Command::PacSim {
             listen,
             state,
@@ -503,17 +468,24 @@ fn run_pac_sim(
         sim.user = user;
         sim.password = password;
         let handle = pacsim::server::start(std::sync::Arc::new(sim), listen)?;
-        // Tests and scripts read this line to learn the port.
-        println!(
+        announce_until_ctrl_c(format!(
             "pac-sim listening on {} (state {}, faults {spec})",
             handle.url(),
             state.display()
-        );
-        std::io::stdout().flush()?;
-        tokio::signal::ctrl_c().await?;
+        ))
+        .await?;
         handle.stop().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Prints a sandbox's `listening` line and waits for Ctrl-C. Tests and scripts read the line
+/// to learn the port, so it is flushed at once.
+async fn announce_until_ctrl_c(line: String) -> anyhow::Result<()> {
+    println!("{line}");
+    std::io::stdout().flush()?;
+    tokio::signal::ctrl_c().await?;
+    Ok(())
 }
 
 fn run_arca_sim(listen: &str, state: &Path, faults: Option<&str>) -> anyhow::Result<ExitCode> {
@@ -524,15 +496,13 @@ fn run_arca_sim(listen: &str, state: &Path, faults: Option<&str>) -> anyhow::Res
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let handle = arcasim::server::start(std::sync::Arc::new(sim), listen)?;
-        // Tests and scripts read this line to learn the port.
-        println!(
+        announce_until_ctrl_c(format!(
             "arca-sim listening on {} (WSFEv1 at {}, state {})",
             handle.url(),
             handle.wsfe_url(),
             state.display()
-        );
-        std::io::stdout().flush()?;
-        tokio::signal::ctrl_c().await?;
+        ))
+        .await?;
         handle.stop().await;
         Ok(ExitCode::SUCCESS)
     })

@@ -111,7 +111,7 @@ pub async fn deadlines(
         .into_iter()
         .take(SHOWN)
         .map(|p| RepDueView {
-            deadline: rep_due(&p.fecha_pago)
+            deadline: rep_due(&p.paid.fecha_pago)
                 .and_then(from_local)
                 // Days, not hours: warn two days ahead at least.
                 .map(|t| Deadline::at(t, clock.at_risk.max(Duration::days(2)), clock.now))

@@ -365,8 +365,8 @@ pub async fn payment(
             } else {
                 "—".into()
             },
-            fecha_pago: g.fecha_pago,
-            amount: money(&g.amount, &g.currency),
+            fecha_pago: g.paid.fecha_pago,
+            amount: money(&g.paid.amount, &g.paid.currency),
             saldo_insoluto: money(&g.saldo_insoluto, &p.currency),
             outbox_id: g.outbox_id,
             label: g.state.label().to_owned(),

@@ -39,18 +39,19 @@ pub struct GlobalView {
 impl GlobalView {
     fn of(g: GlobalRow) -> Self {
         let (label, class) = state_label(g.state.as_str());
-        let period = if g.period_start == g.period_end {
-            g.period_start.clone()
+        let id = g.identity;
+        let period = if id.period_start == id.period_end {
+            id.period_start.clone()
         } else {
-            format!("{} – {}", g.period_start, g.period_end)
+            format!("{} – {}", id.period_start, id.period_end)
         };
         GlobalView {
             id: g.outbox_id,
             payment_row: g.payment_row,
             period,
-            periodicidad: g.periodicidad,
-            moneda: g.moneda,
-            seq: g.seq,
+            periodicidad: id.periodicidad,
+            moneda: id.moneda,
+            seq: id.seq,
             payments: g.payments,
             total: g.total,
             label,

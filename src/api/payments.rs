@@ -30,7 +30,7 @@ use crate::domain::{DocumentKind, DocumentState, StampKey, time};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::api::ApiInvoiceRow;
-use crate::store::{NewPago, NewPayment, OutboxDraft, PagoOutcome, PagoPlan, PagoRow};
+use crate::store::{NewPago, NewPayment, OutboxDraft, PagoOutcome, PagoPlan, PagoRow, Paid};
 
 /// The serie of every REP (their folios are that serie's numbering).
 pub const SERIE_PAGOS: &str = "P";
@@ -68,12 +68,12 @@ pub fn pago_json(p: &PagoRow, invoice: &str) -> serde_json::Value {
         "invoice": invoice,
         // A refused payment gave up its parcialidad to the next one (store::pagos).
         "parcialidad": (p.parcialidad > 0).then_some(p.parcialidad),
-        "fecha_pago": p.fecha_pago,
-        "forma_pago": p.forma_pago,
-        "monto": p.amount,
-        "moneda": p.currency,
-        "tipo_cambio": p.tipo_cambio,
-        "num_operacion": p.num_operacion,
+        "fecha_pago": p.paid.fecha_pago,
+        "forma_pago": p.paid.forma_pago,
+        "monto": p.paid.amount,
+        "moneda": p.paid.currency,
+        "tipo_cambio": p.paid.tipo_cambio,
+        "num_operacion": p.paid.num_operacion,
         "saldo_anterior": p.saldo_anterior,
         "saldo_insoluto": p.saldo_insoluto,
         "status": status,
@@ -194,12 +194,14 @@ pub async fn create(
         rfc_emisor: caller.rfc_emisor.clone(),
         idem_key: explicit.as_ref().map(|k| k.as_str().to_owned()),
         request_hash: hash.clone(),
-        fecha_pago: fecha_pago.format("%Y-%m-%dT%H:%M:%S").to_string(),
-        forma_pago: input.forma_pago.clone(),
-        amount: monto.to_string(),
-        currency: moneda.clone(),
-        tipo_cambio: tipo_cambio.map(|t| t.to_string()),
-        num_operacion: input.num_operacion.clone(),
+        paid: Paid {
+            fecha_pago: fecha_pago.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            forma_pago: input.forma_pago.clone(),
+            amount: monto.to_string(),
+            currency: moneda.clone(),
+            tipo_cambio: tipo_cambio.map(|t| t.to_string()),
+            num_operacion: input.num_operacion.clone(),
+        },
     };
     let dec_doc = dec(&doc);
     let built = cfdi::build(&doc, "00000000000000000000")

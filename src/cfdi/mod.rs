@@ -9,8 +9,10 @@
 pub mod build;
 pub mod cadena;
 pub mod catalogs;
+mod checks;
 pub mod dom;
 pub mod fiscal;
+mod lines;
 pub mod model;
 pub mod money;
 pub mod pagos;

@@ -14,7 +14,8 @@ use chrono::NaiveDateTime;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
 
-use super::build::{bad, check_text, is_uuid, receptor, validate_emisor};
+use super::build::{receptor, validate_emisor};
+use super::checks::{bad, check_text, is_uuid};
 use super::model::{Comprobante, Concepto, Emisor, Traslado};
 use super::money::{self, MAX_DECIMALS, round};
 use super::request::InvoiceRequest;

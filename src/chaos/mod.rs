@@ -45,11 +45,13 @@
 
 mod arca;
 pub mod arca_check;
+mod cast;
 pub mod check;
 mod credit;
 pub mod customers;
 mod mail;
 pub mod procs;
+mod quiet;
 pub mod traffic;
 
 use std::path::Path;
@@ -66,8 +68,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{DatabaseSettings, SecretString};
 use crate::domain::DocumentState;
 use crate::store::{self, Db};
-use check::{Globals, Line, PacStamp, TERMINAL_OUTBOX_STATES};
+// `arca` starts and kills its processes with these too.
+use cast::{Cast, SimKills, appliances, chaos_loop, sim_args};
+use check::{Globals, Line, PacStamp};
 use procs::{Proc, free_port};
+use quiet::settle;
 use traffic::SendStats;
 
 /// Whom the run's sales are invoiced with.
@@ -80,19 +85,29 @@ pub enum Authority {
     Arca,
 }
 
-/// What `autofactura chaos` was asked to do.
-#[derive(Debug, Clone)]
+/// What `autofactura chaos` was asked to do: its command-line arguments, as `--help` shows
+/// them.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
+    /// `pac`: Mexican sales stamped by the sandbox PAC; `arca`: Argentine Mercado Pago
+    /// sales authorized by the sandbox ARCA (`gaps=` in the line).
+    #[arg(long, value_enum, default_value_t)]
     pub authority: Authority,
+    /// Payments to send.
+    #[arg(long)]
     pub payments: usize,
-    /// A PostgreSQL server: the run creates a database of its own there and drops it after.
-    /// `None`: SQLite in a temporary directory, one instance.
+    /// PostgreSQL server (two instances on a fresh database of the run's own, dropped
+    /// after); without it, SQLite in a temporary directory and one instance.
+    #[arg(long)]
     pub database_url: Option<String>,
-    /// Payments per second sent.
+    /// Payments sent per second.
+    #[arg(long, default_value_t = 20.0)]
     pub rate: f64,
-    /// Seeds the traffic, the faults and the kills (printed, so a run can be repeated).
+    /// Seed of the traffic, faults and kills (default: random, printed).
+    #[arg(long)]
     pub seed: Option<u64>,
-    /// Keep the working directory (logs, settings, the sandbox journal) even when the run passes.
+    /// Keep the working directory (logs, settings, sandbox journal) after a passing run.
+    #[arg(long)]
     pub keep: bool,
 }
 
@@ -114,19 +129,6 @@ fn fault_spec(
         s.push_str(&format!(",outage={}", ms(o)));
     }
     s
-}
-
-/// The arguments of sandbox `command` (`pac-sim`, `arca-sim`).
-fn sim_args(command: &str, state: &Path, port: u16, faults: &str) -> Vec<String> {
-    vec![
-        command.into(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-        "--state".into(),
-        state.display().to_string(),
-        "--faults".into(),
-        faults.to_owned(),
-    ]
 }
 
 /// The settings of one instance: the external sandbox, compressed time, no reconciliation.
@@ -177,58 +179,6 @@ timeout_seconds = 3
 retry_seconds = [1, 2, 5]
 "#
     )
-}
-
-/// Everything the run started, and what to undo at the end.
-struct Cast {
-    sim: Proc,
-    appliances: Vec<Proc>,
-}
-
-impl Cast {
-    fn all(&mut self) -> impl Iterator<Item = &mut Proc> {
-        std::iter::once(&mut self.sim).chain(self.appliances.iter_mut())
-    }
-
-    /// Starts whatever is not running, then waits until everything answers.
-    async fn start(&mut self, http: &reqwest::Client) -> anyhow::Result<()> {
-        for p in self.all() {
-            if !p.is_running() {
-                p.start()?;
-            }
-        }
-        for p in self.all() {
-            p.wait_ready(http, Duration::from_secs(90)).await?;
-        }
-        Ok(())
-    }
-
-    /// Says how often each process was killed, then stops them all.
-    async fn stop(&mut self) {
-        let per_process: Vec<String> = self
-            .all()
-            .map(|p| format!("{} {}", p.name, p.kills))
-            .collect();
-        eprintln!("chaos: SIGKILLs per process: {}", per_process.join(", "));
-        for p in self.all() {
-            p.stop().await;
-        }
-    }
-
-    fn crashes(&self) -> Vec<String> {
-        std::iter::once(&self.sim)
-            .chain(self.appliances.iter())
-            .filter(|p| p.crashes > 0)
-            .map(|p| {
-                format!(
-                    "{} ended by itself {} time(s); see {}",
-                    p.name,
-                    p.crashes,
-                    p.log().display()
-                )
-            })
-            .collect()
-    }
 }
 
 /// When the sandbox is killed and when its outages open, from the start of the chaos phase.
@@ -457,28 +407,6 @@ async fn run_in(
     Ok(verdict.is_ok())
 }
 
-/// Stops the kills, then quiet: everything up, nothing killed, until no row is still moving
-/// (see [`wait_quiet`]). Returns the processes and what still moves.
-async fn settle(
-    chaos: tokio::task::JoinHandle<anyhow::Result<Cast>>,
-    stop: &CancellationToken,
-    http: &reqwest::Client,
-    db: &Db,
-    payments: usize,
-    arca: bool,
-    kills: &AtomicU64,
-) -> anyhow::Result<(Cast, Vec<(String, i64)>)> {
-    stop.cancel();
-    let mut cast = chaos.await.context("the kill loop failed")??;
-    eprintln!(
-        "chaos: killing stopped ({} kills); waiting for quiet",
-        kills.load(Ordering::Relaxed)
-    );
-    cast.start(http).await?;
-    let moving = wait_quiet(db, payments, arca).await?;
-    Ok((cast, moving))
-}
-
 /// The run's own connection to the database (migrated) and its HTTP client.
 async fn connect(database_url: &str) -> anyhow::Result<(Db, reqwest::Client)> {
     let db = store::connect(&DatabaseSettings {
@@ -517,95 +445,6 @@ fn report(
     println!("{line}");
 }
 
-/// `n` instances (`appliance-1`, …), each `serve` with the settings `settings` gives for its
-/// port, written to the working directory `dir`.
-fn appliances(dir: &Path, n: usize, settings: impl Fn(u16) -> String) -> anyhow::Result<Vec<Proc>> {
-    (1..=n)
-        .map(|k| {
-            let port = free_port()?;
-            let config = dir.join(format!("appliance-{k}.toml"));
-            std::fs::write(&config, settings(port))
-                .with_context(|| format!("cannot write {}", config.display()))?;
-            let args = vec![
-                "serve".into(),
-                "--config".into(),
-                config.display().to_string(),
-            ];
-            Proc::new(&format!("appliance-{k}"), port, args, dir, "/healthz")
-        })
-        .collect()
-}
-
-/// When the sandbox is SIGKILLed (from the start of the chaos phase), and the arguments it
-/// is started again with, given the time since that start and which kill it was (its fault
-/// spec, for the log, beside them).
-struct SimKills {
-    at: Vec<Duration>,
-    args: Box<dyn Fn(Duration, usize) -> (Vec<String>, String) + Send>,
-}
-
-/// Kills a random instance every `every` (a range in milliseconds) and starts it again; kills
-/// and restarts the sandbox at `sim_kills`; restarts anything that ended by itself. Hands the
-/// processes back when `stop` fires.
-async fn chaos_loop(
-    mut cast: Cast,
-    stop: CancellationToken,
-    sim_kills: SimKills,
-    kills: Arc<AtomicU64>,
-    seed: u64,
-    every: (u64, u64),
-) -> anyhow::Result<Cast> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let start = Instant::now();
-    let mut next_kill = start + Duration::from_millis(rng.random_range(every.0..every.1));
-    let mut sim_killed = 0;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return Ok(cast),
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-        for p in cast.all() {
-            if let Some(status) = p.ended_by_itself() {
-                eprintln!(
-                    "chaos: {} ended by itself ({status}); starting it again; see {}",
-                    p.name,
-                    p.log().display()
-                );
-                p.start()?;
-            }
-        }
-        let now = Instant::now();
-        if sim_kills
-            .at
-            .get(sim_killed)
-            .is_some_and(|at| now >= start + *at)
-        {
-            sim_killed += 1;
-            cast.sim.kill().await?;
-            kills.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
-            let (args, faults) = (sim_kills.args)(start.elapsed(), sim_killed);
-            cast.sim.set_args(args);
-            cast.sim.start()?;
-            eprintln!(
-                "chaos: {} SIGKILLed and restarted (faults {faults})",
-                cast.sim.name
-            );
-        }
-        if now >= next_kill {
-            let i = rng.random_range(0..cast.appliances.len());
-            let p = &mut cast.appliances[i];
-            if p.is_running() {
-                p.kill().await?;
-                kills.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
-                p.start()?;
-            }
-            next_kill = Instant::now() + Duration::from_millis(rng.random_range(every.0..every.1));
-        }
-    }
-}
-
 /// Progress on stderr every five seconds.
 async fn report_loop(
     db: Db,
@@ -636,19 +475,6 @@ async fn report_loop(
     }
 }
 
-/// Rows still moving: outbox rows outside a terminal state, notifications whose payment was
-/// not fetched yet.
-/// The start of the current month, Mexico City.
-fn start_of_month() -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
-    use chrono::Datelike;
-    let first = crate::domain::time::now_in_mexico()
-        .date()
-        .with_day(1)
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .context("no first day of the month")?;
-    crate::domain::time::from_local(first).context("midnight is not a local time")
-}
-
 /// Noon on the last day of the previous month, Mexico City: a time in a closed period
 /// (monthly or shorter) for the sales of the factura global.
 fn last_month_noon() -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
@@ -660,108 +486,6 @@ fn last_month_noon() -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
         .and_then(|d| d.and_hms_opt(12, 0, 0))
         .context("no last day of the previous month")?;
     crate::domain::time::from_local(noon).context("noon is not a local time")
-}
-
-/// With `arca`, ARS sales not settled and vouchers not settled (reserved, unknown) too.
-async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> {
-    let mut moving: Vec<(String, i64)> = db
-        .outbox_counts()
-        .await?
-        .into_iter()
-        .filter(|(s, _)| !TERMINAL_OUTBOX_STATES.contains(&s.as_str()))
-        .map(|(s, n)| (format!("outbox {s}"), n))
-        .collect();
-    // Sales of a closed period still waiting: `serve`'s loop puts them in a global.
-    let waiting = db.awaiting_global(start_of_month()?).await?.len();
-    if waiting > 0 {
-        moving.push((
-            "payments awaiting_global of a closed period".into(),
-            i64::try_from(waiting).unwrap_or(i64::MAX),
-        ));
-    }
-    // Refunds not credited yet: waiting for their sale's ingreso, or cancelling it.
-    moving.extend(
-        db.refund_counts()
-            .await?
-            .into_iter()
-            .filter(|(s, _)| s == "awaiting_original" || s == "canceling")
-            .map(|(s, n)| (format!("refunds {s}"), n)),
-    );
-    // Customers' emails still to send (the courier retries through kills).
-    moving.extend(
-        db.delivery_counts()
-            .await?
-            .into_iter()
-            .filter(|(s, _)| s == "pending" || s == "retry")
-            .map(|(s, n)| (format!("emails {s}"), n)),
-    );
-    moving.extend(
-        db.webhook_event_counts()
-            .await?
-            .into_iter()
-            .filter(|(s, _)| s == "pending_fetch")
-            .map(|(s, n)| (format!("webhook_events {s}"), n)),
-    );
-    if arca {
-        let pending = db.arca_pending_sales(i64::MAX).await?.len();
-        if pending > 0 {
-            moving.push((
-                "sales arca_pending".into(),
-                i64::try_from(pending).unwrap_or(i64::MAX),
-            ));
-        }
-        moving.extend(
-            db.arca_voucher_counts()
-                .await?
-                .into_iter()
-                .filter(|(s, _)| s == "reserved" || s == "unknown")
-                .map(|(s, n)| (format!("arca_vouchers {s}"), n)),
-        );
-    }
-    Ok(moving)
-}
-
-/// Waits until no row is moving, or until nothing has changed for two minutes; then returns
-/// what still moves (empty when quiet), having printed the stuck rows.
-async fn wait_quiet(db: &Db, payments: usize, arca: bool) -> anyhow::Result<Vec<(String, i64)>> {
-    let stall_limit = Duration::from_secs(120);
-    let mut last = Vec::new();
-    let mut changed = Instant::now();
-    let mut said = Instant::now();
-    loop {
-        let moving = moving_rows(db, arca).await?;
-        let total: i64 = moving.iter().map(|(_, n)| n).sum();
-        if total == 0 {
-            return Ok(moving);
-        }
-        if moving != last {
-            last = moving.clone();
-            changed = Instant::now();
-        }
-        if said.elapsed() >= Duration::from_secs(5) {
-            said = Instant::now();
-            eprintln!("chaos: quiet phase, {payments} payments, still moving: {moving:?}");
-        }
-        if changed.elapsed() >= stall_limit {
-            eprintln!("chaos: STUCK for {stall_limit:?}: {moving:?}");
-            for (what, _) in &moving {
-                if let Some(state) = what.strip_prefix("outbox ") {
-                    for r in db.list_invoices(Some(state)).await?.iter().take(10) {
-                        eprintln!(
-                            "  {} {} {} attempts={} last_error={}",
-                            r.provider,
-                            r.payment_id,
-                            r.status,
-                            r.attempts,
-                            r.last_error.as_deref().unwrap_or("-")
-                        );
-                    }
-                }
-            }
-            return Ok(moving);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 /// The sandbox's ground truth: every stamp it ever issued.

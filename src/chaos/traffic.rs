@@ -37,6 +37,33 @@ pub struct Plan {
     pub payments: Vec<SentPayment>,
     pub groups: Vec<Group>,
     pub deliveries: usize,
+    /// How far (in slots) a payment's later deliveries may lag: a little (`near`), or much.
+    spread: (u64, u64),
+}
+
+impl Plan {
+    /// An empty plan for `n` payments sent at `rate` a second.
+    fn new(n: usize, rate: f64) -> Plan {
+        Plan {
+            payments: Vec::with_capacity(n),
+            groups: Vec::new(),
+            deliveries: 0,
+            spread: ((rate * 3.0).max(2.0) as u64, (rate * 10.0).max(4.0) as u64),
+        }
+    }
+
+    /// Adds the `i`th payment, its deliveries `ds` scheduled from slot `i` on.
+    fn add(&mut self, i: usize, sent: SentPayment, ds: Vec<Delivery>, rng: &mut StdRng) {
+        self.deliveries += ds.len();
+        self.payments.push(sent);
+        schedule(&mut self.groups, i as u64, ds, self.spread, rng);
+    }
+
+    /// The plan with its groups in slot order, as they are sent.
+    fn sorted(mut self) -> Plan {
+        self.groups.sort_by_key(|g| g.slot);
+        self
+    }
 }
 
 /// A Stripe `checkout.session.completed` for the PaymentIntent of `suffix`: the same sale seen
@@ -134,11 +161,7 @@ fn without_rfc(suffix: &str, paid: i64) -> String {
 /// without an RFC: paid `now` for a customer who invoices at the portal, or paid at `closed`
 /// (a time in a closed period) for the factura global.
 pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut StdRng) -> Plan {
-    let mut payments = Vec::with_capacity(n);
-    let mut groups = Vec::new();
-    let mut deliveries = 0;
-    let near = (rate * 3.0).max(2.0) as u64;
-    let far = (rate * 10.0).max(4.0) as u64;
+    let mut plan = Plan::new(n, rate);
     let mut mp_count: i64 = 0;
     for i in 0..n {
         let k = rng.random_range(1..=4usize);
@@ -203,23 +226,17 @@ pub fn plan(n: usize, rate: f64, run: &str, (now, closed): (i64, i64), rng: &mut
             provider = crate::webhooks::mercadopago::PROVIDER;
             payment_id = mp_payment(now, &mut mp_count, k, &mut ds, rng);
         }
-        deliveries += ds.len();
-        payments.push(SentPayment {
+        let sent = SentPayment {
             provider: provider.to_owned(),
             stamp_key: StampKey::derive(provider, &payment_id, "ingreso").to_string(),
             payment_id,
             near_window,
             kind,
             refund,
-        });
-        schedule(&mut groups, i as u64, ds, (near, far), rng);
+        };
+        plan.add(i, sent, ds, rng);
     }
-    groups.sort_by_key(|g| g.slot);
-    Plan {
-        payments,
-        groups,
-        deliveries,
-    }
+    plan.sorted()
 }
 
 /// A Mercado Pago payment notified `k` times (some as `payment.updated`), its deliveries
@@ -288,33 +305,24 @@ fn schedule(
 /// Plans `n` Mercado Pago payments only (the Argentine run: every one in ARS), delivered as
 /// [`plan`] delivers them.
 pub fn plan_mercadopago(n: usize, rate: f64, now: i64, rng: &mut StdRng) -> Plan {
-    let (near, far) = ((rate * 3.0).max(2.0) as u64, (rate * 10.0).max(4.0) as u64);
-    let mut payments = Vec::with_capacity(n);
-    let mut groups = Vec::new();
-    let mut deliveries = 0;
+    let mut plan = Plan::new(n, rate);
     let mut count = 0;
     for i in 0..n {
         let k = rng.random_range(1..=4usize);
         let mut ds = Vec::with_capacity(k);
         let payment_id = mp_payment(now, &mut count, k, &mut ds, rng);
         let provider = crate::webhooks::mercadopago::PROVIDER;
-        deliveries += ds.len();
-        payments.push(SentPayment {
+        let sent = SentPayment {
             provider: provider.to_owned(),
             stamp_key: StampKey::derive(provider, &payment_id, "ingreso").to_string(),
             payment_id,
             near_window: false,
             kind: SaleKind::Nominative,
             refund: None,
-        });
-        schedule(&mut groups, i as u64, ds, (near, far), rng);
+        };
+        plan.add(i, sent, ds, rng);
     }
-    groups.sort_by_key(|g| g.slot);
-    Plan {
-        payments,
-        groups,
-        deliveries,
-    }
+    plan.sorted()
 }
 
 /// What the sender has done so far.

@@ -13,7 +13,7 @@ use crate::config::{GlobalSettings, Settings};
 use crate::domain::period::{Period, Periodicidad};
 use crate::domain::{DocumentKind, DocumentState, StampKey};
 use crate::ingest::fecha_of;
-use crate::store::{GLOBAL_PROVIDER, NewGlobal, NewPayment, OutboxDraft, Sale};
+use crate::store::{GLOBAL_PROVIDER, GlobalIdentity, NewGlobal, NewPayment, OutboxDraft, Sale};
 
 /// `ClaveProdServ` and `ClaveUnidad` of every concepto of a global (SAT's guide).
 pub const CLAVE_PROD_SERV: &str = "01010101";
@@ -203,12 +203,14 @@ impl Planner {
         };
         let label = period.label();
         Ok(NewGlobal {
-            rfc_emisor: self.emisor.rfc.to_string(),
-            periodicidad: period.periodicidad.code().into(),
-            period_start: period.start.to_string(),
-            period_end: period.end.to_string(),
-            moneda: moneda.to_owned(),
-            seq,
+            identity: GlobalIdentity {
+                rfc_emisor: self.emisor.rfc.to_string(),
+                periodicidad: period.periodicidad.code().into(),
+                period_start: period.start.to_string(),
+                period_end: period.end.to_string(),
+                moneda: moneda.to_owned(),
+                seq,
+            },
             members: sales.iter().map(|s| s.id).collect(),
             total: total.clone(),
             payment: NewPayment {

@@ -41,14 +41,14 @@ pub async fn replace(
         }
     };
     let dates = (
-        g.period_start.parse::<chrono::NaiveDate>(),
-        g.period_end.parse::<chrono::NaiveDate>(),
-        Periodicidad::parse(&g.periodicidad),
+        g.identity.period_start.parse::<chrono::NaiveDate>(),
+        g.identity.period_end.parse::<chrono::NaiveDate>(),
+        Periodicidad::parse(&g.identity.periodicidad),
     );
     let (Ok(start), Ok(end), Some(periodicidad)) = dates else {
         return Ok(Err(format!(
             "global #{outbox_id} has an unreadable period ({} {}..{})",
-            g.periodicidad, g.period_start, g.period_end
+            g.identity.periodicidad, g.identity.period_start, g.identity.period_end
         )));
     };
     let period = Period {
@@ -58,7 +58,12 @@ pub async fn replace(
     };
     let sales = db.global_members(outbox_id).await?;
     let seq = db
-        .next_global_seq(&g.rfc_emisor, &g.periodicidad, &g.period_start, &g.moneda)
+        .next_global_seq(
+            &g.identity.rfc_emisor,
+            &g.identity.periodicidad,
+            &g.identity.period_start,
+            &g.identity.moneda,
+        )
         .await?;
     let replacing = Replacing {
         outbox_id,
@@ -66,7 +71,7 @@ pub async fn replace(
     };
     let slot = Slot {
         period,
-        moneda: &g.moneda,
+        moneda: &g.identity.moneda,
         seq,
     };
     let fecha = now_at(&planner.emisor.lugar_expedicion);

@@ -47,9 +47,10 @@ pub struct RecordedEvent {
     pub raw_body: Vec<u8>,
 }
 
-/// A factura global to freeze with its members, in one transaction.
-#[derive(Debug, Clone)]
-pub struct NewGlobal {
+/// Which global it is: its emisor, period, currency and place in the period's sequence (the
+/// table's unique key).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct GlobalIdentity {
     pub rfc_emisor: String,
     /// c_Periodicidad code.
     pub periodicidad: String,
@@ -58,6 +59,12 @@ pub struct NewGlobal {
     pub period_end: String,
     pub moneda: String,
     pub seq: i32,
+}
+
+/// A factura global to freeze with its members, in one transaction.
+#[derive(Debug, Clone)]
+pub struct NewGlobal {
+    pub identity: GlobalIdentity,
     /// Payment rows of the sales it covers, one concepto each.
     pub members: Vec<i64>,
     /// The comprobante's Total.
@@ -94,12 +101,8 @@ pub struct GlobalRow {
     pub outbox_id: i64,
     /// Its own payment row (the admin's detail page).
     pub payment_row: i64,
-    pub rfc_emisor: String,
-    pub periodicidad: String,
-    pub period_start: String,
-    pub period_end: String,
-    pub moneda: String,
-    pub seq: i32,
+    #[sqlx(flatten)]
+    pub identity: GlobalIdentity,
     pub payments: i32,
     pub total: String,
     pub replaces: Option<i64>,
@@ -519,12 +522,12 @@ impl Db {
         };
         let inserted: Option<(i64,)> = stmt(INSERT_GLOBAL)
             .bind(outbox_id)
-            .bind(&g.rfc_emisor)
-            .bind(&g.periodicidad)
-            .bind(&g.period_start)
-            .bind(&g.period_end)
-            .bind(&g.moneda)
-            .bind(g.seq)
+            .bind(&g.identity.rfc_emisor)
+            .bind(&g.identity.periodicidad)
+            .bind(&g.identity.period_start)
+            .bind(&g.identity.period_end)
+            .bind(&g.identity.moneda)
+            .bind(g.identity.seq)
             .bind(i32::try_from(g.members.len()).unwrap_or(i32::MAX))
             .bind(&g.total)
             .bind(g.replaces)
@@ -535,7 +538,7 @@ impl Db {
             tx.rollback().await?;
             return Ok(Frozen::Changed(format!(
                 "global number {} of {} is taken, or #{:?} was already replaced",
-                g.seq, g.period_start, g.replaces
+                g.identity.seq, g.identity.period_start, g.replaces
             )));
         }
         if let Err(why) = take_members_in(&mut tx, g, outbox_id, now).await? {

@@ -91,11 +91,11 @@ pub use exec::{
 };
 pub use export::{ExportAcuse, ExportDoc};
 pub use globals::{
-    DocumentListing, Frozen, GLOBAL_PROVIDER, GlobalRow, NewGlobal, PendingSubstitution,
-    RecordedEvent, Sale,
+    DocumentListing, Frozen, GLOBAL_PROVIDER, GlobalIdentity, GlobalRow, NewGlobal,
+    PendingSubstitution, RecordedEvent, Sale,
 };
 pub use outbox::{ClaimedStamp, OutboxDraft, UNRESOLVED};
-pub use pagos::{NewPago, PagoOutcome, PagoPlan, PagoRow};
+pub use pagos::{NewPago, PagoOutcome, PagoPlan, PagoRow, Paid};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
 pub use portal::{GlobalRef, PortalSubmission, Submitted};
 pub use refunds::{

@@ -27,6 +27,12 @@ pub struct NewPago {
     pub rfc_emisor: String,
     pub idem_key: Option<String>,
     pub request_hash: String,
+    pub paid: Paid,
+}
+
+/// The payment itself, as the API received it and the REP's Pago node states it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Paid {
     pub fecha_pago: String,
     pub forma_pago: String,
     pub amount: String,
@@ -65,12 +71,8 @@ pub struct PagoRow {
     pub public_id: String,
     pub invoice_id: i64,
     pub parcialidad: i64,
-    pub fecha_pago: String,
-    pub forma_pago: String,
-    pub amount: String,
-    pub currency: String,
-    pub tipo_cambio: Option<String>,
-    pub num_operacion: Option<String>,
+    #[sqlx(flatten)]
+    pub paid: Paid,
     pub saldo_anterior: String,
     pub saldo_insoluto: String,
     pub request_hash: String,
@@ -168,12 +170,12 @@ impl Db {
             .bind(new.invoice_id)
             .bind(&new.rfc_emisor)
             .bind(parcialidad)
-            .bind(&new.fecha_pago)
-            .bind(&new.forma_pago)
-            .bind(&new.amount)
-            .bind(&new.currency)
-            .bind(&new.tipo_cambio)
-            .bind(&new.num_operacion)
+            .bind(&new.paid.fecha_pago)
+            .bind(&new.paid.forma_pago)
+            .bind(&new.paid.amount)
+            .bind(&new.paid.currency)
+            .bind(&new.paid.tipo_cambio)
+            .bind(&new.paid.num_operacion)
             .bind(&plan.saldo_anterior)
             .bind(&plan.saldo_insoluto)
             .bind(outbox_id)

@@ -9,9 +9,9 @@ use autofactura::cfdi::{InvoiceRequest, RelacionadosData};
 use autofactura::pac::StampOutcome;
 use chrono::Utc;
 use support::admin::{
-    Browser, PASSWORD, admin_app, cancellation, count, doc, finish_cancellation, hidden,
-    mark_failed, mark_state, mark_unknown, outbox_of, pay, pay_at, rejected, seal, send_to_pac,
-    set_request, stamped,
+    Browser, PASSWORD, admin_app, assert_count, cancellation, count, doc, finish_cancellation,
+    hidden, mark_failed, mark_state, mark_unknown, outbox_of, pay, pay_at, rejected, seal,
+    send_to_pac, set_request, stamped, stamped_unrecorded,
 };
 use support::{Backend, spawn_app};
 
@@ -113,14 +113,7 @@ async fn every_admin_route_needs_a_session_and_login_sets_a_strict_cookie(b: Bac
     let out = b1.post("/admin/logout", &[("csrf", &csrf)]).await;
     assert_eq!(out.status, 303);
     assert_eq!(b1.get("/admin").await.status, 303);
-    assert_eq!(
-        count(
-            &app,
-            "SELECT COUNT(*) FROM admin_actions WHERE actor = 'Ana' AND action IN ('login', 'logout', 'login_failed')"
-        )
-        .await,
-        3
-    );
+    assert_count(&app, "SELECT COUNT(*) FROM admin_actions WHERE actor = 'Ana' AND action IN ('login', 'logout', 'login_failed')", 3).await;
 }
 
 async fn the_login_form_has_its_own_csrf_and_failed_logins_are_limited(b: Backend) {
@@ -195,15 +188,13 @@ async fn every_form_checks_the_csrf_token(b: Backend) {
         assert_eq!(r.status, 403, "{path} without a token");
     }
     assert_eq!(doc(&app, failed).await.state.as_str(), "failed");
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM cancellations").await, 0);
-    assert_eq!(
-        count(
-            &app,
-            "SELECT COUNT(*) FROM admin_actions WHERE action NOT IN ('login')"
-        )
-        .await,
-        0
-    );
+    assert_count(&app, "SELECT COUNT(*) FROM cancellations", 0).await;
+    assert_count(
+        &app,
+        "SELECT COUNT(*) FROM admin_actions WHERE action NOT IN ('login')",
+        0,
+    )
+    .await;
 }
 
 async fn the_pages_show_states_codes_and_documents(b: Backend) {
@@ -295,27 +286,16 @@ async fn the_pages_show_states_codes_and_documents(b: Backend) {
         .await;
     assert_eq!(sealed.status, 200);
     assert!(
-        sealed.headers["content-disposition"]
-            .to_str()
-            .unwrap()
+        sealed
+            .header("content-disposition")
             .starts_with("attachment")
     );
     assert_eq!(sealed.body.as_bytes(), d.sealed_xml.as_deref().unwrap());
     let view = br.get(&format!("/admin/documents/{st}/xml/stamped")).await;
     assert_eq!(view.status, 200);
-    assert!(
-        view.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/plain")
-    );
+    assert!(view.header("content-type").starts_with("text/plain"));
     assert_eq!(view.body.as_bytes(), d.stamped_xml.as_deref().unwrap());
-    let fpage = br
-        .get(&format!(
-            "/admin/payments/{}",
-            doc(&app, failed).await.payment_id
-        ))
-        .await;
+    let fpage = br.payment_page(&app, failed).await;
     assert!(fpage.body.contains(&format!("id=\"retry-{failed}\"")));
     assert!(fpage.body.contains(&format!("id=\"refreeze-{failed}\"")));
     assert_eq!(
@@ -376,11 +356,7 @@ async fn retry_asks_the_pac_first_when_the_last_call_went_unanswered(b: Backend)
     // Sent and stamped, the answer never came, and the row was given up as failed (as earlier
     // versions did after max_attempts unanswered questions).
     let id = pay(&app, "asked_first").await;
-    seal(&app, id).await;
-    let stamp = match send_to_pac(&app, id).await {
-        StampOutcome::Stamped(s) => s,
-        other => panic!("the sandbox did not stamp: {other:?}"),
-    };
+    let stamp = stamped_unrecorded(&app, id).await;
     mark_unknown(&app, id, Utc::now()).await;
     mark_failed(
         &app,
@@ -554,7 +530,7 @@ async fn cancel_freezes_a_request_and_enforces_the_motivo_rules(b: Backend) {
     assert!(r.body.contains("factura global"));
     let r = br.post(&path, &[("csrf", &csrf), ("motivo", "07")]).await;
     assert_eq!(r.status, 400);
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM cancellations").await, 0);
+    assert_count(&app, "SELECT COUNT(*) FROM cancellations", 0).await;
 
     let r = br.post(&path, &[("csrf", &csrf), ("motivo", "02")]).await;
     assert_eq!(r.status, 303, "{}", r.body);
@@ -582,12 +558,7 @@ async fn cancel_freezes_a_request_and_enforces_the_motivo_rules(b: Backend) {
         )
     );
     assert!(c.run_at <= Utc::now());
-    let page = br
-        .get(&format!(
-            "/admin/payments/{}",
-            doc(&app, id).await.payment_id
-        ))
-        .await;
+    let page = br.payment_page(&app, id).await;
     assert!(page.body.contains("Cancel requested"));
     assert!(
         !page.body.contains(&format!("id=\"cancel-{id}\"")),
@@ -637,12 +608,7 @@ async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_as
         "<Acuse n=\"1\"/>",
     )
     .await;
-    let detail = br
-        .get(&format!(
-            "/admin/payments/{}",
-            doc(&app, id).await.payment_id
-        ))
-        .await;
+    let detail = br.payment_page(&app, id).await;
     assert!(detail.body.contains("Cancellation rejected"));
     assert!(detail.body.contains("Solicitud rechazada (still Vigente)"));
     assert!(
@@ -660,9 +626,8 @@ async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_as
     assert_eq!(acuse.status, 200);
     assert_eq!(acuse.body, "<Acuse n=\"1\"/>");
     assert!(
-        acuse.headers["content-disposition"]
-            .to_str()
-            .unwrap()
+        acuse
+            .header("content-disposition")
             .starts_with("attachment")
     );
     // Asked again (motivo 03): the same row goes back to `requested`.
@@ -685,12 +650,7 @@ async fn the_cancellation_progress_and_acuse_are_shown_and_a_rejection_can_be_as
         "<Acuse n=\"2\"/>",
     )
     .await;
-    let detail = br
-        .get(&format!(
-            "/admin/payments/{}",
-            doc(&app, id).await.payment_id
-        ))
-        .await;
+    let detail = br.payment_page(&app, id).await;
     assert!(detail.body.contains("Final: cancelled"));
     assert!(!detail.body.contains(&format!("id=\"cancel-{id}\"")));
     assert_eq!(
@@ -832,14 +792,7 @@ async fn refreeze_starts_a_new_generation_once_the_pac_confirms_no_stamp(b: Back
     assert_eq!(history[0].sealed_xml, before.sealed_xml);
     assert!(history[0].reason.contains("401"));
     // The PAC was asked first; the question is in the timeline.
-    assert_eq!(
-        count(
-            &app,
-            &format!("SELECT COUNT(*) FROM pac_attempts WHERE outbox_id = {id} AND operation = 'recover' AND outcome = 'not_found'")
-        )
-        .await,
-        1
-    );
+    assert_count(&app, &format!("SELECT COUNT(*) FROM pac_attempts WHERE outbox_id = {id} AND operation = 'recover' AND outcome = 'not_found'"), 1).await;
     // The new generation seals and the PAC takes it.
     seal(&app, id).await;
     assert!(matches!(
@@ -861,11 +814,7 @@ async fn refreeze_adopts_the_stamp_when_the_pac_had_stamped_the_old_document(b: 
     };
     // The worker sent it, the answer was lost, and the row ended expired.
     let id = pay(&app, "adopt1").await;
-    seal(&app, id).await;
-    let stamp = match send_to_pac(&app, id).await {
-        StampOutcome::Stamped(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let stamp = stamped_unrecorded(&app, id).await;
     mark_state(&app, id, "expired").await;
     let br = Browser::new(&app);
     let csrf = br.login().await;
@@ -909,25 +858,18 @@ async fn sat_status_is_asked_and_recorded(b: Backend) {
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let page = br
-        .get(&format!(
-            "/admin/payments/{}",
-            doc(&app, id).await.payment_id
-        ))
-        .await;
+    let page = br.payment_page(&app, id).await;
     assert!(
         page.body.contains("Estado: Vigente") && page.body.contains("Cancelable sin aceptación"),
         "{}",
         page.body
     );
-    assert_eq!(
-        count(
-            &app,
-            "SELECT COUNT(*) FROM pac_attempts WHERE operation = 'sat_status'"
-        )
-        .await,
-        1
-    );
+    assert_count(
+        &app,
+        "SELECT COUNT(*) FROM pac_attempts WHERE operation = 'sat_status'",
+        1,
+    )
+    .await;
 }
 
 async fn reconciliation_adopts_unrecorded_stamps_and_lists_duplicates(b: Backend) {
@@ -936,20 +878,12 @@ async fn reconciliation_adopts_unrecorded_stamps_and_lists_duplicates(b: Backend
     };
     // 1. A lost response: the PAC stamped, we recorded nothing; the row is `unknown`.
     let lost = pay(&app, "recon1").await;
-    seal(&app, lost).await;
-    let lost_stamp = match send_to_pac(&app, lost).await {
-        StampOutcome::Stamped(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let lost_stamp = stamped_unrecorded(&app, lost).await;
     mark_state(&app, lost, "unknown").await;
     // 2. A duplicate: generation 0 was stamped, then refrozen by hand as generation 1 and
     //    stamped again (two live UUIDs for one sale).
     let dup = pay(&app, "recon2").await;
-    seal(&app, dup).await;
-    let first = match send_to_pac(&app, dup).await {
-        StampOutcome::Stamped(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let first = stamped_unrecorded(&app, dup).await;
     let d = doc(&app, dup).await;
     mark_state(&app, dup, "expired").await;
     let mut req: InvoiceRequest = serde_json::from_str(&d.request_json).unwrap();
@@ -1048,11 +982,7 @@ async fn the_reconcile_command_reports_and_adopts(b: Backend) {
         return;
     };
     let lost = pay(&app, "cmd1").await;
-    seal(&app, lost).await;
-    let stamp = match send_to_pac(&app, lost).await {
-        StampOutcome::Stamped(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let stamp = stamped_unrecorded(&app, lost).await;
     mark_state(&app, lost, "unknown").await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"))
         .arg("--config")

@@ -6,7 +6,7 @@
 use crate::admin_ux::{cancel_02, signed_in};
 use crate::support;
 
-use support::admin::{Browser, count, doc, outbox_of, pay, rejected, stamped};
+use support::admin::{Browser, assert_count, count, doc, outbox_of, pay, rejected, stamped};
 use support::ux::{listed, log_call, result_count, sale};
 use support::{Backend, TestApp};
 
@@ -184,10 +184,14 @@ async fn the_fix_form_issues_one_document_under_a_double_submit(b: Backend) {
         "{}",
         d.request_json
     );
-    assert_eq!(
-        count(&app, &format!("SELECT COUNT(*) FROM admin_actions WHERE action = 'reissue' AND target_id = '{row}'")).await,
-        1
-    );
+    assert_count(
+        &app,
+        &format!(
+            "SELECT COUNT(*) FROM admin_actions WHERE action = 'reissue' AND target_id = '{row}'"
+        ),
+        1,
+    )
+    .await;
     // The same form sent once more, later, is shown its result...
     let again = post_owned(&br, &path, &good).await;
     assert_eq!(again.status, 303, "{}", again.body);
@@ -310,14 +314,12 @@ async fn a_paused_pac_claims_nothing_until_resumed(b: Backend) {
         (r.status, r.location.as_deref()),
         (303, Some("/admin?notice=resumed"))
     );
-    assert_eq!(
-        count(
-            &app,
-            "SELECT COUNT(*) FROM admin_actions WHERE action = 'resume_pac'"
-        )
-        .await,
-        1
-    );
+    assert_count(
+        &app,
+        "SELECT COUNT(*) FROM admin_actions WHERE action = 'resume_pac'",
+        1,
+    )
+    .await;
     let (stamps, cancel) = claim("sandbox").await;
     assert_eq!(stamps.iter().map(|c| c.id).collect::<Vec<_>>(), vec![id]);
     assert!(cancel.is_some(), "the cancellation is claimed again");
@@ -381,16 +383,9 @@ async fn the_chart_the_csv_export_and_the_payment_date_order(b: Backend) {
     // The export is the list as filtered: every row, quoted, formulas defused.
     let csv = br.get("/admin/invoices.csv?view=failed&q=csv").await;
     assert_eq!(csv.status, 200, "{}", csv.body);
+    assert!(csv.header("content-type").starts_with("text/csv"));
     assert!(
-        csv.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/csv")
-    );
-    assert!(
-        csv.headers["content-disposition"]
-            .to_str()
-            .unwrap()
+        csv.header("content-disposition")
             .starts_with("attachment; filename=\"invoices-failed-")
     );
     let lines: Vec<&str> = csv.body.lines().collect();

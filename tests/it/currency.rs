@@ -12,7 +12,7 @@ use autofactura::webhooks::stripe;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use crate::support::admin::outbox_of;
+use crate::support::admin::{assert_stamped, outbox_of};
 use crate::support::sales::payment_status;
 use crate::support::{Backend, TestApp, spawn_app_with};
 
@@ -74,12 +74,7 @@ async fn a_usd_sale_carries_moneda_usd_and_the_providers_rate(b: Backend) {
     // The sandbox checks it against the published rate (USD 17.75 ± 5 %) and stamps it.
     app.drain(20).await;
     let doc = outbox_of(&app, "7001").await;
-    assert_eq!(
-        doc.state.as_str(),
-        "stamped",
-        "{:?}",
-        doc.last_error_message
-    );
+    assert_stamped(&doc);
     let xml = String::from_utf8(doc.stamped_xml.expect("xml")).expect("utf8");
     assert!(
         xml.contains(r#"Moneda="USD""#) && xml.contains(r#"TipoCambio="18.251235""#),
@@ -351,12 +346,7 @@ async fn a_test_mode_sale_is_stamped_in_a_test_environment_and_a_live_one_held(b
     pay(&app, "env-test", false).await;
     pay(&app, "env-live", true).await;
     let test = stamped(&app, "pi_test_env-test").await;
-    assert_eq!(
-        test.state.as_str(),
-        "stamped",
-        "{:?}",
-        test.last_error_message
-    );
+    assert_stamped(&test);
     let live = outbox_of(&app, "pi_test_env-live").await;
     assert_eq!(
         (live.state.as_str(), live.last_error_code.as_deref()),
@@ -449,12 +439,7 @@ async fn an_emisor_in_tijuana_freezes_fecha_in_tijuana_time_on_both_sides_of_day
     }
     app.drain(20).await;
     let doc = outbox_of(&app, "pi_test_tj-now").await;
-    assert_eq!(
-        doc.state.as_str(),
-        "stamped",
-        "{:?}",
-        doc.last_error_message
-    );
+    assert_stamped(&doc);
 }
 
 on_both_backends!(

@@ -15,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use serde_json::Value;
+use support::admin::{assert_count, count};
 use support::rows::{Bind, assert_gapless, fetch_rows, folios_of, wait_drained};
 use support::{Backend, STRIPE_SECRET, TestApp, spawn_app_with};
 
@@ -86,11 +87,6 @@ async fn deliver(addrs: &[String], bodies: Vec<String>, senders: usize) {
     }
 }
 
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    let n: Vec<(i64,)> = fetch_rows(&app.db, sql, &[]).await;
-    n[0].0
-}
-
 /// Every row stamped once at the PAC, under its own key, and every stamped document carries
 /// the folio of its row.
 async fn assert_stamped_with_their_folios(app: &TestApp, sim: &SandboxHandle, n: usize) {
@@ -148,11 +144,13 @@ async fn ten_thousand_concurrent_webhooks_are_numbered_1_to_n(b: Backend) {
     for (pool, _) in pools {
         pool.shutdown().await;
     }
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM payments").await, 10_000);
-    assert_eq!(
-        count(&app, "SELECT COUNT(*) FROM outbox WHERE state = 'stamped'").await,
-        10_000
-    );
+    assert_count(&app, "SELECT COUNT(*) FROM payments", 10_000).await;
+    assert_count(
+        &app,
+        "SELECT COUNT(*) FROM outbox WHERE state = 'stamped'",
+        10_000,
+    )
+    .await;
     assert_gapless(&folios_of(&app.db, "A").await, n);
     assert_stamped_with_their_folios(&app, &sim, n).await;
     let per_worker = support::rows::attempts_per_worker(&app.db).await;

@@ -11,7 +11,7 @@ use autofactura::cfdi::fiscal;
 use autofactura::domain::StampKey;
 use autofactura::global::{Planner, Scope, issue};
 use autofactura::store::{PortalSubmission, Submitted, normalize_reference};
-use support::admin::count;
+use support::admin::{assert_count, count};
 use support::portal::{
     client, get, link_of, lookup, lookup_with, post, sale_without_rfc, sale_without_rfc_at, submit,
     valid_form,
@@ -59,11 +59,8 @@ async fn an_awaiting_global_sale_becomes_one_stamped_nominative_cfdi_under_concu
             "each is sent to the sale's page"
         );
     }
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 1);
-    assert_eq!(
-        count(&app, "SELECT COUNT(*) FROM portal_submissions").await,
-        1
-    );
+    assert_count(&app, "SELECT COUNT(*) FROM outbox", 1).await;
+    assert_count(&app, "SELECT COUNT(*) FROM portal_submissions", 1).await;
     let key = StampKey::derive("stripe", &id, "ingreso");
     let d = wait_document(&app, key.as_str(), "stamped").await;
     let xml = String::from_utf8(d.stamped_xml.clone().expect("xml")).expect("utf-8");
@@ -107,7 +104,7 @@ async fn an_awaiting_global_sale_becomes_one_stamped_nominative_cfdi_under_concu
     assert_eq!(pdf, expected);
     // Submitting once more, after the stamp, changes nothing.
     assert_eq!(submit(&app, &path, &valid_form()).await.status(), 303);
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 1);
+    assert_count(&app, "SELECT COUNT(*) FROM outbox", 1).await;
     assert_eq!(payment_status(&app, &id).await, "stamped");
     pool.shutdown().await;
 }
@@ -148,7 +145,7 @@ async fn a_wrong_total_and_an_unknown_reference_get_the_same_answer(b: Backend) 
     );
     // The right pair opens the sale; nothing was written by the look-ups.
     link_of(&app, "pi_test_p2", "116").await;
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 0);
+    assert_count(&app, "SELECT COUNT(*) FROM outbox", 0).await;
 }
 
 async fn lookups_are_rate_limited_per_client_address(b: Backend) {
@@ -248,7 +245,7 @@ async fn bad_input_gets_an_error_next_to_each_field_in_spanish(b: Backend) {
         page.contains("no está permitido para el régimen 616"),
         "{page}"
     );
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 0);
+    assert_count(&app, "SELECT COUNT(*) FROM outbox", 0).await;
     assert_eq!(payment_status(&app, &id).await, "awaiting_global");
 }
 
@@ -265,7 +262,7 @@ async fn a_sale_taken_by_the_factura_global_or_past_its_period_is_not_invoiced_a
     )
     .await;
     assert_eq!(submit(&app, &path, &valid_form()).await.status(), 303);
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 0);
+    assert_count(&app, "SELECT COUNT(*) FROM outbox", 0).await;
     let (_, page) = get(&app, &path).await;
     assert!(page.contains("no puede facturarse en línea"), "{page}");
     // A submission that read the sale just before the freeze committed: its transaction
@@ -308,7 +305,7 @@ async fn a_sale_taken_by_the_factura_global_or_past_its_period_is_not_invoiced_a
         .await
         .expect("submit");
     assert_eq!(late, Submitted::Taken);
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 0);
+    assert_count(&app, "SELECT COUNT(*) FROM outbox", 0).await;
     assert_eq!(payment_status(&app, &id).await, "in_global");
     assert!(!page.contains("fiscal-form"));
     // A sale of an earlier month (the default: no days after the month's end).
@@ -321,7 +318,7 @@ async fn a_sale_taken_by_the_factura_global_or_past_its_period_is_not_invoiced_a
         "{page}"
     );
     assert_eq!(submit(&app, &path, &valid_form()).await.status(), 303);
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 0);
+    assert_count(&app, "SELECT COUNT(*) FROM outbox", 0).await;
     assert_eq!(payment_status(&app, &old_id).await, "awaiting_global");
 }
 
@@ -372,10 +369,7 @@ async fn a_sale_in_a_stamped_factura_global_is_refused_with_the_globals_folio(b:
     let documents = count(&app, "SELECT COUNT(*) FROM outbox").await;
     assert_eq!(submit(&app, &path, &valid_form()).await.status(), 303);
     assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, documents);
-    assert_eq!(
-        count(&app, "SELECT COUNT(*) FROM portal_submissions").await,
-        0
-    );
+    assert_count(&app, "SELECT COUNT(*) FROM portal_submissions", 0).await;
     assert_eq!(payment_status(&app, "pi_test_p7").await, "in_global");
     pool.shutdown().await;
 }

@@ -735,20 +735,7 @@ async fn migration_7_reopens_rows_given_up_while_their_outcome_was_unknown(b: Ba
         Backend::Postgres => autofactura::store::POSTGRES_MIGRATIONS[6],
     };
     assert_eq!(name, "unknown_outcomes");
-    match &app.db {
-        autofactura::store::Db::Sqlite { pool, .. } => {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(text))
-                .execute(pool)
-                .await
-                .expect("migration");
-        }
-        autofactura::store::Db::Postgres(pool) => {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(text))
-                .execute(pool)
-                .await
-                .expect("migration");
-        }
-    }
+    crate::support::rows::exec_sql(&app.db, text).await;
     for id in [gave_up, expired_open] {
         let d = fx::doc(app, id).await;
         assert_eq!(

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use autofactura::cfdi::InvoiceRequest;
 use autofactura::domain::StampKey;
-use autofactura::pac::StampOutcome;
+use autofactura::pac::{Stamp, StampOutcome};
 use autofactura::store::{CancellationRow, Db, DocFull, ListFilter, ListView};
 use chrono::Utc;
 
@@ -44,6 +44,11 @@ impl Page {
     /// The first hidden `csrf` value in the page.
     pub fn csrf(&self) -> String {
         hidden(&self.body, "csrf").unwrap_or_else(|| panic!("no csrf field in:\n{}", self.body))
+    }
+
+    /// Header `name` as text (panics when it is missing).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers[name].to_str().expect("a text header")
     }
 }
 
@@ -141,6 +146,12 @@ impl Browser {
             .expect("GET");
         let (status, headers) = (r.status().as_u16(), r.headers().clone());
         (status, headers, r.bytes().await.expect("body").to_vec())
+    }
+
+    /// The detail page of the payment document `id` belongs to.
+    pub async fn payment_page(&self, app: &TestApp, id: i64) -> Page {
+        let payment_id = doc(app, id).await.payment_id;
+        self.get(&format!("/admin/payments/{payment_id}")).await
     }
 
     /// Asks for the cancellation of stamped document `id` (motivo 02) with `csrf`, as the
@@ -314,6 +325,16 @@ pub async fn send_to_pac(app: &TestApp, id: i64) -> StampOutcome {
         .await
 }
 
+/// Seals document `id` and has the sandbox PAC stamp it, recording nothing: the stamp of a
+/// call whose answer was lost, which the test then marks the row for.
+pub async fn stamped_unrecorded(app: &TestApp, id: i64) -> Stamp {
+    seal(app, id).await;
+    match send_to_pac(app, id).await {
+        StampOutcome::Stamped(s) => s,
+        other => panic!("the sandbox did not stamp: {other:?}"),
+    }
+}
+
 /// What a worker writes after a PAC rejection.
 pub async fn mark_failed(app: &TestApp, id: i64, code: &str, message: &str) {
     fixture_sql!(
@@ -408,22 +429,17 @@ pub async fn set_request(app: &TestApp, id: i64, req: &InvoiceRequest) {
 }
 
 pub async fn count(app: &TestApp, sql: &str) -> i64 {
-    match &app.db {
-        Db::Sqlite { pool, .. } => {
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
-                .fetch_one(pool)
-                .await
-                .expect("count");
-            n
-        }
-        Db::Postgres(pool) => {
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
-                .fetch_one(pool)
-                .await
-                .expect("count");
-            n
-        }
-    }
+    super::rows::count(&app.db, sql).await
+}
+
+/// Checks that document `d` is stamped; the message is its last error when it is not.
+pub fn assert_stamped(d: &DocFull) {
+    assert_eq!(d.state.as_str(), "stamped", "{:?}", d.last_error_message);
+}
+
+/// Checks that `SELECT COUNT(*) …` `sql` answers `expected`.
+pub async fn assert_count(app: &TestApp, sql: &str, expected: i64) {
+    assert_eq!(count(app, sql).await, expected, "{sql}");
 }
 
 /// What the cancellation worker writes when SAT's answer is final.

@@ -15,6 +15,8 @@ pub mod stripe_api;
 pub mod ux;
 pub mod webdriver;
 
+pub use rows::exec_sql;
+
 use std::str::FromStr;
 
 use autofactura::config::Settings;
@@ -301,24 +303,6 @@ pub fn worker_process(
         .stderr(std::process::Stdio::from(log))
         .spawn()
         .expect("start autofactura worker")
-}
-
-/// Runs one statement on the app's database (to take a table away and bring it back).
-pub async fn exec_sql(db: &Db, sql: &str) {
-    match db {
-        Db::Sqlite { pool, .. } => {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .expect("sql");
-        }
-        Db::Postgres(pool) => {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .expect("sql");
-        }
-    }
 }
 
 /// Runs each named `async fn(Backend)` once per backend, as `<name>_sqlite` and `<name>_postgres`.

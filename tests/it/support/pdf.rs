@@ -17,6 +17,16 @@ fn poppler(tool: &str, args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
+/// Renders the pages of `pdf` as images `{prefix}-1.…`, `{prefix}-2.…` with `options`.
+fn pdftoppm(pdf: &Path, prefix: &Path, options: &[&str]) {
+    let mut args = options.to_vec();
+    args.extend([
+        pdf.to_str().expect("utf-8"),
+        prefix.to_str().expect("utf-8"),
+    ]);
+    poppler("pdftoppm", &args);
+}
+
 /// Writes `pdf` to a temp file and runs `f` on its path.
 fn with_file<T>(pdf: &[u8], f: impl FnOnce(&Path) -> T) -> T {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -69,19 +79,10 @@ pub fn qr_codes(pdf: &[u8]) -> Vec<String> {
     with_file(pdf, |p| {
         let dir = p.parent().expect("dir");
         let prefix = dir.join("page");
-        poppler(
-            "pdftoppm",
-            &[
-                "-r",
-                "200",
-                "-aa",
-                "no",
-                "-aaVector",
-                "no",
-                "-gray",
-                p.to_str().expect("utf-8"),
-                prefix.to_str().expect("utf-8"),
-            ],
+        pdftoppm(
+            p,
+            &prefix,
+            &["-r", "200", "-aa", "no", "-aaVector", "no", "-gray"],
         );
         let mut pages: Vec<_> = std::fs::read_dir(dir)
             .expect("read dir")
@@ -161,16 +162,7 @@ fn pgm(b: &[u8]) -> (usize, usize, Vec<u8>) {
 pub fn save_png(pdf: &[u8], name: &str) -> std::path::PathBuf {
     let out = super::webdriver::screenshot_dir().join(name);
     with_file(pdf, |p| {
-        poppler(
-            "pdftoppm",
-            &[
-                "-r",
-                "80",
-                "-png",
-                p.to_str().expect("utf-8"),
-                out.to_str().expect("utf-8"),
-            ],
-        );
+        pdftoppm(p, &out, &["-r", "80", "-png"]);
     });
     super::webdriver::screenshot_dir().join(format!("{name}-1.png"))
 }

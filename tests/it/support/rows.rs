@@ -11,27 +11,49 @@ pub enum Bind<'a> {
     I64(i64),
 }
 
+/// Runs `$body` with `$pool` bound to the app's pool, whichever backend it is: the text of a
+/// test statement is the same on both, only the pool's type differs.
+macro_rules! on_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db {
+            Db::Sqlite { pool: $pool, .. } => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
+}
+
 /// Every row of `sql` (`$n` placeholders, bound from `binds` in order), on either backend.
 pub async fn fetch_rows<T>(db: &Db, sql: &str, binds: &[Bind<'_>]) -> Vec<T>
 where
     T: for<'r> sqlx::FromRow<'r, SqliteRow> + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
 {
-    macro_rules! run {
-        ($pool:expr) => {{
-            let mut q = sqlx::query_as::<_, T>(sqlx::AssertSqlSafe(sql.to_owned()));
-            for b in binds {
-                q = match b {
-                    Bind::Str(s) => q.bind(*s),
-                    Bind::I64(n) => q.bind(*n),
-                };
-            }
-            q.fetch_all($pool).await.expect(sql)
-        }};
-    }
-    match db {
-        Db::Sqlite { pool, .. } => run!(pool),
-        Db::Postgres(pool) => run!(pool),
-    }
+    on_pool!(db, |pool| {
+        let mut q = sqlx::query_as::<_, T>(sqlx::AssertSqlSafe(sql.to_owned()));
+        for b in binds {
+            q = match b {
+                Bind::Str(s) => q.bind(*s),
+                Bind::I64(n) => q.bind(*n),
+            };
+        }
+        q.fetch_all(pool).await.expect(sql)
+    })
+}
+
+/// The one number a `SELECT COUNT(*) …` (no binds) answers.
+pub async fn count(db: &Db, sql: &str) -> i64 {
+    let rows: Vec<(i64,)> = fetch_rows(db, sql, &[]).await;
+    rows.first().expect(sql).0
+}
+
+/// Runs literal SQL, one statement or several separated by `;`, no binds: to take a table
+/// away and bring it back, to set rows up, to run a migration's text again.
+pub async fn exec_sql(db: &Db, sql: &str) {
+    on_pool!(db, |pool| {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(pool)
+            .await
+            .expect(sql);
+    });
 }
 
 /// One outbox row by its stamp key (the store reads documents by id).

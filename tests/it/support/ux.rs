@@ -2,7 +2,6 @@
 //! (an age, a currency, a customer), raw fixture SQL, and reading what the pages count.
 #![allow(dead_code)]
 
-use autofactura::store::Db;
 use autofactura::webhooks::stripe;
 use chrono::Utc;
 use serde_json::Value;
@@ -30,20 +29,7 @@ pub async fn sale(
 
 /// Runs fixture statements (literal SQL, no binds) on either backend.
 pub async fn sql(app: &TestApp, text: &str) {
-    match &app.db {
-        Db::Sqlite { pool, .. } => {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(text.to_owned()))
-                .execute(pool)
-                .await
-                .expect("fixture sql");
-        }
-        Db::Postgres(pool) => {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(text.to_owned()))
-                .execute(pool)
-                .await
-                .expect("fixture sql");
-        }
-    }
+    super::rows::exec_sql(&app.db, text).await;
 }
 
 /// The dashboard's tiles: `(data-state, count, href)`.
