@@ -28,7 +28,7 @@ use super::wsaa::Wsaa;
 use super::wsfe::{Auth, Wsfe};
 use super::{Issuer, Outcome};
 use crate::config::ArcaSettings;
-use crate::store::{ArcaRefundRow, ArcaSaleRow, Db};
+use crate::store::{ArcaCorrection, ArcaRefundRow, ArcaSaleRow, Db};
 
 /// Sales taken per round.
 const BATCH: i64 = 50;
@@ -41,6 +41,8 @@ pub struct Drainer {
     wsaa: Wsaa,
     /// Whether ARCA confirmed that the punto de venta issues with CAE for the CUIT.
     point_checked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// With `[email]` on, the domain of its `from`: an authorized sale queues its email.
+    mail_domain: Option<String>,
 }
 
 /// The voucher of an ARS sale of `total` pesos of type `tipo`, to an anonymous consumidor
@@ -81,7 +83,14 @@ impl Drainer {
             cfg: cfg.clone(),
             wsaa,
             point_checked: std::sync::Arc::default(),
+            mail_domain: None,
         })
+    }
+
+    /// Queues the buyer's email of each voucher authorized (`[email]` on: its `from`'s domain).
+    pub fn mailing(mut self, domain: Option<String>) -> Self {
+        self.mail_domain = domain;
+        self
     }
 
     /// Rounds every `interval_seconds` until `token` is cancelled; a failed round is logged
@@ -142,8 +151,17 @@ impl Drainer {
         let mut waiting = HashSet::new();
         let mut settled = 0;
         for sale in sales {
-            let key = format!("{}:{}", sale.provider, sale.payment_id);
-            let plan = self.plan_sale(&key, &sale).await?;
+            // A sale a human corrected goes on under the attempt given to the correction.
+            let fix = self
+                .db
+                .arca_correction(&sale.provider, &sale.payment_id)
+                .await?;
+            let key = super::issue::attempt_key(
+                &format!("{}:{}", sale.provider, sale.payment_id),
+                fix.as_ref()
+                    .map_or(1, |c| u32::try_from(c.attempt).unwrap_or(1)),
+            );
+            let plan = self.plan_sale(&key, &sale, fix.as_ref()).await?;
             if let Ok((tipo, _, _)) = &plan
                 && waiting.contains(tipo)
             {
@@ -169,7 +187,9 @@ impl Drainer {
                 Ok(text) => ("arca_authorized", text),
                 Err(why) => ("needs_attention", format!("ARCA: {why}")),
             };
-            self.db.arca_sale_settled(sale.id, status, &reason).await?;
+            self.db
+                .arca_sale_settled_mailed(sale.id, (status, &reason), self.mail_domain.as_deref())
+                .await?;
             tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
             settled += 1;
         }
@@ -216,6 +236,7 @@ impl Drainer {
         &self,
         key: &str,
         sale: &ArcaSaleRow,
+        fix: Option<&ArcaCorrection>,
     ) -> anyhow::Result<Result<(CbteTipo, VoucherInput, Option<String>), String>> {
         if let Some(v) = self.db.arca_voucher(key).await? {
             let tipo = CbteTipo::from_code(v.cbte_tipo)
@@ -223,12 +244,14 @@ impl Drainer {
             let input = serde_json::from_str(&v.input).context("a stored voucher")?;
             return Ok(Ok((tipo, input, None)));
         }
-        Ok(self.new_sale_plan(sale))
+        Ok(self.new_sale_plan(sale, fix))
     }
 
+    /// The buyer is the one a human corrected, else what the sale carried.
     fn new_sale_plan(
         &self,
         sale: &ArcaSaleRow,
+        fix: Option<&ArcaCorrection>,
     ) -> Result<(CbteTipo, VoucherInput, Option<String>), String> {
         let total: Decimal = sale
             .amount
@@ -242,10 +265,17 @@ impl Drainer {
                 .and_then(|i| i.get(k))
                 .and_then(serde_json::Value::as_str)
         };
-        let given = Given {
-            kind: field("kind"),
-            number: field("number"),
-            condicion_iva: field("condicion_iva"),
+        let given = match fix {
+            Some(c) => Given {
+                kind: Some(c.doc_kind.as_str()).filter(|k| !k.is_empty()),
+                number: Some(c.doc_number.as_str()).filter(|n| !n.is_empty()),
+                condicion_iva: Some(c.condicion_iva.as_str()),
+            },
+            None => Given {
+                kind: field("kind"),
+                number: field("number"),
+                condicion_iva: field("condicion_iva"),
+            },
         };
         let b = buyer(given, total, &self.cfg)?;
         let tipo = self.cfg.factura_for(b.receptor);
