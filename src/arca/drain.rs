@@ -6,7 +6,10 @@
 //! restart, another instance, a `kill -9` between the CAE and the sale's update) returns the
 //! stored outcome or resolves the key's own number, never a new voucher. An outcome not known
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for
-//! the next round, and the other sales of its sequence with it.
+//! the next round, and the other sales of its sequence with it. A sale a human corrected
+//! (`/admin/arca`) is issued to the corrected buyer under the attempt key the correction was
+//! given (`{provider}:{payment_id}#n`, never used before); an authorized sale's settle queues
+//! the buyer's email of its voucher (`[email]` on).
 //!
 //! The voucher names the buyer ([`super::buyer`]), whose IVA condition decides the class (A,
 //! B or C, [`ArcaSettings::factura_for`]): one sequence per voucher type. A refund of an
