@@ -8,8 +8,8 @@
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for
 //! the next round, and the other sales of its sequence with it. A sale a human corrected
 //! (`/admin/arca`) is issued to the corrected buyer under the attempt key the correction was
-//! given (`{provider}:{payment_id}#n`, never used before); an authorized sale's settle queues
-//! the buyer's email of its voucher (`[email]` on).
+//! given (`{provider}:{payment_id}#n`, never used before); an authorized sale's (or nota's)
+//! settle queues the buyer's email of its voucher (`[email]` on).
 //!
 //! The voucher names the buyer ([`super::buyer`]), whose IVA condition decides the class (A,
 //! B or C, [`ArcaSettings::factura_for`]): one sequence per voucher type. A refund of an
@@ -222,8 +222,9 @@ impl Drainer {
                 Ok(text) => ("arca_credited", text),
                 Err(why) => ("needs_attention", format!("ARCA: {why}")),
             };
+            let mail = self.mail_domain.as_deref();
             self.db
-                .arca_refund_settled(refund.id, status, &reason)
+                .arca_refund_settled_mailed(refund.id, (status, &reason), mail)
                 .await?;
             tracing::info!(refund = %refund.refund_id, payment = %refund.payment_ref, status, %reason, "ARS refund settled");
             settled += 1;

@@ -3,9 +3,10 @@
 //! - A held or rejected ARS sale corrected by a human ([`Db::arca_correct_sale`]): the buyer to
 //!   name, and the attempt it is issued again under (`{provider}:{payment_id}#{attempt}`),
 //!   past every key the sale ever used, so a settled key is never sent other input.
-//! - The customer's email of an authorized voucher ([`Db::arca_sale_settled_mailed`]): a
-//!   delivery row naming the voucher's key, written in the transaction that settles the sale,
-//!   under a Message-ID derived from the voucher, so it is queued once whatever repeats.
+//! - The customer's email of an authorized voucher ([`Db::arca_sale_settled_mailed`], and a
+//!   nota de crédito's, [`Db::arca_refund_settled_mailed`]): a delivery row naming the
+//!   voucher's key, written in the transaction that settles the sale (or refund), under a
+//!   Message-ID derived from the voucher, so it is queued once whatever repeats.
 
 use chrono::Utc;
 
@@ -228,58 +229,113 @@ impl Db {
     ) -> Result<(), StoreError> {
         let now = Utc::now();
         let mut tx = self.begin().await?;
-        let n = stmt(
-            "UPDATE payments SET status = $1, reason = $2, updated_at = $3 \
-             WHERE id = $4 AND status = 'arca_pending'",
-        )
-        .bind(status)
-        .bind(reason)
-        .bind(now)
-        .bind(payment_row)
-        .execute_in(&mut tx, "settle an ARS sale")
-        .await?;
-        if let Some(domain) = domain.filter(|_| n == 1 && status == "arca_authorized")
-            && let Some(to) = email_in(&mut tx, payment_row).await?
-        {
-            let sale: (String, String) =
+        let n = settle_in(&mut tx, "payments", payment_row, (status, reason), now).await?;
+        if let Some(domain) = domain.filter(|_| n == 1 && status == "arca_authorized") {
+            let (provider, payment_id): (String, String) =
                 stmt("SELECT provider, payment_id FROM payments WHERE id = $1")
                     .bind(payment_row)
                     .fetch_one_in(&mut tx, "read the settled sale")
                     .await?;
-            let sale = format!("{}:{}", sale.0, sale.1);
-            let voucher: Option<super::ArcaVoucherRow> = stmt(format!(
-                "SELECT {} FROM arca_vouchers WHERE (key = $1 OR key LIKE $2) \
-                 AND state = 'authorized' ORDER BY key LIMIT 1",
-                super::arca::VOUCHER_COLUMNS
-            ))
-            .bind(&sale)
-            .bind(format!("{sale}#%"))
-            .fetch_optional_in(&mut tx, "read the sale's voucher")
-            .await?;
-            if let Some(v) = voucher {
-                stmt(
-                    "INSERT INTO deliveries (outbox_id, arca_key, event, resend, recipient, \
-                     message_id, state, attempts, run_at, created_at, updated_at) \
-                     VALUES (NULL, $1, 'stamped', 0, $2, $3, 'pending', 0, $4, $4, $4) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(&v.key)
-                .bind(&to)
-                .bind(arca_message_id(
-                    v.cuit,
-                    v.pto_vta,
-                    v.cbte_tipo,
-                    v.number,
-                    domain,
-                ))
-                .bind(now)
-                .execute_in(&mut tx, "queue the voucher's email")
-                .await?;
-            }
+            let sale = format!("{provider}:{payment_id}");
+            let keys = (sale.as_str(), format!("{sale}#%"));
+            queue_voucher_in(&mut tx, payment_row, keys, domain, now).await?;
         }
         tx.commit("settle an ARS sale").await?;
         Ok(())
     }
+
+    /// [`Db::arca_refund_settled`], and in the same transaction, as for a sale, the buyer's
+    /// email of the nota de crédito when the refund moved to `arca_credited`.
+    pub async fn arca_refund_settled_mailed(
+        &self,
+        refund_row: i64,
+        (status, reason): (&str, &str),
+        domain: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let n = settle_in(&mut tx, "refunds", refund_row, (status, reason), now).await?;
+        if let Some(domain) = domain.filter(|_| n == 1 && status == "arca_credited") {
+            let (sale_row, provider, refund_id): (i64, String, String) = stmt(
+                "SELECT p.id, r.provider, r.refund_id FROM refunds r JOIN payments p \
+                 ON p.provider = r.provider AND p.payment_id = r.payment_ref WHERE r.id = $1",
+            )
+            .bind(refund_row)
+            .fetch_one_in(&mut tx, "read the credited refund")
+            .await?;
+            let key = format!("refund:{provider}:{refund_id}");
+            let keys = (key.as_str(), format!("{key}#%"));
+            queue_voucher_in(&mut tx, sale_row, keys, domain, now).await?;
+        }
+        tx.commit("settle a refund's nota de crédito").await?;
+        Ok(())
+    }
+}
+
+/// In `tx`: row `id` of `table` (`payments`, `refunds`) settled `status` with `reason` when
+/// it is still `arca_pending` (a late repeat moves nothing); how many rows moved.
+async fn settle_in(
+    tx: &mut Tx<'_>,
+    table: &str,
+    id: i64,
+    (status, reason): (&str, &str),
+    now: chrono::DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    stmt(format!(
+        "UPDATE {table} SET status = $1, reason = $2, updated_at = $3 \
+         WHERE id = $4 AND status = 'arca_pending'"
+    ))
+    .bind(status)
+    .bind(reason)
+    .bind(now)
+    .bind(id)
+    .execute_in(tx, "settle an ARCA sale or nota")
+    .await
+}
+
+/// In `tx`: the email of the authorized voucher under key `keys.0` (or an attempt of it,
+/// `keys.1`), to the address of sale `payment_row` if it gave one, once per voucher.
+async fn queue_voucher_in(
+    tx: &mut Tx<'_>,
+    payment_row: i64,
+    keys: (&str, String),
+    domain: &str,
+    now: chrono::DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let Some(to) = email_in(tx, payment_row).await? else {
+        return Ok(());
+    };
+    let voucher: Option<super::ArcaVoucherRow> = stmt(format!(
+        "SELECT {} FROM arca_vouchers WHERE (key = $1 OR key LIKE $2) \
+         AND state = 'authorized' ORDER BY key LIMIT 1",
+        super::arca::VOUCHER_COLUMNS
+    ))
+    .bind(keys.0)
+    .bind(keys.1)
+    .fetch_optional_in(tx, "read the authorized voucher")
+    .await?;
+    let Some(v) = voucher else {
+        return Ok(());
+    };
+    stmt(
+        "INSERT INTO deliveries (outbox_id, arca_key, event, resend, recipient, message_id, \
+         state, attempts, run_at, created_at, updated_at) \
+         VALUES (NULL, $1, 'stamped', 0, $2, $3, 'pending', 0, $4, $4, $4) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&v.key)
+    .bind(&to)
+    .bind(arca_message_id(
+        v.cuit,
+        v.pto_vta,
+        v.cbte_tipo,
+        v.number,
+        domain,
+    ))
+    .bind(now)
+    .execute_in(tx, "queue the voucher's email")
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -243,6 +243,18 @@ async fn held_and_refused_sales_corrected_in_the_admin_are_issued_under_new_keys
     sim.stop().await;
 }
 
+/// Polls until `smtp` took `n` messages (60 s at most).
+async fn messages(smtp: &Smtp, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while smtp.messages().len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} messages never came"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn an_authorized_voucher_is_linked_from_its_sale_and_emailed_once(b: Backend) {
     let dir = tempfile::tempdir().expect("tempdir");
     let smtp = Smtp::start().await;
@@ -287,11 +299,7 @@ async fn an_authorized_voucher_is_linked_from_its_sale_and_emailed_once(b: Backe
     assert!(pdf.starts_with(b"%PDF"));
 
     // The buyer gets one message with the voucher's PDF.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while smtp.messages().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "no email");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    messages(&smtp, 1).await;
     // The courier and the loop keep going: still one message a moment later.
     mp_notify(&app, "n-mail-3", "payment.updated", id).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -312,6 +320,20 @@ async fn an_authorized_voucher_is_linked_from_its_sale_and_emailed_once(b: Backe
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].0, "sent");
     assert!(String::from_utf8_lossy(&got[0].data).contains(&sent[0].1));
+
+    // A refund: its nota de crédito is mailed too, once.
+    let refunded = payment(id, "1210.00", dni, "{}", &[("9300001", "210.00")]);
+    put(&payments, id, refunded);
+    mp_notify(&app, "n-mail-4", "payment.updated", id).await;
+    credited(&app, "9300001").await;
+    messages(&smtp, 2).await;
+    mp_notify(&app, "n-mail-4", "payment.updated", id).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let got = smtp.messages();
+    assert_eq!(got.len(), 2, "one message per voucher");
+    let nota = attachment(&got[1].data, &format!("ARCA_008_{PTO_VTA:05}-00000001.pdf"))
+        .expect("the nota's PDF attached");
+    assert!(crate::support::pdf::text(&nota, None).contains("NOTA DE CR"));
     sim.stop().await;
 }
 
