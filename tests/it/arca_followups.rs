@@ -337,7 +337,58 @@ async fn an_authorized_voucher_is_linked_from_its_sale_and_emailed_once(b: Backe
     sim.stop().await;
 }
 
+async fn a_worker_killed_while_arca_authorizes_still_mails_the_voucher_once(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let smtp = Smtp::start().await;
+    let payments = Payments::default();
+    let (id, dni) = ("7800000001", r#"{"type": "DNI", "number": "26756539"}"#);
+    put(&payments, id, payment(id, "1210.00", dni, "{}", &[]));
+    let extra = format!(
+        "\n[email]\nsmtp_url = \"smtp://{}\"\nfrom = \"facturas@example.com.ar\"\n\
+         timeout_seconds = 5\nretry_seconds = [1, 1, 1, 1, 1]\n",
+        smtp.addr
+    );
+    // Only `worker` processes issue (and mail).
+    let Some((app, sim)) = rig_with(b, &dir, false, &fake_mp(&payments), &extra).await else {
+        return;
+    };
+    // ARCA authorizes the voucher and holds its answer: the worker is killed waiting, between
+    // the CAE and the sale's settle (where its email is queued).
+    sim.sim().set_faults("hang_next=1").expect("faults");
+    mp_notify(&app, "n-kill-1", "payment.created", id).await;
+    let log = app.config_file.with_extension("worker.log");
+    let mut worker = crate::support::worker_process(&app, &log, &[]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while sim.sim().vouchers().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never reached ARCA");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.kill().expect("SIGKILL");
+    worker.wait().expect("wait");
+    sim.sim().set_faults("none").expect("faults");
+    assert!(
+        smtp.messages().is_empty(),
+        "nothing mailed before the settle"
+    );
+    // A new worker recovers the CAE by consulting the number, settles the sale, mails it.
+    let mut restarted = crate::support::worker_process(&app, &log, &[]);
+    authorized_sale(&app, id).await;
+    messages(&smtp, 1).await;
+    mp_notify(&app, "n-kill-2", "payment.updated", id).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    restarted.kill().expect("stop");
+    let _ = restarted.wait();
+    assert_eq!(smtp.messages().len(), 1, "exactly one message");
+    assert!(
+        authorized(&app.db, &format!("mercadopago:{id}"))
+            .await
+            .recovered
+    );
+    sim.stop().await;
+}
+
 crate::on_both_backends!(
+    a_worker_killed_while_arca_authorizes_still_mails_the_voucher_once,
     a_charged_back_ars_sale_gets_one_nota_crediting_what_refunds_left,
     a_mercado_pago_chargeback_of_an_mxn_sale_gets_one_egreso,
     held_and_refused_sales_corrected_in_the_admin_are_issued_under_new_keys,
