@@ -387,6 +387,64 @@ async fn a_worker_killed_while_arca_authorizes_still_mails_the_voucher_once(b: B
     sim.stop().await;
 }
 
+/// In a real headless Chromium: the held sale's form on `/admin/arca`, then the sale's page
+/// linking its voucher (SQLite, as the other browser tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_a_browser_a_held_sale_is_corrected_and_its_page_links_the_voucher() {
+    use crate::support::webdriver::{Driver, browser_paths};
+    let Some((driver, chromium)) = browser_paths() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let payments = Payments::default();
+    let id = "7900000001";
+    put(&payments, id, payment(id, "10000000.00", "{}", "{}", &[]));
+    let admin = format!("\n[admin]\npassword = \"{PASSWORD}\"\n");
+    let mp = fake_mp(&payments);
+    let Some((app, sim)) = rig_with(Backend::Sqlite, &dir, true, &mp, &admin).await else {
+        return;
+    };
+    mp_notify(&app, "n-web-1", "payment.created", id).await;
+    assert_eq!(settled(&app, id).await.0, "needs_attention");
+    let d = Driver::start(&driver, &chromium).await;
+    crate::admin_ux_e2e::sign_in_at(&d, &app, "/admin/arca").await;
+    d.wait_text("Sales waiting for a human").await;
+    let row = format!("#arca-held tr[data-sale=\"mercadopago:{id}\"]");
+    d.script(&format!(
+        "document.querySelector('{row} select[name=kind]').value = 'DNI'; return 1;"
+    ))
+    .await;
+    d.type_into(
+        &d.find(&format!("{row} input[name=number]")).await,
+        "26756539",
+    )
+    .await;
+    d.click(&d.find(&format!("{row} button")).await).await;
+    d.wait_text("The buyer was corrected").await;
+    let v = authorized(&app.db, &format!("mercadopago:{id}#2")).await;
+    authorized_sale(&app, id).await;
+    let rows: Vec<(i64,)> = fetch_rows(
+        &app.db,
+        "SELECT id FROM payments WHERE payment_id = $1",
+        &[Bind::Str(id)],
+    )
+    .await;
+    d.goto(&format!("{}/admin/payments/{}", app.address, rows[0].0))
+        .await;
+    let text = d.wait_text("ARCA voucher").await;
+    assert!(
+        text.contains(v.cae.as_deref().unwrap_or("no CAE")),
+        "{text}"
+    );
+    let link = d.find("#arca-voucher a").await;
+    let href = d.attribute(&link, "href").await.unwrap_or_default();
+    assert!(
+        href.ends_with(&format!("/admin/arca/print?key=mercadopago%3A{id}%232")),
+        "{href}"
+    );
+    sim.stop().await;
+}
+
 crate::on_both_backends!(
     a_worker_killed_while_arca_authorizes_still_mails_the_voucher_once,
     a_charged_back_ars_sale_gets_one_nota_crediting_what_refunds_left,
