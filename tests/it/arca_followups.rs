@@ -243,6 +243,17 @@ async fn held_and_refused_sales_corrected_in_the_admin_are_issued_under_new_keys
     sim.stop().await;
 }
 
+/// The row id of Mercado Pago payment `id`.
+async fn payment_row(app: &TestApp, id: &str) -> i64 {
+    let rows: Vec<(i64,)> = fetch_rows(
+        &app.db,
+        "SELECT id FROM payments WHERE payment_id = $1",
+        &[Bind::Str(id)],
+    )
+    .await;
+    rows[0].0
+}
+
 /// Polls until `smtp` took `n` messages (60 s at most).
 async fn messages(smtp: &Smtp, n: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -279,18 +290,10 @@ async fn an_authorized_voucher_is_linked_from_its_sale_and_emailed_once(b: Backe
     authorized_sale(&app, id).await;
 
     // The sale's page links its voucher's PDF.
-    let rows: Vec<(i64,)> = fetch_rows(
-        &app.db,
-        "SELECT id FROM payments WHERE payment_id = $1",
-        &[Bind::Str(id)],
-    )
-    .await;
+    let row = payment_row(&app, id).await;
     let browser = Browser::new(&app);
     browser.login().await;
-    let page = browser
-        .get(&format!("/admin/payments/{}", rows[0].0))
-        .await
-        .body;
+    let page = browser.get(&format!("/admin/payments/{row}")).await.body;
     let href = format!("/admin/arca/print?key=mercadopago%3A{id}");
     assert!(page.contains(&format!("href=\"{href}\"")), "{page}");
     assert!(page.contains(&cae), "{page}");
@@ -423,13 +426,8 @@ async fn in_a_browser_a_held_sale_is_corrected_and_its_page_links_the_voucher() 
     d.wait_text("The buyer was corrected").await;
     let v = authorized(&app.db, &format!("mercadopago:{id}#2")).await;
     authorized_sale(&app, id).await;
-    let rows: Vec<(i64,)> = fetch_rows(
-        &app.db,
-        "SELECT id FROM payments WHERE payment_id = $1",
-        &[Bind::Str(id)],
-    )
-    .await;
-    d.goto(&format!("{}/admin/payments/{}", app.address, rows[0].0))
+    let row = payment_row(&app, id).await;
+    d.goto(&format!("{}/admin/payments/{row}", app.address))
         .await;
     let text = d.wait_text("ARCA voucher").await;
     assert!(
