@@ -418,7 +418,7 @@ pub fn spawn_courier(
     token: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     let courier = crate::deliver::courier::Courier::from_settings(db, &settings.email, pdf)?;
-    Ok(courier.map(|c| tokio::spawn(c.run(token.clone()))))
+    Ok(courier.map(|c| tokio::spawn(c.with_arca(&settings.arca).run(token.clone()))))
 }
 
 /// Connects the PAC (starting the in-process sandbox for the embedded default) and builds the

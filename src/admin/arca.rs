@@ -2,7 +2,8 @@
 //! open ones (an outcome not known yet, blocking their sequence) and conflicts first, each
 //! with what a human can do; the sequences blocked now and WSAA's standing login refusal.
 //! Actions (audited, with the session's CSRF token): re-issue a conflict's sale under its
-//! next attempt key, and end a WSAA login refusal's wait.
+//! next attempt key, end a WSAA login refusal's wait, and correct the buyer of a sale held
+//! or refused ([`super::arca_fix`]).
 
 use actix_web::{HttpResponse, web};
 use askama::Template;
@@ -178,6 +179,8 @@ pub struct ArcaPage {
     pub open: usize,
     pub blocked: Vec<BlockedView>,
     pub refusals: Vec<RefusalView>,
+    /// ARS sales held or refused, each with its correction form ([`super::arca_fix`]).
+    pub held: Vec<super::arca_fix::HeldView>,
 }
 
 /// `GET /admin/arca`.
@@ -192,12 +195,14 @@ pub async fn vouchers(
     // is its sequence's last claim.
     let blocked: Vec<BlockedView> = rows.iter().filter(|v| v.is_open()).map(blocked).collect();
     let refusals = state.db.arca_login_refusals().await?;
+    let held = state.db.arca_held_sales(super::arca_fix::LIMIT).await?;
     html(&ArcaPage {
         l: Layout::new(&session, "ARCA vouchers", "arca", q.notice.as_deref()),
         vouchers,
         open: blocked.len(),
         blocked,
         refusals: refusals.iter().map(refusal).collect(),
+        held: held.iter().map(super::arca_fix::held).collect(),
     })
 }
 

@@ -95,6 +95,9 @@ pub fn notice_text(key: &str) -> Option<&'static str> {
         "arca_reissued" => {
             "The sale goes back to ARCA under its next attempt key; the conflict stays as it was."
         }
+        "arca_corrected" => {
+            "The buyer was corrected: the sale goes back to ARCA under a new key; the refused one stays as it was."
+        }
         "arca_login_now" => "The WSAA wait is over: the next ARCA round logs in.",
         "sat_status" => "SAT status queried; the answer is recorded below.",
         "resent" => "A new email with the XML and the PDF was queued; see Emails below.",

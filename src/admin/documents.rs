@@ -104,6 +104,10 @@ pub struct PaymentPage {
     pub refundable: String,
     /// An API invoice's payments (PPD), each with its complemento de pago.
     pub pagos: Vec<PagoView>,
+    /// An ARS sale's authorized ARCA voucher: its name and its printable PDF.
+    pub arca_voucher: Option<(String, String)>,
+    /// An ARS sale held or refused for ARCA: corrected on `/admin/arca`, not by the fix form.
+    pub arca_held: bool,
 }
 
 /// One payment of a PPD invoice on the invoice's page.
@@ -373,6 +377,32 @@ pub async fn payment(
             uuid: g.uuid.unwrap_or_default(),
         })
         .collect();
+    let arca_voucher = match p.status.as_str() {
+        "arca_authorized" => state
+            .db
+            .arca_sale_voucher(&p.provider, &p.payment_id)
+            .await?
+            .map(|v| {
+                let name = crate::arca::CbteTipo::from_code(v.cbte_tipo)
+                    .map_or_else(|| format!("type {}", v.cbte_tipo), |t| t.name());
+                (
+                    format!(
+                        "{name} {:05}-{:08}, CAE {}",
+                        v.pto_vta,
+                        v.number,
+                        v.cae.unwrap_or_default()
+                    ),
+                    format!(
+                        "/admin/arca/print?key={}",
+                        super::common::percent_encode(&v.key)
+                    ),
+                )
+            }),
+        _ => None,
+    };
+    let arca_held = p.status == "needs_attention"
+        && p.currency == "ARS"
+        && p.reason.as_deref().is_some_and(|r| r.starts_with("ARCA:"));
     html(&PaymentPage {
         l: Layout::new(
             &session,
@@ -389,7 +419,9 @@ pub async fn payment(
         forma_pago: p.forma_pago.unwrap_or_default(),
         paid_at: clock.when(p.paid_at),
         test: !p.livemode,
-        fixable: docs.is_empty() && p.status == "needs_attention",
+        fixable: docs.is_empty() && p.status == "needs_attention" && !arca_held,
+        arca_voucher,
+        arca_held,
         status,
         status_class,
         said,

@@ -31,10 +31,12 @@
 //! - [`findings`]: the reconciliation page and its actions.
 //! - [`arca`]: the ARCA vouchers of Argentina (state, number, CAE), open ones first; blocked
 //!   sequences, WSAA login refusals, and the actions on conflicts and refusals.
+//! - [`arca_fix`]: an ARS sale held or refused, its buyer corrected and issued again.
 //! - [`arca_print`]: an authorized ARCA voucher's PDF with ARCA's QR.
 //! - [`reconcile`]: compares what the PAC holds for our keys and RFC with our records.
 
 pub mod arca;
+pub mod arca_fix;
 pub mod arca_print;
 pub mod auth;
 pub mod cancel;
@@ -251,6 +253,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, admin: web::Data<Admin>) {
             .route("/arca", web::get().to(arca::vouchers))
             .route("/arca/reissue", web::post().to(arca::reissue))
             .route("/arca/login-now", web::post().to(arca::login_now))
+            .route("/arca/correct", web::post().to(arca_fix::correct))
             .route("/arca/print", web::get().to(arca_print::print)),
     );
 }

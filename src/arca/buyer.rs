@@ -109,6 +109,60 @@ pub fn buyer(given: Given<'_>, total: Decimal, cfg: &ArcaSettings) -> Result<Buy
     })
 }
 
+/// The buyer a human gives a held or refused sale of `total` pesos (the admin's correction):
+/// `kind` `CUIT`, `CUIL`, `DNI` or empty (no identification), its `number`, and the IVA
+/// condition's name or id (empty: consumidor final). Unlike [`buyer`], a document that cannot
+/// be used is an error saying why, never taken as nobody. The corrected values to store.
+pub fn corrected(
+    kind: &str,
+    number: &str,
+    condicion: &str,
+    total: Decimal,
+    cfg: &ArcaSettings,
+) -> Result<(String, String, Receptor), String> {
+    let kind = kind.trim().to_uppercase();
+    let receptor = match condicion.trim() {
+        "" => Receptor::ConsumidorFinal,
+        c => Receptor::parse(c).ok_or_else(|| {
+            format!(
+                "{c:?} is not an IVA condition: responsable_inscripto, monotributo, \
+                 consumidor_final, exento or no_alcanzado"
+            )
+        })?,
+    };
+    let n = digits(number);
+    match (kind.as_str(), n) {
+        ("", _) if !number.trim().is_empty() => {
+            return Err("a document number needs its type: CUIT, CUIL or DNI".into());
+        }
+        ("", _) => {}
+        ("CUIT" | "CUIL", Some(n)) if valid_cuit(n) => {}
+        ("CUIT" | "CUIL", _) => {
+            return Err(format!(
+                "{kind} {number:?} is not valid: 11 digits whose last is the check digit \
+                 (e.g. 20-26756539-3)"
+            ));
+        }
+        ("DNI", Some(n)) if (1..100_000_000).contains(&n) => {}
+        ("DNI", _) => return Err(format!("DNI {number:?} is not valid: up to 8 digits")),
+        _ => return Err(format!("{kind:?} is not CUIT, CUIL or DNI")),
+    }
+    if kind != "CUIT" && receptor != Receptor::ConsumidorFinal {
+        return Err(format!(
+            "a buyer without a CUIT is a consumidor final: a {} buyer is named by their CUIT",
+            receptor.name()
+        ));
+    }
+    let number = n.map(|n| n.to_string()).unwrap_or_default();
+    let given = Given {
+        kind: Some(kind.as_str()).filter(|k| !k.is_empty()),
+        number: Some(number.as_str()).filter(|n| !n.is_empty()),
+        condicion_iva: Some(receptor.name()),
+    };
+    let b = buyer(given, total, cfg)?;
+    Ok((kind, number, b.receptor))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +205,50 @@ mod tests {
             (b.doc_tipo, b.doc_nro, b.note),
             (DocTipo::SinIdentificar, 0, None)
         );
+    }
+
+    #[test]
+    fn a_correction_names_a_valid_buyer_or_says_what_is_wrong() {
+        let small = Decimal::new(121_000, 2);
+        let big = Decimal::new(10_000_000, 0);
+        let ok = |k, n, c, t| corrected(k, n, c, t, &cfg());
+        assert_eq!(
+            ok("cuit", "20-26756539-3", "responsable_inscripto", big),
+            Ok((
+                "CUIT".into(),
+                "20267565393".into(),
+                Receptor::ResponsableInscripto
+            ))
+        );
+        assert_eq!(
+            ok("DNI", "26.756.539", "", big),
+            Ok(("DNI".into(), "26756539".into(), Receptor::ConsumidorFinal))
+        );
+        assert!(ok("", "", "", small).is_ok());
+        for (k, n, c, t, says) in [
+            ("CUIT", "20267565394", "", small, "check digit"),
+            ("DNI", "123456789", "", small, "up to 8 digits"),
+            ("PASAPORTE", "1", "", small, "not CUIT"),
+            ("", "26756539", "", small, "needs its type"),
+            (
+                "CUIT",
+                "20267565393",
+                "gremio",
+                small,
+                "not an IVA condition",
+            ),
+            (
+                "DNI",
+                "26756539",
+                "monotributo",
+                small,
+                "named by their CUIT",
+            ),
+            ("", "", "", big, "DNI, CUIL or CUIT"),
+        ] {
+            let why = ok(k, n, c, t).expect_err(says);
+            assert!(why.contains(says), "{k} {n} {c}: {why}");
+        }
     }
 
     #[test]

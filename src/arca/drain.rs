@@ -6,7 +6,10 @@
 //! restart, another instance, a `kill -9` between the CAE and the sale's update) returns the
 //! stored outcome or resolves the key's own number, never a new voucher. An outcome not known
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for
-//! the next round, and the other sales of its sequence with it.
+//! the next round, and the other sales of its sequence with it. A sale a human corrected
+//! (`/admin/arca`) is issued to the corrected buyer under the attempt key the correction was
+//! given (`{provider}:{payment_id}#n`, never used before); an authorized sale's (or nota's)
+//! settle queues the buyer's email of its voucher (`[email]` on).
 //!
 //! The voucher names the buyer ([`super::buyer`]), whose IVA condition decides the class (A,
 //! B or C, [`ArcaSettings::factura_for`]): one sequence per voucher type. A refund of an
@@ -28,7 +31,7 @@ use super::wsaa::Wsaa;
 use super::wsfe::{Auth, Wsfe};
 use super::{Issuer, Outcome};
 use crate::config::ArcaSettings;
-use crate::store::{ArcaRefundRow, ArcaSaleRow, Db};
+use crate::store::{ArcaCorrection, ArcaRefundRow, ArcaSaleRow, Db};
 
 /// Sales taken per round.
 const BATCH: i64 = 50;
@@ -41,6 +44,8 @@ pub struct Drainer {
     wsaa: Wsaa,
     /// Whether ARCA confirmed that the punto de venta issues with CAE for the CUIT.
     point_checked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// With `[email]` on, the domain of its `from`: an authorized sale queues its email.
+    mail_domain: Option<String>,
 }
 
 /// The voucher of an ARS sale of `total` pesos of type `tipo`, to an anonymous consumidor
@@ -81,7 +86,14 @@ impl Drainer {
             cfg: cfg.clone(),
             wsaa,
             point_checked: std::sync::Arc::default(),
+            mail_domain: None,
         })
+    }
+
+    /// Queues the buyer's email of each voucher authorized (`[email]` on: its `from`'s domain).
+    pub fn mailing(mut self, domain: Option<String>) -> Self {
+        self.mail_domain = domain;
+        self
     }
 
     /// Rounds every `interval_seconds` until `token` is cancelled; a failed round is logged
@@ -142,8 +154,17 @@ impl Drainer {
         let mut waiting = HashSet::new();
         let mut settled = 0;
         for sale in sales {
-            let key = format!("{}:{}", sale.provider, sale.payment_id);
-            let plan = self.plan_sale(&key, &sale).await?;
+            // A sale a human corrected goes on under the attempt given to the correction.
+            let fix = self
+                .db
+                .arca_correction(&sale.provider, &sale.payment_id)
+                .await?;
+            let key = super::issue::attempt_key(
+                &format!("{}:{}", sale.provider, sale.payment_id),
+                fix.as_ref()
+                    .map_or(1, |c| u32::try_from(c.attempt).unwrap_or(1)),
+            );
+            let plan = self.plan_sale(&key, &sale, fix.as_ref()).await?;
             if let Ok((tipo, _, _)) = &plan
                 && waiting.contains(tipo)
             {
@@ -169,7 +190,9 @@ impl Drainer {
                 Ok(text) => ("arca_authorized", text),
                 Err(why) => ("needs_attention", format!("ARCA: {why}")),
             };
-            self.db.arca_sale_settled(sale.id, status, &reason).await?;
+            self.db
+                .arca_sale_settled_mailed(sale.id, (status, &reason), self.mail_domain.as_deref())
+                .await?;
             tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
             settled += 1;
         }
@@ -199,8 +222,9 @@ impl Drainer {
                 Ok(text) => ("arca_credited", text),
                 Err(why) => ("needs_attention", format!("ARCA: {why}")),
             };
+            let mail = self.mail_domain.as_deref();
             self.db
-                .arca_refund_settled(refund.id, status, &reason)
+                .arca_refund_settled_mailed(refund.id, (status, &reason), mail)
                 .await?;
             tracing::info!(refund = %refund.refund_id, payment = %refund.payment_ref, status, %reason, "ARS refund settled");
             settled += 1;
@@ -216,6 +240,7 @@ impl Drainer {
         &self,
         key: &str,
         sale: &ArcaSaleRow,
+        fix: Option<&ArcaCorrection>,
     ) -> anyhow::Result<Result<(CbteTipo, VoucherInput, Option<String>), String>> {
         if let Some(v) = self.db.arca_voucher(key).await? {
             let tipo = CbteTipo::from_code(v.cbte_tipo)
@@ -223,12 +248,14 @@ impl Drainer {
             let input = serde_json::from_str(&v.input).context("a stored voucher")?;
             return Ok(Ok((tipo, input, None)));
         }
-        Ok(self.new_sale_plan(sale))
+        Ok(self.new_sale_plan(sale, fix))
     }
 
+    /// The buyer is the one a human corrected, else what the sale carried.
     fn new_sale_plan(
         &self,
         sale: &ArcaSaleRow,
+        fix: Option<&ArcaCorrection>,
     ) -> Result<(CbteTipo, VoucherInput, Option<String>), String> {
         let total: Decimal = sale
             .amount
@@ -242,10 +269,17 @@ impl Drainer {
                 .and_then(|i| i.get(k))
                 .and_then(serde_json::Value::as_str)
         };
-        let given = Given {
-            kind: field("kind"),
-            number: field("number"),
-            condicion_iva: field("condicion_iva"),
+        let given = match fix {
+            Some(c) => Given {
+                kind: Some(c.doc_kind.as_str()).filter(|k| !k.is_empty()),
+                number: Some(c.doc_number.as_str()).filter(|n| !n.is_empty()),
+                condicion_iva: Some(c.condicion_iva.as_str()),
+            },
+            None => Given {
+                kind: field("kind"),
+                number: field("number"),
+                condicion_iva: field("condicion_iva"),
+            },
         };
         let b = buyer(given, total, &self.cfg)?;
         let tipo = self.cfg.factura_for(b.receptor);

@@ -20,6 +20,7 @@
 //! | `recover_unavailable=P` | the same, at random |
 //! | `lose_next=N` | the next N `FECAESolicitar` that authorize something lose their answer |
 //! | `hang_next=N` | the next N hold their answer two minutes |
+//! | `refuse_next=N` | the next N are refused (10015) as ARCA refuses a buyer its registry does not know |
 //! | `down=true\|false` | every WSFEv1 call answers 503 until `down=false` |
 //! | `strict_auth=true\|false` | WSFEv1 needs a ticket WSAA handed out |
 //! | `ticket_seconds=N` | WSAA tickets live N seconds (ARCA: 12 h) |
@@ -83,6 +84,7 @@ impl ArcaSim {
         if spec.is_empty() || spec == "none" {
             self.lose_next.store(0, Ordering::SeqCst);
             self.hang_next.store(0, Ordering::SeqCst);
+            self.refuse_next.store(0, Ordering::SeqCst);
             self.down.store(false, Ordering::SeqCst);
             *self.timed.write().unwrap_or_else(|p| p.into_inner()) = no_faults();
             return Ok(());
@@ -97,6 +99,9 @@ impl ArcaSim {
                     .store(value.parse().map_err(|_| bad())?, Ordering::SeqCst),
                 "down" => self
                     .down
+                    .store(value.parse().map_err(|_| bad())?, Ordering::SeqCst),
+                "refuse_next" => self
+                    .refuse_next
                     .store(value.parse().map_err(|_| bad())?, Ordering::SeqCst),
                 "hang_next" => self
                     .hang_next
@@ -131,6 +136,9 @@ impl ArcaSim {
         let n = |a: &std::sync::atomic::AtomicU32| a.load(Ordering::SeqCst);
         if n(&self.lose_next) > 0 {
             items.push(format!("lose_next={}", n(&self.lose_next)));
+        }
+        if n(&self.refuse_next) > 0 {
+            items.push(format!("refuse_next={}", n(&self.refuse_next)));
         }
         if n(&self.hang_next) > 0 {
             items.push(format!("hang_next={}", n(&self.hang_next)));

@@ -107,6 +107,8 @@ pub struct ArcaSim {
     pub lose_next: AtomicU32,
     /// Every WSFEv1 call answered 503.
     pub down: AtomicBool,
+    /// `FECAESolicitar` still to refuse as ARCA refuses a buyer its registry does not know.
+    pub refuse_next: AtomicU32,
     /// `FECAESolicitar` requests received, answered or not: what was sent.
     pub solicits: AtomicU64,
     /// Answers of authorized `FECAESolicitar` still to hold for two minutes (the process
@@ -247,6 +249,7 @@ impl ArcaSim {
             injected: AtomicU64::new(0),
             lose_next: AtomicU32::new(0),
             down: AtomicBool::new(false),
+            refuse_next: AtomicU32::new(0),
             solicits: AtomicU64::new(0),
             hang_next: AtomicU32::new(0),
             ptos_venta: Mutex::new((1..=20).collect()),
@@ -335,6 +338,16 @@ impl ArcaSim {
         let mut errors = input.problems(cbte_tipo);
         errors.extend(input.date_problems(parse_date(&fch).unwrap_or_default(), today));
         errors.extend(Self::asoc_problems(&state, cuit, cbte_tipo, &input));
+        if take(&self.refuse_next) {
+            errors.push(Message::new(
+                codes::DOCUMENT,
+                format!(
+                    "El documento {} {} no figura en el padron de ARCA",
+                    input.doc_tipo.code(),
+                    input.doc_nro
+                ),
+            ));
+        }
         if !errors.is_empty() {
             return reject(errors);
         }

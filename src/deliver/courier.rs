@@ -29,6 +29,8 @@ pub struct Courier {
     lease: chrono::Duration,
     /// How often to look for due deliveries when idle.
     pub idle_poll: Duration,
+    /// `[arca]`, what an ARCA voucher's PDF prints (the emisor), when it is on.
+    arca: Option<crate::config::ArcaSettings>,
 }
 
 impl Courier {
@@ -70,7 +72,14 @@ impl Courier {
                 .collect(),
             lease,
             idle_poll: Duration::from_millis(500),
+            arca: None,
         }))
+    }
+
+    /// Also sends the emails of authorized ARCA vouchers, printed per `[arca]` (when on).
+    pub fn with_arca(mut self, arca: &crate::config::ArcaSettings) -> Courier {
+        self.arca = arca.enabled.then(|| arca.clone());
+        self
     }
 
     /// Delivers due messages until `token` is cancelled; a send under way is finished first
@@ -116,26 +125,64 @@ impl Courier {
 
     /// Builds and sends `d`'s message: how it ended and the server's reply (or why not).
     async fn send(&self, d: &ClaimedDelivery) -> Result<(DeliveryOutcome, String), StoreError> {
-        let Some((uuid, xml)) = self.db.stamped_document(d.outbox_id).await? else {
+        let stamped = match (d.outbox_id, &d.arca_key) {
+            (Some(id), _) => self.db.stamped_document(id).await?,
+            (None, Some(key)) => return self.send_voucher(d, key).await,
+            (None, None) => None,
+        };
+        let Some((uuid, xml)) = stamped else {
             let why = "the document has no stamped XML".to_owned();
             warn!(delivery = d.id, recipient = %d.recipient, "email: {why}");
             return Ok((DeliveryOutcome::Bounced, why));
         };
         let event = Event::parse(&d.event).unwrap_or(Event::Stamped);
-        let (recipient, attempt) = (&d.recipient, d.attempts);
         let built = message_as(
             &self.sender,
-            recipient,
+            &d.recipient,
             &xml,
             event,
             &self.pdf,
             Some(&d.message_id),
         );
+        Ok(self.sent(d, &uuid, built).await)
+    }
+
+    /// Builds and sends the email of the authorized ARCA voucher `key`.
+    async fn send_voucher(
+        &self,
+        d: &ClaimedDelivery,
+        key: &str,
+    ) -> Result<(DeliveryOutcome, String), StoreError> {
+        let voucher = self.db.arca_voucher(key).await?;
+        let printed = match (voucher, &self.arca) {
+            (Some(v), Some(cfg)) if v.state == "authorized" => {
+                crate::arca::print::printable(&v, cfg)
+                    .map_err(|e| MailError::Build(format!("{e:#}")))
+            }
+            (Some(v), Some(_)) => Err(MailError::Build(format!("the voucher is {}", v.state))),
+            (None, _) => Err(MailError::Build(format!("no ARCA voucher under {key}"))),
+            (_, None) => Err(MailError::Build("[arca] is off".into())),
+        };
+        let built = printed.and_then(|p| {
+            super::voucher_message(&self.sender, &d.recipient, &p, &self.pdf, &d.message_id)
+        });
+        Ok(self.sent(d, key, built).await)
+    }
+
+    /// Sends `built` (the message of document `uuid`, or why it could not be made): how it
+    /// ended and the server's reply.
+    async fn sent(
+        &self,
+        d: &ClaimedDelivery,
+        uuid: &str,
+        built: Result<lettre::Message, MailError>,
+    ) -> (DeliveryOutcome, String) {
+        let (recipient, attempt) = (&d.recipient, d.attempts);
         let sent = match built {
             Ok(m) => self.mailer.send(m).await,
             Err(e) => Err(e),
         };
-        Ok(match sent {
+        match sent {
             Ok(reply) => {
                 info!(%uuid, %recipient, attempt, message_id = %d.message_id, %reply, "email: invoice sent");
                 (DeliveryOutcome::Sent, reply)
@@ -160,6 +207,6 @@ impl Courier {
                     }
                 }
             }
-        })
+        }
     }
 }

@@ -8,10 +8,12 @@
 //! [`Mailer::send`] tells apart).
 //!
 //! Who may import it: `startup` (to run the [`courier::Courier`]) and tests. It uses
-//! `[email]`, the store, the PDF and the document engine's XML tree; the Message-ID and the
+//! `[email]`, the store, the PDF and the document engine's XML tree, and for Argentina the
+//! printable ARCA voucher ([`crate::arca::print`]); the Message-ID and the
 //! events live in [`crate::domain::delivery`], shared with the store.
 //!
-//! - `mod.rs`: the message ([`message`], [`message_as`]) and SMTP ([`Mailer`]).
+//! - `mod.rs`: the message ([`message`], [`message_as`]; an ARCA voucher's,
+//!   [`voucher_message`]) and SMTP ([`Mailer`]).
 //! - [`courier`]: the loop that drains the delivery outbox.
 
 pub mod courier;
@@ -148,6 +150,49 @@ pub fn message_as(
             .singlepart(SinglePart::plain(body))
             .singlepart(Attachment::new(xml_name).body(xml.to_vec(), xml_type))
             .singlepart(Attachment::new(pdf_name).body(pdf_bytes, pdf_type)),
+    )
+    .map_err(|e| bad(&e))
+}
+
+/// The message for `to` with the PDF of an authorized ARCA voucher `v` (Argentina: the PDF
+/// with ARCA's QR is what the buyer keeps; there is no XML to attach), under `message_id`.
+pub fn voucher_message(
+    sender: &Sender,
+    to: &str,
+    v: &crate::pdf::voucher::VoucherPrint,
+    opts: &PdfOptions,
+    message_id: &str,
+) -> Result<Message, MailError> {
+    let bad = |e: &dyn std::fmt::Display| MailError::Build(e.to_string());
+    let emisor = v.emisor.first().cloned().unwrap_or_default();
+    let documento = format!("{} {} {}", v.titulo.to_lowercase(), v.letra, v.numero);
+    let total = v.totales.last().map(|t| t.1.clone()).unwrap_or_default();
+    let subject = format!("Su {documento} de {emisor}");
+    let body = format!(
+        "Estimado cliente:\n\n{emisor} le envía su {documento} por un total de {total}.\n\n\
+         CAE: {} (vence el {})\n\nAdjuntamos el comprobante en PDF. Puede verificarlo en ARCA \
+         con el código QR del PDF.\n\nSaludos,\n{emisor}\n",
+        v.cae, v.cae_vto
+    );
+    let pdf_bytes = crate::pdf::voucher::render_voucher(v, opts);
+    let name = format!("ARCA_{:03}_{}.pdf", v.codigo, v.numero);
+    let to: Mailbox = to.parse().map_err(|e| bad(&e))?;
+    let mut b = Message::builder()
+        .from(sender.from.clone())
+        .to(to)
+        .subject(subject)
+        .message_id(Some(message_id.to_owned()));
+    if let Some(r) = &sender.reply_to {
+        b = b.reply_to(r.clone());
+    }
+    if let Some(bcc) = &sender.bcc {
+        b = b.bcc(bcc.clone());
+    }
+    let pdf_type = ContentType::parse("application/pdf").map_err(|e| bad(&e))?;
+    b.multipart(
+        MultiPart::mixed()
+            .singlepart(SinglePart::plain(body))
+            .singlepart(Attachment::new(name).body(pdf_bytes, pdf_type)),
     )
     .map_err(|e| bad(&e))
 }

@@ -44,6 +44,18 @@ pub fn resent_message_id(uuid: &str, event: Event, resend: i32, domain: &str) ->
     }
 }
 
+/// The Message-ID of the email of an authorized ARCA voucher, from its coordinates (CUIT,
+/// punto de venta, type, number): one voucher, one message, whatever repeats.
+pub fn arca_message_id(
+    cuit: i64,
+    pto_vta: i32,
+    cbte_tipo: i32,
+    number: i64,
+    domain: &str,
+) -> String {
+    format!("<arca-{cuit}-{pto_vta:05}-{cbte_tipo:03}-{number:08}@{domain}>")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

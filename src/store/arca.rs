@@ -606,25 +606,14 @@ impl Db {
             return Ok(false);
         }
         let reason = format!("ARCA: {key} was a conflict; re-issued as {next_key} by {actor}");
-        stmt(
-            "UPDATE payments SET status = 'arca_pending', reason = $1, updated_at = $2 \
-             WHERE provider = $3 AND payment_id = $4 AND status = 'needs_attention'",
-        )
-        .bind(&reason)
-        .bind(now)
-        .bind(provider)
-        .bind(payment_id)
-        .execute_in(&mut tx, "send an ARS sale back to ARCA")
-        .await?;
-        super::admin::admin_action(
-            actor,
-            "arca_reissue",
-            "arca_voucher",
-            key,
-            Some(&*reason),
+        let audit = ("arca_reissue", "arca_voucher", key);
+        super::arca_followups::back_to_arca_in(
+            &mut tx,
+            (provider, payment_id),
+            &reason,
+            (actor, audit),
             now,
         )
-        .execute_in(&mut tx, "record an admin action")
         .await?;
         tx.commit("re-issue an ARCA conflict").await?;
         Ok(true)

@@ -140,7 +140,10 @@ pub struct DeliveryRow {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedDelivery {
     pub id: i64,
-    pub outbox_id: i64,
+    /// The document's outbox row; `None` for an ARCA voucher's email (`arca_key`).
+    pub outbox_id: Option<i64>,
+    /// The authorized ARCA voucher it sends (migration 0029).
+    pub arca_key: Option<String>,
     pub event: String,
     pub recipient: String,
     pub message_id: String,
@@ -166,7 +169,7 @@ static CLAIM: Dialected = Dialected::new(
     "UPDATE deliveries SET run_at = $1, lease_owner = $2, attempts = attempts + 1, updated_at = $3 \
      WHERE id = (SELECT id FROM deliveries WHERE state IN ('pending', 'retry') AND run_at <= $3 \
      ORDER BY run_at, id LIMIT 1{LOCK}) \
-     RETURNING id, outbox_id, event, recipient, message_id, attempts",
+     RETURNING id, outbox_id, arca_key, event, recipient, message_id, attempts",
     &[Dialect::SKIP_LOCKED],
 );
 

@@ -36,6 +36,8 @@
 //! - `arca.rs`: Argentina (ARCA): vouchers by idempotency key, their number sequences and
 //!   reservations, the leases that serialise a sequence across instances, the WSAA tickets.
 //! - `arca_refunds.rs`: the refunds of ARS sales waiting for their nota de crédito.
+//! - `arca_followups.rs`: a held or refused ARS sale corrected by a human (its buyer and the
+//!   attempt it is issued again under), and the email of an authorized voucher.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
 //! - `backup.rs`: the online copy of the SQLite database (`autofactura backup`).
 //! - `export.rs`: the month's stamped documents and acuses, a page at a time (the
@@ -55,6 +57,7 @@
 mod admin;
 pub mod api;
 mod arca;
+mod arca_followups;
 mod arca_refunds;
 mod attempts;
 mod backup;
@@ -81,6 +84,7 @@ pub use arca::{
     ArcaLoginRefusal, ArcaSaleRow, ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow,
     NewReservation, Reserve, arca_state,
 };
+pub use arca_followups::{ArcaCorrection, ArcaHeldSale};
 pub use arca_refunds::ArcaRefundRow;
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
@@ -209,6 +213,11 @@ pub const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "arca_barrier",
         include_str!("../../migrations/sqlite/0027_arca_barrier.sql"),
     ),
+    (
+        29,
+        "arca_followups",
+        include_str!("../../migrations/sqlite/0029_arca_followups.sql"),
+    ),
 ];
 pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -305,6 +314,11 @@ pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         27,
         "arca_barrier",
         include_str!("../../migrations/postgres/0027_arca_barrier.sql"),
+    ),
+    (
+        29,
+        "arca_followups",
+        include_str!("../../migrations/postgres/0029_arca_followups.sql"),
     ),
 ];
 

@@ -162,7 +162,13 @@ impl Payment {
     pub fn meaning(&self, event_id: &str, notification_live: Option<bool>) -> Meaning {
         match self.status.as_str() {
             "approved" => {}
-            "refunded" | "charged_back" | "in_mediation" => {
+            "refunded" | "charged_back" => {
+                return Meaning::Record(format!(
+                    "payment {}: credited as a refund of what was not refunded yet",
+                    self.status
+                ));
+            }
+            "in_mediation" => {
                 return Meaning::Record(format!("payment {}: kept for a later flow", self.status));
             }
             other => return Meaning::Record(format!("payment status {other}: not invoiced (yet)")),

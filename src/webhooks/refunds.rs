@@ -11,7 +11,9 @@
 //! - Stripe `refund.*` / `charge.refund.updated`: one Refund (`re_…`) each; the latest delivery
 //!   of each refund says its status, and the `succeeded` ones add up.
 //! - Mercado Pago: a payment read with status `refunded` was refunded in full (a partial refund
-//!   keeps `approved`); the notification is recorded with that status in its reason.
+//!   keeps `approved`); the notification is recorded with that status in its reason. A payment
+//!   read as `charged_back` (a chargeback the merchant lost) is refunded of all that its refunds
+//!   had not given back yet (`{payment}-chargeback`); `in_mediation` (still open) is nothing yet.
 
 use std::collections::BTreeMap;
 
@@ -36,7 +38,7 @@ pub struct Recorded<'a> {
 /// The reason a Mercado Pago notification is recorded with when the payment it points to was
 /// read as refunded (`Payment::meaning`).
 pub fn is_mp_full_refund(reason: &str) -> bool {
-    reason.starts_with("payment refunded:")
+    reason.starts_with("payment refunded:") || reason.starts_with("payment charged_back:")
 }
 
 /// What one Stripe delivery says about refunds.
@@ -206,6 +208,25 @@ pub fn mercadopago_refunds(p: &super::mercadopago::Payment) -> Vec<RefundFacts> 
             })
         })
         .collect();
+    if p.status == "charged_back" {
+        // A lost chargeback takes back what the refunds left: one refund of the rest, under an
+        // id of its own, so a notification read again records it once.
+        let refunded: Decimal = listed.iter().map(|f| f.amount).sum();
+        let rest = exact_decimal(p.transaction_amount.get())
+            .map(|total| total - refunded)
+            .filter(|r| *r > Decimal::ZERO);
+        return listed
+            .into_iter()
+            .chain(rest.map(|amount| RefundFacts {
+                provider: super::mercadopago::PROVIDER,
+                refund_id: format!("{payment_ref}-chargeback"),
+                payment_ref: payment_ref.clone(),
+                amount,
+                currency: currency.clone(),
+                refunded_at: Utc::now(),
+            }))
+            .collect();
+    }
     if !listed.is_empty() || p.status != "refunded" {
         return listed;
     }
@@ -464,6 +485,32 @@ mod tests {
         assert_eq!(Some(r[0].amount), exact_payment_amount(&p));
     }
 
+    #[test]
+    fn a_mercado_pago_chargeback_refunds_what_its_refunds_left() {
+        let body = sample_payment("5466310457", "2026-08-19T09:40:03.000-06:00")
+            .replace("\"status\": \"approved\"", "\"status\": \"charged_back\"")
+            .replace(
+                "\"transaction_amount_refunded\": 0,",
+                "\"refunds\": [{\"id\": 111, \"amount\": 16, \"status\": \"approved\"}],",
+            );
+        let p = Payment::parse(body.as_bytes()).expect("payment");
+        assert_eq!(p.status, "charged_back", "the sample's status was replaced");
+        let r = mercadopago_refunds(&p);
+        let got: Vec<(&str, Decimal)> =
+            r.iter().map(|f| (f.refund_id.as_str(), f.amount)).collect();
+        assert_eq!(
+            got,
+            [
+                ("111", Decimal::new(16, 0)),
+                ("5466310457-chargeback", Decimal::new(10000, 2))
+            ]
+        );
+        // Still in mediation: nothing is credited yet.
+        let open = body.replace("charged_back", "in_mediation");
+        let p = Payment::parse(open.as_bytes()).expect("payment");
+        assert_eq!(mercadopago_refunds(&p).len(), 1);
+    }
+
     fn exact_payment_amount(p: &Payment) -> Option<Decimal> {
         crate::webhooks::mercadopago::exact_decimal(p.transaction_amount.get())
     }
@@ -511,7 +558,7 @@ mod tests {
         };
         assert!(refunded_in_full(Decimal::ONE, &[e]).is_some(), "{reason}");
         let other = Recorded {
-            reason: Some("payment charged_back: kept for a later flow"),
+            reason: Some("payment in_mediation: kept for a later flow"),
             ..e
         };
         assert_eq!(refunded_in_full(Decimal::ONE, &[other]), None);

@@ -408,10 +408,10 @@ pub fn worker_for(
     worker.backup_label = pac_cfg.backup_name();
     worker.mail_domain = settings.email.message_domain();
     if settings.arca.enabled {
-        worker.arca = Some(crate::arca::drain::Drainer::new(
-            worker.db.clone(),
-            &settings.arca,
-        )?);
+        worker.arca = Some(
+            crate::arca::drain::Drainer::new(worker.db.clone(), &settings.arca)?
+                .mailing(settings.email.message_domain()),
+        );
     }
     Ok(Arc::new(worker))
 }

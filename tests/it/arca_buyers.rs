@@ -19,9 +19,9 @@ use crate::support::sales::mp_notify;
 use crate::support::{Backend, TestApp};
 
 /// The payments the Mercado Pago stand-in answers, by id: JSON bodies the test rewrites.
-type Payments = Arc<Mutex<HashMap<String, String>>>;
+pub(crate) type Payments = Arc<Mutex<HashMap<String, String>>>;
 
-fn fake_mp(payments: &Payments) -> String {
+pub(crate) fn fake_mp(payments: &Payments) -> String {
     let payments = payments.clone();
     crate::support::sales::serve(move |cfg| {
         let payments = payments.clone();
@@ -44,7 +44,13 @@ fn fake_mp(payments: &Payments) -> String {
 
 /// An approved ARS payment of `amount` pesos; `payer` is `payer.identification`, `meta` the
 /// metadata, `refunds` each `(id, amount)` approved.
-fn payment(id: &str, amount: &str, ident: &str, meta: &str, refunds: &[(&str, &str)]) -> String {
+pub(crate) fn payment(
+    id: &str,
+    amount: &str,
+    ident: &str,
+    meta: &str,
+    refunds: &[(&str, &str)],
+) -> String {
     let listed: Vec<String> = refunds
         .iter()
         .map(|(rid, a)| {
@@ -79,7 +85,7 @@ async fn at_arca(app: &TestApp, sim_url: &str, key: &str) -> (i32, VoucherInput)
 }
 
 /// Polls until sale `payment_id` leaves `arca_pending` (60 s at most): its status and reason.
-async fn settled(app: &TestApp, payment_id: &str) -> (String, String) {
+pub(crate) async fn settled(app: &TestApp, payment_id: &str) -> (String, String) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let (status, reason) = sqlx_row(app, payment_id).await;
@@ -178,7 +184,7 @@ async fn buyers_are_named_by_cuit_cuil_or_dni_and_their_condition_picks_the_clas
 }
 
 /// Polls until refund `refund_id` of Mercado Pago is `arca_credited` (60 s at most).
-async fn credited(app: &TestApp, refund_id: &str) -> String {
+pub(crate) async fn credited(app: &TestApp, refund_id: &str) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let row = app

@@ -173,7 +173,7 @@ async fn a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae(b: Backe
 }
 
 /// Polls sale `payment_id` until its loop settled it `arca_authorized` (90 s at most).
-async fn settled(app: &TestApp, payment_id: &str) {
+pub(crate) async fn settled(app: &TestApp, payment_id: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
         let (status, reason) = sqlx_row(app, payment_id).await;

@@ -10,6 +10,8 @@
 //!   discounts and shipping (issue 18).
 //! - `arca`: Argentina (ARCA vouchers exactly once) against the sandbox ARCA, both backends.
 //! - `arca_admin`: the admin's ARCA vouchers in a real headless Chromium.
+//! - `arca_followups`: chargebacks credited once, a held sale corrected in the admin, the
+//!   voucher linked from its sale and emailed once.
 //! - `arca_barrier`: a number ARCA proves empty is superseded; the old key never resends.
 //! - `arca_sales`: a Mercado Pago sale in ARS → one ARCA voucher with a CAE, end to end.
 //! - `arca_wsaa`: the WSAA login and its ticket stored, shared and renewed, both backends.
@@ -34,6 +36,7 @@ mod arca;
 mod arca_admin;
 mod arca_barrier;
 mod arca_buyers;
+mod arca_followups;
 mod arca_print;
 mod arca_sales;
 mod arca_sim_faults;

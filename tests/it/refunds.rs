@@ -10,7 +10,7 @@ use crate::support::rows::{Bind, fetch_rows};
 use crate::support::sales::{at, month, refund as charge_refunded, sell};
 use crate::support::{Backend, TestApp, spawn_app_with};
 
-const FAST: &str = "[refunds]\ninterval_seconds = 1\n[global]\nauto_issue = false\n";
+pub(crate) const FAST: &str = "[refunds]\ninterval_seconds = 1\n[global]\nauto_issue = false\n";
 
 /// A paid sale of `minor` centavos with the customer's RFC: `pi_test_{suffix}`.
 async fn sale(app: &TestApp, suffix: &str, minor: i64) {
@@ -80,7 +80,7 @@ async fn ingreso_uuid(app: &TestApp, suffix: &str) -> String {
 }
 
 /// An attribute of the root (`cfdi:Comprobante`) or of the first element named `element`.
-fn attr(xml: &[u8], element: &str, name: &str) -> String {
+pub(crate) fn attr(xml: &[u8], element: &str, name: &str) -> String {
     let text = String::from_utf8_lossy(xml);
     let at = text
         .find(&format!("<{element} "))
@@ -94,7 +94,7 @@ fn attr(xml: &[u8], element: &str, name: &str) -> String {
     v[..v.find('"').expect("quote")].to_owned()
 }
 
-fn total(xml: &[u8]) -> Decimal {
+pub(crate) fn total(xml: &[u8]) -> Decimal {
     attr(xml, "cfdi:Comprobante", "Total")
         .parse()
         .expect("Total")
@@ -107,7 +107,10 @@ fn trasladados(xml: &[u8]) -> Decimal {
 }
 
 /// Waits until `n` egresos exist and none waits for a worker (the pool is running).
-async fn wait_egresos(app: &TestApp, n: usize) -> Vec<(String, Option<String>, Option<Vec<u8>>)> {
+pub(crate) async fn wait_egresos(
+    app: &TestApp,
+    n: usize,
+) -> Vec<(String, Option<String>, Option<Vec<u8>>)> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let e = egresos(app).await;
@@ -618,7 +621,7 @@ async fn a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos(b: Backend)
     pool.shutdown().await;
 }
 
-async fn refund_statuses(app: &TestApp) -> Vec<String> {
+pub(crate) async fn refund_statuses(app: &TestApp) -> Vec<String> {
     let rows: Vec<(String,)> =
         fetch_rows(&app.db, "SELECT status FROM refunds ORDER BY id", &[]).await;
     rows.into_iter().map(|r| r.0).collect()

@@ -73,6 +73,7 @@ const ADMIN_ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/arca", Access::Page),
     ("POST", "/arca/reissue", Access::Form),
     ("POST", "/arca/login-now", Access::Form),
+    ("POST", "/arca/correct", Access::Form),
     ("GET", "/arca/print", Access::Page),
 ];
 
@@ -377,7 +378,7 @@ async fn every_admin_route_refuses_without_a_live_session(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 38, "every non-public route, every cookie");
+    assert_eq!(checked, 4 * 39, "every non-public route, every cookie");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The public routes: the login page and assets are served; the login form itself refuses a
@@ -427,7 +428,7 @@ async fn every_admin_form_refuses_a_missing_or_foreign_csrf_token(b: Backend) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4 * 18, "every form, every bad token");
+    assert_eq!(checked, 4 * 19, "every form, every bad token");
     assert_eq!(snapshot(&app).await, before, "nothing changed");
 
     // The login form: its token is the double-submit cookie, which a forger does not have.
