@@ -55,6 +55,7 @@
 mod admin;
 pub mod api;
 mod arca;
+mod arca_claim;
 mod arca_refunds;
 mod attempts;
 mod backup;
