@@ -33,6 +33,7 @@ mod api_payments;
 mod arca;
 mod arca_admin;
 mod arca_barrier;
+mod arca_batch;
 mod arca_buyers;
 mod arca_print;
 mod arca_sales;
