@@ -35,6 +35,8 @@
 //!   the state change that causes them.
 //! - `arca.rs`: Argentina (ARCA): vouchers by idempotency key, their number sequences and
 //!   reservations, the leases that serialise a sequence across instances, the WSAA tickets.
+//! - `arca_claim.rs`: claiming ARCA numbers: one key or a batch of one sequence in one
+//!   transaction, and the barrier taking over numbers proven empty.
 //! - `arca_refunds.rs`: the refunds of ARS sales waiting for their nota de crédito.
 //! - `admin.rs`: the admin's password, sessions, audit log and reconciliation findings.
 //! - `backup.rs`: the online copy of the SQLite database (`autofactura backup`).
