@@ -12,8 +12,11 @@ use autofactura::arca::{Auth, CbteTipo, Environment, Issuer, Lookup, Outcome, Vo
 use autofactura::store::arca_state;
 use rust_decimal::Decimal;
 
+use autofactura::arca::drain::Drainer;
+
 use crate::arca::{Rig, authorized, rig, sale};
 use crate::support::Backend;
+use crate::support::sales::mp_notify;
 
 const CUIT: i64 = 20_267_565_393;
 const PTO_VTA: i32 = 7;
@@ -237,7 +240,56 @@ async fn a_refusal_in_a_batch_settles_it_and_the_rest_is_issued_again(b: Backend
     assert_eq!(sent, 3, "facturas, the batch, the two issued again");
 }
 
+/// The drain: a round takes a sequence's pending Mercado Pago sales and issues them in one
+/// request, numbered in the order they came.
+async fn a_round_issues_a_sequence_s_pending_sales_in_one_request(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mp = crate::arca_sales::fake_mp_ars();
+    let Some((app, sim)) = crate::arca_sales::rig_with(b, &dir, false, &mp, "").await else {
+        return;
+    };
+    let ids: Vec<String> = (0..8).map(|n| format!("71000002{n:02}")).collect();
+    for (n, id) in ids.iter().enumerate() {
+        let ack = mp_notify(&app, &format!("n-b-{n}"), "payment.created", id).await;
+        assert_eq!(ack["outcome"], "payment_recorded", "{ack}");
+    }
+    let drainer = Drainer::new(app.db.clone(), &app.settings.arca).expect("drainer");
+    assert_eq!(
+        drainer.round().await.expect("round"),
+        8,
+        "all settled in one round"
+    );
+    let stats: serde_json::Value = reqwest::get(format!("{}/_sim/stats", sim.url()))
+        .await
+        .expect("sim")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(stats["solicits"], 1, "one FECAESolicitar with CantReg 8");
+    for (n, id) in ids.iter().enumerate() {
+        let v = app
+            .db
+            .arca_voucher(&format!("mercadopago:{id}"))
+            .await
+            .expect("read");
+        let v = v.expect("issued");
+        assert_eq!(
+            (v.state.as_str(), v.number),
+            ("authorized", n as i64 + 1),
+            "{id}"
+        );
+    }
+    let numbers: Vec<i64> = crate::arca_sales::sim_vouchers(sim.url())
+        .await
+        .iter()
+        .map(|v| v.number)
+        .collect();
+    assert_eq!(numbers, (1..=8).collect::<Vec<_>>());
+    sim.stop().await;
+}
+
 crate::on_both_backends!(
+    a_round_issues_a_sequence_s_pending_sales_in_one_request,
     a_batch_of_sales_is_authorized_in_one_request,
     a_lost_batch_answer_is_recovered_number_by_number,
     a_refusal_in_a_batch_settles_it_and_the_rest_is_issued_again,
