@@ -9,7 +9,9 @@
 //!   proved empty for good (from its next number up) are superseded together by the new keys,
 //!   which take their numbers (the barrier).
 //! - A lost answer leaves every voucher of the batch unknown: each is resolved by consulting
-//!   its own number.
+//!   its own number. A batch that never reached ARCA (its lowest number empty and ARCA's next)
+//!   is sent again as it was, at the same numbers, while its send may still land; what such a
+//!   resend leaves unprocessed stays unknown (the original may still land it).
 //! - ARCA processes a batch in order and stops at its first refusal: that voucher is settled
 //!   as a single one would be; the later ones came back unprocessed, so their numbers are
 //!   consulted and, empty, they are settled `superseded` (never sent again under that key) and
@@ -234,6 +236,19 @@ impl Issuer {
                             recovered: false,
                         }),
                         Ok(false) => self.reread(&v.key).await,
+                        Err(e) => Err(e.into()),
+                    }
+                }
+                // A resend's original may still land these: left unknown, each is resolved
+                // by its own number later.
+                (Solicit::Rejected { .. }, Some(at)) if !first => {
+                    let why = format!("not processed: number {at} before it was refused");
+                    match self.db.arca_unknown(&v.key, &why).await {
+                        Ok(()) => Ok(Outcome::Indeterminate {
+                            number: v.number,
+                            reason: why,
+                            lookup: Lookup::Unanswered,
+                        }),
                         Err(e) => Err(e.into()),
                     }
                 }

@@ -335,12 +335,26 @@ impl Issuer {
         if !self.may_land(v) {
             return Ok(free);
         }
+        // The same stored requests again at the same numbers: `v` and the open claims right
+        // after it that may still land too (the rest of a batch that never reached ARCA), as
+        // far as each can be claimed.
         let now = Utc::now();
         let (until, landing) = (now + self.send_window, now + self.landing_window);
-        match self.db.arca_claim_send(&v.key, until, landing).await? {
-            Some(v) => self.send(&v, false).await,
-            None => Ok(Outcome::Busy),
+        let Some(v) = self.db.arca_claim_send(&v.key, until, landing).await? else {
+            return Ok(Outcome::Busy);
+        };
+        let from = v.number;
+        let mut resend = vec![v];
+        for c in open.iter().filter(|c| c.number > from) {
+            if c.number != resend[resend.len() - 1].number + 1 || !self.may_land(c) {
+                break;
+            }
+            match self.db.arca_claim_send(&c.key, until, landing).await? {
+                Some(c) => resend.push(c),
+                None => break,
+            }
         }
+        self.send_many(&resend, false).await.remove(0)
     }
 
     /// Whether a send of `v` may still reach ARCA.
@@ -422,14 +436,6 @@ impl Issuer {
             .arca_settle(&v.key, arca_state::CONFLICT, None, Some(&detail))
             .await?;
         self.reread(&v.key).await
-    }
-
-    /// Sends `v` alone (which this call holds the right to send) and records the answer
-    /// ([`Issuer::send_many`] of one).
-    async fn send(&self, v: &ArcaVoucherRow, first: bool) -> Result<Outcome, IssueError> {
-        self.send_many(std::slice::from_ref(v), first)
-            .await
-            .remove(0)
     }
 
     /// Settles `v` as rejected; if another instance settled it first, its outcome instead.

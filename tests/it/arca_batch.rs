@@ -166,6 +166,33 @@ async fn a_lost_batch_answer_is_recovered_number_by_number(b: Backend) {
     assert_eq!(numbers, [7, 1, 2, 3, 4, 5, 6]);
     assert_eq!(r.solicits().await, 2, "the lost batch was never sent again");
     assert_eq!(sim.len(), 7, "one voucher per sale");
+
+    // A batch that never reached ARCA (down): sent again as it was, in one request, at the
+    // same numbers.
+    let items = sales("mp:n", 0..4);
+    r.faults("down=true").await;
+    let got = i.issue_many(&pairs(&items)).await.expect("issue");
+    assert!(
+        got.iter()
+            .all(|o| matches!(o, Ok(Outcome::Indeterminate { .. }))),
+        "{got:?}"
+    );
+    r.faults("none").await;
+    let got = i.issue_many(&pairs(&items)).await.expect("issue");
+    let numbers: Vec<(i64, bool)> = got
+        .iter()
+        .map(|o| {
+            let (n, _, recovered) = authorized(o.as_ref().expect("outcome"));
+            (n, recovered)
+        })
+        .collect();
+    assert_eq!(numbers, [(8, false), (9, false), (10, false), (11, false)]);
+    assert_eq!(
+        r.solicits().await,
+        4,
+        "the refused request, then one resend"
+    );
+    assert_eq!(r.totals().await.len(), 11);
 }
 
 async fn a_refusal_in_a_batch_settles_it_and_the_rest_is_issued_again(b: Backend) {
