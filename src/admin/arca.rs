@@ -104,11 +104,15 @@ fn view(v: &ArcaVoucherRow) -> VoucherView {
         },
         "superseded" => (
             "muted",
-            format!(
-                "ARCA proved this number empty and no send of it could land any more: the number \
-                 went to {}; never resent, the sale goes on under its next key (nothing to do)",
-                v.superseded_by.as_deref().unwrap_or("another key")
-            ),
+            match v.superseded_by.as_deref() {
+                Some(by) => format!(
+                    "ARCA proved this number empty and no send of it could land any more: the \
+                     number went to {by}; never resent, the sale goes on under its next key \
+                     (nothing to do)"
+                ),
+                // Left unprocessed in a batch after an earlier voucher was refused.
+                None => format!("{} (nothing to do)", v.detail.as_deref().unwrap_or("")),
+            },
         ),
         "rejected" => (
             "bad",

@@ -6,10 +6,11 @@
 //! restart, another instance, a `kill -9` between the CAE and the sale's update) returns the
 //! stored outcome or resolves the key's own number, never a new voucher. An outcome not known
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for
-//! the next round, and the other sales of its sequence with it. A sale a human corrected
-//! (`/admin/arca`) is issued to the corrected buyer under the attempt key the correction was
-//! given (`{provider}:{payment_id}#n`, never used before); an authorized sale's (or nota's)
-//! settle queues the buyer's email of its voucher (`[email]` on).
+//! the next round, and the other sales of its sequence with it. A round's sales of one sequence
+//! go `[arca] batch` per `FECAESolicitar` (capped by ARCA's `FECompTotXRequest`), in order. A
+//! sale a human corrected (`/admin/arca`) is issued to the corrected buyer under the attempt key
+//! the correction was given (`{provider}:{payment_id}#n`, never used before); an authorized
+//! sale's (or nota's) settle queues the buyer's email of its voucher (`[email]` on).
 //!
 //! The voucher names the buyer ([`super::buyer`]), whose IVA condition decides the class (A,
 //! B or C, [`ArcaSettings::factura_for`]): one sequence per voucher type. A refund of an
@@ -18,7 +19,7 @@
 //! ([`VoucherInput::credited`]) and naming the sale's voucher in `CbtesAsoc`; a refund waits
 //! while its sale's voucher is not authorized.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration as StdDuration;
 
 use anyhow::Context as _;
@@ -33,8 +34,8 @@ use super::{Issuer, Outcome};
 use crate::config::ArcaSettings;
 use crate::store::{ArcaCorrection, ArcaRefundRow, ArcaSaleRow, Db};
 
-/// Sales taken per round.
-const BATCH: i64 = 50;
+/// Sales (and refunds) taken per round.
+const BATCH: i64 = 250;
 
 /// The issuing loop of one instance.
 #[derive(Debug, Clone)]
@@ -44,8 +45,21 @@ pub struct Drainer {
     wsaa: Wsaa,
     /// Whether ARCA confirmed that the punto de venta issues with CAE for the CUIT.
     point_checked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// ARCA's most vouchers per request (`FECompTotXRequest`), 0 until asked.
+    max_records: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// With `[email]` on, the domain of its `from`: an authorized sale queues its email.
     mail_domain: Option<String>,
+}
+
+/// A round's items by sequence (voucher type), in the order their first item came.
+type Groups<T> = Vec<(CbteTipo, Vec<T>)>;
+
+/// Appends `item` to `tipo`'s group.
+fn group<T>(groups: &mut Groups<T>, tipo: CbteTipo, item: T) {
+    match groups.iter_mut().find(|(t, _)| *t == tipo) {
+        Some((_, items)) => items.push(item),
+        None => groups.push((tipo, vec![item])),
+    }
 }
 
 /// The voucher of an ARS sale of `total` pesos of type `tipo`, to an anonymous consumidor
@@ -86,6 +100,7 @@ impl Drainer {
             cfg: cfg.clone(),
             wsaa,
             point_checked: std::sync::Arc::default(),
+            max_records: std::sync::Arc::default(),
             mail_domain: None,
         })
     }
@@ -150,9 +165,11 @@ impl Drainer {
                 })
                 .clone()
         };
-        // Sequences whose last claim is not known yet: they wait for the next round.
-        let mut waiting = HashSet::new();
+        let size = |tipo: CbteTipo| self.batch_size(tipo);
+        let limit = self.max_records(&wsfe).await;
         let mut settled = 0;
+        // Each sequence's sales together, in order, `batch` of them per request.
+        let mut groups: Groups<(ArcaSaleRow, String, VoucherInput, Option<String>)> = Vec::new();
         for sale in sales {
             // A sale a human corrected goes on under the attempt given to the correction.
             let fix = self
@@ -164,72 +181,120 @@ impl Drainer {
                 fix.as_ref()
                     .map_or(1, |c| u32::try_from(c.attempt).unwrap_or(1)),
             );
-            let plan = self.plan_sale(&key, &sale, fix.as_ref()).await?;
-            if let Ok((tipo, _, _)) = &plan
-                && waiting.contains(tipo)
-            {
-                continue;
-            }
-            let result = match plan {
-                Err(why) => Some(Err(why)),
-                Ok((tipo, input, note)) => {
-                    let got = self.issue(&issuer(tipo), &key, tipo, &input).await?;
-                    if got.is_none() {
-                        waiting.insert(tipo);
-                    }
-                    got.map(|r| {
-                        r.map(|text| match note {
-                            Some(n) => format!("{text} ({n})"),
-                            None => text,
-                        })
-                    })
+            match self.plan_sale(&key, &sale, fix.as_ref()).await? {
+                Err(why) => {
+                    self.sale_settled(&sale, Err(why)).await?;
+                    settled += 1;
                 }
-            };
-            let Some(result) = result else { continue };
-            let (status, reason) = match result {
-                Ok(text) => ("arca_authorized", text),
-                Err(why) => ("needs_attention", format!("ARCA: {why}")),
-            };
-            self.db
-                .arca_sale_settled_mailed(sale.id, (status, &reason), self.mail_domain.as_deref())
-                .await?;
-            tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
-            settled += 1;
+                Ok((tipo, input, note)) => group(&mut groups, tipo, (sale, key, input, note)),
+            }
         }
+        for (tipo, items) in groups {
+            let pairs: Vec<(&str, &VoucherInput)> =
+                items.iter().map(|(_, k, i, _)| (k.as_str(), i)).collect();
+            let got = self
+                .issue_group(&issuer(tipo), tipo, &pairs, size(tipo).min(limit))
+                .await?;
+            for ((sale, _, _, note), result) in items.iter().zip(got) {
+                let Some(result) = result else { continue };
+                let result = result.map(|text| match note {
+                    Some(n) => format!("{text} ({n})"),
+                    None => text,
+                });
+                self.sale_settled(sale, result).await?;
+                settled += 1;
+            }
+        }
+        let mut groups: Groups<(ArcaRefundRow, String, VoucherInput)> = Vec::new();
         for refund in refunds {
             // None: the sale's voucher is not authorized: not this round.
-            let Some(plan) = self.plan_refund(&refund).await? else {
-                continue;
-            };
-            if let Ok((tipo, _, _)) = &plan
-                && waiting.contains(tipo)
-            {
-                continue;
-            }
-            let result = match plan {
-                Err(why) => Err(why),
-                Ok((tipo, input, key)) => {
-                    match self.issue(&issuer(tipo), &key, tipo, &input).await? {
-                        Some(r) => r,
-                        None => {
-                            waiting.insert(tipo);
-                            continue;
-                        }
-                    }
+            match self.plan_refund(&refund).await? {
+                None => {}
+                Some(Err(why)) => {
+                    self.refund_settled(&refund, Err(why)).await?;
+                    settled += 1;
                 }
-            };
-            let (status, reason) = match result {
-                Ok(text) => ("arca_credited", text),
-                Err(why) => ("needs_attention", format!("ARCA: {why}")),
-            };
-            let mail = self.mail_domain.as_deref();
-            self.db
-                .arca_refund_settled_mailed(refund.id, (status, &reason), mail)
+                Some(Ok((tipo, input, key))) => group(&mut groups, tipo, (refund, key, input)),
+            }
+        }
+        for (tipo, items) in groups {
+            let pairs: Vec<(&str, &VoucherInput)> =
+                items.iter().map(|(_, k, i)| (k.as_str(), i)).collect();
+            let got = self
+                .issue_group(&issuer(tipo), tipo, &pairs, size(tipo).min(limit))
                 .await?;
-            tracing::info!(refund = %refund.refund_id, payment = %refund.payment_ref, status, %reason, "ARS refund settled");
-            settled += 1;
+            for ((refund, _, _), result) in items.iter().zip(got) {
+                if let Some(result) = result {
+                    self.refund_settled(refund, result).await?;
+                    settled += 1;
+                }
+            }
         }
         Ok(settled)
+    }
+
+    async fn sale_settled(
+        &self,
+        sale: &ArcaSaleRow,
+        result: Result<String, String>,
+    ) -> anyhow::Result<()> {
+        let (status, reason) = match result {
+            Ok(text) => ("arca_authorized", text),
+            Err(why) => ("needs_attention", format!("ARCA: {why}")),
+        };
+        self.db
+            .arca_sale_settled_mailed(sale.id, (status, &reason), self.mail_domain.as_deref())
+            .await?;
+        tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
+        Ok(())
+    }
+
+    async fn refund_settled(
+        &self,
+        refund: &ArcaRefundRow,
+        result: Result<String, String>,
+    ) -> anyhow::Result<()> {
+        let (status, reason) = match result {
+            Ok(text) => ("arca_credited", text),
+            Err(why) => ("needs_attention", format!("ARCA: {why}")),
+        };
+        let mail = self.mail_domain.as_deref();
+        self.db
+            .arca_refund_settled_mailed(refund.id, (status, &reason), mail)
+            .await?;
+        tracing::info!(refund = %refund.refund_id, payment = %refund.payment_ref, status, %reason, "ARS refund settled");
+        Ok(())
+    }
+
+    /// How many vouchers of `tipo` go in one request: `[arca] batch`, or one by one for a type
+    /// ARCA does not batch.
+    fn batch_size(&self, tipo: CbteTipo) -> usize {
+        if tipo.batchable() {
+            self.cfg.batch.max(1)
+        } else {
+            1
+        }
+    }
+
+    /// ARCA's most vouchers per request (`FECompTotXRequest`), asked once per process; one
+    /// while it cannot be asked.
+    async fn max_records(&self, wsfe: &Wsfe) -> usize {
+        use std::sync::atomic::Ordering;
+        let known = self.max_records.load(Ordering::SeqCst);
+        if known > 0 {
+            return known;
+        }
+        match wsfe.max_records().await {
+            Ok(n) if n > 0 => {
+                self.max_records.store(n, Ordering::SeqCst);
+                n
+            }
+            Ok(_) => 1,
+            Err(e) => {
+                tracing::warn!(error = %e, "FECompTotXRequest failed; sending vouchers one by one");
+                1
+            }
+        }
     }
 
     /// A sale's voucher under `key`: its type, its input, and a note on what of the buyer's
@@ -373,16 +438,37 @@ impl Drainer {
         }
     }
 
-    /// Issues `input` as a voucher of `tipo` under `key`: `None` when its outcome is not
-    /// known yet, else the voucher as printed with its CAE, or why it cannot be had.
-    async fn issue(
+    /// Issues `items` (keys and inputs of one sequence, in order) as vouchers of `tipo`,
+    /// `size` per request: for each, `None` when its outcome is not known yet, else the
+    /// voucher as printed with its CAE, or why it cannot be had. Once one is not known, the
+    /// later requests wait for the next round.
+    async fn issue_group(
         &self,
         issuer: &Issuer,
-        key: &str,
         tipo: CbteTipo,
-        input: &VoucherInput,
+        items: &[(&str, &VoucherInput)],
+        size: usize,
+    ) -> anyhow::Result<Vec<Option<Result<String, String>>>> {
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(size.max(1)) {
+            if out.iter().any(Option::is_none) {
+                out.extend(chunk.iter().map(|_| None));
+                continue;
+            }
+            for o in issuer.issue_sales(chunk).await? {
+                out.push(self.describe(tipo, o)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What an outcome of `tipo` means for its sale: `None` when it is not known yet.
+    fn describe(
+        &self,
+        tipo: CbteTipo,
+        outcome: Result<Outcome, super::IssueError>,
     ) -> anyhow::Result<Option<Result<String, String>>> {
-        Ok(Some(match issuer.issue_sale(key, input).await {
+        Ok(Some(match outcome {
             Ok(Outcome::Authorized { number, cae, .. }) => Ok(format!(
                 "{} {:05}-{number:08}, CAE {} (due {})",
                 tipo.name(),

@@ -4,11 +4,13 @@
 //!
 //! 1. A key seen before is never numbered again: settled, its outcome is returned with no
 //!    call; open (reserved or unknown), its own number is resolved ([`Issuer::resolve`]).
-//! 2. A new key waits for its sequence's last claim to be settled: an open one is resolved
-//!    first (whoever's it is); if ARCA cannot tell, nothing is reserved or sent
-//!    ([`Outcome::Blocked`]).
+//! 2. A new key waits for its sequence's claims to be settled: open ones (a lost batch leaves
+//!    several) are resolved first, lowest number first, whoever's they are; if ARCA cannot
+//!    tell, nothing is reserved or sent ([`Outcome::Blocked`]).
 //! 3. Under the sequence's lease (database only, never across a call), the next number is
-//!    reserved and committed ([`Db::arca_reserve`]); only then is `FECAESolicitar` sent, once.
+//!    reserved and committed ([`Db::arca_claim`]); only then is `FECAESolicitar` sent, once.
+//!    Several new keys of the sequence are numbered together and sent in one request
+//!    ([`super::batch`]); one key is the batch of one.
 //! 4. A rejection settles it only when the number cannot hold ours: a first send refused for
 //!    its content. `10016` (the number is used) and a refused resend consult the number first.
 //! 5. A lost answer leaves the voucher `unknown`. Resolving it consults its number first:
@@ -16,9 +18,9 @@
 //!    and still ARCA's next → while an earlier send of it could still land (`landing_until`),
 //!    the same stored request is sent again at the same number (ARCA holds one voucher per
 //!    number, so a late original and the resend cannot both land).
-//! 6. The barrier: empty and next, and no send of it can land any more → it is never sent
-//!    again. The next key to claim the sequence takes its number and settles it `superseded`
-//!    naming that key, in one transaction ([`Db::arca_supersede`]); a repeat of the old key
+//! 6. The barrier: empty and next (or behind our own open claims from ARCA's next up, all
+//!    empty), and no send of it can land any more → it is never sent again. The next key to claim the sequence takes its number and settles it `superseded`
+//!    naming that key, in one transaction ([`Db::arca_claim`]); a repeat of the old key
 //!    consults the number once and reports [`Lookup::Superseded`]. [`Issuer::issue_sale`]
 //!    then issues the sale under its next attempt key (`{key}#2`, …).
 
@@ -26,9 +28,9 @@ use std::time::Duration as StdDuration;
 
 use chrono::{Duration, NaiveDate, Utc};
 
-use super::model::{Cae, CbteTipo, Environment, Message, VoucherInput, codes};
-use super::wsfe::{Found, Request, Solicit, Wsfe, WsfeError};
-use crate::store::{ArcaSeq, ArcaVoucherRow, Db, NewReservation, Reserve, StoreError, arca_state};
+use super::model::{Cae, CbteTipo, Environment, Message, VoucherInput};
+use super::wsfe::{Found, Request, Wsfe, WsfeError};
+use crate::store::{ArcaSeq, ArcaVoucherRow, Db, StoreError, arca_state};
 
 /// The outcome of one [`Issuer::issue`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,31 +95,31 @@ pub enum IssueError {
 /// The issuer of one sequence (environment, CUIT, punto de venta, voucher type).
 #[derive(Debug, Clone)]
 pub struct Issuer {
-    db: Db,
-    wsfe: Wsfe,
-    environment: Environment,
-    pto_vta: i32,
-    tipo: CbteTipo,
+    pub(super) db: Db,
+    pub(super) wsfe: Wsfe,
+    pub(super) environment: Environment,
+    pub(super) pto_vta: i32,
+    pub(super) tipo: CbteTipo,
     /// Who takes the sequence's lease (one per instance).
-    owner: String,
+    pub(super) owner: String,
     /// How long a sender may be talking to ARCA: the client's timeout plus a margin. Until
     /// then nobody else resends its number.
-    send_window: Duration,
+    pub(super) send_window: Duration,
     /// How long after a send began it may still land at ARCA: `send_window` plus
     /// [`LANDING_MARGIN`] (a request ARCA is still processing after the client gave up).
-    landing_window: Duration,
+    pub(super) landing_window: Duration,
 }
 
 /// How long a sequence's lease lasts if its holder dies between reading and writing.
-const LEASE: Duration = Duration::seconds(30);
+pub(super) const LEASE: Duration = Duration::seconds(30);
 /// Rounds of "settle the last claim, then reserve" before answering `Busy`.
-const ROUNDS: usize = 8;
+pub(super) const ROUNDS: usize = 8;
 /// How long past its sender's window a send is still assumed able to land at ARCA. ARCA
 /// documents no bound for a request its client abandoned; two minutes is this appliance's
 /// choice (docs/arca.md, the barrier).
 pub const LANDING_MARGIN: Duration = Duration::minutes(2);
 /// Attempt keys of one sale [`Issuer::issue_sale`] goes through (`{key}`, `{key}#2`, …).
-const ATTEMPTS: u32 = 20;
+pub(super) const ATTEMPTS: u32 = 20;
 
 /// A sale's own key and the attempt `key` is: `mercadopago:7#3` → (`mercadopago:7`, 3).
 pub fn sale_of(key: &str) -> (&str, u32) {
@@ -139,7 +141,7 @@ pub fn attempt_key(key: &str, attempt: u32) -> String {
     }
 }
 
-fn json(m: &[Message]) -> String {
+pub(super) fn json(m: &[Message]) -> String {
     serde_json::to_string(m).expect("messages serialize")
 }
 
@@ -167,7 +169,7 @@ impl Issuer {
         }
     }
 
-    fn seq(&self) -> ArcaSeq<'_> {
+    pub(super) fn seq(&self) -> ArcaSeq<'_> {
         ArcaSeq {
             environment: self.environment.as_str(),
             cuit: self.wsfe.cuit(),
@@ -177,114 +179,30 @@ impl Issuer {
     }
 
     /// Today in Argentina (UTC−3, no daylight saving).
-    fn today() -> NaiveDate {
+    pub(super) fn today() -> NaiveDate {
         (Utc::now() - Duration::hours(3)).date_naive()
     }
 
-    /// Issues `input`'s voucher under `key`, exactly once (see the module's comment).
+    /// Issues `input`'s voucher under `key`, exactly once (see the module's comment): the
+    /// batch of one ([`Issuer::issue_many`]).
     pub async fn issue(&self, key: &str, input: &VoucherInput) -> Result<Outcome, IssueError> {
-        let mut problems = input.problems(self.tipo);
-        problems.extend(input.date_problems(Self::today(), Self::today()));
-        if !problems.is_empty() {
-            return Err(IssueError::Invalid(problems));
-        }
-        let hash = input.hash();
-        let text = serde_json::to_string(input).expect("a voucher input serializes");
-        let mut arca_last = None;
-        for _ in 0..ROUNDS {
-            if let Some(v) = self.db.arca_voucher(key).await? {
-                return self.known(&v, &hash).await;
-            }
-            let seq = self.db.arca_sequence(self.seq()).await?;
-            let last = match seq.as_ref().and_then(|s| s.last_key.as_deref()) {
-                Some(k) => self.db.arca_voucher(k).await?,
-                None => None,
-            };
-            // The last claim's number, when ARCA proved it free for this key (the barrier).
-            let mut free = None;
-            if let Some(last) = last.filter(ArcaVoucherRow::is_open) {
-                match self.settle_other(&last).await? {
-                    Some(Outcome::Indeterminate {
-                        lookup: Lookup::Free,
-                        ..
-                    }) => free = Some(last),
-                    Some(blocked) => return Ok(blocked),
-                    None => continue,
-                }
-            }
-            let name = self.seq().lock_name();
-            if !self.db.arca_lock(&name, &self.owner, LEASE).await? {
-                return Ok(Outcome::Busy);
-            }
-            let now = Utc::now();
-            let new = NewReservation {
-                key,
-                input_hash: &hash,
-                input: &text,
-                today: &Self::today().to_string(),
-                sending_until: now + self.send_window,
-                landing_until: now + self.landing_window,
-            };
-            let reserved = match &free {
-                Some(old) => self.db.arca_supersede(self.seq(), old, &new).await,
-                None => self.db.arca_reserve(self.seq(), &new, arca_last).await,
-            };
-            self.db.arca_unlock(&name, &self.owner).await?;
-            match reserved? {
-                Reserve::Reserved(v) => {
-                    if let Some(old) = &free {
-                        tracing::warn!(old = %old.key, new = %key, number = v.number,
-                            "ARCA number proven empty: superseded");
-                    }
-                    return self.send(&v, true).await;
-                }
-                Reserve::Existing(v) => return self.known(&v, &hash).await,
-                // Settled (or sent again) by the next round.
-                Reserve::Unsettled(_) | Reserve::Moved => {}
-                Reserve::NeedLast => {
-                    arca_last = Some(
-                        self.wsfe
-                            .last_authorized(self.pto_vta, self.tipo)
-                            .await
-                            .map_err(IssueError::Unavailable)?,
-                    );
-                }
-            }
-        }
-        Ok(Outcome::Busy)
+        self.issue_many(&[(key, input)]).await?.remove(0)
     }
 
     /// Issues a sale's voucher under `key`, then, while ARCA shows an attempt superseded or
     /// its number free for good ([`Lookup`]), or a human moved the sale on from a conflict,
     /// under the sale's next attempt key ([`attempt_key`]): one voucher per sale, whatever
-    /// attempt carries it.
+    /// attempt carries it. The batch of one ([`Issuer::issue_sales`]).
     pub async fn issue_sale(&self, key: &str, input: &VoucherInput) -> Result<Outcome, IssueError> {
-        let mut outcome = Outcome::Busy;
-        for attempt in 1..=ATTEMPTS {
-            let this = attempt_key(key, attempt);
-            outcome = self.issue(&this, input).await?;
-            if matches!(outcome, Outcome::Conflict { .. }) {
-                // A human moved the sale on from this conflict (the admin's re-issue).
-                let moved = self.db.arca_voucher(&this).await?;
-                if moved.is_some_and(|v| v.superseded_by.is_some()) {
-                    continue;
-                }
-            }
-            if !matches!(
-                outcome,
-                Outcome::Indeterminate {
-                    lookup: Lookup::Free | Lookup::Superseded { .. },
-                    ..
-                }
-            ) {
-                break;
-            }
-        }
-        Ok(outcome)
+        self.issue_sales(&[(key, input)]).await?.remove(0)
     }
 
     /// A key with a voucher already: the same input gets its outcome (resolving it if open).
-    async fn known(&self, v: &ArcaVoucherRow, hash: &str) -> Result<Outcome, IssueError> {
+    pub(super) async fn known(
+        &self,
+        v: &ArcaVoucherRow,
+        hash: &str,
+    ) -> Result<Outcome, IssueError> {
         let s = self.seq();
         if v.input_hash != hash
             || v.environment != s.environment
@@ -300,7 +218,10 @@ impl Issuer {
     /// The last claim of the sequence belongs to another key and is open: resolve it. `None`
     /// when it is settled now; [`Lookup::Free`] when its number may be taken; the outcome
     /// that blocks this key otherwise.
-    async fn settle_other(&self, last: &ArcaVoucherRow) -> Result<Option<Outcome>, IssueError> {
+    pub(super) async fn settle_other(
+        &self,
+        last: &ArcaVoucherRow,
+    ) -> Result<Option<Outcome>, IssueError> {
         Ok(match self.resolve(last).await? {
             free @ Outcome::Indeterminate {
                 lookup: Lookup::Free,
@@ -352,40 +273,92 @@ impl Issuer {
             Ok(Some(found)) => self.found(v, &req, &found).await,
             Ok(None) => match self.wsfe.last_authorized(self.pto_vta, self.tipo).await {
                 Err(e) => Ok(indeterminate(e)),
-                Ok(last) if last + 1 == v.number && !self.may_land(v) => {
-                    Ok(Outcome::Indeterminate {
-                        number: v.number,
-                        reason: format!(
-                            "number {} is empty and next at ARCA, and no send of this key can \
-                             land any more: it is never sent again, the next key takes the number",
-                            v.number
-                        ),
-                        lookup: Lookup::Free,
-                    })
-                }
-                Ok(last) if last + 1 == v.number => {
-                    let now = Utc::now();
-                    let (until, landing) = (now + self.send_window, now + self.landing_window);
-                    match self.db.arca_claim_send(&v.key, until, landing).await? {
-                        Some(v) => self.send(&v, false).await,
-                        None => Ok(Outcome::Busy),
-                    }
-                }
-                Ok(last) => Ok(Outcome::Indeterminate {
-                    number: v.number,
-                    reason: format!(
-                        "number {} is empty but ARCA's last authorized is {last}: a human must \
-                         look at the sequence",
-                        v.number
-                    ),
-                    lookup: Lookup::Unanswered,
-                }),
+                Ok(last) => self.empty(v, last).await,
             },
         }
     }
 
+    /// `v`'s number is empty and ARCA's last authorized is `last`. Next (`last + 1`): the
+    /// same request is sent again while an earlier send may still land, else the number is
+    /// free for good. Further up, behind our own open claims from `last + 1` (a batch whose
+    /// answer was lost): it waits for them while any of them may still be sent or land, else
+    /// the whole run is free for good (the barrier takes it at once). Anything else is for a
+    /// human.
+    async fn empty(&self, v: &ArcaVoucherRow, last: i64) -> Result<Outcome, IssueError> {
+        let open = self.db.arca_open_above(self.seq(), last).await?;
+        let run: Vec<&ArcaVoucherRow> = open.iter().take_while(|c| c.number <= v.number).collect();
+        let ours = run.iter().zip(last + 1..).all(|(c, n)| c.number == n)
+            && run.last().is_some_and(|c| c.key == v.key);
+        if !ours {
+            return Ok(Outcome::Indeterminate {
+                number: v.number,
+                reason: format!(
+                    "number {} is empty but ARCA's last authorized is {last}: a human must \
+                     look at the sequence",
+                    v.number
+                ),
+                lookup: Lookup::Unanswered,
+            });
+        }
+        let free = Outcome::Indeterminate {
+            number: v.number,
+            reason: format!(
+                "number {} is empty and {} at ARCA, and no send of it can land any more: it is \
+                 never sent again, the next key takes the number",
+                v.number,
+                if run.len() == 1 {
+                    "next"
+                } else {
+                    "behind our own empty claims"
+                }
+            ),
+            lookup: Lookup::Free,
+        };
+        if run.len() > 1 {
+            let now = Utc::now();
+            let busy =
+                |c: &&ArcaVoucherRow| c.sending_until.is_some_and(|t| t > now) || self.may_land(c);
+            if run.iter().any(busy) {
+                return Ok(Outcome::Indeterminate {
+                    number: v.number,
+                    reason: format!(
+                        "number {} waits for number {} ({}) to be settled first",
+                        v.number,
+                        last + 1,
+                        run[0].key
+                    ),
+                    lookup: Lookup::Unanswered,
+                });
+            }
+            return Ok(free);
+        }
+        if !self.may_land(v) {
+            return Ok(free);
+        }
+        // The same stored requests again at the same numbers: `v` and the open claims right
+        // after it that may still land too (the rest of a batch that never reached ARCA), as
+        // far as each can be claimed.
+        let now = Utc::now();
+        let (until, landing) = (now + self.send_window, now + self.landing_window);
+        let Some(v) = self.db.arca_claim_send(&v.key, until, landing).await? else {
+            return Ok(Outcome::Busy);
+        };
+        let from = v.number;
+        let mut resend = vec![v];
+        for c in open.iter().filter(|c| c.number > from) {
+            if c.number != resend[resend.len() - 1].number + 1 || !self.may_land(c) {
+                break;
+            }
+            match self.db.arca_claim_send(&c.key, until, landing).await? {
+                Some(c) => resend.push(c),
+                None => break,
+            }
+        }
+        self.send_many(&resend, false).await.remove(0)
+    }
+
     /// Whether a send of `v` may still reach ARCA.
-    fn may_land(&self, v: &ArcaVoucherRow) -> bool {
+    pub(super) fn may_land(&self, v: &ArcaVoucherRow) -> bool {
         v.landing_until.is_some_and(|t| t > Utc::now())
     }
 
@@ -428,7 +401,7 @@ impl Issuer {
     }
 
     /// ARCA holds a voucher at `v`'s number: ours if it is what we sent.
-    async fn found(
+    pub(super) async fn found(
         &self,
         v: &ArcaVoucherRow,
         req: &Request,
@@ -465,50 +438,8 @@ impl Issuer {
         self.reread(&v.key).await
     }
 
-    /// Sends `v` (which this call holds the right to send) and records the answer. `first`:
-    /// no earlier send of it can have reached ARCA, so a rejection settles it at once.
-    async fn send(&self, v: &ArcaVoucherRow, first: bool) -> Result<Outcome, IssueError> {
-        let req = self.request(v)?;
-        match self.wsfe.solicit(&req).await {
-            Ok(Solicit::Approved { cae, observations }) => {
-                let due = cae.due.to_string();
-                if !self
-                    .db
-                    .arca_authorized(&v.key, &cae.code, &due, &json(&observations), false)
-                    .await?
-                {
-                    return self.reread(&v.key).await;
-                }
-                Ok(Outcome::Authorized {
-                    number: v.number,
-                    cae,
-                    recovered: false,
-                })
-            }
-            // ARCA puts a record's reasons in its Observaciones and the request's in Errors.
-            Ok(Solicit::Rejected {
-                errors,
-                observations,
-            }) => {
-                let reasons: Vec<Message> = errors.into_iter().chain(observations).collect();
-                // A first send refused for its content settles: no earlier send of it exists.
-                // 10016 says the number is used, and a resend's earlier send may have landed:
-                // only the number tells whose voucher is there.
-                if first && !reasons.iter().any(|e| e.code == codes::NOT_NEXT) {
-                    return self.rejected(v, &reasons).await;
-                }
-                match self.wsfe.consult(self.pto_vta, self.tipo, v.number).await {
-                    Ok(Some(found)) => self.found(v, &req, &found).await,
-                    Ok(None) => self.rejected(v, &reasons).await,
-                    Err(e) => self.unknown(v, &e).await,
-                }
-            }
-            Err(e) => self.unknown(v, &e).await,
-        }
-    }
-
     /// Settles `v` as rejected; if another instance settled it first, its outcome instead.
-    async fn rejected(
+    pub(super) async fn rejected(
         &self,
         v: &ArcaVoucherRow,
         errors: &[Message],
@@ -519,7 +450,11 @@ impl Issuer {
         self.reread(&v.key).await
     }
 
-    async fn unknown(&self, v: &ArcaVoucherRow, e: &WsfeError) -> Result<Outcome, IssueError> {
+    pub(super) async fn unknown(
+        &self,
+        v: &ArcaVoucherRow,
+        e: &WsfeError,
+    ) -> Result<Outcome, IssueError> {
         tracing::warn!(key = %v.key, number = v.number, error = %e, "ARCA outcome unknown");
         self.db.arca_unknown(&v.key, &e.to_string()).await?;
         Ok(Outcome::Indeterminate {
@@ -530,7 +465,7 @@ impl Issuer {
     }
 
     /// The outcome as stored now (another instance settled it first).
-    async fn reread(&self, key: &str) -> Result<Outcome, IssueError> {
+    pub(super) async fn reread(&self, key: &str) -> Result<Outcome, IssueError> {
         let v = self
             .db
             .arca_voucher(key)
@@ -547,7 +482,7 @@ impl Issuer {
     }
 
     /// The exact request stored for `v`.
-    fn request(&self, v: &ArcaVoucherRow) -> Result<Request, IssueError> {
+    pub(super) fn request(&self, v: &ArcaVoucherRow) -> Result<Request, IssueError> {
         let corrupt = |e: String| IssueError::Corrupt(v.key.clone(), e);
         Ok(Request {
             pto_vta: v.pto_vta,
@@ -560,7 +495,7 @@ impl Issuer {
     }
 }
 
-fn authorized(v: &ArcaVoucherRow) -> Outcome {
+pub(super) fn authorized(v: &ArcaVoucherRow) -> Outcome {
     Outcome::Authorized {
         number: v.number,
         cae: Cae {

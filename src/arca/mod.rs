@@ -8,6 +8,9 @@
 //!   with their codes.
 //! - [`issue`]: the exactly-once rule: the number is the identity, reserved in the database
 //!   before the call; a lost answer is resolved by consulting that number, never by a new one.
+//! - [`batch`]: several keys of one sequence numbered in one transaction and sent in one
+//!   `FECAESolicitar` (`CantReg` > 1), each settled from its own answer; one key is the batch
+//!   of one.
 //! - [`wsaa`]: WSAA: the access ticket request, its CMS signature, the `loginCms` call, and the
 //!   ticket cached in the database, shared by instances and renewed before it expires.
 //! - [`buyer`]: who a sale's voucher names (CUIT, CUIL, DNI or nobody, and the IVA
@@ -21,8 +24,9 @@
 //! Who may import it: the sandbox ([`crate::arcasim`], for the model and the envelopes),
 //! startup, the CLI and tests; the settings ([`crate::config`]) use the model's leaf types. It
 //! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings, the PDF pages
-//! ([`crate::pdf::voucher`]) and the XML reader of [`crate::cfdi::dom`]. Batching (`CantReg` > 1) remains (docs/arca.md).
+//! ([`crate::pdf::voucher`]) and the XML reader of [`crate::cfdi::dom`].
 
+pub mod batch;
 pub mod buyer;
 pub mod drain;
 pub mod issue;

@@ -16,6 +16,12 @@ pub mod codes {
     pub const NOT_FOUND: i32 = 602;
     /// Token or Sign missing or not valid *(sandbox)*.
     pub const AUTH: i32 = 600;
+    /// `CantReg` outside 1..9998.
+    pub const CANT_REG: i32 = 10001;
+    /// `CantReg` is not the number of `FECAEDetRequest` sent.
+    pub const CANT_REG_DETAILS: i32 = 10002;
+    /// More vouchers than `FECompTotXRequest` allows in one request (FCE: 1).
+    pub const CANT_REG_MAX: i32 = 10003;
     /// The number or date is not the next to authorize.
     pub const NOT_NEXT: i32 = 10016;
     /// DocTipo / DocNro not valid for the voucher type or amount.
@@ -123,6 +129,20 @@ impl CbteTipo {
             self,
             Self::NotaCreditoA | Self::NotaCreditoB | Self::NotaCreditoC
         )
+    }
+
+    /// Whether several of this type may go in one `FECAESolicitar`: every CAE type may, up to
+    /// `FECompTotXRequest`'s count, except the FCE MiPyMEs types (201 to 213, one per
+    /// request, error 10003), which this appliance does not issue.
+    pub fn batchable(self) -> bool {
+        match self {
+            Self::FacturaA
+            | Self::FacturaB
+            | Self::FacturaC
+            | Self::NotaCreditoA
+            | Self::NotaCreditoB
+            | Self::NotaCreditoC => true,
+        }
     }
 
     /// The nota de crédito of a factura's class (itself for a nota de crédito): its own

@@ -1,6 +1,6 @@
 //! The WSFEv1 client: SOAP 1.1 over reqwest (docs/arca.md §3). `FECompUltimoAutorizado`,
-//! `FECAESolicitar` (one voucher, no transport retry: a retry is the caller's decision, after
-//! consulting) and `FECompConsultar`, each answer turned into one unambiguous value; the
+//! `FECAESolicitar` (one voucher or a batch of one sequence's consecutive numbers, no transport
+//! retry: a retry is the caller's decision, after consulting), `FECompTotXRequest` and `FECompConsultar`, each answer turned into one unambiguous value; the
 //! envelopes are also what the sandbox parses ([`crate::arcasim`]).
 
 use std::time::Duration;
@@ -408,45 +408,106 @@ impl Wsfe {
             .collect())
     }
 
-    /// `FECAESolicitar` for one voucher, sent once. A failure of any kind leaves its outcome
-    /// unknown; a header/detail contradiction is malformed, hence unknown too.
+    /// `FECompTotXRequest`: how many vouchers one `FECAESolicitar` may carry (`RegXReq`).
+    pub async fn max_records(&self) -> Result<usize, WsfeError> {
+        let r = self.call("FECompTotXRequest", "").await?;
+        let errors = messages(&r, "Errors", "Err");
+        if !errors.is_empty() {
+            return Err(WsfeError::Refused(errors));
+        }
+        number(&r, "RegXReq").map_err(WsfeError::Malformed)
+    }
+
+    /// `FECAESolicitar` for one voucher, sent once (the batch of one).
     pub async fn solicit(&self, req: &Request) -> Result<Solicit, WsfeError> {
+        let mut one = self.solicit_many(std::slice::from_ref(req)).await?;
+        Ok(one.remove(0))
+    }
+
+    /// `FECAESolicitar` for consecutive vouchers of one sequence (`CantReg` = their count),
+    /// sent once: one answer per voucher, in order. A failure of any kind leaves all their
+    /// outcomes unknown; a header/detail contradiction is malformed, hence unknown too.
+    pub async fn solicit_many(&self, reqs: &[Request]) -> Result<Vec<Solicit>, WsfeError> {
+        let Some(first) = reqs.first() else {
+            return Ok(Vec::new());
+        };
+        let details: String = reqs.iter().map(detail_xml).collect();
         let body = format!(
-            "<FeCAEReq><FeCabReq><CantReg>1</CantReg><PtoVta>{}</PtoVta><CbteTipo>{}</CbteTipo>\
-             </FeCabReq><FeDetReq>{}</FeDetReq></FeCAEReq>",
-            req.pto_vta,
-            req.cbte_tipo.code(),
-            detail_xml(req)
+            "<FeCAEReq><FeCabReq><CantReg>{}</CantReg><PtoVta>{}</PtoVta><CbteTipo>{}</CbteTipo>\
+             </FeCabReq><FeDetReq>{details}</FeDetReq></FeCAEReq>",
+            reqs.len(),
+            first.pto_vta,
+            first.cbte_tipo.code(),
         );
         let r = self.call("FECAESolicitar", &body).await?;
-        parse_solicit(&r, req.number).map_err(WsfeError::Malformed)
+        let numbers: Vec<i64> = reqs.iter().map(|q| q.number).collect();
+        parse_batch(&r, &numbers).map_err(WsfeError::Malformed)
     }
 }
 
-/// A `FECAESolicitarResult` for number `nro`.
+/// A `FECAESolicitarResult` for number `nro` alone.
+#[cfg(test)]
 fn parse_solicit(r: &Element, nro: i64) -> Result<Solicit, String> {
+    parse_batch(r, &[nro]).map(|mut v| v.remove(0))
+}
+
+/// A `FECAESolicitarResult` for `numbers`, one answer each. Result-level `Errors` (the
+/// request's: numbering, header) go with every refused voucher, each with its own
+/// `Observaciones`; the header's `Resultado` must agree with the details (`A` all approved,
+/// `R` none, `P` some).
+fn parse_batch(r: &Element, numbers: &[i64]) -> Result<Vec<Solicit>, String> {
     let errors = messages(r, "Errors", "Err");
     let head = find(r, "FeCabResp").and_then(|h| text(h, "Resultado"));
-    let Some(det) = find(r, "FECAEDetResponse") else {
+    let mut dets = Vec::new();
+    if let Some(d) = find(r, "FeDetResp") {
+        find_all(d, "FECAEDetResponse", &mut dets);
+    }
+    if dets.is_empty() {
         // Refused whole (bad credentials, bad header): nothing was authorized.
-        return if errors.is_empty() {
-            Err("no FECAEDetResponse".into())
-        } else {
-            Ok(Solicit::Rejected {
-                errors,
-                observations: Vec::new(),
-            })
+        if errors.is_empty() {
+            return Err("no FECAEDetResponse".into());
+        }
+        let refused = Solicit::Rejected {
+            errors,
+            observations: Vec::new(),
         };
-    };
-    let detail = text(det, "Resultado");
-    if head.is_some() && head != detail {
+        return Ok(vec![refused; numbers.len()]);
+    }
+    if dets.len() != numbers.len() {
         return Err(format!(
-            "Resultado {head:?} in the header, {detail:?} in the detail"
+            "{} FECAEDetResponse for {} vouchers",
+            dets.len(),
+            numbers.len()
         ));
     }
+    let answers = dets
+        .iter()
+        .zip(numbers)
+        .map(|(det, nro)| parse_detail(det, *nro, &errors))
+        .collect::<Result<Vec<_>, _>>()?;
+    let approved = answers
+        .iter()
+        .filter(|a| matches!(a, Solicit::Approved { .. }))
+        .count();
+    let expected = match approved {
+        0 => "R",
+        n if n == answers.len() => "A",
+        _ => "P",
+    };
+    if head.as_deref().is_some_and(|h| h != expected) {
+        return Err(format!(
+            "Resultado {head:?} in the header, {expected} by the details"
+        ));
+    }
+    Ok(answers)
+}
+
+/// One `FECAEDetResponse`, which must be for number `nro`.
+fn parse_detail(det: &Element, nro: i64, errors: &[Message]) -> Result<Solicit, String> {
     if number::<i64>(det, "CbteDesde")? != nro {
         return Err(format!("the answer is for another number than {nro}"));
     }
+    let detail = text(det, "Resultado");
     let observations = messages(det, "Observaciones", "Obs");
     let cae = text(det, "CAE");
     match (detail.as_deref(), cae) {
@@ -461,7 +522,7 @@ fn parse_solicit(r: &Element, nro: i64) -> Result<Solicit, String> {
             })
         }
         (Some("R"), None) => Ok(Solicit::Rejected {
-            errors,
+            errors: errors.to_vec(),
             observations,
         }),
         (d, c) => Err(format!("Resultado {d:?} with CAE {c:?}")),
@@ -567,6 +628,30 @@ mod tests {
             let r = result(cab, &det, "");
             assert!(parse_solicit(&r, nro).is_err(), "{cab} {det}");
         }
+    }
+
+    #[test]
+    fn a_batch_answers_each_voucher_and_the_header_says_partial() {
+        let cae = "<CAE>71263951827464</CAE><CAEFchVto>20210711</CAEFchVto>";
+        let xml = format!(
+            "<FECAESolicitarResult xmlns=\"{NS}\"><FeCabResp><Resultado>P</Resultado></FeCabResp>\
+             <FeDetResp><FECAEDetResponse><CbteDesde>7</CbteDesde><Resultado>A</Resultado>{cae}\
+             </FECAEDetResponse><FECAEDetResponse><CbteDesde>8</CbteDesde><Resultado>R</Resultado>\
+             <Observaciones><Obs><Code>10048</Code><Msg>total</Msg></Obs></Observaciones><CAE/>\
+             </FECAEDetResponse><FECAEDetResponse><CbteDesde>9</CbteDesde><Resultado>R</Resultado>\
+             <CAE/></FECAEDetResponse></FeDetResp></FECAESolicitarResult>"
+        );
+        let r = Element::parse(xml.as_bytes()).expect("xml");
+        let got = parse_batch(&r, &[7, 8, 9]).expect("answers");
+        assert!(matches!(got[0], Solicit::Approved { .. }), "{got:?}");
+        assert!(
+            matches!(&got[1], Solicit::Rejected { observations, .. } if observations[0].code == 10048)
+        );
+        assert!(
+            matches!(&got[2], Solicit::Rejected { observations, errors } if observations.is_empty() && errors.is_empty())
+        );
+        assert!(parse_batch(&r, &[7, 8]).is_err(), "one answer per voucher");
+        assert!(parse_batch(&r, &[7, 9, 8]).is_err(), "in order");
     }
 
     #[test]

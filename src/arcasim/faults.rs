@@ -25,11 +25,12 @@
 //! | `strict_auth=true\|false` | WSFEv1 needs a ticket WSAA handed out |
 //! | `ticket_seconds=N` | WSAA tickets live N seconds (ARCA: 12 h) |
 //! | `ptos_venta=N+M+…` | what `FEParamGetPtosVenta` lists (1 to 20 by default) |
+//! | `reg_x_req=N` | what `FECompTotXRequest` answers, the most vouchers per `FECAESolicitar` (250 by default) |
 //!
 //! Set at start (`arca-sim --faults`) or at runtime (`PUT /_sim/faults`, read back with
 //! `GET`). ARCA's switches change only those named; a spec with any timed or random item
 //! replaces them all (windows count from then); `none` clears both (not `strict_auth`,
-//! `ticket_seconds` nor `ptos_venta`). The sandbox's clock starts again at a restart, so a
+//! `ticket_seconds`, `ptos_venta` nor `reg_x_req`). The sandbox's clock starts again at a restart, so a
 //! restarted sandbox is given the windows still ahead.
 
 use std::sync::Arc;
@@ -118,6 +119,9 @@ impl ArcaSim {
                     .store(value.parse().map_err(|_| bad())?, Ordering::SeqCst),
                 "ticket_seconds" => self
                     .ticket_seconds
+                    .store(value.parse().map_err(|_| bad())?, Ordering::SeqCst),
+                "reg_x_req" => self
+                    .max_records
                     .store(value.parse().map_err(|_| bad())?, Ordering::SeqCst),
                 _ if TIMED.contains(&name.split(':').next().unwrap_or(name)) => timed.push(part),
                 _ => return Err(format!("unknown fault {part:?}")),

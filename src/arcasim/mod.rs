@@ -3,7 +3,9 @@
 //!
 //! It enforces consecutive numbering per (CUIT, punto de venta, voucher type): a voucher is
 //! accepted only at last + 1 with a date not before the last one, else `10016`; a rejection
-//! uses no number. It checks totals, IVA sums and the document rules of each class with the
+//! uses no number. A batch (`CantReg` > 1, at most `FECompTotXRequest`'s 250, else `10003`) is
+//! processed in order and stops at its first refusal: the later vouchers come back `R`
+//! unprocessed, and the header says `A`, `R` or `P`. It checks totals, IVA sums and the document rules of each class with the
 //! codes of [`crate::arca::model::codes`], CbteFch's window around today (5 days for products,
 //! 10 for services) and the dates a service needs, and answers `FECompUltimoAutorizado`,
 //! `FECompConsultar` (602 when empty) and `FEDummy`. Its vouchers and tickets are kept in an
@@ -117,6 +119,9 @@ pub struct ArcaSim {
     /// The CUIT's web-services points of sale (`FEParamGetPtosVenta`); 1 to 20 unless set
     /// with `ptos_venta=3+4`.
     pub ptos_venta: Mutex<Vec<i32>>,
+    /// How many vouchers one `FECAESolicitar` may carry (`FECompTotXRequest`; ARCA's
+    /// homologación answered 250), set with `reg_x_req=N`.
+    pub max_records: AtomicU64,
     /// `FEParamGetPtosVenta` requests received.
     pub ptos_venta_asked: AtomicU64,
     /// `loginCms` tickets handed out.
@@ -253,6 +258,7 @@ impl ArcaSim {
             solicits: AtomicU64::new(0),
             hang_next: AtomicU32::new(0),
             ptos_venta: Mutex::new((1..=20).collect()),
+            max_records: AtomicU64::new(250),
             ptos_venta_asked: AtomicU64::new(0),
             logins: AtomicU64::new(0),
             login_attempts: AtomicU64::new(0),

@@ -3,7 +3,7 @@
 //! | Route | What |
 //! |---|---|
 //! | `POST /ws/services/LoginCms` | WSAA `loginCms` (see [`super::wsaa`]) |
-//! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar`, `FECompUltimoAutorizado`, `FECompConsultar`, `FEParamGetPtosVenta`, `FEDummy` |
+//! | `POST /wsfev1/service.asmx` | WSFEv1 SOAP 1.1: `FECAESolicitar` (`CantReg` up to `FECompTotXRequest`'s), `FECompUltimoAutorizado`, `FECompConsultar`, `FECompTotXRequest`, `FEParamGetPtosVenta`, `FEDummy` |
 //! | `GET /_sim/vouchers` | every authorized voucher with its number and CAE |
 //! | `GET /_sim/stats` | `{"solicits": N, "logins": N, "login_attempts": N, "faults": N}`: `FECAESolicitar` requests received, tickets handed out, `loginCms` requests received, faults injected (since this process started) |
 //! | `GET`/`PUT /_sim/faults` | read or change the fault spec (body: a spec of [`super::faults`], or `none`) |
@@ -248,6 +248,13 @@ async fn wsfe_call(
             )
         }
         "FECompConsultar" => consultar(sim, cuit, op),
+        "FECompTotXRequest" => soap(
+            &name,
+            &format!(
+                "<RegXReq>{}</RegXReq>",
+                sim.max_records.load(Ordering::SeqCst)
+            ),
+        ),
         "FEParamGetPtosVenta" => {
             sim.ptos_venta_asked.fetch_add(1, Ordering::SeqCst);
             let points = sim
@@ -376,14 +383,35 @@ fn solicitar(sim: &ArcaSim, cuit: i64, op: &Element) -> (HttpResponse, usize) {
     let mut details = String::new();
     let mut errors = Vec::new();
     let (mut approved, mut rejected) = (0, 0);
-    if dets.len() != cant || cant == 0 {
+    let max = usize::try_from(sim.max_records.load(Ordering::SeqCst)).unwrap_or(usize::MAX);
+    if !(1..=9998).contains(&cant) {
         errors.push(Message::new(
-            10000,
-            "CantReg no coincide con los comprobantes informados",
+            codes::CANT_REG,
+            "Campo CantReg debe estar comprendido entre 1 y 9998",
+        ));
+    } else if dets.len() != cant {
+        errors.push(Message::new(
+            codes::CANT_REG_DETAILS,
+            "La cantidad de registros del detalle debe ser igual a lo informado en CantReg",
+        ));
+    } else if cant > max {
+        errors.push(Message::new(
+            codes::CANT_REG_MAX,
+            format!(
+                "La cantidad de registros en detalle debe ser menor igual a {max}. Consultar \
+                 metodo FECompTotXRequest"
+            ),
         ));
     } else {
         for d in dets {
             let fch = text(d, "CbteFch").unwrap_or_default();
+            if rejected > 0 {
+                // ARCA processes a batch in order and stops at its first refusal: the rest
+                // come back R, not processed, with no observation of their own.
+                let number = number::<i64>(d, "CbteDesde").unwrap_or(0);
+                details.push_str(&det_response(number, &fch, 'R', None, ""));
+                continue;
+            }
             match sim.authorize(cuit, pv, tipo, d) {
                 Ok(DetAnswer::Approved(v)) => {
                     approved += 1;

@@ -114,6 +114,9 @@ pub struct ArcaSettings {
     pub ticket_renew_minutes: u64,
     /// How often `serve` and `worker` look for ARS sales to issue, in seconds.
     pub interval_seconds: u64,
+    /// Vouchers of one sequence sent in one `FECAESolicitar` (`CantReg`), at most what ARCA's
+    /// `FECompTotXRequest` allows (250 in homologación); 1 sends them one by one.
+    pub batch: usize,
     /// The IVA condition of a buyer identified by CUIT when the sale does not say it (Mercado
     /// Pago does not know it; metadata `condicion_iva` does): `consumidor_final` (Factura B
     /// from an RI) unless the merchant sells to businesses.
@@ -226,6 +229,9 @@ impl ArcaSettings {
         }
         if self.timeout_seconds == 0 || self.interval_seconds == 0 {
             p.push("[arca] timeout_seconds and interval_seconds must be at least 1".into());
+        }
+        if !(1..=9998).contains(&self.batch) {
+            p.push("[arca] batch must be between 1 and 9998 (ARCA's CantReg, error 10001)".into());
         }
         if self.ticket_renew_minutes >= 11 * 60 {
             p.push("[arca] ticket_renew_minutes must be under 660 (a ticket lives 12 h)".into());

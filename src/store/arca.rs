@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::exec::{Dialected, Tx, stmt};
+use super::exec::stmt;
 use super::{Db, StoreError};
 
 /// A sequence: (environment, CUIT, punto de venta, voucher type).
@@ -153,25 +153,11 @@ pub(super) const VOUCHER_COLUMNS: &str = "key, environment, cuit, pto_vta, cbte_
     input_hash, input, state, sending_until, sends, cae, cae_due, recovered, errors, \
     observations, detail, landing_until, superseded_by";
 
-const SEQ_WHERE: &str = "environment = $1 AND cuit = $2 AND pto_vta = $3 AND cbte_tipo = $4";
+pub(super) const SEQ_WHERE: &str =
+    "environment = $1 AND cuit = $2 AND pto_vta = $3 AND cbte_tipo = $4";
 
-/// The sequence's row, taken until the transaction ends on PostgreSQL (SQLite's transaction
-/// already holds the only write lock).
-static SEQUENCE_FOR_UPDATE: Dialected = Dialected::new(
-    "SELECT last_number, last_key, last_date FROM arca_sequences \
-     WHERE environment = $1 AND cuit = $2 AND pto_vta = $3 AND cbte_tipo = $4{LOCK}",
-    &[("{LOCK}", "", " FOR UPDATE")],
-);
-
-fn select_voucher() -> String {
+pub(super) fn select_voucher() -> String {
     format!("SELECT {VOUCHER_COLUMNS} FROM arca_vouchers WHERE key = $1")
-}
-
-fn ymd_max<'a>(a: &'a str, b: Option<&'a str>) -> &'a str {
-    match b {
-        Some(b) if b > a => b,
-        _ => a,
-    }
 }
 
 impl Db {
@@ -260,124 +246,6 @@ impl Db {
             .execute(self, "release an ARCA lease")
             .await?;
         Ok(())
-    }
-
-    /// Opens a claim's transaction: the sequence's row taken, or [`Reserve::Existing`] (the
-    /// transaction ended) when `key` has a voucher already.
-    async fn open_claim(
-        &self,
-        seq: ArcaSeq<'_>,
-        key: &str,
-    ) -> Result<Result<(Tx<'_>, Option<ArcaSequenceRow>), Reserve>, StoreError> {
-        let mut tx = self.begin().await?;
-        if let Some(v) = stmt(select_voucher())
-            .bind(key)
-            .fetch_optional_in(&mut tx, "read an ARCA voucher")
-            .await?
-        {
-            tx.rollback().await?;
-            return Ok(Err(Reserve::Existing(v)));
-        }
-        let row = stmt(SEQUENCE_FOR_UPDATE.text(tx.dialect()))
-            .bind(seq.environment)
-            .bind(seq.cuit)
-            .bind(seq.pto_vta)
-            .bind(seq.cbte_tipo)
-            .fetch_optional_in(&mut tx, "take an ARCA sequence")
-            .await?;
-        Ok(Ok((tx, row)))
-    }
-
-    /// In one transaction: the next number of `seq` for `new.key`, written to the sequence
-    /// and then to the reservation it names. The next number is the last claim's plus one when
-    /// that claim was authorized; after a rejection or a conflict (or on a new sequence) it is
-    /// `arca_last + 1`, ARCA's own count read by the caller ([`Reserve::NeedLast`] without
-    /// it). An open last claim hands out nothing ([`Reserve::Unsettled`]).
-    pub async fn arca_reserve(
-        &self,
-        seq: ArcaSeq<'_>,
-        new: &NewReservation<'_>,
-        arca_last: Option<i64>,
-    ) -> Result<Reserve, StoreError> {
-        let (mut tx, row) = match self.open_claim(seq, new.key).await? {
-            Ok(open) => open,
-            Err(existing) => return Ok(existing),
-        };
-        let mut continues = false;
-        if let Some(key) = row.as_ref().and_then(|r| r.last_key.clone()) {
-            let last: Option<ArcaVoucherRow> = stmt(select_voucher())
-                .bind(key)
-                .fetch_optional_in(&mut tx, "read the last ARCA claim")
-                .await?;
-            if let Some(last) = last {
-                if last.is_open() {
-                    tx.rollback().await?;
-                    return Ok(Reserve::Unsettled(last));
-                }
-                continues = last.state == arca_state::AUTHORIZED;
-            }
-        }
-        let number = match (&row, arca_last) {
-            (Some(r), _) if continues => r.last_number + 1,
-            (_, Some(last)) => last + 1,
-            _ => {
-                tx.rollback().await?;
-                return Ok(Reserve::NeedLast);
-            }
-        };
-        let date = ymd_max(new.today, row.as_ref().and_then(|r| r.last_date.as_deref()));
-        let v = claim_in(&mut tx, seq, new, number, date, Utc::now()).await?;
-        tx.commit("reserve an ARCA number").await?;
-        Ok(Reserve::Reserved(v))
-    }
-
-    /// The barrier, in one transaction: `old`, the sequence's last claim (open, its number
-    /// proven empty and next by ARCA, no send of it able to land any more), is settled
-    /// `superseded` naming `new.key`, and `new.key` is reserved at `old`'s number. The
-    /// conditions are checked again in the `UPDATE`, so a resend of `old` claimed meanwhile
-    /// ([`Db::arca_claim_send`]) and the barrier cannot both win: [`Reserve::Moved`].
-    pub async fn arca_supersede(
-        &self,
-        seq: ArcaSeq<'_>,
-        old: &ArcaVoucherRow,
-        new: &NewReservation<'_>,
-    ) -> Result<Reserve, StoreError> {
-        let (mut tx, row) = match self.open_claim(seq, new.key).await? {
-            Ok(open) => open,
-            Err(existing) => return Ok(existing),
-        };
-        let Some(row) = row.filter(|r| r.last_key.as_deref() == Some(old.key.as_str())) else {
-            tx.rollback().await?;
-            return Ok(Reserve::Moved);
-        };
-        let now = Utc::now();
-        let detail = format!(
-            "ARCA proved number {} empty and no send of this key could still land: the number \
-             went to {}",
-            old.number, new.key
-        );
-        let n = stmt(
-            "UPDATE arca_vouchers SET state = 'superseded', superseded_by = $2, detail = $3, \
-             sending_until = NULL, updated_at = $4 WHERE key = $1 AND number = $5 \
-             AND state IN ('reserved', 'unknown') \
-             AND (sending_until IS NULL OR sending_until < $4) \
-             AND (landing_until IS NULL OR landing_until < $4)",
-        )
-        .bind(&old.key)
-        .bind(new.key)
-        .bind(&detail)
-        .bind(now)
-        .bind(old.number)
-        .execute_in(&mut tx, "supersede an ARCA voucher")
-        .await?;
-        if n != 1 {
-            tx.rollback().await?;
-            return Ok(Reserve::Moved);
-        }
-        let date = ymd_max(new.today, row.last_date.as_deref());
-        let v = claim_in(&mut tx, seq, new, old.number, date, now).await?;
-        tx.commit("supersede an ARCA number").await?;
-        Ok(Reserve::Reserved(v))
     }
 
     /// Takes the right to (re)send `key`'s open voucher until `until` (its send may land
@@ -657,27 +525,6 @@ impl Db {
         .await
     }
 
-    /// Settles an ARS sale: `arca_authorized` with its voucher, or `needs_attention` and why.
-    /// Only a sale still `arca_pending` moves, so a late repeat changes nothing.
-    pub async fn arca_sale_settled(
-        &self,
-        payment_row: i64,
-        status: &str,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        stmt(
-            "UPDATE payments SET status = $1, reason = $2, updated_at = $3 \
-             WHERE id = $4 AND status = 'arca_pending'",
-        )
-        .bind(status)
-        .bind(reason)
-        .bind(Utc::now())
-        .bind(payment_row)
-        .execute(self, "settle an ARS sale")
-        .await?;
-        Ok(())
-    }
-
     /// The status and reason of a sale (`arca_pending`, `arca_authorized`, …).
     pub async fn arca_payment_status(
         &self,
@@ -719,53 +566,4 @@ pub struct ArcaSaleRow {
     pub amount: String,
     /// The buyer's data (`crate::ingest::CustomerData`: its `identification`).
     pub customer_json: String,
-}
-
-/// In `tx`: the sequence row (written first) names `new.key` at `number`, then the
-/// reservation itself.
-async fn claim_in(
-    tx: &mut Tx<'_>,
-    seq: ArcaSeq<'_>,
-    new: &NewReservation<'_>,
-    number: i64,
-    date: &str,
-    now: DateTime<Utc>,
-) -> Result<ArcaVoucherRow, StoreError> {
-    stmt(
-        "INSERT INTO arca_sequences (environment, cuit, pto_vta, cbte_tipo, last_number, \
-         last_key, last_date, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-         ON CONFLICT (environment, cuit, pto_vta, cbte_tipo) DO UPDATE SET \
-         last_number = EXCLUDED.last_number, last_key = EXCLUDED.last_key, \
-         last_date = EXCLUDED.last_date, updated_at = EXCLUDED.updated_at",
-    )
-    .bind(seq.environment)
-    .bind(seq.cuit)
-    .bind(seq.pto_vta)
-    .bind(seq.cbte_tipo)
-    .bind(number)
-    .bind(new.key)
-    .bind(date)
-    .bind(now)
-    .execute_in(tx, "claim an ARCA number")
-    .await?;
-    stmt(format!(
-        "INSERT INTO arca_vouchers (key, environment, cuit, pto_vta, cbte_tipo, number, \
-         cbte_fch, input_hash, input, state, sending_until, landing_until, sends, created_at, \
-         updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'reserved', $10, $11, 1, $12, \
-         $12) RETURNING {VOUCHER_COLUMNS}"
-    ))
-    .bind(new.key)
-    .bind(seq.environment)
-    .bind(seq.cuit)
-    .bind(seq.pto_vta)
-    .bind(seq.cbte_tipo)
-    .bind(number)
-    .bind(date)
-    .bind(new.input_hash)
-    .bind(new.input)
-    .bind(new.sending_until)
-    .bind(new.landing_until)
-    .bind(now)
-    .fetch_one_in(tx, "reserve an ARCA number")
-    .await
 }

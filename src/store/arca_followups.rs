@@ -217,7 +217,9 @@ impl Db {
         Ok(Some(key))
     }
 
-    /// [`Db::arca_sale_settled`], and in the same transaction, when the sale moved to
+    /// Settles an ARS sale still `arca_pending` (a late repeat moves nothing):
+    /// `arca_authorized` with its voucher, or `needs_attention` and why. In the same
+    /// transaction, when the sale moved to
     /// `arca_authorized`, email is on (`domain`, of `[email] from`) and the buyer gave an
     /// address, the email of its authorized voucher, under a Message-ID derived from the
     /// voucher ([`arca_message_id`]): a repeat of the settle moves nothing and queues nothing.
@@ -244,7 +246,8 @@ impl Db {
         Ok(())
     }
 
-    /// [`Db::arca_refund_settled`], and in the same transaction, as for a sale, the buyer's
+    /// Settles a refund still `arca_pending`: `arca_credited` with its nota de crédito, or
+    /// `needs_attention` and why. In the same transaction, as for a sale, the buyer's
     /// email of the nota de crédito when the refund moved to `arca_credited`.
     pub async fn arca_refund_settled_mailed(
         &self,

@@ -4,8 +4,6 @@
 //! (`crate::arca::drain`) then issues its nota and settles it `arca_credited` (or
 //! `needs_attention`).
 
-use chrono::Utc;
-
 use super::exec::stmt;
 use super::{Db, StoreError};
 
@@ -71,27 +69,6 @@ impl Db {
         .fetch_all(self, "read the sale's earlier notas de crédito")
         .await?;
         Ok(rows.into_iter().map(|r| r.0).collect())
-    }
-
-    /// Settles a refund waiting for its nota: `arca_credited` with the nota, or
-    /// `needs_attention` and why. Only a refund still `arca_pending` moves.
-    pub async fn arca_refund_settled(
-        &self,
-        refund_row: i64,
-        status: &str,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        stmt(
-            "UPDATE refunds SET status = $1, reason = $2, updated_at = $3 \
-             WHERE id = $4 AND status = 'arca_pending'",
-        )
-        .bind(status)
-        .bind(reason)
-        .bind(Utc::now())
-        .bind(refund_row)
-        .execute(self, "settle a refund's nota de crédito")
-        .await?;
-        Ok(())
     }
 
     /// A refund's status and reason, by its provider's id.

@@ -35,6 +35,8 @@
 //!   the state change that causes them.
 //! - `arca.rs`: Argentina (ARCA): vouchers by idempotency key, their number sequences and
 //!   reservations, the leases that serialise a sequence across instances, the WSAA tickets.
+//! - `arca_claim.rs`: claiming ARCA numbers: one key or a batch of one sequence in one
+//!   transaction, and the barrier taking over numbers proven empty.
 //! - `arca_refunds.rs`: the refunds of ARS sales waiting for their nota de crédito.
 //! - `arca_followups.rs`: a held or refused ARS sale corrected by a human (its buyer and the
 //!   attempt it is issued again under), and the email of an authorized voucher.
@@ -57,6 +59,7 @@
 mod admin;
 pub mod api;
 mod arca;
+mod arca_claim;
 mod arca_followups;
 mod arca_refunds;
 mod attempts;

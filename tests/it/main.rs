@@ -35,6 +35,7 @@ mod api_payments;
 mod arca;
 mod arca_admin;
 mod arca_barrier;
+mod arca_batch;
 mod arca_buyers;
 mod arca_followups;
 mod arca_print;
