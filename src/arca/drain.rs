@@ -1,4 +1,5 @@
-//! The background loop of `serve` and `worker` that turns ARS sales into ARCA vouchers.
+//! The ARCA lane of the worker pool (wherever a pool runs: `serve`, `autofactura worker`):
+//! ARS sales become ARCA vouchers.
 //!
 //! Ingest marks a Mercado Pago sale in ARS `arca_pending` when `[arca]` is on (no CFDI). Each
 //! round takes the WSAA ticket ([`Wsaa::ticket`]) and issues every pending sale through the
@@ -7,7 +8,10 @@
 //! stored outcome or resolves the key's own number, never a new voucher. An outcome not known
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for
 //! the next round, and the other sales of its sequence with it. A round's sales of one sequence
-//! go `[arca] batch` per `FECAESolicitar` (capped by ARCA's `FECompTotXRequest`), in order. A
+//! go `[arca] batch` per `FECAESolicitar` (capped by ARCA's `FECompTotXRequest`), in order;
+//! the sequences go in parallel (each is numbered on its own). Every answer is read as one of
+//! the [`crate::domain::Verdict`]s the PAC's answers are read as ([`Issuer`] is an
+//! [`Authority`]). A
 //! sale a human corrected (`/admin/arca`) is issued to the corrected buyer under the attempt key
 //! the correction was given (`{provider}:{payment_id}#n`, never used before); an authorized
 //! sale's (or nota's) settle queues the buyer's email of its voucher (`[email]` on).
@@ -19,19 +23,19 @@
 //! ([`VoucherInput::credited`]) and naming the sale's voucher in `CbtesAsoc`; a refund waits
 //! while its sale's voucher is not authorized.
 
-use std::collections::HashMap;
 use std::time::Duration as StdDuration;
 
 use anyhow::Context as _;
 use rust_decimal::Decimal;
 use tokio_util::sync::CancellationToken;
 
+use super::Issuer;
 use super::buyer::{Given, buyer};
 use super::model::{CbteAsoc, CbteTipo, VoucherInput};
 use super::wsaa::Wsaa;
 use super::wsfe::{Auth, Wsfe};
-use super::{Issuer, Outcome};
 use crate::config::ArcaSettings;
+use crate::domain::{Authority, Verdict};
 use crate::store::{ArcaCorrection, ArcaRefundRow, ArcaSaleRow, Db};
 
 /// Sales (and refunds) taken per round.
@@ -50,6 +54,10 @@ pub struct Drainer {
     /// With `[email]` on, the domain of its `from`: an authorized sale queues its email.
     mail_domain: Option<String>,
 }
+
+/// What a round makes of each voucher of a group, in order: `None` when it is not known yet
+/// (it waits for the next round), else the voucher as printed, or why it cannot be had.
+type Outcomes = Vec<Option<Result<String, String>>>;
 
 /// A round's items by sequence (voucher type), in the order their first item came.
 type Groups<T> = Vec<(CbteTipo, Vec<T>)>;
@@ -148,24 +156,17 @@ impl Drainer {
             .cfg
             .punto_venta
             .context("[arca] punto_venta is required")?;
-        // One issuer per sequence (voucher type) met this round.
-        let mut issuers: HashMap<CbteTipo, Issuer> = HashMap::new();
-        let mut issuer = |tipo: CbteTipo| {
-            issuers
-                .entry(tipo)
-                .or_insert_with(|| {
-                    Issuer::new(
-                        self.db.clone(),
-                        wsfe.clone(),
-                        self.cfg.environment,
-                        pto_vta,
-                        tipo,
-                        timeout,
-                    )
-                })
-                .clone()
+        // The issuer of a sequence (voucher type) met this round.
+        let issuer = |tipo: CbteTipo| {
+            Issuer::new(
+                self.db.clone(),
+                wsfe.clone(),
+                self.cfg.environment,
+                pto_vta,
+                tipo,
+                timeout,
+            )
         };
-        let size = |tipo: CbteTipo| self.batch_size(tipo);
         let limit = self.max_records(&wsfe).await;
         let mut settled = 0;
         // Each sequence's sales together, in order, `batch` of them per request.
@@ -189,12 +190,12 @@ impl Drainer {
                 Ok((tipo, input, note)) => group(&mut groups, tipo, (sale, key, input, note)),
             }
         }
-        for (tipo, items) in groups {
-            let pairs: Vec<(&str, &VoucherInput)> =
-                items.iter().map(|(_, k, i, _)| (k.as_str(), i)).collect();
-            let got = self
-                .issue_group(&issuer(tipo), tipo, &pairs, size(tipo).min(limit))
-                .await?;
+        let sends = groups.iter().map(|(tipo, items)| {
+            let pairs = items.iter().map(|(_, k, i, _)| (k.clone(), i.clone()));
+            (issuer(*tipo), pairs.collect())
+        });
+        let results = self.issue_groups(sends.collect(), limit).await?;
+        for ((_, items), got) in groups.iter().zip(results) {
             for ((sale, _, _, note), result) in items.iter().zip(got) {
                 let Some(result) = result else { continue };
                 let result = result.map(|text| match note {
@@ -217,12 +218,12 @@ impl Drainer {
                 Some(Ok((tipo, input, key))) => group(&mut groups, tipo, (refund, key, input)),
             }
         }
-        for (tipo, items) in groups {
-            let pairs: Vec<(&str, &VoucherInput)> =
-                items.iter().map(|(_, k, i)| (k.as_str(), i)).collect();
-            let got = self
-                .issue_group(&issuer(tipo), tipo, &pairs, size(tipo).min(limit))
-                .await?;
+        let sends = groups.iter().map(|(tipo, items)| {
+            let pairs = items.iter().map(|(_, k, i)| (k.clone(), i.clone()));
+            (issuer(*tipo), pairs.collect())
+        });
+        let results = self.issue_groups(sends.collect(), limit).await?;
+        for ((_, items), got) in groups.iter().zip(results) {
             for ((refund, _, _), result) in items.iter().zip(got) {
                 if let Some(result) = result {
                     self.refund_settled(refund, result).await?;
@@ -438,6 +439,34 @@ impl Drainer {
         }
     }
 
+    /// Issues each sequence's `(issuer, keys and inputs)` at once: ARCA numbers every sequence
+    /// on its own, so sequences go in parallel, and within one, in order ([`Self::issue_group`],
+    /// at most `limit` per request). For each group, in order, what it gave.
+    async fn issue_groups(
+        &self,
+        groups: Vec<(Issuer, Vec<(String, VoucherInput)>)>,
+        limit: usize,
+    ) -> anyhow::Result<Vec<Outcomes>> {
+        let mut set = tokio::task::JoinSet::new();
+        let n = groups.len();
+        for (at, (issuer, items)) in groups.into_iter().enumerate() {
+            let me = self.clone();
+            set.spawn(async move {
+                let tipo = issuer.tipo;
+                let pairs: Vec<(&str, &VoucherInput)> =
+                    items.iter().map(|(k, i)| (k.as_str(), i)).collect();
+                let size = me.batch_size(tipo).min(limit);
+                (at, me.issue_group(&issuer, tipo, &pairs, size).await)
+            });
+        }
+        let mut out = vec![Vec::new(); n];
+        while let Some(done) = set.join_next().await {
+            let (at, got) = done.context("a sequence's task")?;
+            out[at] = got?;
+        }
+        Ok(out)
+    }
+
     /// Issues `items` (keys and inputs of one sequence, in order) as vouchers of `tipo`,
     /// `size` per request: for each, `None` when its outcome is not known yet, else the
     /// voucher as printed with its CAE, or why it cannot be had. Once one is not known, the
@@ -448,52 +477,55 @@ impl Drainer {
         tipo: CbteTipo,
         items: &[(&str, &VoucherInput)],
         size: usize,
-    ) -> anyhow::Result<Vec<Option<Result<String, String>>>> {
+    ) -> anyhow::Result<Outcomes> {
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(size.max(1)) {
             if out.iter().any(Option::is_none) {
                 out.extend(chunk.iter().map(|_| None));
                 continue;
             }
-            for o in issuer.issue_sales(chunk).await? {
-                out.push(self.describe(tipo, o)?);
-            }
+            let answers = match chunk {
+                [(key, input)] => vec![Authority::issue(issuer, key, input).await],
+                _ => match issuer.issue_sales(chunk).await {
+                    Ok(answers) => answers,
+                    // Nothing of the chunk was sent: each gets that answer.
+                    Err(e) => {
+                        let why = e.to_string();
+                        tracing::warn!(error = %why, "the sequence could not be served this round");
+                        out.extend(chunk.iter().map(|_| None));
+                        continue;
+                    }
+                },
+            };
+            out.extend(answers.iter().map(|a| self.describe(tipo, a)));
         }
         Ok(out)
     }
 
-    /// What an outcome of `tipo` means for its sale: `None` when it is not known yet.
+    /// What an answer of `tipo` means for its sale ([`Issuer::verdict`]): the voucher as
+    /// printed, or why it cannot be had; `None` when it is not known yet or nothing happened
+    /// (the sale waits for the next round, and its sequence's later sales with it).
     fn describe(
         &self,
         tipo: CbteTipo,
-        outcome: Result<Outcome, super::IssueError>,
-    ) -> anyhow::Result<Option<Result<String, String>>> {
-        Ok(Some(match outcome {
-            Ok(Outcome::Authorized { number, cae, .. }) => Ok(format!(
+        answer: &<Issuer as Authority>::Answer,
+    ) -> Option<Result<String, String>> {
+        match Issuer::verdict(answer) {
+            Verdict::Issued {
+                document: (number, cae),
+                ..
+            } => Some(Ok(format!(
                 "{} {:05}-{number:08}, CAE {} (due {})",
                 tipo.name(),
                 self.cfg.punto_venta.unwrap_or_default(),
                 cae.code,
                 cae.due
-            )),
-            Ok(Outcome::Rejected { errors, .. }) => Err(format!(
-                "refused: {}",
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )),
-            Ok(Outcome::Conflict { number, detail }) => {
-                Err(format!("another voucher holds number {number}: {detail}"))
+            ))),
+            Verdict::Rejected { message, .. } => Some(Err(message)),
+            Verdict::Retryable { reason, .. } | Verdict::Unknown { reason } => {
+                tracing::info!(%reason, "an ARS voucher waits for the next round");
+                None
             }
-            Ok(Outcome::Indeterminate { .. } | Outcome::Blocked { .. } | Outcome::Busy) => {
-                return Ok(None);
-            }
-            Err(e @ (super::IssueError::Mismatch(_) | super::IssueError::Invalid(_))) => {
-                Err(e.to_string())
-            }
-            Err(e) => return Err(e.into()),
-        }))
+        }
     }
 }

@@ -26,6 +26,7 @@
 //! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings, the PDF pages
 //! ([`crate::pdf::voucher`]) and the XML reader of [`crate::cfdi::dom`].
 
+mod authority;
 pub mod batch;
 pub mod buyer;
 pub mod drain;

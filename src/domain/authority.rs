@@ -40,8 +40,9 @@ pub trait Authority {
     type Document: ?Sized + Sync;
     /// What it is sent under, the same on every call: the stamp key, ARCA's idempotency key.
     type Key: ?Sized + Sync;
-    /// The issued document: a stamp with its UUID, a voucher number with its CAE.
-    type Issued;
+    /// The issued document as a verdict shows it, borrowed from the answer: a stamp with its
+    /// UUID; a voucher's number with its CAE.
+    type Issued<'a>;
     /// The authority's answer to a send, as it came.
     type Answer: Send;
 
@@ -52,5 +53,5 @@ pub trait Authority {
         document: &Self::Document,
     ) -> impl Future<Output = Self::Answer> + Send;
 
-    fn verdict(answer: &Self::Answer) -> Verdict<&Self::Issued>;
+    fn verdict(answer: &Self::Answer) -> Verdict<Self::Issued<'_>>;
 }

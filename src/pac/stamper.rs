@@ -14,7 +14,7 @@ pub struct Stamper<'a> {
 impl Authority for Stamper<'_> {
     type Document = [u8];
     type Key = StampKey;
-    type Issued = Stamp;
+    type Issued<'a> = &'a Stamp;
     /// Which PAC of a failover pair answered (`None`: a single PAC), and what it said.
     type Answer = (Option<Route>, StampOutcome);
 
