@@ -241,7 +241,7 @@ pub struct Ingestor {
     pac_env: PacEnvironment,
     /// Whether customers can complete their data at `/facturar` (`[portal] enabled`).
     portal: bool,
-    /// Whether Mercado Pago sales in ARS go to ARCA (`[arca] enabled`) instead of a CFDI.
+    /// Whether sales in ARS go to ARCA (`[arca] enabled`) instead of a CFDI.
     arca: bool,
 }
 
@@ -389,10 +389,10 @@ impl Ingestor {
         }
     }
 
-    /// Whether the sale becomes an ARCA voucher, not a CFDI (a Mercado Pago sale in ARS with
-    /// `[arca]` on): it needs no TipoCambio.
+    /// Whether the sale becomes an ARCA voucher, not a CFDI (a sale in ARS, Mercado Pago's or
+    /// Stripe's, with `[arca]` on: sales are routed by currency): it needs no TipoCambio.
     pub fn for_arca(&self, facts: &PaymentFacts) -> bool {
-        self.arca && facts.provider == "mercadopago" && facts.currency == "ARS"
+        self.arca && facts.currency == "ARS"
     }
 
     fn plan_with(

@@ -15,9 +15,9 @@
 //! - [`arca`]: Argentina (`[arca]`): the ARCA voucher model, the WSAA login and the WSFEv1
 //!   client, the issuer that authorizes each voucher exactly once (the number, reserved in the
 //!   database before the call, is its identity; a sequence's new vouchers go together in one
-//!   `FECAESolicitar`), and the loop that issues Mercado Pago sales in ARS to the buyer they
-//!   name and the notas de crédito of their refunds (`arca::drain`, a lane of the worker pool);
-//!   the printable voucher with ARCA's QR (`arca::print`).
+//!   `FECAESolicitar`), and the lane of the worker pool that issues sales in ARS (Mercado
+//!   Pago's, Stripe's) to the buyer they name and the notas de crédito of their refunds
+//!   (`arca::drain`); the printable voucher with ARCA's QR (`arca::print`).
 //! - [`arcasim`]: the sandbox ARCA (WSFEv1's numbering and checks, the PAC sandbox's faults,
 //!   a journal that outlives kill -9); in-process for tests or `autofactura arca-sim`.
 //! - [`sandbox`]: what a sandbox install seals and samples with besides the sandbox PAC: the

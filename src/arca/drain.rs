@@ -1,9 +1,9 @@
 //! The ARCA lane of the worker pool (wherever a pool runs: `serve`, `autofactura worker`):
 //! ARS sales become ARCA vouchers.
 //!
-//! Ingest marks a Mercado Pago sale in ARS `arca_pending` when `[arca]` is on (no CFDI). Each
-//! round takes the WSAA ticket ([`Wsaa::ticket`]) and issues every pending sale through the
-//! exactly-once [`Issuer`] under the key `{provider}:{payment_id}`: a repeat of the key (a
+//! Ingest marks a sale in ARS (Mercado Pago's or Stripe's) `arca_pending` when `[arca]` is on
+//! (no CFDI). Each round takes the WSAA ticket ([`Wsaa::ticket`]) and issues every pending
+//! sale through the exactly-once [`Issuer`] under the key `{provider}:{payment_id}`: a repeat of the key (a
 //! restart, another instance, a `kill -9` between the CAE and the sale's update) returns the
 //! stored outcome or resolves the key's own number, never a new voucher. An outcome not known
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for

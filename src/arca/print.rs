@@ -190,6 +190,7 @@ pub fn printable(row: &ArcaVoucherRow, cfg: &ArcaSettings) -> anyhow::Result<Vou
     let lineas = vec![Linea {
         descripcion: match row.key.split_once(':') {
             Some(("mercadopago", id)) => format!("Venta Mercado Pago N° {id}"),
+            Some(("stripe", id)) => format!("Venta Stripe {id}"),
             _ => format!("Venta {}", row.key),
         },
         cantidad: "1".into(),

@@ -221,12 +221,44 @@ fn checkout_session(ev: &Event, o: &Value) -> Result<PaymentFacts, (Option<Strin
 
 /// The value of the `mx_rfc` entry of a list of tax ids, in capitals.
 fn mx_rfc(tax_ids: Option<&Value>) -> Option<String> {
+    tax_id(tax_ids, "mx_rfc").map(|v| v.to_uppercase())
+}
+
+/// The value of the entry of type `kind` of a list of tax ids, trimmed.
+fn tax_id(tax_ids: Option<&Value>, kind: &str) -> Option<String> {
     tax_ids
         .and_then(Value::as_array)?
         .iter()
-        .find(|t| t.get("type").and_then(Value::as_str) == Some("mx_rfc"))
+        .find(|t| t.get("type").and_then(Value::as_str) == Some(kind))
         .and_then(|t| s(t, "value"))
-        .map(|v| v.trim().to_uppercase())
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// An Argentine buyer (a sale in ARS, which ARCA invoices): the `ar_cuit` tax id Checkout or
+/// the invoice collected, else the metadata's `cuit` or `dni`; the IVA condition from the
+/// metadata's `condicion_iva`, as for Mercado Pago ([`crate::arca::buyer`] checks them).
+fn ar_identification(o: &Value) -> ingest::Identification {
+    let tax_ids = o
+        .get("customer_details")
+        .and_then(|c| c.get("tax_ids"))
+        .or_else(|| o.get("customer_tax_ids"));
+    let meta = |k: &str| {
+        o.get("metadata")
+            .and_then(|m| s(m, k))
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let (kind, number) = match (tax_id(tax_ids, "ar_cuit"), meta("cuit"), meta("dni")) {
+        (Some(cuit), _, _) | (None, Some(cuit), _) => (Some("CUIT"), Some(cuit)),
+        (None, None, Some(dni)) => (Some("DNI"), Some(dni)),
+        (None, None, None) => (None, None),
+    };
+    ingest::Identification {
+        kind: kind.map(str::to_owned),
+        number,
+        condicion_iva: meta("condicion_iva"),
+    }
 }
 
 /// The PaymentIntent that paid invoice `o`: `payments.data[].payment.payment_intent` (API
@@ -289,6 +321,9 @@ fn facts(
     reference: Option<String>,
 ) -> Result<PaymentFacts, (Option<String>, String)> {
     customer.fill_from_metadata(o.get("metadata"));
+    if currency == "ARS" {
+        customer.identification = Some(ar_identification(o));
+    }
     let references = reference
         .into_iter()
         .chain(ingest::order_reference(o.get("metadata")))

@@ -41,6 +41,7 @@ mod arca_followups;
 mod arca_print;
 mod arca_sales;
 mod arca_sim_faults;
+mod arca_stripe;
 mod arca_wsaa;
 mod backup_pause;
 mod cfdi;
