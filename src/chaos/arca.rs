@@ -5,7 +5,8 @@
 //! answers lost or broken after the voucher was authorized), two `serve` instances on one fresh
 //! PostgreSQL database (one on SQLite without a URL) with `[arca]` on, and a stand-in of
 //! Mercado Pago's payments API ([`payments_api`], some answers 503) that the instances read
-//! the ARS payments from; the run sends the signed notifications ([`super::traffic`]: one to
+//! the ARS payments from (buyers with a CUIT, a DNI or nothing: Facturas A and B; some
+//! payments refunded: notas de crédito); the run sends the signed notifications ([`super::traffic`]: one to
 //! four per payment, some at once to both instances). Every 3–8 s it SIGKILLs a random
 //! instance and starts it again; it SIGKILLs the sandbox ARCA twice, restarting it once with
 //! a window in which it cannot say what it issued (an unknown outcome cannot be resolved) and
@@ -14,7 +15,7 @@
 //! list of every voucher it authorized ([`super::arca_check`]), and prints
 //!
 //! ```text
-//! payments=N authorized=N recovered=R lost=0 duplicated=0 orphans=0 gaps=0 kills=K faults=F
+//! payments=N authorized=N recovered=R refunds=M credited=M lost=0 duplicated=0 orphans=0 gaps=0 kills=K faults=F
 //! ```
 //!
 //! `recovered` counts vouchers whose CAE was learnt by consulting their number; `faults` the
@@ -108,10 +109,39 @@ pub fn amount_of(payment_id: &str) -> Decimal {
     Decimal::new(10_000 + i64::try_from(h % 9_990_000).unwrap_or(0), 2)
 }
 
+/// The refund a payment of the run lists, from its id alone: about one payment in ten is
+/// refunded a quarter of its amount (its nota de crédito), under refund id `9{id}`.
+pub fn refund_of(payment_id: &str) -> Option<(String, Decimal)> {
+    (amount_of(&format!("{payment_id}refund")) > Decimal::from(90_000)).then(|| {
+        let quarter = (amount_of(payment_id) / Decimal::from(4)).round_dp(2);
+        (format!("9{payment_id}"), quarter)
+    })
+}
+
+/// Who bought, from the id alone: about a third are a responsable inscripto with a CUIT
+/// (Factura A, and Nota de Crédito A: sequences of their own), a third give a DNI, a third
+/// nothing (Factura B to a consumidor final).
+fn buyer_of(payment_id: &str) -> (serde_json::Value, serde_json::Value) {
+    let pick = amount_of(&format!("{payment_id}buyer")) * Decimal::from(100) % Decimal::from(3);
+    if pick == Decimal::ZERO {
+        (
+            serde_json::json!({ "type": "CUIT", "number": "20267565393" }),
+            serde_json::json!({ "condicion_iva": "responsable_inscripto" }),
+        )
+    } else if pick == Decimal::ONE {
+        (
+            serde_json::json!({ "type": "DNI", "number": "30123456" }),
+            serde_json::json!({}),
+        )
+    } else {
+        (serde_json::Value::Null, serde_json::json!({}))
+    }
+}
+
 /// Mercado Pago's `GET /v1/payments/{id}` for the run: an approved payment in ARS (site MLA)
-/// of [`amount_of`] the id, paid now by an anonymous buyer or one with a DNI; one answer in
-/// twenty is a 503 (the appliance retries its fetch). Serves until the returned handle is
-/// dropped.
+/// of [`amount_of`] the id, paid now by [`buyer_of`] the id, with [`refund_of`] the id listed
+/// in its `refunds`; one answer in twenty is a 503 (the appliance retries its fetch). Serves
+/// until the returned handle is dropped.
 async fn payments_api() -> anyhow::Result<(String, actix_web::dev::ServerHandle)> {
     use actix_web::{App, HttpResponse, HttpServer, web};
     async fn payment(id: web::Path<String>) -> HttpResponse {
@@ -135,15 +165,28 @@ async fn payments_api() -> anyhow::Result<(String, actix_web::dev::ServerHandle)
             "unit_price": amount.to_string(), "category_id": "services"
         }]);
         p["payer"]["email"] = "cliente@example.com.ar".into();
-        if amount_of(&format!("{id}dni")) > Decimal::from(50_000) {
-            p["payer"]["identification"] =
-                serde_json::json!({ "type": "DNI", "number": "30123456" });
-        } else if let Some(payer) = p["payer"].as_object_mut() {
-            payer.remove("identification");
+        let (identification, metadata) = buyer_of(&id);
+        match p["payer"].as_object_mut() {
+            Some(payer) if identification.is_null() => {
+                payer.remove("identification");
+            }
+            _ => p["payer"]["identification"] = identification,
         }
-        p["metadata"] = serde_json::json!({});
+        p["metadata"] = metadata;
+        if let Some((refund, amount)) = refund_of(&id) {
+            p["status_detail"] = "partially_refunded".into();
+            p["transaction_amount_refunded"] = amount.to_string().into();
+            p["refunds"] = serde_json::json!([{
+                "id": refund, "payment_id": id.as_str(), "amount": "@REFUND@",
+                "status": "approved", "date_created": now
+            }]);
+        }
         // The amount as JSON number text, exactly (the appliance reads it as written).
-        let body = p.to_string().replace("\"@AMOUNT@\"", &amount.to_string());
+        let refunded = refund_of(&id).map_or_else(String::new, |(_, a)| a.to_string());
+        let body = p
+            .to_string()
+            .replace("\"@AMOUNT@\"", &amount.to_string())
+            .replace("\"@REFUND@\"", &refunded);
         HttpResponse::Ok()
             .content_type("application/json")
             .body(body)
@@ -239,6 +282,7 @@ pub async fn run_in(
             provider: p.provider.clone(),
             payment_id: p.payment_id.clone(),
             amount: amount_of(&p.payment_id),
+            refund: refund_of(&p.payment_id),
         })
         .collect();
     eprintln!(

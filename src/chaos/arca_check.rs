@@ -48,6 +48,9 @@ pub struct SentSale {
     pub payment_id: String,
     /// What the payments API said was paid: the voucher's `ImpTotal`.
     pub amount: Decimal,
+    /// The refund the payments API listed for it, if any (its id and amount): one nota de
+    /// crédito of that `ImpTotal`.
+    pub refund: Option<(String, Decimal)>,
 }
 
 impl SentSale {
@@ -76,8 +79,13 @@ pub struct ArcaVerdict {
     pub authorized: usize,
     /// Of them, vouchers whose CAE was learnt by consulting their number (the answer lost).
     pub recovered: usize,
-    /// Sales without such a voucher.
+    /// Sales without such a voucher, and refunds without their nota de crédito.
     pub lost: usize,
+    /// Refunds the run's payments listed.
+    pub refunds: usize,
+    /// Of them, refunds with exactly one authorized nota de crédito of ours, ARCA's, for the
+    /// refund's amount.
+    pub credited: usize,
     /// Authorized vouchers beyond the first for one sale, ARCA vouchers on one number, or
     /// one number held by two of our authorized vouchers.
     pub duplicated: usize,
@@ -93,6 +101,7 @@ pub struct ArcaVerdict {
 impl ArcaVerdict {
     pub fn is_ok(&self) -> bool {
         self.authorized == self.payments
+            && self.credited == self.refunds
             && self.lost == 0
             && self.duplicated == 0
             && self.orphans == 0
@@ -114,10 +123,12 @@ impl fmt::Display for ArcaLine<'_> {
         let v = self.verdict;
         write!(
             f,
-            "payments={} authorized={} recovered={} lost={} duplicated={} orphans={} gaps={} kills={} faults={}",
+            "payments={} authorized={} recovered={} refunds={} credited={} lost={} duplicated={} orphans={} gaps={} kills={} faults={}",
             v.payments,
             v.authorized,
             v.recovered,
+            v.refunds,
+            v.credited,
             v.lost,
             v.duplicated,
             v.orphans,
@@ -160,62 +171,38 @@ pub fn check(
     for s in sent {
         let base = s.key();
         let name = format!("{} {}", s.provider, s.payment_id);
-        let mine: Vec<&OurVoucher> = ours.iter().filter(|o| of_sale(&o.key, &base)).collect();
-        claimed_keys.extend(mine.iter().map(|o| o.key.as_str()));
-        let done: Vec<&&OurVoucher> = mine.iter().filter(|o| o.state == "authorized").collect();
+        claimed_keys.extend(
+            ours.iter()
+                .filter(|o| of_sale(&o.key, &base))
+                .map(|o| o.key.as_str()),
+        );
+        if let Some((id, amount)) = &s.refund {
+            v.refunds += 1;
+            let key = format!("refund:{}:{id}", s.provider);
+            claimed_keys.extend(
+                ours.iter()
+                    .filter(|o| of_sale(&o.key, &key))
+                    .map(|o| o.key.as_str()),
+            );
+            let what = format!("{name}'s refund {id}");
+            if one_voucher(&mut v, &what, (&key, *amount), ours, &at_arca).is_some() {
+                v.credited += 1;
+            }
+        }
         let Some(sale) = sales_by_id.get(&(s.provider.as_str(), s.payment_id.as_str())) else {
             v.lost += 1;
             v.problems.push(format!("{name}: not in our records"));
             continue;
         };
-        let o = match done.as_slice() {
-            [] => {
-                v.lost += 1;
-                let states: Vec<String> = mine
-                    .iter()
-                    .map(|o| format!("{} #{} {}", o.key, o.number, o.state))
-                    .collect();
-                v.problems.push(format!(
-                    "{name}: no authorized voucher (sale {}: {}; vouchers {states:?})",
-                    sale.status,
-                    sale.last_error.as_deref().unwrap_or("-")
-                ));
-                continue;
-            }
-            [o] => o,
-            more => {
-                v.duplicated += more.len() - 1;
-                let n: Vec<i64> = more.iter().map(|o| o.number).collect();
-                v.problems.push(format!(
-                    "{name}: {} authorized vouchers, numbers {n:?}",
-                    more.len()
-                ));
-                continue;
-            }
+        let what = format!(
+            "{name} (sale {}: {})",
+            sale.status,
+            sale.last_error.as_deref().unwrap_or("-")
+        );
+        let Some(o) = one_voucher(&mut v, &what, (&base, s.amount), ours, &at_arca) else {
+            continue;
         };
-        let seq = (o.cuit, o.pto_vta, o.cbte_tipo);
         let cae = o.cae.as_deref().unwrap_or_default();
-        let there = at_arca.get(&(seq, o.number)).map_or(&[][..], Vec::as_slice);
-        match there {
-            [a] if a.cae == cae && a.input.imp_total == s.amount => {}
-            [a] => {
-                v.lost += 1;
-                v.problems.push(format!(
-                    "{name}: our voucher {seq:?} #{} (CAE {cae}, {}) is at ARCA with CAE {} for {}",
-                    o.number, s.amount, a.cae, a.input.imp_total
-                ));
-                continue;
-            }
-            _ => {
-                v.lost += 1;
-                v.problems.push(format!(
-                    "{name}: our voucher {seq:?} #{} (CAE {cae}) is not at ARCA ({} there)",
-                    o.number,
-                    there.len()
-                ));
-                continue;
-            }
-        }
         if sale.status != "arca_authorized"
             || !sale.last_error.as_deref().unwrap_or_default().contains(cae)
         {
@@ -268,6 +255,65 @@ pub fn check(
         }
     }
     v
+}
+
+/// The one authorized voucher of ours under `key` or a later attempt of it, at ARCA with its
+/// CAE for `amount`; otherwise `None`, counted (`lost`, `duplicated`) and said as `what`'s.
+fn one_voucher<'a>(
+    v: &mut ArcaVerdict,
+    what: &str,
+    (key, amount): (&str, Decimal),
+    ours: &'a [OurVoucher],
+    at_arca: &HashMap<(Seq, i64), Vec<&SimVoucher>>,
+) -> Option<&'a OurVoucher> {
+    let mine: Vec<&OurVoucher> = ours.iter().filter(|o| of_sale(&o.key, key)).collect();
+    let done: Vec<&&OurVoucher> = mine.iter().filter(|o| o.state == "authorized").collect();
+    let o = match done.as_slice() {
+        [] => {
+            v.lost += 1;
+            let states: Vec<String> = mine
+                .iter()
+                .map(|o| format!("{} #{} {}", o.key, o.number, o.state))
+                .collect();
+            v.problems.push(format!(
+                "{what}: no authorized voucher (vouchers {states:?})"
+            ));
+            return None;
+        }
+        [o] => **o,
+        more => {
+            v.duplicated += more.len() - 1;
+            let n: Vec<i64> = more.iter().map(|o| o.number).collect();
+            v.problems.push(format!(
+                "{what}: {} authorized vouchers, numbers {n:?}",
+                more.len()
+            ));
+            return None;
+        }
+    };
+    let seq = (o.cuit, o.pto_vta, o.cbte_tipo);
+    let cae = o.cae.as_deref().unwrap_or_default();
+    let there = at_arca.get(&(seq, o.number)).map_or(&[][..], Vec::as_slice);
+    match there {
+        [a] if a.cae == cae && a.input.imp_total == amount => Some(o),
+        [a] => {
+            v.lost += 1;
+            v.problems.push(format!(
+                "{what}: our voucher {seq:?} #{} (CAE {cae}, {amount}) is at ARCA with CAE {} for {}",
+                o.number, a.cae, a.input.imp_total
+            ));
+            None
+        }
+        _ => {
+            v.lost += 1;
+            v.problems.push(format!(
+                "{what}: our voucher {seq:?} #{} (CAE {cae}) is not at ARCA ({} there)",
+                o.number,
+                there.len()
+            ));
+            None
+        }
+    }
 }
 
 /// Every number of each sequence used exactly once: at ARCA 1 to the last with no gap and
@@ -349,6 +395,7 @@ mod tests {
                 provider: "mercadopago".into(),
                 payment_id: format!("7{i}"),
                 amount: amount(i),
+                refund: None,
             })
             .collect()
     }
@@ -412,8 +459,55 @@ mod tests {
         assert!(v.is_ok(), "{v:?}");
         assert_eq!(
             line(&v),
-            "payments=3 authorized=3 recovered=1 lost=0 duplicated=0 orphans=0 gaps=0 kills=4 faults=9"
+            "payments=3 authorized=3 recovered=1 refunds=0 credited=0 lost=0 duplicated=0 orphans=0 gaps=0 kills=4 faults=9"
         );
+    }
+
+    #[test]
+    fn a_refund_counts_once_its_one_nota_is_at_arca_for_its_amount() {
+        let mut sent = sent(2);
+        let refunded = Decimal::new(2_525, 2);
+        sent[1].refund = Some(("971".into(), refunded));
+        let (mut ours, mut arca) = (ours(2), arca(2));
+        // Without its nota, the refund is lost and the run fails.
+        let v = check(&sent, &sales(2), &ours, &arca, CUIT, &[]);
+        assert_eq!((v.refunds, v.credited, v.lost), (1, 0, 1), "{v:?}");
+        assert!(!v.is_ok());
+        ours.push(OurVoucher {
+            key: "refund:mercadopago:971".into(),
+            cbte_tipo: 8,
+            number: 1,
+            cae: Some("7300".into()),
+            ..ours[1].clone()
+        });
+        arca.push(SimVoucher {
+            cbte_tipo: 8,
+            number: 1,
+            input: VoucherInput::consumidor_final(refunded, Alicuota::Veintiuno),
+            cae: "7300".into(),
+            ..arca[1].clone()
+        });
+        let v = check(&sent, &sales(2), &ours, &arca, CUIT, &[]);
+        assert!(v.is_ok(), "{v:?}");
+        assert!(
+            line(&v).contains(" refunds=1 credited=1 lost=0 "),
+            "{}",
+            line(&v)
+        );
+        // A second nota for it is a duplicate.
+        ours.push(OurVoucher {
+            key: "refund:mercadopago:971#2".into(),
+            number: 2,
+            cae: Some("7301".into()),
+            ..ours[2].clone()
+        });
+        arca.push(SimVoucher {
+            number: 2,
+            cae: "7301".into(),
+            ..arca[2].clone()
+        });
+        let v = check(&sent, &sales(2), &ours, &arca, CUIT, &[]);
+        assert_eq!((v.credited, v.duplicated), (0, 1), "{v:?}");
     }
 
     #[test]

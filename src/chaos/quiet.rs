@@ -47,9 +47,9 @@ async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> 
         "payments awaiting_global of a closed period",
         waiting,
     ));
-    // Refunds not credited yet: waiting for their sale's ingreso, or cancelling it.
+    // Refunds not credited yet: waiting for their sale's ingreso (or voucher), or cancelling it.
     moving.extend(in_states("refunds", db.refund_counts().await?, |s| {
-        s == "awaiting_original" || s == "canceling"
+        s == "awaiting_original" || s == "canceling" || s == "arca_pending"
     }));
     // Customers' emails still to send (the courier retries through kills).
     moving.extend(in_states("emails", db.delivery_counts().await?, |s| {
