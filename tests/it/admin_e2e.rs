@@ -61,24 +61,22 @@ async fn an_admin_retries_a_rejected_invoice_and_sees_it_stamped() {
     sign_in(&d, &app).await;
     d.click(&d.link("Invoices").await).await;
     d.click(&d.link("Failed").await).await;
-    let list = d.page_text().await;
+    // Each click may return before its page has loaded: wait for what it should show.
+    let list = d.wait_text("pi_test_e2e_retry").await;
     assert!(
         list.contains("pi_test_e2e_retry") && list.contains("CFDI40102"),
         "{list}"
     );
     d.screenshot("failed-list").await;
     d.click(&d.link("pi_test_e2e_retry").await).await;
-    let detail = d.page_text().await;
+    let detail = d.wait_text("SAT (via the PAC) says").await;
     assert!(
         detail.contains("SAT (via the PAC) says") && detail.contains("CFDI40102"),
         "{detail}"
     );
     d.click(&d.find(&format!("#retry-{id}")).await).await;
-    assert!(
-        d.page_text().await.contains("Sent back to the queue"),
-        "{}",
-        d.page_text().await
-    );
+    let sent_back = d.wait_text("Sent back to the queue").await;
+    assert!(sent_back.contains("Sent back to the queue"), "{sent_back}");
     // The worker pool takes it from here; the page shows the outcome when it lands.
     let stamped = d.reload_until("Stamped", STAMP_WAIT_SECONDS).await;
     d.screenshot("retried-detail").await;
@@ -116,17 +114,19 @@ async fn an_admin_cancels_a_stamped_invoice() {
         .await;
     d.click(&d.find("#cancel-form button[type=submit]").await)
         .await;
+    let refused = d
+        .wait_text("motivo 01 needs the UUID of the replacement")
+        .await;
     assert!(
-        d.page_text()
-            .await
-            .contains("motivo 01 needs the UUID of the replacement")
+        refused.contains("motivo 01 needs the UUID of the replacement"),
+        "{refused}"
     );
     d.screenshot("cancel-form").await;
     d.click(&d.find("input[name=motivo][value='02']").await)
         .await;
     d.click(&d.find("#cancel-form button[type=submit]").await)
         .await;
-    let detail = d.page_text().await;
+    let detail = d.wait_text("Cancellation request frozen").await;
     assert!(detail.contains("Cancellation request frozen"), "{detail}");
     assert!(detail.contains("Cancel requested"), "{detail}");
     d.screenshot("cancel-requested").await;
