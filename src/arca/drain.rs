@@ -462,7 +462,7 @@ impl Drainer {
         let mut out = vec![Vec::new(); n];
         while let Some(done) = set.join_next().await {
             let (at, got) = done.context("a sequence's task")?;
-            out[at] = got?;
+            out[at] = got;
         }
         Ok(out)
     }
@@ -470,17 +470,18 @@ impl Drainer {
     /// Issues `items` (keys and inputs of one sequence, in order) as vouchers of `tipo`,
     /// `size` per request: for each, `None` when its outcome is not known yet, else the
     /// voucher as printed with its CAE, or why it cannot be had. Once one is not known, the
-    /// later requests wait for the next round.
+    /// later requests wait for the next round (said once per sequence in the log).
     async fn issue_group(
         &self,
         issuer: &Issuer,
         tipo: CbteTipo,
         items: &[(&str, &VoucherInput)],
         size: usize,
-    ) -> anyhow::Result<Outcomes> {
+    ) -> Outcomes {
         let mut out = Vec::with_capacity(items.len());
+        let mut waits: Option<String> = None;
         for chunk in items.chunks(size.max(1)) {
-            if out.iter().any(Option::is_none) {
+            if waits.is_some() {
                 out.extend(chunk.iter().map(|_| None));
                 continue;
             }
@@ -488,44 +489,53 @@ impl Drainer {
                 [(key, input)] => vec![Authority::issue(issuer, key, input).await],
                 _ => match issuer.issue_sales(chunk).await {
                     Ok(answers) => answers,
-                    // Nothing of the chunk was sent: each gets that answer.
+                    // The sequence could not be served (nothing of the chunk was sent).
                     Err(e) => {
-                        let why = e.to_string();
-                        tracing::warn!(error = %why, "the sequence could not be served this round");
+                        waits = Some(e.to_string());
                         out.extend(chunk.iter().map(|_| None));
                         continue;
                     }
                 },
             };
-            out.extend(answers.iter().map(|a| self.describe(tipo, a)));
+            for a in &answers {
+                match self.describe(tipo, a) {
+                    Ok(settled) => out.push(Some(settled)),
+                    Err(reason) => {
+                        waits.get_or_insert(reason);
+                        out.push(None);
+                    }
+                }
+            }
         }
-        Ok(out)
+        if let Some(reason) = waits {
+            let waiting = out.iter().filter(|o| o.is_none()).count();
+            tracing::info!(voucher = tipo.name(), waiting, %reason, "ARS vouchers wait for the next round");
+        }
+        out
     }
 
     /// What an answer of `tipo` means for its sale ([`Issuer::verdict`]): the voucher as
-    /// printed, or why it cannot be had; `None` when it is not known yet or nothing happened
-    /// (the sale waits for the next round, and its sequence's later sales with it).
+    /// printed, or why it cannot be had; `Err` with the reason when it is not known yet or
+    /// nothing happened (the sale waits for the next round, and its sequence's later sales
+    /// with it).
     fn describe(
         &self,
         tipo: CbteTipo,
         answer: &<Issuer as Authority>::Answer,
-    ) -> Option<Result<String, String>> {
+    ) -> Result<Result<String, String>, String> {
         match Issuer::verdict(answer) {
             Verdict::Issued {
                 document: (number, cae),
                 ..
-            } => Some(Ok(format!(
+            } => Ok(Ok(format!(
                 "{} {:05}-{number:08}, CAE {} (due {})",
                 tipo.name(),
                 self.cfg.punto_venta.unwrap_or_default(),
                 cae.code,
                 cae.due
             ))),
-            Verdict::Rejected { message, .. } => Some(Err(message)),
-            Verdict::Retryable { reason, .. } | Verdict::Unknown { reason } => {
-                tracing::info!(%reason, "an ARS voucher waits for the next round");
-                None
-            }
+            Verdict::Rejected { message, .. } => Ok(Err(message)),
+            Verdict::Retryable { reason, .. } | Verdict::Unknown { reason } => Err(reason),
         }
     }
 }
