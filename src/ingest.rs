@@ -16,7 +16,7 @@ use crate::cfdi::{
 };
 use crate::config::{FormaPagoSettings, InvoiceSettings, PacEnvironment, Settings};
 use crate::domain::{DocumentKind, DocumentState, StampKey};
-use crate::store::{NewPayment, OutboxDraft, PaymentRow};
+use crate::store::{ArcaDraft, NewPayment, OutboxDraft, PaymentRow};
 
 /// Metadata keys (Stripe `metadata`, Mercado Pago `metadata`) read for the receptor. The first
 /// present key of each list wins.
@@ -241,8 +241,9 @@ pub struct Ingestor {
     pac_env: PacEnvironment,
     /// Whether customers can complete their data at `/facturar` (`[portal] enabled`).
     portal: bool,
-    /// Whether sales in ARS go to ARCA (`[arca] enabled`) instead of a CFDI.
-    arca: bool,
+    /// With `[arca] enabled`: sales in ARS go to ARCA instead of a CFDI, their voucher frozen
+    /// by these settings.
+    arca: Option<crate::config::ArcaSettings>,
 }
 
 /// `paid_at` as Mexico City time, to the second (SAT's calendar: periods of the factura
@@ -286,7 +287,7 @@ impl Ingestor {
             sandbox_pac: s.is_sandbox(),
             pac_env: s.pac_environment(),
             portal: s.portal.enabled,
-            arca: s.arca.enabled,
+            arca: s.arca.enabled.then(|| s.arca.clone()),
         })
     }
 
@@ -392,7 +393,7 @@ impl Ingestor {
     /// Whether the sale becomes an ARCA voucher, not a CFDI (a sale in ARS, Mercado Pago's or
     /// Stripe's, with `[arca]` on: sales are routed by currency): it needs no TipoCambio.
     pub fn for_arca(&self, facts: &PaymentFacts) -> bool {
-        self.arca && facts.currency == "ARS"
+        self.arca.is_some() && facts.currency == "ARS"
     }
 
     fn plan_with(
@@ -420,16 +421,26 @@ impl Ingestor {
                 .then(|| serde_json::to_string(&facts.lines).ok())
                 .flatten(),
             tipo_cambio: None,
+            arca: None,
         };
         let attention = |mut p: NewPayment, reason: String| {
             p.status = "needs_attention".into();
             p.reason = Some(reason);
             (p, None)
         };
-        if self.for_arca(facts) {
-            // Argentina: the voucher is ARCA's, issued by `arca::drain`, not a CFDI.
-            payment.status = "arca_pending".into();
-            payment.reason = Some("waiting for its ARCA voucher (Argentina)".into());
+        if let Some(cfg) = self.arca.as_ref().filter(|_| self.for_arca(facts)) {
+            // Argentina: the voucher is ARCA's, frozen here (its type and input) and issued by
+            // the worker pool's ARCA lane (`arca::drain`), not a CFDI.
+            let order =
+                crate::arca::order::freeze(cfg, &payment.amount, &payment.customer_json, None);
+            let draft = ArcaDraft {
+                key: format!("{}:{}", facts.provider, facts.payment_id),
+                order: order.map(|o| o.to_json()),
+            };
+            let (status, reason) = draft.payment_status();
+            payment.status = status.into();
+            payment.reason = Some(reason);
+            payment.arca = Some(draft);
             return (payment, None);
         }
         let tipo_cambio = match self.invoiceable(facts.amount, &facts.currency, rated) {

@@ -326,7 +326,7 @@ fn gauge_registry(g: &DocumentGauges) -> Registry {
     for (name, help, rows) in [
         (
             "autofactura_oldest_pending_seconds",
-            "Age of the oldest document not yet stamped (pending, stamping, retry_scheduled, unknown), by kind",
+            "Age of the oldest document not yet stamped (pending, stamping, retry_scheduled, unknown) or authorized (arca_pending), by kind",
             &g.oldest_pending,
         ),
         (

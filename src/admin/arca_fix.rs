@@ -93,9 +93,18 @@ pub async fn correct(
         condicion_iva: receptor.name().to_owned(),
         attempt: 0,
     };
+    // Frozen now, as ingest freezes a sale: the voucher for the buyer the human gave.
+    let given = crate::arca::order::Correction {
+        doc_kind: &fix.doc_kind,
+        doc_number: &fix.doc_number,
+        condicion_iva: &fix.condicion_iva,
+    };
+    let order = crate::arca::order::freeze(&state.settings.arca, &sale.amount, "{}", Some(given))
+        .map_err(AdminError::Invalid)?
+        .to_json();
     let key = state
         .db
-        .arca_correct_sale((provider, payment_id), &fix, &session.actor)
+        .arca_correct_sale((provider, payment_id), (&fix, &order), &session.actor)
         .await?
         .ok_or_else(|| AdminError::Refused(format!("{provider}:{payment_id} is no longer held")))?;
     tracing::warn!(%provider, %payment_id, %key, actor = %session.actor, "admin: ARS sale corrected and issued again");

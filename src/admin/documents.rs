@@ -272,7 +272,7 @@ async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView
             Said::of(
                 d.last_error_code.as_deref(),
                 d.last_error_message.as_deref(),
-                d.state != DocumentState::NeedsAttention,
+                d.state != DocumentState::NeedsAttention && !d.state.is_arca(),
             )
         },
         lost,

@@ -177,7 +177,7 @@ impl Clock {
     pub fn deadline(&self, state: &str, fecha: Option<NaiveDateTime>) -> Deadline {
         use crate::domain::DocumentState as S;
         match (state.parse::<S>(), fecha) {
-            (Ok(s), Some(f)) if !s.is_final() && s != S::Expired => {
+            (Ok(s), Some(f)) if !s.is_final() && s != S::Expired && !s.is_arca() => {
                 Deadline::of(f, self.window, self.at_risk, self.now)
             }
             _ => Deadline::default(),

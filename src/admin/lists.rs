@@ -94,7 +94,12 @@ impl RowView {
             said: Said::of(
                 r.last_error_code.as_deref(),
                 r.last_error_message.as_deref(),
-                r.outbox_id.is_some() && r.state != "needs_attention",
+                r.outbox_id.is_some()
+                    && r.state != "needs_attention"
+                    && !r
+                        .state
+                        .parse::<DocumentState>()
+                        .is_ok_and(DocumentState::is_arca),
             ),
             payment_row: r.payment_row,
             outbox_id: r.outbox_id,

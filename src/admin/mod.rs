@@ -285,10 +285,10 @@ pub fn state_label(state: &str) -> (String, &'static str) {
     use crate::domain::DocumentState as S;
     if let Ok(s) = state.parse::<S>() {
         let class = match s {
-            S::Pending | S::Stamping => "info",
+            S::Pending | S::Stamping | S::ArcaPending => "info",
             S::RetryScheduled | S::Unknown => "warn",
-            S::Stamped => "ok",
-            S::Failed | S::Expired | S::NeedsAttention => "bad",
+            S::Stamped | S::Authorized => "ok",
+            S::Failed | S::Expired | S::NeedsAttention | S::ArcaHeld => "bad",
             S::Superseded | S::Canceled => "muted",
         };
         return (s.label().to_owned(), class);
@@ -299,9 +299,6 @@ pub fn state_label(state: &str) -> (String, &'static str) {
         "in_global" => ("In a factura global", "ok"),
         "refunded" => ("Refunded (not invoiced)", "muted"),
         "invoice_pending" => ("Invoice pending", "info"),
-        // Argentine sales: an ARCA voucher instead of a CFDI (`/admin/arca`).
-        "arca_pending" => ("Waiting for its ARCA voucher", "info"),
-        "arca_authorized" => ("ARCA voucher authorized", "ok"),
         other => return (other.to_owned(), "muted"),
     };
     (label.to_owned(), class)

@@ -98,6 +98,7 @@ pub async fn create(
             references: Vec::new(),
             lines_json: None,
             tipo_cambio: request.tipo_cambio.map(|t| t.to_string()),
+            arca: None,
         },
         draft: OutboxDraft {
             kind: DocumentKind::Ingreso,

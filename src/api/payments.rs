@@ -270,6 +270,7 @@ pub async fn create(
                 references: Vec::new(),
                 lines_json: None,
                 tipo_cambio: tipo_cambio.map(|t| t.to_string()),
+                arca: None,
             },
             draft: OutboxDraft {
                 kind: DocumentKind::Pago,

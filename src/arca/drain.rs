@@ -1,9 +1,10 @@
 //! The ARCA lane of the worker pool (wherever a pool runs: `serve`, `autofactura worker`):
 //! ARS sales become ARCA vouchers.
 //!
-//! Ingest marks a sale in ARS (Mercado Pago's or Stripe's) `arca_pending` when `[arca]` is on
-//! (no CFDI). Each round takes the WSAA ticket ([`Wsaa::ticket`]) and issues every pending
-//! sale through the exactly-once [`Issuer`] under the key `{provider}:{payment_id}`: a repeat of the key (a
+//! Ingest freezes a sale in ARS (Mercado Pago's or Stripe's) in the outbox when `[arca]` is on
+//! (kind `arca`, `arca_pending`: its voucher's type and input, [`super::order`]; no CFDI).
+//! Each round takes the WSAA ticket ([`Wsaa::ticket`]) and issues every pending
+//! order through the exactly-once [`Issuer`] under its key `{provider}:{payment_id}`: a repeat of the key (a
 //! restart, another instance, a `kill -9` between the CAE and the sale's update) returns the
 //! stored outcome or resolves the key's own number, never a new voucher. An outcome not known
 //! yet (lost answer, ARCA down, another instance on the sequence) leaves the sale pending for
@@ -12,8 +13,8 @@
 //! the sequences go in parallel (each is numbered on its own). Every answer is read as one of
 //! the [`crate::domain::Verdict`]s the PAC's answers are read as ([`Issuer`] is an
 //! [`Authority`]). A
-//! sale a human corrected (`/admin/arca`) is issued to the corrected buyer under the attempt key
-//! the correction was given (`{provider}:{payment_id}#n`, never used before); an authorized
+//! sale a human corrected (`/admin/arca`) is frozen again for the corrected buyer under the
+//! attempt key the correction was given (`{provider}:{payment_id}#n`, never used before); an authorized
 //! sale's (or nota's) settle queues the buyer's email of its voucher (`[email]` on).
 //!
 //! The voucher names the buyer ([`super::buyer`]), whose IVA condition decides the class (A,
@@ -30,13 +31,13 @@ use rust_decimal::Decimal;
 use tokio_util::sync::CancellationToken;
 
 use super::Issuer;
-use super::buyer::{Given, buyer};
 use super::model::{CbteAsoc, CbteTipo, VoucherInput};
+use super::order::{Correction, Order, freeze};
 use super::wsaa::Wsaa;
 use super::wsfe::{Auth, Wsfe};
 use crate::config::ArcaSettings;
 use crate::domain::{Authority, Verdict};
-use crate::store::{ArcaCorrection, ArcaRefundRow, ArcaSaleRow, Db};
+use crate::store::{ArcaDraft, ArcaOrderRow, ArcaRefundRow, Db};
 
 /// Sales (and refunds) taken per round.
 const BATCH: i64 = 250;
@@ -68,20 +69,6 @@ fn group<T>(groups: &mut Groups<T>, tipo: CbteTipo, item: T) {
         Some((_, items)) => items.push(item),
         None => groups.push((tipo, vec![item])),
     }
-}
-
-/// The voucher of an ARS sale of `total` pesos of type `tipo`, to an anonymous consumidor
-/// final until the caller names the buyer: IVA at `cfg`'s rate in classes A and B, none in
-/// class C.
-pub fn sale_input(cfg: &ArcaSettings, tipo: CbteTipo, total: Decimal) -> VoucherInput {
-    let alicuota = cfg.alicuota().unwrap_or(super::Alicuota::Veintiuno);
-    let mut input = VoucherInput::consumidor_final(total, alicuota);
-    if tipo.class() == 'C' {
-        input.imp_neto = total;
-        input.imp_iva = Decimal::ZERO;
-        input.iva.clear();
-    }
-    input
 }
 
 impl Drainer {
@@ -134,14 +121,15 @@ impl Drainer {
         }
     }
 
-    /// One round: every pending sale issued, then every refund whose sale is authorized
-    /// credited by its nota de crédito, or left for the next round. Returns how many sales and
-    /// refunds were settled.
+    /// One round: every frozen sale and nota de crédito issued; then the notas of refunds
+    /// whose sale is authorized (this round's too) frozen, and issued. Returns how many sales
+    /// and refunds were settled.
     pub async fn round(&self) -> anyhow::Result<usize> {
-        let sales = self.db.arca_pending_sales(BATCH).await?;
-        let refunds = self.db.arca_pending_refunds(BATCH).await?;
-        if sales.is_empty() && refunds.is_empty() {
-            return Ok(0);
+        self.freeze_unfrozen().await?;
+        let (mut settled, _) = self.freeze_notas().await?;
+        let orders = self.db.arca_orders(BATCH).await?;
+        if orders.is_empty() {
+            return Ok(settled);
         }
         let ticket = self.wsaa.ticket().await?;
         let auth = Auth {
@@ -152,91 +140,116 @@ impl Drainer {
         let timeout = StdDuration::from_secs(self.cfg.timeout_seconds);
         let wsfe = Wsfe::new(self.cfg.wsfe_url(), auth, timeout)?;
         self.check_point(&wsfe).await?;
+        settled += self.issue_orders(&wsfe, orders).await?;
+        let (held, frozen) = self.freeze_notas().await?;
+        settled += held;
+        if frozen > 0 {
+            let orders = self.db.arca_orders(BATCH).await?;
+            settled += self.issue_orders(&wsfe, orders).await?;
+        }
+        Ok(settled)
+    }
+
+    /// Issues frozen `orders` (sales and notas de crédito): each sequence's together, in
+    /// order, `batch` of them per request, the sequences in parallel; how many were settled.
+    async fn issue_orders(&self, wsfe: &Wsfe, orders: Vec<ArcaOrderRow>) -> anyhow::Result<usize> {
+        let timeout = StdDuration::from_secs(self.cfg.timeout_seconds);
         let pto_vta = self
             .cfg
             .punto_venta
             .context("[arca] punto_venta is required")?;
-        // The issuer of a sequence (voucher type) met this round.
-        let issuer = |tipo: CbteTipo| {
-            Issuer::new(
+        let limit = self.max_records(wsfe).await;
+        let mut settled = 0;
+        let mut groups: Groups<(ArcaOrderRow, VoucherInput, Option<String>)> = Vec::new();
+        for order in orders {
+            match self.plan_order(&order).await? {
+                Err(why) => {
+                    self.order_settled(&order, Err(why)).await?;
+                    settled += 1;
+                }
+                Ok((tipo, input, note)) => group(&mut groups, tipo, (order, input, note)),
+            }
+        }
+        let sends = groups.iter().map(|(tipo, items)| {
+            let issuer = Issuer::new(
                 self.db.clone(),
                 wsfe.clone(),
                 self.cfg.environment,
                 pto_vta,
-                tipo,
+                *tipo,
                 timeout,
-            )
-        };
-        let limit = self.max_records(&wsfe).await;
-        let mut settled = 0;
-        // Each sequence's sales together, in order, `batch` of them per request.
-        let mut groups: Groups<(ArcaSaleRow, String, VoucherInput, Option<String>)> = Vec::new();
-        for sale in sales {
-            // A sale a human corrected goes on under the attempt given to the correction.
-            let fix = self
-                .db
-                .arca_correction(&sale.provider, &sale.payment_id)
-                .await?;
-            let key = super::issue::attempt_key(
-                &format!("{}:{}", sale.provider, sale.payment_id),
-                fix.as_ref()
-                    .map_or(1, |c| u32::try_from(c.attempt).unwrap_or(1)),
             );
-            match self.plan_sale(&key, &sale, fix.as_ref()).await? {
-                Err(why) => {
-                    self.sale_settled(&sale, Err(why)).await?;
-                    settled += 1;
-                }
-                Ok((tipo, input, note)) => group(&mut groups, tipo, (sale, key, input, note)),
-            }
-        }
-        let sends = groups.iter().map(|(tipo, items)| {
-            let pairs = items.iter().map(|(_, k, i, _)| (k.clone(), i.clone()));
-            (issuer(*tipo), pairs.collect())
+            let pairs = items
+                .iter()
+                .map(|(o, i, _)| (o.stamp_key.clone(), i.clone()));
+            (issuer, pairs.collect())
         });
         let results = self.issue_groups(sends.collect(), limit).await?;
         for ((_, items), got) in groups.iter().zip(results) {
-            for ((sale, _, _, note), result) in items.iter().zip(got) {
+            for ((order, _, note), result) in items.iter().zip(got) {
                 let Some(result) = result else { continue };
                 let result = result.map(|text| match note {
                     Some(n) => format!("{text} ({n})"),
                     None => text,
                 });
-                self.sale_settled(sale, result).await?;
+                self.order_settled(order, result).await?;
                 settled += 1;
-            }
-        }
-        let mut groups: Groups<(ArcaRefundRow, String, VoucherInput)> = Vec::new();
-        for refund in refunds {
-            // None: the sale's voucher is not authorized: not this round.
-            match self.plan_refund(&refund).await? {
-                None => {}
-                Some(Err(why)) => {
-                    self.refund_settled(&refund, Err(why)).await?;
-                    settled += 1;
-                }
-                Some(Ok((tipo, input, key))) => group(&mut groups, tipo, (refund, key, input)),
-            }
-        }
-        let sends = groups.iter().map(|(tipo, items)| {
-            let pairs = items.iter().map(|(_, k, i)| (k.clone(), i.clone()));
-            (issuer(*tipo), pairs.collect())
-        });
-        let results = self.issue_groups(sends.collect(), limit).await?;
-        for ((_, items), got) in groups.iter().zip(results) {
-            for ((refund, _, _), result) in items.iter().zip(got) {
-                if let Some(result) = result {
-                    self.refund_settled(refund, result).await?;
-                    settled += 1;
-                }
             }
         }
         Ok(settled)
     }
 
+    /// Freezes the nota de crédito of each refund waiting for one whose sale ARCA authorized
+    /// (in the outbox, with a payment row of its own, as an egreso); a refund that cannot be
+    /// credited is held. `(held, frozen)`.
+    async fn freeze_notas(&self) -> anyhow::Result<(usize, usize)> {
+        let (mut held, mut frozen) = (0, 0);
+        for refund in self.db.arca_unfrozen_refunds(BATCH).await? {
+            match self.plan_refund(&refund).await? {
+                None => {}
+                Some(Err(why)) => {
+                    let key = format!("refund:{}:{}", refund.provider, refund.refund_id);
+                    self.refund_settled((refund.id, None), &key, Err(why))
+                        .await?;
+                    held += 1;
+                }
+                Some(Ok((tipo, input, key))) => {
+                    let order = Order {
+                        tipo: tipo.code(),
+                        input,
+                        note: None,
+                    };
+                    let draft = ArcaDraft {
+                        key,
+                        order: Ok(order.to_json()),
+                    };
+                    if self.db.arca_freeze_nota(refund.id, &draft).await? {
+                        frozen += 1;
+                    }
+                }
+            }
+        }
+        Ok((held, frozen))
+    }
+
+    /// Settles a frozen order: a sale, or a refund's nota de crédito.
+    async fn order_settled(
+        &self,
+        order: &ArcaOrderRow,
+        result: Result<String, String>,
+    ) -> anyhow::Result<()> {
+        match order.refund_row {
+            Some(refund_row) => {
+                let rows = (refund_row, Some(order.payment_row));
+                self.refund_settled(rows, &order.stamp_key, result).await
+            }
+            None => self.sale_settled(order, result).await,
+        }
+    }
+
     async fn sale_settled(
         &self,
-        sale: &ArcaSaleRow,
+        sale: &ArcaOrderRow,
         result: Result<String, String>,
     ) -> anyhow::Result<()> {
         let (status, reason) = match result {
@@ -244,15 +257,22 @@ impl Drainer {
             Err(why) => ("needs_attention", format!("ARCA: {why}")),
         };
         self.db
-            .arca_sale_settled_mailed(sale.id, (status, &reason), self.mail_domain.as_deref())
+            .arca_sale_settled_mailed(
+                sale.payment_row,
+                (status, &reason),
+                self.mail_domain.as_deref(),
+            )
             .await?;
         tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
         Ok(())
     }
 
+    /// Settles refund `rows.0` (and its nota's payment row and outbox row, `rows.1`, once
+    /// frozen) under the nota's `key`.
     async fn refund_settled(
         &self,
-        refund: &ArcaRefundRow,
+        rows: (i64, Option<i64>),
+        key: &str,
         result: Result<String, String>,
     ) -> anyhow::Result<()> {
         let (status, reason) = match result {
@@ -261,9 +281,9 @@ impl Drainer {
         };
         let mail = self.mail_domain.as_deref();
         self.db
-            .arca_refund_settled_mailed(refund.id, (status, &reason), mail)
+            .arca_refund_settled_mailed(rows, (status, &reason), mail)
             .await?;
-        tracing::info!(refund = %refund.refund_id, payment = %refund.payment_ref, status, %reason, "ARS refund settled");
+        tracing::info!(%key, status, %reason, "ARS refund settled");
         Ok(())
     }
 
@@ -298,62 +318,54 @@ impl Drainer {
         }
     }
 
-    /// A sale's voucher under `key`: its type, its input, and a note on what of the buyer's
-    /// data was not used; `Err` says why the sale cannot be issued as it is. A key issued
-    /// before keeps the type and input it was bound to (the settings, or this code, may have
-    /// changed since: never a second voucher for a sale).
-    async fn plan_sale(
+    /// A frozen order's voucher: its type, its input, and a note on what of the buyer's data
+    /// was not used; `Err` says why it cannot be issued (an order this version cannot read).
+    /// A key issued before keeps the type and input it was bound to (one an earlier version
+    /// issued before it froze orders: never a second voucher for a sale).
+    async fn plan_order(
         &self,
-        key: &str,
-        sale: &ArcaSaleRow,
-        fix: Option<&ArcaCorrection>,
+        order: &ArcaOrderRow,
     ) -> anyhow::Result<Result<(CbteTipo, VoucherInput, Option<String>), String>> {
+        let key = &order.stamp_key;
         if let Some(v) = self.db.arca_voucher(key).await? {
             let tipo = CbteTipo::from_code(v.cbte_tipo)
                 .with_context(|| format!("voucher type {} of {key}", v.cbte_tipo))?;
             let input = serde_json::from_str(&v.input).context("a stored voucher")?;
             return Ok(Ok((tipo, input, None)));
         }
-        Ok(self.new_sale_plan(sale, fix))
+        Ok(Order::from_json(&order.request_json)
+            .and_then(|o| Ok((o.cbte_tipo()?, o.input, o.note))))
     }
 
-    /// The buyer is the one a human corrected, else what the sale carried.
-    fn new_sale_plan(
-        &self,
-        sale: &ArcaSaleRow,
-        fix: Option<&ArcaCorrection>,
-    ) -> Result<(CbteTipo, VoucherInput, Option<String>), String> {
-        let total: Decimal = sale
-            .amount
-            .parse()
-            .map_err(|_| format!("amount {:?} is not a number", sale.amount))?;
-        let customer: serde_json::Value =
-            serde_json::from_str(&sale.customer_json).unwrap_or_default();
-        let ident = customer.get("identification");
-        let field = |k: &str| {
-            ident
-                .and_then(|i| i.get(k))
-                .and_then(serde_json::Value::as_str)
-        };
-        let given = match fix {
-            Some(c) => Given {
-                kind: Some(c.doc_kind.as_str()).filter(|k| !k.is_empty()),
-                number: Some(c.doc_number.as_str()).filter(|n| !n.is_empty()),
-                condicion_iva: Some(c.condicion_iva.as_str()),
-            },
-            None => Given {
-                kind: field("kind"),
-                number: field("number"),
-                condicion_iva: field("condicion_iva"),
-            },
-        };
-        let b = buyer(given, total, &self.cfg)?;
-        let tipo = self.cfg.factura_for(b.receptor);
-        let mut input = sale_input(&self.cfg, tipo, total);
-        input.doc_tipo = b.doc_tipo;
-        input.doc_nro = b.doc_nro;
-        input.condicion_iva_receptor = b.receptor.id();
-        Ok((tipo, input, b.note))
+    /// Freezes the ARS sales an earlier version recorded `arca_pending` without their
+    /// voucher (it planned them here, each round): under the key and buyer of their last
+    /// correction, if a human made one.
+    async fn freeze_unfrozen(&self) -> anyhow::Result<()> {
+        for sale in self.db.arca_unfrozen_sales(BATCH).await? {
+            let fix = self
+                .db
+                .arca_correction(&sale.provider, &sale.payment_id)
+                .await?;
+            let key = super::issue::attempt_key(
+                &format!("{}:{}", sale.provider, sale.payment_id),
+                fix.as_ref()
+                    .map_or(1, |c| u32::try_from(c.attempt).unwrap_or(1)),
+            );
+            let given = fix.as_ref().map(|c| Correction {
+                doc_kind: &c.doc_kind,
+                doc_number: &c.doc_number,
+                condicion_iva: &c.condicion_iva,
+            });
+            let order = freeze(&self.cfg, &sale.amount, &sale.customer_json, given);
+            let draft = ArcaDraft {
+                key,
+                order: order.map(|o| o.to_json()),
+            };
+            if self.db.arca_freeze(&sale, &draft).await? {
+                tracing::info!(payment = %sale.payment_id, key = %draft.key, "ARS sale recorded before its voucher was frozen: frozen now");
+            }
+        }
+        Ok(())
     }
 
     /// A refund's nota de crédito: its type, input and key (`refund:{provider}:{refund id}`);

@@ -17,12 +17,15 @@
 //!   condition), from Mercado Pago's `payer.identification`; no I/O.
 //! - [`print`]: what an authorized voucher prints (RG 1415) and ARCA's QR (RG 4892); the
 //!   layout is [`crate::pdf::voucher`]'s.
-//! - [`drain`]: the loop of `serve` and `worker` issuing the ARS sales ingest marked
-//!   `arca_pending` (Mercado Pago in ARS with `[arca]` on), and the notas de crédito of their
+//! - [`order`]: what an ARS sale's voucher is frozen as in the outbox at ingest (its type and
+//!   input; the number and date come at reservation); no I/O.
+//! - [`drain`]: the worker pool's ARCA lane issuing the ARS sales ingest froze in the outbox
+//!   (Mercado Pago or Stripe in ARS with `[arca]` on), and the notas de crédito of their
 //!   refunds.
 //!
 //! Who may import it: the sandbox ([`crate::arcasim`], for the model and the envelopes),
-//! startup, the CLI and tests; the settings ([`crate::config`]) use the model's leaf types. It
+//! ingest (to freeze an order), the admin (to freeze a corrected one), startup, the CLI and
+//! tests; the settings ([`crate::config`]) use the model's leaf types. It
 //! imports the store (its SQL lives in `store/arca.rs`), `[arca]`'s settings, the PDF pages
 //! ([`crate::pdf::voucher`]) and the XML reader of [`crate::cfdi::dom`].
 
@@ -32,6 +35,7 @@ pub mod buyer;
 pub mod drain;
 pub mod issue;
 pub mod model;
+pub mod order;
 pub mod print;
 pub mod wsaa;
 pub mod wsfe;

@@ -200,6 +200,8 @@ pub const TERMINAL_OUTBOX_STATES: &[&str] = &[
     "canceled",
     "awaiting_global",
     "needs_attention",
+    "arca_authorized",
+    "arca_held",
 ];
 
 /// Compares what was sent, what we recorded (`ours`, as `invoices list` shows it) and what the

@@ -78,6 +78,13 @@ spelled! {
         NeedsAttention = "needs_attention",
         /// Cancelled at SAT.
         Canceled = "canceled",
+        /// An ARS sale's voucher, frozen, waiting for the worker pool's ARCA lane (which
+        /// numbers it when it reserves it: ARCA's numbers cannot be frozen ahead).
+        ArcaPending = "arca_pending",
+        /// ARCA authorized it: it has its number and CAE.
+        Authorized = "arca_authorized",
+        /// The ARCA lane held it or ARCA refused it: a human corrects it on `/admin/arca`.
+        ArcaHeld = "arca_held",
     }
 }
 
@@ -101,7 +108,15 @@ impl DocumentState {
     /// Whether nothing more happens to it by itself or by a retry: stamped, cancelled, or
     /// replaced. Every other state still has a SAT window that matters.
     pub fn is_final(self) -> bool {
-        matches!(self, Self::Stamped | Self::Canceled | Self::Superseded)
+        matches!(
+            self,
+            Self::Stamped | Self::Canceled | Self::Superseded | Self::Authorized
+        )
+    }
+
+    /// Whether it is an ARCA voucher's state (Argentina): no SAT window, no PAC.
+    pub fn is_arca(self) -> bool {
+        matches!(self, Self::ArcaPending | Self::Authorized | Self::ArcaHeld)
     }
 
     /// How a person reads it: the one label the admin's tiles, tabs, badges and detail pages
@@ -119,6 +134,9 @@ impl DocumentState {
             Self::Superseded => "Superseded",
             Self::NeedsAttention => "Needs attention",
             Self::Canceled => "Cancelled",
+            Self::ArcaPending => "Waiting for its ARCA voucher",
+            Self::Authorized => "ARCA voucher authorized",
+            Self::ArcaHeld => "ARCA voucher held for a human",
         }
     }
 }
@@ -185,6 +203,9 @@ spelled! {
         Egreso = "egreso",
         /// A complemento de pago (CFDI tipo P, Pagos 2.0): one payment of a PPD invoice.
         Pago = "pago",
+        /// Not a CFDI: an ARS sale's electronic voucher at ARCA (Argentina), frozen as an
+        /// `arca::Order` (its type and input; the number and CbteFch come at reservation).
+        Arca = "arca",
     }
 }
 

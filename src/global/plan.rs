@@ -234,6 +234,7 @@ impl Planner {
                 references: Vec::new(),
                 lines_json: None,
                 tipo_cambio: None,
+                arca: None,
             },
             draft: OutboxDraft {
                 kind: DocumentKind::Global,

@@ -361,7 +361,15 @@ fn document_status(page: &mut SalePage, d: &DocFull, merchant: &str, token: &str
                 format!("Comuníquese con {merchant} si necesita una nueva."),
             );
         }
-        S::Failed | S::Expired | S::Superseded | S::NeedsAttention => {
+        // An ARCA voucher is not a CFDI: the portal never finds one (it reads a sale's
+        // ingreso), and would say no more than this of it.
+        S::Failed
+        | S::Expired
+        | S::Superseded
+        | S::NeedsAttention
+        | S::ArcaPending
+        | S::Authorized
+        | S::ArcaHeld => {
             page.status = status(
                 "warn",
                 "Su factura no pudo timbrarse todavía",

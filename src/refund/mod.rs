@@ -612,6 +612,7 @@ impl Planner {
                 references: Vec::new(),
                 lines_json: None,
                 tipo_cambio: None,
+                arca: None,
             }),
             draft: Box::new(OutboxDraft {
                 kind,

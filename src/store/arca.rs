@@ -479,6 +479,7 @@ impl Db {
             &mut tx,
             (provider, payment_id),
             &reason,
+            None,
             (actor, audit),
             now,
         )

@@ -10,8 +10,10 @@
 
 use chrono::Utc;
 
+use super::arca_queue::{back_to_arca_row_in, settle_arca_in};
 use super::exec::{Tx, stmt};
 use super::{Db, StoreError};
+use crate::domain::DocumentState;
 use crate::domain::delivery::arca_message_id;
 
 /// A human's correction of a sale's buyer.
@@ -62,12 +64,14 @@ async fn email_in(tx: &mut Tx<'_>, payment_row: i64) -> Result<Option<String>, S
         .filter(|e| !e.is_empty()))
 }
 
-/// In `tx`: held sale `provider:payment_id` back to `arca_pending` with `reason`, and
-/// `actor`'s action (name, target kind, target) audited with it.
+/// In `tx`: held sale `provider:payment_id` back to `arca_pending` with `reason`, its outbox
+/// row too (under a new key and order when `refrozen`), and `actor`'s action (name, target
+/// kind, target) audited with it.
 pub(super) async fn back_to_arca_in(
     tx: &mut Tx<'_>,
     (provider, payment_id): (&str, &str),
     reason: &str,
+    refrozen: Option<(&str, &str)>,
     (actor, (action, kind, target)): (&str, (&str, &str, &str)),
     now: chrono::DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -81,6 +85,7 @@ pub(super) async fn back_to_arca_in(
     .bind(payment_id)
     .execute_in(tx, "send an ARS sale back to ARCA")
     .await?;
+    back_to_arca_row_in(tx, (provider, payment_id), refrozen, now).await?;
     super::admin::admin_action(actor, action, kind, target, Some(reason), now)
         .execute_in(tx, "record an admin action")
         .await?;
@@ -134,12 +139,13 @@ impl Db {
     /// A human corrects held or refused sale `provider:payment_id` (still `needs_attention`
     /// with an ARCA reason): in one transaction the buyer `c` is stored with the sale's next
     /// attempt (past every key of the sale and every earlier correction), the sale goes back
-    /// to `arca_pending`, and the action is audited. The new attempt's key; `None` when the
+    /// to `arca_pending` with `order` (the voucher for that buyer, JSON) frozen in its outbox
+    /// row under the attempt's key, and the action is audited. The new attempt's key; `None` when the
     /// sale is not waiting for a human.
     pub async fn arca_correct_sale(
         &self,
         (provider, payment_id): (&str, &str),
-        c: &ArcaCorrection,
+        (c, order): (&ArcaCorrection, &str),
         actor: &str,
     ) -> Result<Option<String>, StoreError> {
         let now = Utc::now();
@@ -209,6 +215,7 @@ impl Db {
             &mut tx,
             (provider, payment_id),
             &reason,
+            Some((&key, order)),
             (actor, audit),
             now,
         )
@@ -232,6 +239,11 @@ impl Db {
         let now = Utc::now();
         let mut tx = self.begin().await?;
         let n = settle_in(&mut tx, "payments", payment_row, (status, reason), now).await?;
+        let row = match status {
+            "arca_authorized" => DocumentState::Authorized,
+            _ => DocumentState::ArcaHeld,
+        };
+        settle_arca_in(&mut tx, payment_row, row, reason, now).await?;
         if let Some(domain) = domain.filter(|_| n == 1 && status == "arca_authorized") {
             let (provider, payment_id): (String, String) =
                 stmt("SELECT provider, payment_id FROM payments WHERE id = $1")
@@ -247,17 +259,27 @@ impl Db {
     }
 
     /// Settles a refund still `arca_pending`: `arca_credited` with its nota de crédito, or
-    /// `needs_attention` and why. In the same transaction, as for a sale, the buyer's
-    /// email of the nota de crédito when the refund moved to `arca_credited`.
+    /// `needs_attention` and why; once its nota was frozen (`nota`: the nota's own payment
+    /// row), that row and its outbox row with it (`arca_authorized`, or `arca_held`). In the
+    /// same transaction, as for a sale, the buyer's email of the nota de crédito when the
+    /// refund moved to `arca_credited`.
     pub async fn arca_refund_settled_mailed(
         &self,
-        refund_row: i64,
+        (refund_row, nota): (i64, Option<i64>),
         (status, reason): (&str, &str),
         domain: Option<&str>,
     ) -> Result<(), StoreError> {
         let now = Utc::now();
         let mut tx = self.begin().await?;
         let n = settle_in(&mut tx, "refunds", refund_row, (status, reason), now).await?;
+        if let Some(nota_row) = nota {
+            let state = match status {
+                "arca_credited" => DocumentState::Authorized,
+                _ => DocumentState::ArcaHeld,
+            };
+            settle_in(&mut tx, "payments", nota_row, (state.as_str(), reason), now).await?;
+            settle_arca_in(&mut tx, nota_row, state, reason, now).await?;
+        }
         if let Some(domain) = domain.filter(|_| n == 1 && status == "arca_credited") {
             let (sale_row, provider, refund_id): (i64, String, String) = stmt(
                 "SELECT p.id, r.provider, r.refund_id FROM refunds r JOIN payments p \

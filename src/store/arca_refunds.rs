@@ -1,8 +1,8 @@
 //! Argentina (ARCA): the refunds of ARS sales, each to become one nota de crédito. A refund
 //! of a sale ARCA invoices is recorded `arca_pending` (`refunds.rs`, decided by
-//! `crate::refund`) and waits there until its sale's voucher is authorized; the ARCA loop
-//! (`crate::arca::drain`) then issues its nota and settles it `arca_credited` (or
-//! `needs_attention`).
+//! `crate::refund`) and waits there until its sale's voucher is authorized; the ARCA lane
+//! (`crate::arca::drain`) then freezes its nota in the outbox (`arca_queue.rs`), issues it
+//! and settles the refund `arca_credited` (or `needs_attention`).
 
 use super::exec::stmt;
 use super::{Db, StoreError};
@@ -24,19 +24,6 @@ pub struct ArcaRefundRow {
 pub const ARCA_CREDITING: &str = "('arca_pending', 'arca_credited')";
 
 impl Db {
-    /// Refunds waiting for their nota de crédito whose sale ARCA authorized, oldest first.
-    pub async fn arca_pending_refunds(&self, limit: i64) -> Result<Vec<ArcaRefundRow>, StoreError> {
-        stmt(
-            "SELECT r.id, r.provider, r.refund_id, r.payment_ref, r.amount FROM refunds r \
-             JOIN payments p ON p.provider = r.provider AND p.payment_id = r.payment_ref \
-             WHERE r.status = 'arca_pending' AND p.status = 'arca_authorized' \
-             ORDER BY r.id LIMIT $1",
-        )
-        .bind(limit)
-        .fetch_all(self, "list refunds waiting for a nota de crédito")
-        .await
-    }
-
     /// The authorized voucher of sale `provider:payment_ref`, under its key or a later
     /// attempt's (`key#2`, … after a superseded or re-issued attempt): what its notas credit.
     pub async fn arca_sale_voucher(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::arca_queue::enqueue_arca_in;
 use super::exec::{Dialect, Dialected, Stmt, Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
 use super::payments::{NewPayment, complete_payment_in, insert_payment_in};
@@ -157,7 +158,9 @@ async fn ingest_in_tx(
         }
     }
     let Some(payment_row) = insert_payment_in(tx, payment, now).await? else {
-        if completion == Completion::None {
+        // An ARS sale's buyer is corrected by a human (`/admin/arca`), never completed by a
+        // later delivery: its voucher was frozen with it.
+        if completion == Completion::None || payment.arca.is_some() {
             return Ok(IngestOutcome::DuplicatePayment);
         }
         let Some(payment_row) = complete_payment_in(tx, payment, now).await? else {
@@ -175,7 +178,7 @@ async fn ingest_in_tx(
     let Some(mut draft) = draft else {
         return Ok(IngestOutcome::Recorded {
             payment_row,
-            outbox_row: None,
+            outbox_row: enqueue_arca(tx, payment_row, payment, now).await?,
         });
     };
     let outbox_row = enqueue_in_tx(tx, payment_row, &mut draft, None, now).await?;
@@ -183,6 +186,19 @@ async fn ingest_in_tx(
         payment_row,
         outbox_row,
     })
+}
+
+/// In `tx`: the frozen ARCA voucher of `payment` (an ARS sale), if it carries one.
+async fn enqueue_arca(
+    tx: &mut Tx<'_>,
+    payment_row: i64,
+    payment: &NewPayment,
+    now: DateTime<Utc>,
+) -> Result<Option<i64>, StoreError> {
+    match &payment.arca {
+        Some(a) => enqueue_arca_in(tx, payment_row, a, payment.livemode, now).await,
+        None => Ok(None),
+    }
 }
 
 impl Db {

@@ -37,6 +37,8 @@
 //!   reservations, the leases that serialise a sequence across instances, the WSAA tickets.
 //! - `arca_claim.rs`: claiming ARCA numbers: one key or a batch of one sequence in one
 //!   transaction, and the barrier taking over numbers proven empty.
+//! - `arca_queue.rs`: the outbox's ARCA rows: an ARS sale's voucher frozen with its payment,
+//!   the ARCA lane's list of those due, and their states.
 //! - `arca_refunds.rs`: the refunds of ARS sales waiting for their nota de crédito.
 //! - `arca_followups.rs`: a held or refused ARS sale corrected by a human (its buyer and the
 //!   attempt it is issued again under), and the email of an authorized voucher.
@@ -61,6 +63,7 @@ pub mod api;
 mod arca;
 mod arca_claim;
 mod arca_followups;
+mod arca_queue;
 mod arca_refunds;
 mod attempts;
 mod backup;
@@ -88,6 +91,7 @@ pub use arca::{
     NewReservation, Reserve, arca_state,
 };
 pub use arca_followups::{ArcaCorrection, ArcaHeldSale};
+pub use arca_queue::{ArcaDraft, ArcaOrderRow, ArcaUnfrozenSale};
 pub use arca_refunds::ArcaRefundRow;
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};

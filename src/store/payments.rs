@@ -35,6 +35,9 @@ pub struct NewPayment {
     /// global and the portal invoice the sale with it later.
     #[sqlx(default)]
     pub tipo_cambio: Option<String>,
+    /// An ARS sale's voucher, frozen with it in the outbox (kind `arca`); `None` otherwise.
+    #[sqlx(skip)]
+    pub arca: Option<super::ArcaDraft>,
 }
 
 const INSERT_PAYMENT: &str = "INSERT INTO payments \

@@ -272,12 +272,13 @@ impl Db {
             .await
     }
 
-    /// `(kind, state, oldest created_at)` of the rows still to be stamped (the age gauges).
+    /// `(kind, state, oldest created_at)` of the rows still to be stamped, or for an ARS
+    /// sale authorized (the age gauges).
     pub async fn oldest_queued_by_kind(
         &self,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
         const SQL: &str = "SELECT kind, state, MIN(created_at) AS t FROM outbox \
-            WHERE state IN ('pending', 'stamping', 'retry_scheduled', 'unknown') \
+            WHERE state IN ('pending', 'stamping', 'retry_scheduled', 'unknown', 'arca_pending') \
             GROUP BY kind, state ORDER BY 1, 2";
         stmt(SQL)
             .fetch_all::<(String, String, DateTime<Utc>)>(self, "find the oldest queued documents")

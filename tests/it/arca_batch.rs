@@ -278,7 +278,7 @@ async fn a_round_issues_a_sequence_s_pending_sales_in_one_request(b: Backend) {
     let ids: Vec<String> = (0..8).map(|n| format!("71000002{n:02}")).collect();
     for (n, id) in ids.iter().enumerate() {
         let ack = mp_notify(&app, &format!("n-b-{n}"), "payment.created", id).await;
-        assert_eq!(ack["outcome"], "payment_recorded", "{ack}");
+        assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
     }
     let drainer = Drainer::new(app.db.clone(), &app.settings.arca).expect("drainer");
     assert_eq!(

@@ -144,7 +144,7 @@ async fn buyers_are_named_by_cuit_cuil_or_dni_and_their_condition_picks_the_clas
     for n in 1..=7 {
         let id = format!("720000000{n}");
         let ack = mp_notify(&app, &format!("n-buyer-{n}"), "payment.created", &id).await;
-        assert_eq!(ack["outcome"], "payment_recorded", "{ack}");
+        assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
     }
     // (key, CbteTipo, DocTipo, DocNro, CondicionIVAReceptorId): an RI emisor gives an RI buyer
     // a Factura A; a CUIT whose condition nobody gave is a consumidor final's Factura B.
@@ -285,6 +285,27 @@ async fn refunds_become_notas_de_credito_naming_the_sale_once_each(b: Backend) {
             .expect("read")
             .map(|v| v.number),
         Some(2)
+    );
+    // Each nota was frozen in the outbox once its sale's voucher was authorized, on a payment
+    // row of its own (as an egreso), and its refund names it.
+    let frozen: Vec<(String, String, String, String)> = crate::support::rows::fetch_rows(
+        &app.db,
+        "SELECT o.stamp_key, o.state, p.provider, p.status FROM refunds r \
+         JOIN outbox o ON o.id = r.outbox_id JOIN payments p ON p.id = o.payment_id \
+         WHERE o.kind = 'arca' ORDER BY r.id",
+        &[],
+    )
+    .await;
+    let authorized = |k: &str| {
+        let a = "arca_authorized".to_owned();
+        (k.to_owned(), a.clone(), "refund".to_owned(), a)
+    };
+    assert_eq!(
+        frozen,
+        [
+            authorized("refund:mercadopago:9000001"),
+            authorized("refund:mercadopago:9000002")
+        ]
     );
     sim.stop().await;
 }

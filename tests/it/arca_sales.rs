@@ -120,7 +120,7 @@ async fn a_mercado_pago_sale_in_ars_becomes_one_arca_voucher_with_a_cae(b: Backe
         return;
     };
     let ack = mp_notify(&app, "n-ar-1", "payment.created", "7100000001").await;
-    assert_eq!(ack["outcome"], "payment_recorded", "{ack}");
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
     // The same notification again, and another for the same payment: still one voucher.
     mp_notify(&app, "n-ar-1", "payment.created", "7100000001").await;
     mp_notify(&app, "n-ar-2", "payment.updated", "7100000001").await;
@@ -280,7 +280,7 @@ async fn an_ars_sale_for_arca_waits_for_no_exchange_rate(b: Backend) {
         return;
     };
     let ack = mp_notify(&app, "n-ar-fx", "payment.created", "7100000061").await;
-    assert_eq!(ack["outcome"], "payment_recorded", "{ack}");
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
     let (status, _) = sqlx_row(&app, "7100000061").await;
     assert_eq!(status, "arca_pending");
     sim.stop().await;

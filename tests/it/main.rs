@@ -38,6 +38,7 @@ mod arca_barrier;
 mod arca_batch;
 mod arca_buyers;
 mod arca_followups;
+mod arca_outbox;
 mod arca_print;
 mod arca_sales;
 mod arca_sim_faults;
