@@ -40,6 +40,10 @@ pub enum EventRow {
         id: i64,
         payment_ref: String,
         livemode: bool,
+        /// `false`: leave it `pending_fetch` in this transaction; the caller finishes it
+        /// once what follows the sale is recorded too (the refunds the payment lists), so a
+        /// kill in between fetches it again instead of losing them.
+        finish: bool,
     },
 }
 
@@ -138,10 +142,12 @@ async fn ingest_in_tx(
                 return Ok(IngestOutcome::DuplicateEvent);
             }
         }
+        EventRow::Stored { finish: false, .. } => {}
         EventRow::Stored {
             id,
             payment_ref,
             livemode,
+            finish: true,
         } => {
             let done = stmt(FINISH_PENDING_EVENT)
                 .bind("processed")
@@ -259,7 +265,8 @@ impl Db {
     }
 
     /// Marks a stored notification as handled without a payment (not approved, not a
-    /// payment, …). `false` when it was not pending any more.
+    /// payment, …), or once the refunds its payment lists are recorded after the sale.
+    /// `false` when it was not pending any more.
     pub async fn finish_pending_event(
         &self,
         id: i64,

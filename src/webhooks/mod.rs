@@ -513,21 +513,33 @@ async fn resolve_mercadopago(
         }
     };
     let payment_ref = payment.id_text();
-    let outcome = resolved(state, p, &payment, payment_ref).await?;
-    // After the sale (a payment seen for the first time already refunded is invoiced first).
+    // The refunds it lists are recorded after the sale (a payment seen for the first time
+    // already refunded is invoiced first), and only then is the notification done: a kill
+    // between the two fetches it again (the sale is a duplicate by then, and each refund is
+    // recorded once by its id) instead of losing the refunds.
     let facts = refunds::mercadopago_refunds(&payment);
-    if !facts.is_empty() {
+    let finish = facts.is_empty();
+    let outcome = resolved(state, p, &payment, payment_ref.clone(), finish).await?;
+    if !finish && outcome != "stored_pending_fetch" {
         refunds::credit(state, None, &p.event_id, &facts).await?;
+        let live = payment.live_mode;
+        let processed = Some(payment_ref.as_str());
+        state
+            .db
+            .finish_pending_event(p.id, "processed", None, processed, live)
+            .await?;
     }
     Ok(outcome)
 }
 
-/// Records what the fetched `payment` means for the stored notification `p`.
+/// Records what the fetched `payment` means for the stored notification `p`; `finish`: whether
+/// the sale's transaction also ends `p` (else the caller does, after the refunds).
 async fn resolved(
     state: &AppState,
     p: &PendingFetch,
     payment: &mercadopago::Payment,
     payment_ref: String,
+    finish: bool,
 ) -> Result<&'static str, StoreError> {
     match payment.meaning(&p.event_id, p.livemode) {
         mercadopago::Meaning::Paid(facts) => {
@@ -545,6 +557,7 @@ async fn resolved(
                         id: p.id,
                         payment_ref,
                         livemode: facts.livemode,
+                        finish,
                     },
                     &row,
                     draft,

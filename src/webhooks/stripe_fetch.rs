@@ -129,6 +129,7 @@ async fn plan(
                 id: p.id,
                 payment_ref: facts.payment_id.clone(),
                 livemode: facts.livemode,
+                finish: true,
             },
             &payment,
             draft,
