@@ -61,8 +61,9 @@ fn deliveries(n: usize, seed: u64) -> Vec<String> {
 
 /// Sends every delivery, signed now, from `senders` concurrent connections spread over the
 /// instances at `addrs`, as Stripe does: a delivery answered 503 ("retry later": the store was
-/// busy) or lost with its connection is sent again, a few times at most (a redelivery, which
-/// must consume no folio); every delivery must end in a 200. Returns how many were sent again.
+/// busy) or 408 (not read in time), or lost with its connection, is sent again, a few times at
+/// most (a redelivery, which must consume no folio); every delivery must end in a 200.
+/// Returns how many were sent again.
 async fn deliver(addrs: &[String], bodies: Vec<String>, senders: usize) -> usize {
     let bodies = Arc::new(bodies);
     let mut tasks = tokio::task::JoinSet::new();
@@ -83,7 +84,11 @@ async fn deliver(addrs: &[String], bodies: Vec<String>, senders: usize) -> usize
                         .await;
                     let said = match sent {
                         Ok(r) if r.status() == 200 => break,
-                        Ok(r) if r.status() == 503 => r.text().await.unwrap_or_default(),
+                        // Stripe retries any non-2xx; these are the ones load brings (a
+                        // busy store, a request not read in time).
+                        Ok(r) if r.status() == 503 || r.status() == 408 => {
+                            format!("{}: {}", r.status(), r.text().await.unwrap_or_default())
+                        }
                         Ok(r) => panic!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
                         Err(e) => e.to_string(),
                     };
