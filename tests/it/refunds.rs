@@ -621,6 +621,74 @@ async fn a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos(b: Backend)
     pool.shutdown().await;
 }
 
+/// A Mercado Pago payment seen for the first time already refunded, with the process gone
+/// between the sale's commit and its refunds' record (here the refunds' insert fails then,
+/// as a kill would leave it): the notification stays to be fetched again, not done, and the
+/// next delivery records the refund once, the sale being a duplicate by then.
+async fn a_refund_lost_after_its_sales_commit_is_recorded_by_the_next_delivery(b: Backend) {
+    let refunds = std::sync::Arc::new(std::sync::Mutex::new(vec![json!({
+        "id": 5201, "amount": 16.00, "status": "approved",
+        "date_created": chrono::Utc::now().to_rfc3339() })]));
+    let mp = fake_mp(refunds);
+    let toml = format!("api_base = \"{mp}\"\n{FAST}");
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let (fail, heal) = match b {
+        Backend::Sqlite => (
+            "CREATE TRIGGER refunds_fail BEFORE INSERT ON refunds \
+             BEGIN SELECT RAISE(ABORT, 'refunds unavailable'); END",
+            "DROP TRIGGER refunds_fail",
+        ),
+        Backend::Postgres => (
+            "CREATE FUNCTION refunds_fail() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refunds unavailable'; END $$; \
+             CREATE TRIGGER refunds_fail BEFORE INSERT ON refunds \
+             FOR EACH ROW EXECUTE FUNCTION refunds_fail()",
+            "DROP TRIGGER refunds_fail ON refunds; DROP FUNCTION refunds_fail()",
+        ),
+    };
+    crate::support::rows::exec_sql(&app.db, fail).await;
+    let body = json!({ "id": "n-1", "live_mode": false, "type": "payment",
+        "action": "payment.updated", "data": { "id": "9201" } })
+    .to_string();
+    let r = app.post_mp_signed("9201", &body).await;
+    assert!(r.status().is_server_error(), "{}", r.status());
+    let count = |sql: &'static str| crate::support::rows::count(&app.db, sql);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM payments WHERE payment_id = '9201'").await,
+        1,
+        "the sale was recorded"
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM refunds").await, 0);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM webhook_events WHERE status = 'pending_fetch'").await,
+        1,
+        "the notification is not done while its refund is unrecorded"
+    );
+    crate::support::rows::exec_sql(&app.db, heal).await;
+    // Mercado Pago delivers again what was answered 5xx.
+    let r = app.post_mp_signed("9201", &body).await;
+    assert_eq!(r.status(), 200);
+    let (pool, _services) = app.start_pool().await;
+    wait_egresos(&app, 1).await;
+    assert_eq!(refund_statuses(&app).await, ["egreso"]);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM webhook_events WHERE status = 'pending_fetch'").await,
+        0
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM outbox o JOIN payments p ON p.id = o.payment_id \
+             WHERE p.payment_id = '9201' AND o.kind = 'ingreso' AND o.state = 'stamped'"
+        )
+        .await,
+        1,
+        "the sale is invoiced once"
+    );
+    pool.shutdown().await;
+}
+
 pub(crate) async fn refund_statuses(app: &TestApp) -> Vec<String> {
     let rows: Vec<(String,)> =
         fetch_rows(&app.db, "SELECT status FROM refunds ORDER BY id", &[]).await;
@@ -723,4 +791,5 @@ on_both_backends!(
     a_refund_recorded_while_the_global_is_planned_rolls_its_freeze_back,
     a_cancellation_the_receptor_rejects_falls_back_to_an_egreso,
     a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos,
+    a_refund_lost_after_its_sales_commit_is_recorded_by_the_next_delivery,
 );

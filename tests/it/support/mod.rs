@@ -175,7 +175,8 @@ impl TestApp {
         *self.workers.lock().expect("workers") = Some((token.drop_guard(), services));
     }
 
-    /// Runs a worker pool until no outbox row waits for a stamp (within `secs`), then stops it.
+    /// Runs a worker pool until no outbox row waits for a stamp (failing if none drains for
+    /// `secs`), then stops it.
     pub async fn drain(&self, secs: u64) {
         let (pool, _services) = self.start_pool().await;
         rows::wait_drained(&self.db, secs).await;
