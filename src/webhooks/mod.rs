@@ -514,39 +514,51 @@ async fn resolve_mercadopago(
     };
     let payment_ref = payment.id_text();
     // The refunds it lists are recorded after the sale (a payment seen for the first time
-    // already refunded is invoiced first), and only then is the notification done: a kill
-    // between the two fetches it again (the sale is a duplicate by then, and each refund is
-    // recorded once by its id) instead of losing the refunds.
+    // already refunded is invoiced first), and only then is the notification done, whatever
+    // the payment meant: a kill between the two fetches it again (the sale is a duplicate by
+    // then, and each refund is recorded once by its id) instead of losing the refunds.
     let facts = refunds::mercadopago_refunds(&payment);
-    let finish = facts.is_empty();
-    let outcome = resolved(state, p, &payment, payment_ref.clone(), finish).await?;
-    if !finish && outcome != "stored_pending_fetch" {
+    let (outcome, ending) =
+        resolved(state, p, &payment, payment_ref.clone(), facts.is_empty()).await?;
+    if let Some(end) = ending {
         refunds::credit(state, None, &p.event_id, &facts).await?;
-        let live = payment.live_mode;
-        let processed = Some(payment_ref.as_str());
         state
             .db
-            .finish_pending_event(p.id, "processed", None, processed, live)
+            .finish_pending_event(
+                p.id,
+                end.status,
+                end.reason.as_deref(),
+                Some(&payment_ref),
+                payment.live_mode,
+            )
             .await?;
     }
     Ok(outcome)
 }
 
-/// Records what the fetched `payment` means for the stored notification `p`; `finish`: whether
-/// the sale's transaction also ends `p` (else the caller does, after the refunds).
+/// How a stored notification ends, once what it means has been recorded.
+struct Ending {
+    status: &'static str,
+    reason: Option<String>,
+}
+
+/// Records what the fetched `payment` means for the stored notification `p`, and ends `p` when
+/// `finish` (the sale's own transaction does). Otherwise it returns how `p` is to end, which
+/// the caller writes after the payment's refunds; `None` when `p` stays stored (it waits for
+/// an exchange rate).
 async fn resolved(
     state: &AppState,
     p: &PendingFetch,
     payment: &mercadopago::Payment,
     payment_ref: String,
     finish: bool,
-) -> Result<&'static str, StoreError> {
-    match payment.meaning(&p.event_id, p.livemode) {
+) -> Result<(&'static str, Option<Ending>), StoreError> {
+    let (status, reason) = match payment.meaning(&p.event_id, p.livemode) {
         mercadopago::Meaning::Paid(facts) => {
             let (row, draft, outage) = plan(state, &facts).await;
             let base = state.settings.mercadopago.retry_interval_seconds;
             if let Some(waiting) = wait_for_rate(state, p, outage, base).await? {
-                return Ok(waiting);
+                return Ok((waiting, None));
             }
             let stamp_key = key_of(draft.as_ref());
             let span = recording_span(&facts.payment_id, &stamp_key);
@@ -566,35 +578,30 @@ async fn resolved(
                 .instrument(span.clone())
                 .await?;
             span.in_scope(|| tracing::info!(payment_id = %facts.payment_id, %stamp_key, outcome = outcome_name(&out), status = %row.status, "mercadopago payment"));
-            Ok(outcome_name(&out))
+            let ending = (!finish).then_some(Ending {
+                status: "processed",
+                reason: None,
+            });
+            return Ok((outcome_name(&out), ending));
         }
-        mercadopago::Meaning::Record(reason) => {
-            state
-                .db
-                .finish_pending_event(
-                    p.id,
-                    "recorded",
-                    Some(&reason),
-                    Some(&payment_ref),
-                    payment.live_mode,
-                )
-                .await?;
-            Ok("recorded")
-        }
-        mercadopago::Meaning::Attention(reason) => {
-            state
-                .db
-                .finish_pending_event(
-                    p.id,
-                    "needs_attention",
-                    Some(&reason),
-                    Some(&payment_ref),
-                    payment.live_mode,
-                )
-                .await?;
-            Ok("needs_attention")
-        }
+        mercadopago::Meaning::Record(reason) => ("recorded", reason),
+        mercadopago::Meaning::Attention(reason) => ("needs_attention", reason),
+    };
+    if !finish {
+        let reason = Some(reason);
+        return Ok((status, Some(Ending { status, reason })));
     }
+    state
+        .db
+        .finish_pending_event(
+            p.id,
+            status,
+            Some(&reason),
+            Some(&payment_ref),
+            payment.live_mode,
+        )
+        .await?;
+    Ok((status, None))
 }
 
 /// Background retry of stored deliveries whose data could not be fetched (Mercado Pago

@@ -634,42 +634,13 @@ async fn a_refund_lost_after_its_sales_commit_is_recorded_by_the_next_delivery(b
     let Some(app) = spawn_app_with(b, &toml).await else {
         return;
     };
-    let (fail, heal) = match b {
-        Backend::Sqlite => (
-            "CREATE TRIGGER refunds_fail BEFORE INSERT ON refunds \
-             BEGIN SELECT RAISE(ABORT, 'refunds unavailable'); END",
-            "DROP TRIGGER refunds_fail",
-        ),
-        Backend::Postgres => (
-            "CREATE FUNCTION refunds_fail() RETURNS trigger LANGUAGE plpgsql AS \
-             $$ BEGIN RAISE EXCEPTION 'refunds unavailable'; END $$; \
-             CREATE TRIGGER refunds_fail BEFORE INSERT ON refunds \
-             FOR EACH ROW EXECUTE FUNCTION refunds_fail()",
-            "DROP TRIGGER refunds_fail ON refunds; DROP FUNCTION refunds_fail()",
-        ),
-    };
-    crate::support::rows::exec_sql(&app.db, fail).await;
-    let body = json!({ "id": "n-1", "live_mode": false, "type": "payment",
-        "action": "payment.updated", "data": { "id": "9201" } })
-    .to_string();
-    let r = app.post_mp_signed("9201", &body).await;
-    assert!(r.status().is_server_error(), "{}", r.status());
+    deliver_across_a_failed_refund_insert(&app, b, "n-1", "9201").await;
     let count = |sql: &'static str| crate::support::rows::count(&app.db, sql);
     assert_eq!(
         count("SELECT COUNT(*) FROM payments WHERE payment_id = '9201'").await,
         1,
         "the sale was recorded"
     );
-    assert_eq!(count("SELECT COUNT(*) FROM refunds").await, 0);
-    assert_eq!(
-        count("SELECT COUNT(*) FROM webhook_events WHERE status = 'pending_fetch'").await,
-        1,
-        "the notification is not done while its refund is unrecorded"
-    );
-    crate::support::rows::exec_sql(&app.db, heal).await;
-    // Mercado Pago delivers again what was answered 5xx.
-    let r = app.post_mp_signed("9201", &body).await;
-    assert_eq!(r.status(), 200);
     let (pool, _services) = app.start_pool().await;
     wait_egresos(&app, 1).await;
     assert_eq!(refund_statuses(&app).await, ["egreso"]);
@@ -685,6 +656,78 @@ async fn a_refund_lost_after_its_sales_commit_is_recorded_by_the_next_delivery(b
         .await,
         1,
         "the sale is invoiced once"
+    );
+    pool.shutdown().await;
+}
+
+/// Delivers Mercado Pago notification `n` of payment `data_id` while every insert into
+/// `refunds` fails (as a process killed right before it would leave things): the answer is a
+/// 5xx, no refund is recorded and the notification stays to be fetched again. Then, the
+/// inserts working again, delivers it again as Mercado Pago does after a 5xx: a 200.
+async fn deliver_across_a_failed_refund_insert(app: &TestApp, b: Backend, n: &str, data_id: &str) {
+    let (fail, heal) = match b {
+        Backend::Sqlite => (
+            "CREATE TRIGGER refunds_fail BEFORE INSERT ON refunds \
+             BEGIN SELECT RAISE(ABORT, 'refunds unavailable'); END",
+            "DROP TRIGGER refunds_fail",
+        ),
+        Backend::Postgres => (
+            "CREATE FUNCTION refunds_fail() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refunds unavailable'; END $$; \
+             CREATE TRIGGER refunds_fail BEFORE INSERT ON refunds \
+             FOR EACH ROW EXECUTE FUNCTION refunds_fail()",
+            "DROP TRIGGER refunds_fail ON refunds; DROP FUNCTION refunds_fail()",
+        ),
+    };
+    crate::support::rows::exec_sql(&app.db, fail).await;
+    let body = json!({ "id": n, "live_mode": false, "type": "payment",
+        "action": "payment.updated", "data": { "id": data_id } })
+    .to_string();
+    let r = app.post_mp_signed(data_id, &body).await;
+    assert!(r.status().is_server_error(), "{}", r.status());
+    assert_eq!(
+        crate::support::rows::count(&app.db, "SELECT COUNT(*) FROM refunds").await,
+        0
+    );
+    assert_eq!(
+        crate::support::rows::count(
+            &app.db,
+            "SELECT COUNT(*) FROM webhook_events WHERE status = 'pending_fetch'"
+        )
+        .await,
+        1,
+        "the notification is not done while its refund is unrecorded"
+    );
+    crate::support::rows::exec_sql(&app.db, heal).await;
+    let r = app.post_mp_signed(data_id, &body).await;
+    assert_eq!(r.status(), 200);
+}
+
+/// The same window for a payment refunded in full, which Mercado Pago reports as `refunded`
+/// (its notification records the refund, no sale): the notification is done only once the
+/// refund is recorded.
+async fn a_full_refund_lost_before_its_record_is_recorded_by_the_next_delivery(b: Backend) {
+    let refunds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mp = fake_mp(refunds.clone());
+    let toml = format!("api_base = \"{mp}\"\n{FAST}");
+    let Some(app) = spawn_app_with(b, &toml).await else {
+        return;
+    };
+    let (pool, _services) = app.start_pool().await;
+    let ack = mp_notify(&app, "n-1", "9301").await;
+    assert_eq!(ack["outcome"], "invoice_queued", "{ack}");
+    crate::support::rows::wait_drained(&app.db, 30).await;
+    refunds.lock().expect("refunds").push(json!({
+        "id": 5301, "amount": 116.00, "status": "approved",
+        "date_created": chrono::Utc::now().to_rfc3339() }));
+    deliver_across_a_failed_refund_insert(&app, b, "n-2", "9301").await;
+    let count = |sql: &'static str| crate::support::rows::count(&app.db, sql);
+    wait_egresos(&app, 1).await;
+    assert_eq!(refund_statuses(&app).await, ["egreso"]);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM webhook_events WHERE status = 'recorded'").await,
+        1,
+        "the notification ends as what it meant"
     );
     pool.shutdown().await;
 }
@@ -792,4 +835,5 @@ on_both_backends!(
     a_cancellation_the_receptor_rejects_falls_back_to_an_egreso,
     a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos,
     a_refund_lost_after_its_sales_commit_is_recorded_by_the_next_delivery,
+    a_full_refund_lost_before_its_record_is_recorded_by_the_next_delivery,
 );
