@@ -133,10 +133,8 @@ async fn a_550_ends_bounced_with_the_servers_reply(b: Backend) {
 }
 
 async fn an_smtp_server_down_then_up_gives_one_delivery(b: Backend) {
-    // A port nothing listens on yet: the server is down.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = closed.local_addr().expect("addr").to_string();
-    drop(closed);
+    // The server is down (a port that refuses), until it comes up on that port.
+    let (down, addr) = crate::support::refusing_port();
     let Some(app) = app(b, &addr).await else {
         return;
     };
@@ -146,6 +144,7 @@ async fn an_smtp_server_down_then_up_gives_one_delivery(b: Backend) {
     })
     .await;
     assert!(rows[0].last_reply.is_some(), "{rows:#?}");
+    drop(down);
     let smtp = Smtp::start_on(&addr).await;
     let rows = wait_for(&app, id, "sent", all_in("sent")).await;
     assert_eq!(rows.len(), 1);

@@ -111,10 +111,8 @@ async fn a_550_is_permanent_and_a_server_that_is_down_is_not() {
         other => panic!("expected a permanent rejection, got {other:?}"),
     }
     assert!(smtp.messages().is_empty());
-    // A port nothing listens on: the server is down, try again later.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = closed.local_addr().expect("addr").to_string();
-    drop(closed);
+    // A port that refuses: the server is down, try again later.
+    let (_down, addr) = crate::support::refusing_port();
     match mailer(&addr).send(m()).await {
         Err(MailError::Transient(_)) => {}
         other => panic!("expected a transient failure, got {other:?}"),

@@ -132,10 +132,9 @@ async fn a_refunds_egreso_sends_its_own_event(b: Backend) {
 }
 
 async fn a_receiver_down_then_up_gets_the_event_once_under_one_id(b: Backend) {
-    // A port nothing listens on yet: the merchant's endpoint is down.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = closed.local_addr().expect("addr").to_string();
-    drop(closed);
+    // A port bound but not listening: the merchant's endpoint is down (a connection is
+    // refused), and no other test's server can be given the port meanwhile.
+    let (down, addr) = crate::support::refusing_port();
     let Some(app) = app(b, &format!("http://{addr}/hook")).await else {
         return;
     };
@@ -146,6 +145,7 @@ async fn a_receiver_down_then_up_gets_the_event_once_under_one_id(b: Backend) {
         r.len() == 1 && r[0].attempts >= 1 && r[0].state == "pending"
     })
     .await;
+    drop(down);
     let (receiver, _) = Receiver::start_on(&addr, 0);
     let rows = events_when(&app, id, "delivered", delivered).await;
     assert!(rows[0].attempts >= 2, "{rows:#?}");

@@ -416,13 +416,9 @@ async fn refusals_before_processing_are_retryable() {
     }
     assert!(sim.stamps().await.is_empty());
 
-    // Nothing listens on a port we just released: connection refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let refused = client_for(&format!("http://127.0.0.1:{port}"), 5);
+    // A port that refuses: connection refused.
+    let (_down, addr) = crate::support::refusing_port();
+    let refused = client_for(&format!("http://{addr}"), 5);
     let got = failure_of(&refused.stamp(&sealed(), &key()).await);
     assert_eq!(got, ("retryable", None));
 }

@@ -17,8 +17,6 @@ pub mod webdriver;
 
 pub use rows::exec_sql;
 
-use std::str::FromStr;
-
 use autofactura::config::Settings;
 use autofactura::startup::Application;
 use autofactura::state::AppState;
@@ -67,29 +65,20 @@ pub async fn spawn_app_with_env(
 ) -> Option<TestApp> {
     let dir = tempfile::tempdir().expect("temp dir");
     let (url, pg_db) = match backend {
-        Backend::Sqlite => (
-            format!("sqlite://{}", dir.path().join("test.db").display()),
-            None,
-        ),
+        Backend::Sqlite => {
+            let file = dir.path().join("test.db");
+            std::fs::copy(sqlite_template().await, &file).expect("copy the migrated database");
+            (format!("sqlite://{}", file.display()), None)
+        }
         Backend::Postgres => {
             let admin = pg::admin_url("this test")?;
-            let name = format!("af_test_{}", uuid::Uuid::new_v4().simple());
-            let mut conn = sqlx::PgConnection::connect(&admin)
-                .await
-                .expect("connect to the test PostgreSQL");
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut conn)
-                .await
-                .expect("create test database");
-            let opts = sqlx::postgres::PgConnectOptions::from_str(&admin).expect("pg url");
-            let url = format!(
-                "postgres://{}:{}@{}:{}/{name}",
-                opts.get_username(),
-                std::env::var("AUTOFACTURA_TEST_PG_PASSWORD")
-                    .unwrap_or_else(|_| password_of(&admin)),
-                opts.get_host(),
-                opts.get_port()
+            let name = format!(
+                "af_test_{}_{}",
+                std::process::id(),
+                &uuid::Uuid::new_v4().simple().to_string()[..12]
             );
+            pg::create_test_database(&admin, &name).await;
+            let url = pg::url_of(&admin, &name);
             (url, Some((admin, name)))
         }
     };
@@ -138,12 +127,53 @@ pub async fn spawn_app_with_env(
     })
 }
 
-fn password_of(url: &str) -> String {
-    url.split_once("://")
-        .and_then(|(_, rest)| rest.split_once('@'))
-        .and_then(|(userinfo, _)| userinfo.split_once(':'))
-        .map(|(_, p)| p.to_owned())
-        .unwrap_or_default()
+/// A SQLite database file migrated once per set of migrations (their digest names it, in
+/// the target's temporary folder), which each test's file is a copy of; the app still
+/// migrates at start and finds nothing to do. A copy is one write where the migrations were
+/// dozens of synced commits.
+async fn sqlite_template() -> &'static std::path::Path {
+    static TEMPLATE: tokio::sync::OnceCell<std::path::PathBuf> = tokio::sync::OnceCell::const_new();
+    TEMPLATE
+        .get_or_init(|| async {
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+            let file = dir.join(format!(
+                "af_tmpl_{}.db",
+                pg::migrations_digest("migrations/sqlite")
+            ));
+            if file.exists() {
+                return file;
+            }
+            // Built under a name of this process's own, then renamed into place at once.
+            let building = dir.join(format!("af_tmpl_{}.building.db", std::process::id()));
+            let _ = std::fs::remove_file(&building);
+            let db = store::connect(&autofactura::config::DatabaseSettings {
+                url: autofactura::config::SecretString::new(format!(
+                    "sqlite://{}",
+                    building.display()
+                )),
+                max_connections: 1,
+            })
+            .await
+            .expect("create the template database");
+            db.migrate().await.expect("migrate the template");
+            // Closing the last connection checkpoints the WAL into the file.
+            db.close().await;
+            std::fs::rename(&building, &file).expect("template in place");
+            file
+        })
+        .await
+}
+
+/// A port that refuses connections and that no other test can be given meanwhile: a socket
+/// bound to it but not listening. An endpoint that is down; dropping the socket frees the port
+/// for a server to come up on (`addr` is `127.0.0.1:port`).
+pub fn refusing_port() -> (tokio::net::TcpSocket, String) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("bind");
+    let addr = socket.local_addr().expect("addr").to_string();
+    (socket, addr)
 }
 
 pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
@@ -254,8 +284,10 @@ impl TestApp {
 impl Drop for TestApp {
     fn drop(&mut self) {
         if let Some((admin, name)) = self.pg_db.take() {
-            // Best effort: a leftover test database is harmless.
-            let _ = std::thread::spawn(move || {
+            // Best effort, in the background: the test need not wait for it, and a database
+            // this process leaves behind is dropped by the next test run (its name carries
+            // this process's id; see `pg::create_test_database`).
+            drop(std::thread::spawn(move || {
                 let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -271,8 +303,7 @@ impl Drop for TestApp {
                         .await;
                     }
                 });
-            })
-            .join();
+            }));
         }
     }
 }
