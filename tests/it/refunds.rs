@@ -546,7 +546,7 @@ async fn a_cancellation_the_receptor_rejects_falls_back_to_an_egreso(b: Backend)
 
 /// A Mercado Pago API over HTTP answering payment `id` (116.00 MXN, the sample) with the
 /// refunds in `refunds` so far.
-fn fake_mp(refunds: std::sync::Arc<std::sync::Mutex<Vec<Value>>>) -> String {
+fn fake_mp(refunds: Refunds) -> String {
     crate::support::sales::serve(move |cfg| {
         let refunds = refunds.clone();
         cfg.route(
@@ -576,6 +576,17 @@ fn fake_mp(refunds: std::sync::Arc<std::sync::Mutex<Vec<Value>>>) -> String {
     })
 }
 
+/// The app with a Mercado Pago API over HTTP whose payments list `refunds` (more may be pushed
+/// later), and that list.
+async fn mp_app(b: Backend, refunds: Vec<Value>) -> Option<(TestApp, Refunds)> {
+    let refunds = std::sync::Arc::new(std::sync::Mutex::new(refunds));
+    let mp = fake_mp(refunds.clone());
+    let app = spawn_app_with(b, &format!("api_base = \"{mp}\"\n{FAST}")).await?;
+    Some((app, refunds))
+}
+
+type Refunds = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+
 /// Mercado Pago notification `n` that payment `data_id` changed; the answer.
 async fn mp_notify(app: &TestApp, n: &str, data_id: &str) -> Value {
     crate::support::sales::mp_notify(app, n, "payment.updated", data_id).await
@@ -585,10 +596,7 @@ async fn mp_notify(app: &TestApp, n: &str, data_id: &str) -> Value {
 /// approved refund, the two summing to the sale; a notification delivered again credits
 /// nothing more.
 async fn a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos(b: Backend) {
-    let refunds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mp = fake_mp(refunds.clone());
-    let toml = format!("api_base = \"{mp}\"\n{FAST}");
-    let Some(app) = spawn_app_with(b, &toml).await else {
+    let Some((app, refunds)) = mp_app(b, Vec::new()).await else {
         return;
     };
     let (pool, _services) = app.start_pool().await;
@@ -626,12 +634,9 @@ async fn a_mercado_pago_sale_refunded_in_two_parts_gives_two_egresos(b: Backend)
 /// as a kill would leave it): the notification stays to be fetched again, not done, and the
 /// next delivery records the refund once, the sale being a duplicate by then.
 async fn a_refund_lost_after_its_sales_commit_is_recorded_by_the_next_delivery(b: Backend) {
-    let refunds = std::sync::Arc::new(std::sync::Mutex::new(vec![json!({
-        "id": 5201, "amount": 16.00, "status": "approved",
-        "date_created": chrono::Utc::now().to_rfc3339() })]));
-    let mp = fake_mp(refunds);
-    let toml = format!("api_base = \"{mp}\"\n{FAST}");
-    let Some(app) = spawn_app_with(b, &toml).await else {
+    let refund = json!({ "id": 5201, "amount": 16.00, "status": "approved",
+        "date_created": chrono::Utc::now().to_rfc3339() });
+    let Some((app, _)) = mp_app(b, vec![refund]).await else {
         return;
     };
     deliver_across_a_failed_refund_insert(&app, b, "n-1", "9201").await;
@@ -707,10 +712,7 @@ async fn deliver_across_a_failed_refund_insert(app: &TestApp, b: Backend, n: &st
 /// (its notification records the refund, no sale): the notification is done only once the
 /// refund is recorded.
 async fn a_full_refund_lost_before_its_record_is_recorded_by_the_next_delivery(b: Backend) {
-    let refunds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mp = fake_mp(refunds.clone());
-    let toml = format!("api_base = \"{mp}\"\n{FAST}");
-    let Some(app) = spawn_app_with(b, &toml).await else {
+    let Some((app, refunds)) = mp_app(b, Vec::new()).await else {
         return;
     };
     let (pool, _services) = app.start_pool().await;

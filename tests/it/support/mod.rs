@@ -1,5 +1,6 @@
 //! Shared test harness: the real server on 127.0.0.1:0 over SQLite (temp dir) or PostgreSQL (a
-//! fresh database per test on AUTOFACTURA_TEST_DATABASE_URL).
+//! fresh database per test on AUTOFACTURA_TEST_DATABASE_URL), each a copy of a database
+//! migrated once per set of migrations.
 #![allow(dead_code)]
 
 pub mod admin;
@@ -138,7 +139,7 @@ async fn sqlite_template() -> &'static std::path::Path {
             let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
             let file = dir.join(format!(
                 "af_tmpl_{}.db",
-                pg::migrations_digest("migrations/sqlite")
+                migrations_digest("migrations/sqlite")
             ));
             if file.exists() {
                 return file;
@@ -162,6 +163,24 @@ async fn sqlite_template() -> &'static std::path::Path {
             file
         })
         .await
+}
+
+/// The first 16 hex digits of the SHA-256 of the migration files under `folder` (names and
+/// contents, in order): what names a migrated template.
+pub fn migrations_digest(folder: &str) -> String {
+    use sha2::Digest;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("migrations")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let mut digest = sha2::Sha256::new();
+    for f in &files {
+        digest.update(f.file_name().expect("name").as_encoded_bytes());
+        digest.update(std::fs::read(f).expect("migration"));
+    }
+    hex::encode(digest.finalize())[..16].to_owned()
 }
 
 /// A port that refuses connections and that no other test can be given meanwhile: a socket

@@ -47,12 +47,7 @@ pub fn url_of(admin: &str, name: &str) -> String {
 pub async fn create_test_database(admin: &str, name: &str) {
     use sqlx::{Connection, Executor};
     static TEMPLATE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-    let template = TEMPLATE
-        .get_or_init(|| async {
-            drop_left_behind(admin).await;
-            migrated_template(admin).await
-        })
-        .await;
+    let template = TEMPLATE.get_or_init(|| migrated_template(admin)).await;
     let mut conn = sqlx::PgConnection::connect(admin)
         .await
         .expect("connect to the test PostgreSQL");
@@ -75,10 +70,14 @@ pub async fn create_test_database(admin: &str, name: &str) {
 /// under an advisory lock that other test processes wait on.
 async fn migrated_template(admin: &str) -> String {
     use sqlx::{Connection, Executor};
-    let name = format!("af_tmpl_{}", migrations_digest("migrations/postgres"));
+    let name = format!(
+        "af_tmpl_{}",
+        super::migrations_digest("migrations/postgres")
+    );
     let mut conn = sqlx::PgConnection::connect(admin)
         .await
         .expect("connect to the test PostgreSQL");
+    drop_left_behind(&mut conn).await;
     conn.execute("SELECT pg_advisory_lock(4242016)")
         .await
         .expect("template lock");
@@ -105,34 +104,13 @@ async fn migrated_template(admin: &str) -> String {
     name
 }
 
-/// The first 16 hex digits of the SHA-256 of the migration files under `folder` (names and
-/// contents, in order): what names a migrated template.
-pub fn migrations_digest(folder: &str) -> String {
-    use sha2::Digest;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("migrations")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    files.sort();
-    let mut digest = sha2::Sha256::new();
-    for f in &files {
-        digest.update(f.file_name().expect("name").as_encoded_bytes());
-        digest.update(std::fs::read(f).expect("migration"));
-    }
-    hex::encode(digest.finalize())[..16].to_owned()
-}
-
 /// Drops the test databases (`af_test_{pid}_…`) of test processes that are gone: a test drops
 /// its database in the background, so the last ones of a run may outlive it.
-async fn drop_left_behind(admin: &str) {
-    use sqlx::{Connection, Executor};
-    let Ok(mut conn) = sqlx::PgConnection::connect(admin).await else {
-        return;
-    };
+async fn drop_left_behind(conn: &mut sqlx::PgConnection) {
+    use sqlx::Executor;
     let names: Vec<String> =
         sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'af\\_test\\_%'")
-            .fetch_all(&mut conn)
+            .fetch_all(&mut *conn)
             .await
             .unwrap_or_default();
     for name in names {
