@@ -17,7 +17,8 @@ use crate::support::receiver::{Receiver, webhook_toml_retrying};
 use crate::support::rows::{Bind, WebhookRow, fetch_rows, merchant_events_of};
 use crate::support::{Backend, TestApp, spawn_app_with};
 
-/// The app sending merchant webhooks to `url`, retried every second (ten times).
+/// The app sending merchant webhooks to `url`, retried every second for five minutes: a loaded
+/// machine must not run the retries out while a test holds its receiver down.
 async fn app(b: Backend, url: &str) -> Option<TestApp> {
     app_with(b, url, "").await
 }
@@ -26,7 +27,7 @@ async fn app(b: Backend, url: &str) -> Option<TestApp> {
 async fn app_with(b: Backend, url: &str, mp: &str) -> Option<TestApp> {
     let toml = format!(
         "{mp}{}[worker]\nidle_poll_ms = 50\n[admin]\npassword = \"{PASSWORD}\"\n",
-        webhook_toml_retrying(url, 10)
+        webhook_toml_retrying(url, 300)
     );
     spawn_app_with(b, &toml).await
 }
