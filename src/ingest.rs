@@ -4,6 +4,7 @@
 //! Nothing here touches the network or the clock: Fecha comes from the payment's time, so the
 //! same payment always freezes the same document, whenever and however often it is delivered.
 
+use crate::domain::PaymentStatus;
 use chrono::{DateTime, NaiveDateTime, Timelike, Utc};
 use chrono_tz::America::Mexico_City;
 use rust_decimal::Decimal;
@@ -378,9 +379,9 @@ impl Ingestor {
             })
         });
         let (payment, draft) = self.plan_with(&facts, forma_pago, rated, fecha);
-        match (payment.status.as_str(), draft) {
-            ("invoice_pending", Some(d)) => Ok(d),
-            ("awaiting_global", _) => Err(
+        match (payment.status, draft) {
+            (PaymentStatus::InvoicePending, Some(d)) => Ok(d),
+            (PaymentStatus::AwaitingGlobal, _) => Err(
                 "without an RFC the sale goes into the factura global: give the customer's RFC"
                     .into(),
             ),
@@ -414,7 +415,7 @@ impl Ingestor {
             customer_json: serde_json::to_string(&facts.customer).unwrap_or_else(|_| "{}".into()),
             paid_at: facts.paid_at,
             livemode: facts.livemode,
-            status: "invoice_pending".into(),
+            status: PaymentStatus::InvoicePending,
             reason: None,
             references: facts.references.clone(),
             lines_json: (!facts.lines.is_empty())
@@ -424,7 +425,7 @@ impl Ingestor {
             arca: None,
         };
         let attention = |mut p: NewPayment, reason: String| {
-            p.status = "needs_attention".into();
+            p.status = PaymentStatus::NeedsAttention;
             p.reason = Some(reason);
             (p, None)
         };
@@ -438,7 +439,7 @@ impl Ingestor {
                 order: order.map(|o| o.to_json()),
             };
             let (status, reason) = draft.payment_status();
-            payment.status = status.into();
+            payment.status = status;
             payment.reason = Some(reason);
             payment.arca = Some(draft);
             return (payment, None);
@@ -451,7 +452,7 @@ impl Ingestor {
         let receptor = match self.receptor(&facts.customer) {
             Ok(Some(r)) => r,
             Ok(None) => {
-                payment.status = "awaiting_global".into();
+                payment.status = PaymentStatus::AwaitingGlobal;
                 payment.reason = Some(if self.portal {
                     "no RFC from the customer: included in the factura global, unless the customer self-invoices at /facturar first".into()
                 } else {

@@ -10,12 +10,13 @@ use super::auth::Session;
 use super::common::*;
 use super::format::{Clock, Deadline, Said, When};
 use super::{Admin, age, state_label};
+use crate::domain::{DocumentState, LineState, PaymentStatus};
 use crate::error::AdminError;
 use crate::state::AppState;
 use crate::store::{AttemptRow, ListFilter, ListView};
 
 pub struct CountView {
-    pub state: String,
+    pub state: &'static str,
     pub label: String,
     pub class: &'static str,
     pub count: i64,
@@ -174,14 +175,24 @@ pub async fn dashboard(
         .await?
         .into_iter()
         .map(|(s, n)| {
-            let (label, class) = state_label(&s);
+            let (label, class) = state_label(s);
+            let arca = match s {
+                LineState::Document(d) => d.is_arca(),
+                LineState::Payment(p) => {
+                    matches!(
+                        p,
+                        PaymentStatus::ArcaPending | PaymentStatus::ArcaAuthorized
+                    )
+                }
+            };
             CountView {
-                href: match s.starts_with("arca_") {
-                    // Their vouchers, numbers and CAEs are on the ARCA page.
-                    true => "/admin/arca".to_owned(),
-                    false => format!("/admin/invoices?state={}", percent_encode(&s)),
+                // Their vouchers, numbers and CAEs are on the ARCA page.
+                href: if arca {
+                    "/admin/arca".to_owned()
+                } else {
+                    format!("/admin/invoices?state={}", s.as_str())
                 },
-                state: s,
+                state: s.as_str(),
                 label,
                 class,
                 count: n,
@@ -203,14 +214,18 @@ pub async fn dashboard(
         .map(|(fecha, payment_row, payment_id)| ClosestView {
             payment_row,
             payment_id,
-            deadline: clock.deadline("pending", Some(fecha)),
+            deadline: clock.deadline(Some(DocumentState::Pending), Some(fecha)),
         });
-    let cancellations = db
-        .cancellation_counts()
-        .await?
-        .into_iter()
-        .map(|(s, n)| (state_label(&s).0, n))
-        .collect();
+    // By label: a cancellation that needs no acceptance and one that does read the same once
+    // cancelled, and differently while waiting.
+    let mut cancellations: Vec<(String, i64)> = Vec::new();
+    for (s, acceptance, n) in db.cancellation_counts().await? {
+        let label = s.label(acceptance);
+        match cancellations.iter_mut().find(|(l, _)| l == label) {
+            Some((_, m)) => *m += n,
+            None => cancellations.push((label.to_owned(), n)),
+        }
+    }
     let findings = db.open_finding_counts().await?;
     let count_of = |k: &str| {
         findings
@@ -242,7 +257,7 @@ pub async fn dashboard(
         .await?
         .into_iter()
         .map(|r| {
-            let (label, class) = state_label(&r.state);
+            let (label, class) = state_label(r.state);
             ErrorView {
                 said: Said::of(
                     r.last_error_code.as_deref(),

@@ -14,7 +14,7 @@ use super::dashboard::AttemptView;
 use super::format::{Clock, Deadline, Said, When, local, local_naive, money, serie_folio};
 use super::lists::{CancelView, next_run};
 use super::{Admin, state_label};
-use crate::domain::DocumentState;
+use crate::domain::{DocumentState, PaymentStatus};
 use crate::error::AdminError;
 use crate::pac::{StatusOutcome, StatusQuery};
 use crate::state::AppState;
@@ -232,7 +232,7 @@ async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView
         .rev()
         .find(|a| a.action == "sat_status")
         .map(ActionView::of);
-    let (label, class) = state_label(d.state.as_str());
+    let (label, class) = state_label(d.state);
     let emails = db
         .deliveries_of(d.id)
         .await?
@@ -243,7 +243,8 @@ async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView
     Ok(DocView {
         can_retry: matches!(d.state, DocumentState::Failed | DocumentState::Unknown),
         can_cancel: d.state == DocumentState::Stamped && d.uuid.is_some() && !live_cancel,
-        can_refreeze: matches!(d.state.as_str(), "failed" | "expired") && d.uuid.is_none(),
+        can_refreeze: matches!(d.state, DocumentState::Failed | DocumentState::Expired)
+            && d.uuid.is_none(),
         id: d.id,
         kind: d.kind.to_string(),
         label,
@@ -252,14 +253,14 @@ async fn doc_view(state: &AppState, d: DocFull, clock: &Clock) -> Result<DocView
         generation: d.generation,
         serie_folio: serie_folio(d.serie.as_deref(), d.folio.as_deref()),
         fecha: local_naive(d.fecha),
-        deadline: clock.deadline(d.state.as_str(), Some(d.fecha)),
+        deadline: clock.deadline(Some(d.state), Some(d.fecha)),
         uuid: d.uuid.unwrap_or_default(),
         fecha_timbrado: d
             .fecha_timbrado
             .map(|t| format!("{} {}", t.replace('T', " "), super::format::ZONE))
             .unwrap_or_default(),
         attempts: d.attempts,
-        next_run: next_run(d.state.as_str(), Some(d.run_at), now),
+        next_run: next_run(Some(d.state), Some(d.run_at), now),
         lease: match (d.lease_owner, d.lease_expires_at) {
             (Some(o), Some(t)) if t > now => format!("{o} until {}", local(t)),
             _ => String::new(),
@@ -321,7 +322,7 @@ pub async fn payment(
     // The payment's own status only says something while it has no document.
     let (status, status_class) = match docs.first() {
         Some(d) => (d.label.clone(), d.class),
-        None => state_label(&p.status),
+        None => state_label(p.status),
     };
     let said = if docs.is_empty() {
         Said::of(None, p.reason.as_deref(), false)
@@ -377,8 +378,8 @@ pub async fn payment(
             uuid: g.uuid.unwrap_or_default(),
         })
         .collect();
-    let arca_voucher = match p.status.as_str() {
-        "arca_authorized" => state
+    let arca_voucher = match p.status {
+        PaymentStatus::ArcaAuthorized => state
             .db
             .arca_sale_voucher(&p.provider, &p.payment_id)
             .await?
@@ -400,7 +401,7 @@ pub async fn payment(
             }),
         _ => None,
     };
-    let arca_held = p.status == "needs_attention"
+    let arca_held = p.status == PaymentStatus::NeedsAttention
         && p.currency == "ARS"
         && p.reason.as_deref().is_some_and(|r| r.starts_with("ARCA:"));
     html(&PaymentPage {
@@ -419,7 +420,7 @@ pub async fn payment(
         forma_pago: p.forma_pago.unwrap_or_default(),
         paid_at: clock.when(p.paid_at),
         test: !p.livemode,
-        fixable: docs.is_empty() && p.status == "needs_attention" && !arca_held,
+        fixable: docs.is_empty() && p.status == PaymentStatus::NeedsAttention && !arca_held,
         arca_voucher,
         arca_held,
         status,

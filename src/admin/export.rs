@@ -41,7 +41,7 @@ pub async fn invoices_csv(
             amount,
             currency,
             local(paid_at),
-            v.state,
+            v.state.to_owned(),
             v.serie_folio,
             v.rfc,
             v.uuid,

@@ -15,6 +15,7 @@ use super::Admin;
 use super::auth::Session;
 use super::common::*;
 use super::format::{Clock, Deadline, Said, money};
+use crate::domain::{DocumentState, PaymentStatus};
 use crate::error::AdminError;
 use crate::ingest::CustomerData;
 use crate::state::AppState;
@@ -71,10 +72,10 @@ impl HasCsrf for FixForm {
 /// The payment, only while it needs attention.
 async fn fixable(state: &AppState, id: i64) -> Result<PaymentRow, AdminError> {
     let p = found(state.db.payment(id).await?, "payment", id)?;
-    if p.payment.status != "needs_attention" {
+    if p.payment.status != PaymentStatus::NeedsAttention {
         return Err(AdminError::Refused(format!(
             "payment #{id} does not need attention any more ({}): its document is already frozen",
-            super::state_label(&p.payment.status).0
+            p.payment.status.label()
         )));
     }
     Ok(p)
@@ -106,7 +107,7 @@ fn page(
         id: p.id,
         amount: money(&pay.amount, &pay.currency),
         deadline: clock.deadline(
-            "needs_attention",
+            Some(DocumentState::NeedsAttention),
             Some(crate::domain::time::to_local(pay.paid_at)),
         ),
         said: Said::of(None, pay.reason.as_deref(), false),

@@ -7,6 +7,7 @@ use std::fmt;
 use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 
 use super::codes;
+use crate::domain::DocumentState;
 
 /// The zone every admin time is written in.
 pub const ZONE: &str = "hora CDMX";
@@ -174,10 +175,10 @@ impl Clock {
 
     /// The window of a document in `state` with Fecha `fecha`; nothing for a final or
     /// expired one (or one without a Fecha).
-    pub fn deadline(&self, state: &str, fecha: Option<NaiveDateTime>) -> Deadline {
+    pub fn deadline(&self, state: Option<DocumentState>, fecha: Option<NaiveDateTime>) -> Deadline {
         use crate::domain::DocumentState as S;
-        match (state.parse::<S>(), fecha) {
-            (Ok(s), Some(f)) if !s.is_final() && s != S::Expired && !s.is_arca() => {
+        match (state, fecha) {
+            (Some(s), Some(f)) if !s.is_final() && s != S::Expired && !s.is_arca() => {
                 Deadline::of(f, self.window, self.at_risk, self.now)
             }
             _ => Deadline::default(),

@@ -38,7 +38,7 @@ pub struct GlobalView {
 
 impl GlobalView {
     fn of(g: GlobalRow) -> Self {
-        let (label, class) = state_label(g.state.as_str());
+        let (label, class) = state_label(g.state);
         let id = g.identity;
         let period = if id.period_start == id.period_end {
             id.period_start.clone()

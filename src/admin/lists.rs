@@ -9,9 +9,9 @@ use serde::Deserialize;
 use super::auth::Session;
 use super::common::*;
 use super::format::{Clock, Deadline, Said, When, money, serie_folio};
-use super::{Admin, cancel_label, state_label};
+use super::{Admin, cancel_label, state_label, text_label};
 use crate::cfdi::{InvoiceRequest, ReceptorData};
-use crate::domain::{DocumentState, cancellation};
+use crate::domain::{CancellationState, DocumentState, cancellation};
 use crate::error::AdminError;
 use crate::state::AppState;
 use crate::store::{CancellationRow, DocRow, ListFilter, ListSort, ListView};
@@ -38,7 +38,7 @@ pub struct RowView {
     pub amount: String,
     pub paid_at: When,
     pub test: bool,
-    pub state: String,
+    pub state: &'static str,
     pub label: String,
     pub class: &'static str,
     pub serie_folio: String,
@@ -65,8 +65,12 @@ pub fn receptor_rfc(request_json: Option<&str>) -> String {
 
 /// When a document still waiting is tried next: "in 4 min", "due now"; nothing for one that
 /// waits for nobody (a past `run_at` on a final row is not a plan).
-pub fn next_run(state: &str, run_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
-    let waiting = state.parse::<DocumentState>().is_ok_and(|s| s.claimable());
+pub fn next_run(
+    state: Option<DocumentState>,
+    run_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> String {
+    let waiting = state.is_some_and(DocumentState::claimable);
     match run_at {
         Some(t) if waiting && t > now => format!("next try in {}", super::age(now, t)),
         Some(_) if waiting => "due now".to_owned(),
@@ -76,10 +80,13 @@ pub fn next_run(state: &str, run_at: Option<DateTime<Utc>>, now: DateTime<Utc>) 
 
 impl RowView {
     pub(super) fn of(r: DocRow, clock: &Clock) -> Self {
-        let (label, class) = state_label(&r.state);
+        let (label, class) = state_label(r.state);
+        let doc_state = r.state.document();
         // A payment that never became a document keeps its sale's window, from when it was paid.
         let fecha = r.fecha.or_else(|| {
-            (r.state == "needs_attention").then(|| crate::domain::time::to_local(r.paid_at))
+            r.state
+                .needs_attention()
+                .then(|| crate::domain::time::to_local(r.paid_at))
         });
         RowView {
             rfc: receptor_rfc(r.request_json.as_deref()),
@@ -88,18 +95,18 @@ impl RowView {
             } else {
                 String::new()
             },
-            next_run: next_run(&r.state, r.run_at, clock.now),
-            deadline: clock.deadline(&r.state, fecha),
-            retryable: (r.state == "failed" || r.state == "unknown") && r.outbox_id.is_some(),
+            next_run: next_run(doc_state, r.run_at, clock.now),
+            deadline: clock.deadline(doc_state, fecha),
+            retryable: matches!(
+                doc_state,
+                Some(DocumentState::Failed | DocumentState::Unknown)
+            ) && r.outbox_id.is_some(),
             said: Said::of(
                 r.last_error_code.as_deref(),
                 r.last_error_message.as_deref(),
                 r.outbox_id.is_some()
-                    && r.state != "needs_attention"
-                    && !r
-                        .state
-                        .parse::<DocumentState>()
-                        .is_ok_and(DocumentState::is_arca),
+                    && !r.state.needs_attention()
+                    && !doc_state.is_some_and(DocumentState::is_arca),
             ),
             payment_row: r.payment_row,
             outbox_id: r.outbox_id,
@@ -108,7 +115,7 @@ impl RowView {
             amount: money(&r.amount, &r.currency),
             paid_at: clock.when(r.paid_at),
             test: !r.livemode,
-            state: r.state,
+            state: r.state.as_str(),
             label,
             class,
             uuid: r.uuid.unwrap_or_default(),
@@ -182,8 +189,8 @@ async fn other_counts(db: &crate::store::Db) -> Result<[(&'static str, i64); 2],
         .cancellation_counts()
         .await?
         .into_iter()
-        .filter(|(state, _)| crate::store::CANCELLATIONS_IN_PROCESS.contains(&state.as_str()))
-        .map(|(_, n)| n)
+        .filter(|(state, _, _)| CancellationState::IN_PROCESS.contains(state))
+        .map(|(_, _, n)| n)
         .sum();
     Ok([("duplicates", duplicates), ("cancellations", cancellations)])
 }
@@ -406,7 +413,7 @@ pub async fn invoices(
     let state_label = if asked.state.is_empty() {
         String::new()
     } else {
-        state_label(&asked.state).0
+        text_label(&asked.state).0
     };
     let title = if state_label.is_empty() {
         tab_label.to_owned()

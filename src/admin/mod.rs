@@ -63,6 +63,7 @@ use std::time::Duration;
 use actix_web::{HttpResponse, web};
 
 use crate::config::{AdminSettings, SecretString, Settings};
+use crate::domain::LineState;
 use crate::pac::PacClient;
 use crate::pacsim::Sim;
 use crate::store::Db;
@@ -279,29 +280,34 @@ async fn static_file(file: web::Path<String>) -> HttpResponse {
 pub use format::{age, local};
 
 /// How a state reads in the admin, and its badge colour class: the one map tiles, tabs,
-/// badges and detail pages use. Document states take their label from
-/// [`DocumentState::label`]; a payment without a document shows its own status.
-pub fn state_label(state: &str) -> (String, &'static str) {
-    use crate::domain::DocumentState as S;
-    if let Ok(s) = state.parse::<S>() {
-        let class = match s {
+/// badges and detail pages use: a document's state, or the status of a payment without a
+/// document (their labels are [`LineState::label`]).
+pub fn state_label(state: impl Into<LineState>) -> (String, &'static str) {
+    use crate::domain::{DocumentState as S, PaymentStatus as P};
+    let state = state.into();
+    let class = match state {
+        LineState::Document(s) => match s {
             S::Pending | S::Stamping | S::ArcaPending => "info",
             S::RetryScheduled | S::Unknown => "warn",
             S::Stamped | S::Authorized => "ok",
             S::Failed | S::Expired | S::NeedsAttention | S::ArcaHeld => "bad",
             S::Superseded | S::Canceled => "muted",
-        };
-        return (s.label().to_owned(), class);
-    }
-    let (label, class) = match state {
-        // Payment statuses (a payment with no document).
-        "awaiting_global" => ("Awaiting factura global", "muted"),
-        "in_global" => ("In a factura global", "ok"),
-        "refunded" => ("Refunded (not invoiced)", "muted"),
-        "invoice_pending" => ("Invoice pending", "info"),
-        other => return (other.to_owned(), "muted"),
+        },
+        LineState::Payment(p) => match p {
+            P::InvoicePending | P::ArcaPending => "info",
+            P::InGlobal | P::ArcaAuthorized => "ok",
+            P::NeedsAttention => "bad",
+            P::AwaitingGlobal | P::Refunded => "muted",
+        },
     };
-    (label.to_owned(), class)
+    (state.label().to_owned(), class)
+}
+
+/// The label and class of a state as text from a link (`?state=`): a text that names no state
+/// stands for itself.
+pub fn text_label(text: &str) -> (String, &'static str) {
+    text.parse::<LineState>()
+        .map_or_else(|_| (text.to_owned(), "muted"), state_label)
 }
 
 /// A cancellation's label (which depends on whether the receptor must accept) and class.

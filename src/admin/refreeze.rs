@@ -96,7 +96,7 @@ pub async fn refreeze_page(
         ReceptorData::PublicoEnGeneral => None,
     };
     let shown = form.cloned().or(current.clone()).unwrap_or_default();
-    let (label, _) = state_label(d.state.as_str());
+    let (label, _) = state_label(d.state);
     Ok(RefreezePage {
         l: Layout::new(session, "Refreeze", "invoices", None),
         doc_id: d.id,

@@ -1,6 +1,7 @@
 //! `POST /v1/invoices` (create, then wait a bounded time for the worker's outcome),
 //! `GET /v1/invoices/{id}` (with the payments of a PPD invoice) and `GET /v1/invoices`.
 
+use crate::domain::PaymentStatus;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -93,7 +94,7 @@ pub async fn create(
             .to_string(),
             paid_at: now,
             livemode: true,
-            status: "invoice_pending".into(),
+            status: PaymentStatus::InvoicePending,
             reason: None,
             references: Vec::new(),
             lines_json: None,

@@ -12,6 +12,7 @@
 //!   without a stamp does: the next payment (a retry with corrected data under the same key, or
 //!   another) is computed without it.
 
+use crate::domain::PaymentStatus;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -265,7 +266,7 @@ pub async fn create(
                 customer_json: serde_json::json!({ "invoice": inv.public_id }).to_string(),
                 paid_at: Utc::now(),
                 livemode: true,
-                status: "invoice_pending".into(),
+                status: PaymentStatus::InvoicePending,
                 reason: None,
                 references: Vec::new(),
                 lines_json: None,

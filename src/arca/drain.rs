@@ -36,7 +36,7 @@ use super::order::{Correction, Order, freeze};
 use super::wsaa::Wsaa;
 use super::wsfe::{Auth, Wsfe};
 use crate::config::ArcaSettings;
-use crate::domain::{Authority, Verdict};
+use crate::domain::{Authority, PaymentStatus, Verdict};
 use crate::store::{ArcaDraft, ArcaOrderRow, ArcaRefundRow, Db};
 
 /// Sales (and refunds) taken per round.
@@ -253,8 +253,8 @@ impl Drainer {
         result: Result<String, String>,
     ) -> anyhow::Result<()> {
         let (status, reason) = match result {
-            Ok(text) => ("arca_authorized", text),
-            Err(why) => ("needs_attention", format!("ARCA: {why}")),
+            Ok(text) => (PaymentStatus::ArcaAuthorized, text),
+            Err(why) => (PaymentStatus::NeedsAttention, format!("ARCA: {why}")),
         };
         self.db
             .arca_sale_settled_mailed(
@@ -263,7 +263,7 @@ impl Drainer {
                 self.mail_domain.as_deref(),
             )
             .await?;
-        tracing::info!(payment = %sale.payment_id, status, %reason, "ARS sale settled");
+        tracing::info!(payment = %sale.payment_id, status = status.as_str(), %reason, "ARS sale settled");
         Ok(())
     }
 

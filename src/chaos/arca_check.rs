@@ -3,6 +3,7 @@
 //! of every voucher it authorized (`GET /_sim/vouchers`). Pure, so a test can feed it a lost
 //! sale, a second CAE, a gap or a voucher nobody recorded and see it counted.
 
+use crate::domain::PaymentStatus;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
@@ -203,7 +204,7 @@ pub fn check(
             continue;
         };
         let cae = o.cae.as_deref().unwrap_or_default();
-        if sale.status != "arca_authorized"
+        if sale.status != PaymentStatus::ArcaAuthorized
             || !sale.last_error.as_deref().unwrap_or_default().contains(cae)
         {
             v.lost += 1;
@@ -405,7 +406,7 @@ mod tests {
             .map(|i| InvoiceRow {
                 provider: "mercadopago".into(),
                 payment_id: format!("7{i}"),
-                status: "arca_authorized".into(),
+                status: PaymentStatus::ArcaAuthorized.into(),
                 last_error: Some(format!("Factura B 00003-{:08}, CAE 7100{i}", i + 1)),
                 ..InvoiceRow::default()
             })
@@ -577,7 +578,7 @@ mod tests {
     #[test]
     fn a_sale_not_settled_or_still_moving_fails_the_run() {
         let mut s = sales(2);
-        s[1].status = "needs_attention".into();
+        s[1].status = PaymentStatus::NeedsAttention.into();
         let v = check(&sent(2), &s, &ours(2), &arca(2), CUIT, &[]);
         assert_eq!((v.authorized, v.lost), (1, 1), "{v:?}");
         let v = check(

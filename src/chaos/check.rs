@@ -3,6 +3,7 @@
 //! PAC's own list of every stamp it issued. Pure, so a test can feed it a lost payment, a
 //! duplicate, a sale in two documents or an orphan and see it counted.
 
+use crate::domain::DocumentState;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -275,7 +276,7 @@ pub fn check_with_globals(
             .map_or(&[][..], Vec::as_slice);
         let stamped: Vec<&str> = rows
             .iter()
-            .filter(|r| r.status == "stamped")
+            .filter(|r| r.status == DocumentState::Stamped)
             .filter_map(|r| r.uuid.as_deref().filter(|u| !u.is_empty()))
             .collect();
         let pac_stamps = pac_by_key.get(p.stamp_key.as_str()).map_or(0, Vec::len);
@@ -361,7 +362,7 @@ fn own(
             v.lost += 1;
             v.problems.push(format!("{name}: not in our records"));
         }
-        ([r], []) if p.near_window && r.status == "expired" && pac_stamps == 0 => {
+        ([r], []) if p.near_window && r.status == DocumentState::Expired && pac_stamps == 0 => {
             v.expired += 1;
         }
         (_, []) => {
@@ -476,6 +477,7 @@ fn folio_problems(ours: &[InvoiceRow]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::PaymentStatus;
 
     fn sent(n: usize) -> Vec<SentPayment> {
         (0..n)
@@ -495,7 +497,7 @@ mod tests {
             .map(|i| InvoiceRow {
                 provider: "stripe".into(),
                 payment_id: format!("pi_{i}"),
-                status: "stamped".into(),
+                status: DocumentState::Stamped.into(),
                 uuid: Some(format!("UUID-{i}")),
                 serie: Some("A".into()),
                 folio: Some((i + 1).to_string()),
@@ -539,7 +541,7 @@ mod tests {
         s[2].near_window = true;
         let mut o = ours(3);
         for r in &mut o[1..] {
-            r.status = "expired".into();
+            r.status = DocumentState::Expired.into();
             r.uuid = None;
         }
         // The PAC stamped the last one (its answer lost), and we recorded it as expired.
@@ -567,7 +569,7 @@ mod tests {
     fn a_payment_missing_or_not_stamped_is_lost() {
         let mut o = ours(3);
         o.remove(2);
-        o[1].status = "unknown".into();
+        o[1].status = DocumentState::Unknown.into();
         o[1].uuid = None;
         let p = pac(1);
         let v = check(&sent(3), &o, &p, &[]);
@@ -662,7 +664,7 @@ mod tests {
         s[2].kind = SaleKind::Global;
         let mut o = ours(3);
         for r in &mut o[1..] {
-            r.status = "in_global".into();
+            r.status = PaymentStatus::InGlobal.into();
             r.uuid = None;
             r.folio = None;
         }
@@ -709,7 +711,7 @@ mod tests {
         assert!(!v.is_ok());
         // A portal customer's sale left waiting: lost.
         let mut o2 = o;
-        o2[0].status = "awaiting_global".into();
+        o2[0].status = PaymentStatus::AwaitingGlobal.into();
         o2[0].uuid = None;
         let v = check_with_globals(&s, &o2, &g, &p[1..], &[]);
         assert_eq!((v.stamped, v.lost), (0, 1), "{v:?}");

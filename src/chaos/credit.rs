@@ -75,7 +75,7 @@ mod tests {
         let ours = [InvoiceRow {
             provider: "stripe".into(),
             payment_id: "pi_r".into(),
-            status: "stamped".into(),
+            status: crate::domain::DocumentState::Stamped.into(),
             uuid: Some("UUID-S".into()),
             serie: Some("A".into()),
             folio: Some("1".into()),

@@ -192,6 +192,142 @@ impl CancellationState {
 }
 
 spelled! {
+    /// The status of a payment (a sale) apart from its documents: what became of it at ingest
+    /// and after. A payment with a document is shown by its document's state instead.
+    PaymentStatus ("payment status") {
+        /// Frozen into a document (an ingreso, or an ARS sale's voucher) in the outbox.
+        InvoicePending = "invoice_pending",
+        /// Without the customer's fiscal data: the factura global of its period takes it,
+        /// unless the customer invoices it at the portal first.
+        AwaitingGlobal = "awaiting_global",
+        /// Invoiced in a stamped factura global.
+        InGlobal = "in_global",
+        /// Refunded in full before it was invoiced: nothing to invoice.
+        Refunded = "refunded",
+        /// It could not become a request to stamp as it is (fiscal data, currency, mode).
+        NeedsAttention = "needs_attention",
+        /// An ARS sale waiting for its ARCA voucher (Argentina).
+        ArcaPending = "arca_pending",
+        /// An ARS sale whose voucher ARCA authorized.
+        ArcaAuthorized = "arca_authorized",
+    }
+}
+
+impl PaymentStatus {
+    /// How a person reads it (see [`DocumentState::label`]).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::InvoicePending => "Invoice pending",
+            Self::AwaitingGlobal => "Awaiting factura global",
+            Self::InGlobal => "In a factura global",
+            Self::Refunded => "Refunded (not invoiced)",
+            Self::NeedsAttention => DocumentState::NeedsAttention.label(),
+            Self::ArcaPending => DocumentState::ArcaPending.label(),
+            Self::ArcaAuthorized => DocumentState::Authorized.label(),
+        }
+    }
+}
+
+/// What one line of the admin's lists (a payment with at most one document) is in: its
+/// document's state or, for a payment without one, the payment's status. Stored nowhere; read
+/// from `COALESCE(o.state, p.status)`, where the spellings the two share mean the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LineState {
+    Document(DocumentState),
+    Payment(PaymentStatus),
+}
+
+impl LineState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Document(s) => s.as_str(),
+            Self::Payment(s) => s.as_str(),
+        }
+    }
+
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Document(s) => s.label(),
+            Self::Payment(s) => s.label(),
+        }
+    }
+
+    /// The document's state, if it has a document.
+    pub const fn document(self) -> Option<DocumentState> {
+        match self {
+            Self::Document(s) => Some(s),
+            Self::Payment(_) => None,
+        }
+    }
+
+    /// Whether it needs a human to fix its data (`needs_attention`, either side's).
+    pub const fn needs_attention(self) -> bool {
+        matches!(
+            self,
+            Self::Document(DocumentState::NeedsAttention)
+                | Self::Payment(PaymentStatus::NeedsAttention)
+        )
+    }
+}
+
+/// A document frozen and waiting: where every sale's line starts.
+impl Default for LineState {
+    fn default() -> Self {
+        Self::Document(DocumentState::Pending)
+    }
+}
+
+impl PartialEq<DocumentState> for LineState {
+    fn eq(&self, other: &DocumentState) -> bool {
+        *self == Self::Document(*other)
+    }
+}
+
+impl PartialEq<PaymentStatus> for LineState {
+    fn eq(&self, other: &PaymentStatus) -> bool {
+        *self == Self::Payment(*other)
+    }
+}
+
+impl From<DocumentState> for LineState {
+    fn from(s: DocumentState) -> Self {
+        Self::Document(s)
+    }
+}
+
+impl From<PaymentStatus> for LineState {
+    fn from(s: PaymentStatus) -> Self {
+        Self::Payment(s)
+    }
+}
+
+impl FromStr for LineState {
+    type Err = UnknownText;
+    fn from_str(s: &str) -> Result<Self, UnknownText> {
+        // A spelling both share is the document's: it means the same on either side.
+        s.parse()
+            .map(Self::Document)
+            .or_else(|_| s.parse().map(Self::Payment))
+            .map_err(|_| UnknownText {
+                what: "document state or payment status",
+                text: s.to_owned(),
+            })
+    }
+}
+
+impl fmt::Display for LineState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for LineState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+spelled! {
     /// What kind of comprobante an outbox row holds.
     DocumentKind ("document kind") {
         /// One sale's invoice (webhook payment or API request).
@@ -221,6 +357,17 @@ mod tests {
         for s in CancellationState::ALL {
             assert_eq!(s.as_str().parse::<CancellationState>(), Ok(*s));
         }
+        for s in PaymentStatus::ALL {
+            assert_eq!(s.as_str().parse::<PaymentStatus>(), Ok(*s));
+            // A payment's status reads as a list line the same, by either side's name.
+            let line: LineState = s.as_str().parse().expect("a line state");
+            assert_eq!((line.as_str(), line.label()), (s.as_str(), s.label()));
+        }
+        assert_eq!(
+            "awaiting_global".parse::<LineState>(),
+            Ok(LineState::Payment(PaymentStatus::AwaitingGlobal))
+        );
+        assert!("recorded".parse::<LineState>().is_err());
         assert_eq!("ingreso".parse::<DocumentKind>(), Ok(DocumentKind::Ingreso));
         assert_eq!("global".parse::<DocumentKind>(), Ok(DocumentKind::Global));
         assert!("STAMPED".parse::<DocumentState>().is_err());

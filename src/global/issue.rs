@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::due::Timing;
 use super::plan::{Planner, Slot, tipo_cambio_of};
 use crate::domain::DocumentState;
+use crate::domain::PaymentStatus;
 use crate::domain::period::Period;
 use crate::domain::time::{from_local, now_at, now_in_mexico};
 use crate::store::{Db, Frozen, RecordedEvent, Sale, StoreError};
@@ -302,9 +303,9 @@ async fn leave_out(
             .collect();
         let amount: Decimal = s.amount.parse().unwrap_or(Decimal::MAX);
         let out = match refunded_in_full(amount, &recorded) {
-            Some(reason) => Some(("refunded", reason)),
+            Some(reason) => Some((PaymentStatus::Refunded, reason)),
             None if amount <= Decimal::ZERO => Some((
-                "refunded",
+                PaymentStatus::Refunded,
                 "refunded in full before its factura global (its refunds add up to the sale)"
                     .to_owned(),
             )),
@@ -313,7 +314,12 @@ async fn leave_out(
                 planner.sandbox_pac,
                 s.livemode,
             )
-            .map(|(_, why)| ("needs_attention", format!("{why}; nor in a factura global"))),
+            .map(|(_, why)| {
+                (
+                    PaymentStatus::NeedsAttention,
+                    format!("{why}; nor in a factura global"),
+                )
+            }),
         };
         let Some((status, reason)) = out else {
             kept.push(s);

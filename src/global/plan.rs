@@ -2,6 +2,7 @@
 //! (receptor PUBLICO EN GENERAL, InformacionGlobal, one concepto per sale), its stamp key and
 //! its own payment row, ready for [`crate::store::Db::freeze_global`].
 
+use crate::domain::PaymentStatus;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rust_decimal::Decimal;
 
@@ -225,7 +226,7 @@ impl Planner {
                 paid_at: crate::domain::time::from_local(period.closes_at())
                     .unwrap_or_else(Utc::now),
                 livemode: !test_mode,
-                status: "invoice_pending".into(),
+                status: PaymentStatus::InvoicePending,
                 reason: Some(format!(
                     "factura global of {label} ({moneda}) #{seq}: {} sales",
                     sales.len()

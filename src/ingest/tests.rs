@@ -2,6 +2,8 @@
 
 use chrono::TimeZone;
 
+use crate::domain::PaymentStatus;
+
 use super::*;
 
 fn facts(customer: CustomerData) -> PaymentFacts {
@@ -41,7 +43,7 @@ fn full_customer() -> CustomerData {
 fn a_complete_payment_freezes_a_request_with_fecha_in_mexico_city() {
     let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
     let (p, d) = ing.plan(&facts(full_customer()));
-    assert_eq!(p.status, "invoice_pending");
+    assert_eq!(p.status, PaymentStatus::InvoicePending);
     let d = d.expect("draft");
     assert_eq!(
         d.request.fecha.to_string(),
@@ -67,12 +69,18 @@ fn a_complete_payment_freezes_a_request_with_fecha_in_mexico_city() {
 fn no_rfc_or_the_generic_rfc_waits_for_the_factura_global() {
     let ing = Ingestor::new(&Settings::defaults().expect("settings")).expect("ingestor");
     let (p, d) = ing.plan(&facts(CustomerData::default()));
-    assert_eq!((p.status.as_str(), d.is_none()), ("awaiting_global", true));
+    assert_eq!(
+        (p.status, d.is_none()),
+        (PaymentStatus::AwaitingGlobal, true)
+    );
     let generic = CustomerData {
         rfc: Some("XAXX010101000".into()),
         ..CustomerData::default()
     };
-    assert_eq!(ing.plan(&facts(generic)).0.status, "awaiting_global");
+    assert_eq!(
+        ing.plan(&facts(generic)).0.status,
+        PaymentStatus::AwaitingGlobal
+    );
 }
 
 #[test]
@@ -84,7 +92,7 @@ fn incomplete_or_invalid_receptor_data_needs_attention_with_a_reason() {
     };
     let (p, d) = ing.plan(&facts(partial));
     assert!(d.is_none());
-    assert_eq!(p.status, "needs_attention");
+    assert_eq!(p.status, PaymentStatus::NeedsAttention);
     assert!(
         p.reason.as_deref().unwrap_or("").contains("régimen fiscal"),
         "{:?}",
@@ -145,7 +153,7 @@ fn data_breaking_a_catalog_rule_sends_the_customer_to_the_portal() {
     let (p, d) = ing.plan(&facts(wrong));
     assert!(d.is_none());
     let reason = p.reason.unwrap_or_default();
-    assert_eq!(p.status, "needs_attention");
+    assert_eq!(p.status, PaymentStatus::NeedsAttention);
     assert!(
         reason.contains("régimen fiscal 601 does not apply to a persona física"),
         "{reason}"
@@ -175,7 +183,7 @@ fn a_foreign_currency_is_invoiced_in_it_with_the_rate_or_held_without_one() {
         ..facts(full_customer())
     };
     let (p, d) = ing.plan(&usd);
-    assert_eq!(p.status, "invoice_pending", "{:?}", p.reason);
+    assert_eq!(p.status, PaymentStatus::InvoicePending, "{:?}", p.reason);
     let d = d.expect("draft");
     assert_eq!(d.request.moneda, "USD");
     assert_eq!(
@@ -188,7 +196,7 @@ fn a_foreign_currency_is_invoiced_in_it_with_the_rate_or_held_without_one() {
         ..usd.clone()
     });
     assert!(d.is_none());
-    assert_eq!(p.status, "needs_attention");
+    assert_eq!(p.status, PaymentStatus::NeedsAttention);
     assert!(
         p.reason
             .as_deref()
@@ -206,7 +214,7 @@ fn a_foreign_currency_is_invoiced_in_it_with_the_rate_or_held_without_one() {
         },
         Some(Ok(Decimal::new(12, 2))),
     );
-    assert_eq!(p.status, "needs_attention", "{:?}", p.reason);
+    assert_eq!(p.status, PaymentStatus::NeedsAttention, "{:?}", p.reason);
     let (p, d) = ing.plan_rated(
         &PaymentFacts {
             currency: "JPY".into(),
@@ -215,7 +223,7 @@ fn a_foreign_currency_is_invoiced_in_it_with_the_rate_or_held_without_one() {
         },
         Some(Ok(Decimal::new(12, 2))),
     );
-    assert_eq!(p.status, "invoice_pending", "{:?}", p.reason);
+    assert_eq!(p.status, PaymentStatus::InvoicePending, "{:?}", p.reason);
     assert_eq!(d.expect("draft").request.moneda, "JPY");
     // A restricted list still refuses the others.
     let only_mxn =

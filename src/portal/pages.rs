@@ -18,7 +18,7 @@ use super::Portal;
 use super::view::{FiscalForm, FormView, LookupPage, SalePage, SaleView, Stamped, Status};
 use crate::cfdi::ReceptorData;
 use crate::cfdi::fiscal::{self, FieldError};
-use crate::domain::DocumentState;
+use crate::domain::{DocumentState, PaymentStatus};
 use crate::error::PortalError;
 use crate::ingest::CustomerData;
 use crate::state::AppState;
@@ -243,8 +243,8 @@ async fn sale_page(
         return Ok(page);
     }
     let waiting = matches!(
-        p.payment.status.as_str(),
-        "awaiting_global" | "needs_attention"
+        p.payment.status,
+        PaymentStatus::AwaitingGlobal | PaymentStatus::NeedsAttention
     );
     let amount = p.payment.amount.parse::<Decimal>().unwrap_or_default();
     if !waiting

@@ -17,6 +17,7 @@
 //! taxes; `tests.rs` its unit tests. Imported by the webhooks (the planner, asked inside the
 //! store's refund transaction) and tests.
 
+use crate::domain::PaymentStatus;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rust_decimal::Decimal;
 
@@ -472,7 +473,10 @@ impl Planner {
                 .to_string(),
             );
         }
-        if matches!(sale.status.as_str(), "arca_pending" | "arca_authorized") {
+        if matches!(
+            sale.status,
+            PaymentStatus::ArcaPending | PaymentStatus::ArcaAuthorized
+        ) {
             // Argentina: ARCA's nota de crédito, issued by `crate::arca::drain` once the
             // sale's voucher is authorized.
             return RefundDecision::Arca(format!(
@@ -483,7 +487,7 @@ impl Planner {
         let (credited, what) = match (&v.ingreso, &v.global) {
             (Some(i), _) => (i, "its ingreso"),
             (None, Some(g)) => (g, "its factura global"),
-            (None, None) if sale.status == "awaiting_global" => {
+            (None, None) if sale.status == PaymentStatus::AwaitingGlobal => {
                 return RefundDecision::GlobalReduced(format!(
                     "the sale waits for the factura global: it will carry {} instead of {sale_amount}",
                     sale_amount - before - amount
@@ -492,7 +496,7 @@ impl Planner {
             (None, None) => {
                 return RefundDecision::Wait(format!(
                     "the sale has no invoice yet ({}): credited once it is stamped",
-                    sale.status
+                    sale.status.label()
                 ));
             }
         };
@@ -604,7 +608,7 @@ impl Planner {
                 customer_json: "{}".into(),
                 paid_at: r.refunded_at,
                 livemode: sale.livemode,
-                status: "invoice_pending".into(),
+                status: PaymentStatus::InvoicePending,
                 reason: Some(format!(
                     "refund {} of {} {} ({amount} of {sale_amount}){missed}",
                     r.refund_id, r.provider, r.payment_ref

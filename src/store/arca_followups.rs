@@ -13,8 +13,8 @@ use chrono::Utc;
 use super::arca_queue::{back_to_arca_row_in, settle_arca_in};
 use super::exec::{Tx, stmt};
 use super::{Db, StoreError};
-use crate::domain::DocumentState;
 use crate::domain::delivery::arca_message_id;
+use crate::domain::{DocumentState, PaymentStatus};
 
 /// A human's correction of a sale's buyer.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -233,18 +233,26 @@ impl Db {
     pub async fn arca_sale_settled_mailed(
         &self,
         payment_row: i64,
-        (status, reason): (&str, &str),
+        (status, reason): (PaymentStatus, &str),
         domain: Option<&str>,
     ) -> Result<(), StoreError> {
         let now = Utc::now();
+        let authorized = status == PaymentStatus::ArcaAuthorized;
         let mut tx = self.begin().await?;
-        let n = settle_in(&mut tx, "payments", payment_row, (status, reason), now).await?;
-        let row = match status {
-            "arca_authorized" => DocumentState::Authorized,
-            _ => DocumentState::ArcaHeld,
+        let n = settle_in(
+            &mut tx,
+            "payments",
+            payment_row,
+            (status.as_str(), reason),
+            now,
+        )
+        .await?;
+        let row = match authorized {
+            true => DocumentState::Authorized,
+            false => DocumentState::ArcaHeld,
         };
         settle_arca_in(&mut tx, payment_row, row, reason, now).await?;
-        if let Some(domain) = domain.filter(|_| n == 1 && status == "arca_authorized") {
+        if let Some(domain) = domain.filter(|_| n == 1 && authorized) {
             let (provider, payment_id): (String, String) =
                 stmt("SELECT provider, payment_id FROM payments WHERE id = $1")
                     .bind(payment_row)

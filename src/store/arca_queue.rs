@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 
 use super::exec::{Tx, stmt};
 use super::{Db, StoreError};
-use crate::domain::{DocumentKind, DocumentState};
+use crate::domain::{DocumentKind, DocumentState, PaymentStatus};
 
 /// An ARS sale's voucher to freeze with its payment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,13 +30,13 @@ pub struct ArcaDraft {
 
 impl ArcaDraft {
     /// The payment's status and reason that go with it.
-    pub fn payment_status(&self) -> (&'static str, String) {
+    pub fn payment_status(&self) -> (PaymentStatus, String) {
         match &self.order {
             Ok(_) => (
-                "arca_pending",
+                PaymentStatus::ArcaPending,
                 "waiting for its ARCA voucher (Argentina)".into(),
             ),
-            Err(why) => ("needs_attention", format!("ARCA: {why}")),
+            Err(why) => (PaymentStatus::NeedsAttention, format!("ARCA: {why}")),
         }
     }
 }

@@ -56,16 +56,6 @@ static CLAIM_CANCELLATION: Dialected = Dialected::new(
     ],
 );
 
-/// The states of a cancellation still in process: what the Cancellations page lists (and its
-/// tab counts) unless asked for all.
-pub const CANCELLATIONS_IN_PROCESS: &[&str] = &[
-    "requested",
-    "sending",
-    "retry_scheduled",
-    "unknown",
-    "pending_receiver",
-];
-
 impl Db {
     /// Claims the next due cancellation (to send, or to poll) for `owner`.
     pub async fn claim_cancellation(
@@ -258,9 +248,10 @@ impl Db {
         offset: i64,
     ) -> Result<Vec<CancellationRow>, StoreError> {
         let cond = if in_process {
-            let states: Vec<String> = CANCELLATIONS_IN_PROCESS
+            // What the Cancellations page lists (and its tab counts) unless asked for all.
+            let states: Vec<String> = CancellationState::IN_PROCESS
                 .iter()
-                .map(|s| format!("'{s}'"))
+                .map(|s| format!("'{}'", s.as_str()))
                 .collect();
             format!("state IN ({})", states.join(", "))
         } else {
@@ -282,12 +273,14 @@ impl Db {
             .await
     }
 
-    /// `(state, count)` of cancellations.
-    pub async fn cancellation_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        const SQL: &str =
-            "SELECT state, COUNT(*) AS n FROM cancellations GROUP BY state ORDER BY state";
+    /// `(state, requires_acceptance, count)` of cancellations (the two make their label).
+    pub async fn cancellation_counts(
+        &self,
+    ) -> Result<Vec<(CancellationState, bool, i64)>, StoreError> {
+        const SQL: &str = "SELECT state, requires_acceptance, COUNT(*) AS n FROM cancellations \
+            GROUP BY state, requires_acceptance ORDER BY state, requires_acceptance";
         stmt(SQL)
-            .fetch_all::<(String, i64)>(self, "count cancellations")
+            .fetch_all::<(CancellationState, bool, i64)>(self, "count cancellations")
             .await
     }
 }

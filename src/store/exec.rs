@@ -26,7 +26,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
 use crate::config::DatabaseSettings;
-use crate::domain::{CancellationState, DocumentKind, DocumentState};
+use crate::domain::{CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus};
 
 /// Which SQL a statement needs where the backends really differ (the callers' only branch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,7 +192,13 @@ macro_rules! stored_as_text {
         }
     )*};
 }
-stored_as_text!(DocumentState, CancellationState, DocumentKind);
+stored_as_text!(
+    DocumentState,
+    CancellationState,
+    DocumentKind,
+    PaymentStatus,
+    LineState
+);
 
 /// A row type readable from both backends: a `#[derive(sqlx::FromRow)]` struct or a tuple.
 pub(super) trait Record:

@@ -12,7 +12,7 @@ use super::exec::{Dialected, Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
 use super::payments::{NewPayment, insert_payment_in};
 use super::{Db, StoreError};
-use crate::domain::DocumentState;
+use crate::domain::{DocumentState, PaymentStatus};
 
 /// The provider of a global's own payment row.
 pub const GLOBAL_PROVIDER: &str = "global";
@@ -412,7 +412,7 @@ impl Db {
         payment_row: i64,
         reason: &str,
     ) -> Result<bool, StoreError> {
-        self.leave_out_of_global(payment_row, "awaiting_global", reason)
+        self.leave_out_of_global(payment_row, PaymentStatus::AwaitingGlobal, reason)
             .await
     }
 
@@ -441,7 +441,7 @@ impl Db {
     pub async fn leave_out_of_global(
         &self,
         payment_row: i64,
-        status: &str,
+        status: PaymentStatus,
         reason: &str,
     ) -> Result<bool, StoreError> {
         let n = stmt(TAKE_SALE)
@@ -490,7 +490,7 @@ impl Db {
         if g.replaces.is_none() {
             for &member in &members {
                 let n = stmt(TAKE_SALE)
-                    .bind("in_global")
+                    .bind(PaymentStatus::InGlobal)
                     .bind(&g.member_reason)
                     .bind(now)
                     .bind(member)

@@ -94,7 +94,7 @@ pub use arca_followups::{ArcaCorrection, ArcaHeldSale};
 pub use arca_queue::{ArcaDraft, ArcaOrderRow, ArcaUnfrozenSale};
 pub use arca_refunds::ArcaRefundRow;
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
-pub use cancellations::{CANCELLATIONS_IN_PROCESS, CancelConflict, CancellationRow, ClaimedCancel};
+pub use cancellations::{CancelConflict, CancellationRow, ClaimedCancel};
 pub use deliveries::{ClaimedDelivery, DeliveryOutcome, DeliveryRow};
 pub use events::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use exec::{

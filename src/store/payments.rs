@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use super::exec::{Dialected, Tx, stmt};
 pub use super::rows::{InvoiceRow, PaymentRow};
 use super::{Db, StoreError};
+use crate::domain::PaymentStatus;
 
 /// A payment to record (and, in [`PaymentRow`], as it was recorded).
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -20,8 +21,8 @@ pub struct NewPayment {
     pub customer_json: String,
     pub paid_at: DateTime<Utc>,
     pub livemode: bool,
-    /// `invoice_pending`, `awaiting_global` or `needs_attention`.
-    pub status: String,
+    /// At ingest: `invoice_pending`, `awaiting_global` or `needs_attention`.
+    pub status: PaymentStatus,
     pub reason: Option<String>,
     /// Other references the customer may hold for this sale (Checkout Session id, receipt
     /// number, order reference), for the portal's look-up; `payment_id` always is one.
@@ -87,7 +88,7 @@ pub(super) async fn insert_payment_in(
         .bind(&p.customer_json)
         .bind(p.paid_at)
         .bind(p.livemode)
-        .bind(&p.status)
+        .bind(p.status)
         .bind(&p.reason)
         .bind(now)
         .bind(now)
@@ -128,7 +129,7 @@ pub(super) async fn complete_payment_in(
         updated_at = $4 WHERE provider = $5 AND payment_id = $6 \
         AND status IN ('awaiting_global', 'needs_attention') RETURNING id";
     let row: Option<(i64,)> = stmt(TAKE)
-        .bind(&p.status)
+        .bind(p.status)
         .bind(&p.reason)
         .bind(&p.customer_json)
         .bind(now)

@@ -14,7 +14,7 @@ use super::exec::{Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
 use super::payments::{NewPayment, insert_payment_in};
 use super::{Db, StoreError};
-use crate::domain::DocumentState;
+use crate::domain::{DocumentState, PaymentStatus};
 
 /// A refund to record.
 #[derive(Debug, Clone)]
@@ -67,7 +67,7 @@ pub struct SaleRow {
     pub id: i64,
     pub amount: String,
     pub currency: String,
-    pub status: String,
+    pub status: PaymentStatus,
     pub livemode: bool,
     pub paid_at: DateTime<Utc>,
 }

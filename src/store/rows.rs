@@ -4,7 +4,7 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::payments::NewPayment;
-use crate::domain::{CancellationState, DocumentKind, DocumentState};
+use crate::domain::{CancellationState, DocumentKind, DocumentState, LineState};
 
 /// A live admin session.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -57,7 +57,7 @@ pub struct DocRow {
     pub livemode: bool,
     pub outbox_id: Option<i64>,
     pub kind: Option<String>,
-    pub state: String,
+    pub state: LineState,
     pub serie: Option<String>,
     pub folio: Option<String>,
     pub uuid: Option<String>,
@@ -307,7 +307,7 @@ pub struct InvoiceRow {
     pub currency: String,
     pub paid_at: DateTime<Utc>,
     pub livemode: bool,
-    pub status: String,
+    pub status: LineState,
     pub serie: Option<String>,
     pub folio: Option<String>,
     pub uuid: Option<String>,

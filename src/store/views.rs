@@ -8,6 +8,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use super::exec::{Dialected, Stmt, stmt};
 pub use super::rows::{DocFull, DocRow, HistoryRow, SealedGeneration};
 use super::{Db, StoreError};
+use crate::domain::LineState;
 
 /// Which documents an admin list shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,12 +245,12 @@ fn documents_where<'a>(cond: &str) -> Stmt<'a> {
 
 impl Db {
     /// `(state, count)` over documents, plus payments that have no document yet.
-    pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    pub async fn state_counts(&self) -> Result<Vec<(LineState, i64)>, StoreError> {
         const SQL: &str = "SELECT COALESCE(o.state, p.status) AS state, COUNT(*) AS n \
             FROM payments p LEFT JOIN outbox o ON o.payment_id = p.id \
             GROUP BY COALESCE(o.state, p.status) ORDER BY 1";
         stmt(SQL)
-            .fetch_all::<(String, i64)>(self, "count documents by state")
+            .fetch_all::<(LineState, i64)>(self, "count documents by state")
             .await
     }
 

@@ -3,6 +3,7 @@
 //! When the API cannot be read the event stays stored and the retry loop tries it again with
 //! backoff, as Mercado Pago notifications are; nothing is invoiced on partial data.
 
+use crate::domain::PaymentStatus;
 use chrono::Utc;
 use serde_json::Value;
 use tracing::Instrument;
@@ -117,7 +118,7 @@ async fn plan(
         }
     }
     if let Some(reason) = problem {
-        payment.status = "needs_attention".into();
+        payment.status = PaymentStatus::NeedsAttention;
         payment.reason = Some(reason);
         draft = None;
     }

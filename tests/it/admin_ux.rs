@@ -116,6 +116,12 @@ async fn labels_agree_and_each_message_says_who_said_it(b: Backend) {
     assert!(!cancels.contains("Waiting for the receptor"), "{cancels}");
     let page = payment_page(&app, &br, st).await;
     assert!(page.contains("Waiting for SAT"), "{page}");
+    // The dashboard counts it in the same words, not in its stored spelling.
+    let dash = br.get("/admin").await.body;
+    assert!(
+        dash.contains("<span class=\"chip\">Waiting for SAT: 1</span>"),
+        "{dash}"
+    );
 }
 
 async fn an_unknown_outcome_shows_the_call_that_was_lost(b: Backend) {

@@ -233,7 +233,10 @@ async fn session_and_payment_intent_in_either_order_give_one_sale_with_the_sessi
     }
     let sales = app.invoices().await;
     assert_eq!(sales.len(), 2, "one sale each: {sales:?}");
-    assert!(sales.iter().all(|s| s.status == "stamped"), "{sales:?}");
+    assert!(
+        sales.iter().all(|s| s.status.as_str() == "stamped"),
+        "{sales:?}"
+    );
     let docs: Vec<(i64,)> = rows::fetch_rows(&app.db, "SELECT COUNT(*) FROM outbox", &[]).await;
     assert_eq!(docs[0].0, 2, "one document per sale");
     pool.shutdown().await;

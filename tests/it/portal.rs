@@ -26,7 +26,7 @@ async fn payment_status(app: &TestApp, payment_id: &str) -> String {
         .await
         .into_iter()
         .find(|r| r.payment_id == payment_id)
-        .map(|r| r.status)
+        .map(|r| r.status.to_string())
         .expect("the payment")
 }
 

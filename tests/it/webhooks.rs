@@ -250,7 +250,7 @@ async fn a_payment_without_rfc_is_recorded_as_awaiting_the_factura_global(b: Bac
     assert_said(s, &ack, 200, "payment_recorded");
     let rows = app.invoices().await;
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].status, "awaiting_global");
+    assert_eq!(rows[0].status.as_str(), "awaiting_global");
     assert_eq!(rows[0].folio, None, "no folio spent");
     let listed = app.invoices_in("awaiting_global").await;
     assert_eq!(listed.len(), 1);
