@@ -41,6 +41,13 @@ macro_rules! spelled {
             }
         }
 
+        shown_as_text!($name);
+    };
+}
+
+/// `Display` and `Serialize` of a type through its `as_str`.
+macro_rules! shown_as_text {
+    ($name:ident) => {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(self.as_str())
@@ -315,17 +322,7 @@ impl FromStr for LineState {
     }
 }
 
-impl fmt::Display for LineState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl serde::Serialize for LineState {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
+shown_as_text!(LineState);
 
 spelled! {
     /// What kind of comprobante an outbox row holds.
