@@ -66,24 +66,16 @@ fn fault_spec(seed: u64, windows: &[(&str, (Duration, Duration))]) -> String {
 
 /// The settings of one instance: `[arca]` on the external sandbox, Mercado Pago's API at
 /// `mp_url`, compressed time.
-fn appliance_settings(port: u16, database_url: &str, sim_url: &str, mp_url: &str) -> String {
+pub(super) fn appliance_settings(
+    port: u16,
+    database_url: &str,
+    sim_url: &str,
+    mp_url: &str,
+) -> String {
+    let mp = format!("api_base = \"{mp_url}\"\naccess_token = \"chaos\"\n");
+    let head = super::instance_settings(port, database_url, &mp);
     format!(
-        r#"[server]
-listen = "127.0.0.1:{port}"
-
-[database]
-url = "{database_url}"
-max_connections = 8
-
-[mercadopago]
-api_base = "{mp_url}"
-access_token = "chaos"
-retry_interval_seconds = 1
-fetch_timeout_seconds = 5
-
-[admin]
-reconcile_interval_seconds = 0
-
+        r#"{head}
 [arca]
 enabled = true
 environment = "homologacion"

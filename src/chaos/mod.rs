@@ -131,8 +131,9 @@ fn fault_spec(
     s
 }
 
-/// The settings of one instance: the external sandbox, compressed time, no reconciliation.
-fn appliance_settings(port: u16, database_url: &str, sim_url: &str, smtp_port: u16) -> String {
+/// What every instance of a run has: its port, the shared database, Mercado Pago's retries
+/// compressed (`mercadopago` opens that table), no reconciliation.
+pub(crate) fn instance_settings(port: u16, database_url: &str, mercadopago: &str) -> String {
     format!(
         r#"[server]
 listen = "127.0.0.1:{port}"
@@ -142,9 +143,20 @@ url = "{database_url}"
 max_connections = 8
 
 [mercadopago]
-retry_interval_seconds = 1
+{mercadopago}retry_interval_seconds = 1
 fetch_timeout_seconds = 5
 
+[admin]
+reconcile_interval_seconds = 0
+"#
+    )
+}
+
+/// The settings of one instance: the external sandbox, compressed time, no reconciliation.
+fn appliance_settings(port: u16, database_url: &str, sim_url: &str, smtp_port: u16) -> String {
+    let head = instance_settings(port, database_url, "");
+    format!(
+        r#"{head}
 [pac]
 kind = "sandbox"
 url = "{sim_url}"
@@ -160,9 +172,6 @@ backoff_base_seconds = 1
 backoff_cap_seconds = 2
 max_attempts = 10
 shutdown_grace_seconds = 2
-
-[admin]
-reconcile_interval_seconds = 0
 
 [global]
 grace_minutes = 0
@@ -508,4 +517,28 @@ async fn sim_stamps(http: &reqwest::Client, sim: &str) -> anyhow::Result<Vec<Pac
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// Both runs' instance settings are one TOML document each (no table written twice) and
+    /// keep the shared head's values.
+    #[test]
+    fn instance_settings_are_valid_toml_with_the_shared_head() {
+        for text in [
+            super::appliance_settings(7001, "sqlite://run.db", "http://127.0.0.1:9", 2525),
+            super::arca::appliance_settings(7001, "sqlite://run.db", "http://a", "http://mp"),
+        ] {
+            let t: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(t["server"]["listen"].as_str(), Some("127.0.0.1:7001"));
+            assert_eq!(
+                t["admin"]["reconcile_interval_seconds"].as_integer(),
+                Some(0)
+            );
+            assert_eq!(
+                t["mercadopago"]["retry_interval_seconds"].as_integer(),
+                Some(1)
+            );
+        }
+    }
 }
