@@ -10,7 +10,7 @@ use super::auth::Session;
 use super::common::*;
 use super::format::{Clock, Deadline, Said, When};
 use super::{Admin, age, state_label};
-use crate::domain::{DocumentState, LineState, PaymentStatus};
+use crate::domain::DocumentState;
 use crate::error::AdminError;
 use crate::state::AppState;
 use crate::store::{AttemptRow, ListFilter, ListView};
@@ -176,18 +176,9 @@ pub async fn dashboard(
         .into_iter()
         .map(|(s, n)| {
             let (label, class) = state_label(s);
-            let arca = match s {
-                LineState::Document(d) => d.is_arca(),
-                LineState::Payment(p) => {
-                    matches!(
-                        p,
-                        PaymentStatus::ArcaPending | PaymentStatus::ArcaAuthorized
-                    )
-                }
-            };
             CountView {
                 // Their vouchers, numbers and CAEs are on the ARCA page.
-                href: if arca {
+                href: if s.is_arca() {
                     "/admin/arca".to_owned()
                 } else {
                     format!("/admin/invoices?state={}", s.as_str())

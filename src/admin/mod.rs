@@ -296,7 +296,7 @@ pub fn state_label(state: impl Into<LineState>) -> (String, &'static str) {
         LineState::Payment(p) => match p {
             P::InvoicePending | P::ArcaPending => "info",
             P::InGlobal | P::ArcaAuthorized => "ok",
-            P::NeedsAttention => "bad",
+            P::NeedsAttention | P::ArcaHeld => "bad",
             P::AwaitingGlobal | P::Refunded => "muted",
         },
     };

@@ -122,7 +122,7 @@ impl DocumentState {
     }
 
     /// Whether it is an ARCA voucher's state (Argentina): no SAT window, no PAC.
-    pub fn is_arca(self) -> bool {
+    pub const fn is_arca(self) -> bool {
         matches!(self, Self::ArcaPending | Self::Authorized | Self::ArcaHeld)
     }
 
@@ -215,12 +215,23 @@ spelled! {
         NeedsAttention = "needs_attention",
         /// An ARS sale waiting for its ARCA voucher (Argentina).
         ArcaPending = "arca_pending",
-        /// An ARS sale whose voucher ARCA authorized.
+        /// An ARS sale whose voucher ARCA authorized (a refund's nota de crédito, too: its
+        /// own payment row).
         ArcaAuthorized = "arca_authorized",
+        /// A refund's nota de crédito that the ARCA lane held or ARCA refused.
+        ArcaHeld = "arca_held",
     }
 }
 
 impl PaymentStatus {
+    /// Whether it is an ARS sale's (or its nota's) status: its voucher is ARCA's.
+    pub const fn is_arca(self) -> bool {
+        matches!(
+            self,
+            Self::ArcaPending | Self::ArcaAuthorized | Self::ArcaHeld
+        )
+    }
+
     /// How a person reads it (see [`DocumentState::label`]).
     pub const fn label(self) -> &'static str {
         match self {
@@ -231,6 +242,7 @@ impl PaymentStatus {
             Self::NeedsAttention => DocumentState::NeedsAttention.label(),
             Self::ArcaPending => DocumentState::ArcaPending.label(),
             Self::ArcaAuthorized => DocumentState::Authorized.label(),
+            Self::ArcaHeld => DocumentState::ArcaHeld.label(),
         }
     }
 }
@@ -256,6 +268,14 @@ impl LineState {
         match self {
             Self::Document(s) => s.label(),
             Self::Payment(s) => s.label(),
+        }
+    }
+
+    /// Whether it is an ARCA voucher's (Argentina): no SAT window, no PAC.
+    pub const fn is_arca(self) -> bool {
+        match self {
+            Self::Document(s) => s.is_arca(),
+            Self::Payment(s) => s.is_arca(),
         }
     }
 
