@@ -307,6 +307,25 @@ async fn refunds_become_notas_de_credito_naming_the_sale_once_each(b: Backend) {
             authorized("refund:mercadopago:9000002")
         ]
     );
+    // Every payment row reads back typed, a nota's too, and one whose nota ARCA held (its
+    // payment row then carries the voucher's `arca_held`).
+    crate::support::rows::exec_sql(
+        &app.db,
+        "UPDATE payments SET status = 'arca_held' WHERE payment_id = 'mercadopago:9000002'",
+    )
+    .await;
+    let rows: Vec<(i64,)> =
+        crate::support::rows::fetch_rows(&app.db, "SELECT id FROM payments ORDER BY id", &[]).await;
+    assert_eq!(rows.len(), 3, "the sale and its two notas");
+    for (row,) in rows {
+        let p = app
+            .db
+            .payment(row)
+            .await
+            .expect("reads back")
+            .expect("exists");
+        assert!(p.payment.status.is_arca(), "{p:?}");
+    }
     sim.stop().await;
 }
 
