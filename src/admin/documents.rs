@@ -128,7 +128,8 @@ pub struct PagoView {
 pub struct RefundView {
     pub refund_id: String,
     pub amount: String,
-    pub status: String,
+    pub status: &'static str,
+    pub label: &'static str,
     pub reason: String,
     /// Its egreso's (or cancelled ingreso's) page and state, when it has one.
     pub document: Option<(i64, i64, String, String)>,
@@ -333,7 +334,7 @@ pub async fn payment(
     let amount: rust_decimal::Decimal = p.amount.parse().unwrap_or_default();
     let credited: rust_decimal::Decimal = listed
         .iter()
-        .filter(|r| crate::store::CREDITED_STATUSES.contains(&r.status.as_str()))
+        .filter(|r| r.status.credited())
         .filter_map(|r| r.amount.parse::<rust_decimal::Decimal>().ok())
         .sum();
     let refundable = if listed.is_empty() {
@@ -346,7 +347,8 @@ pub async fn payment(
         .map(|r| RefundView {
             amount: money(&r.amount, &r.currency),
             refund_id: r.refund_id,
-            status: r.status,
+            status: r.status.as_str(),
+            label: r.status.label(),
             reason: r.reason.unwrap_or_default(),
             document: match (r.outbox_id, r.document_payment, r.document_state) {
                 (Some(o), Some(p), Some(s)) => Some((

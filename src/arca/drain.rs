@@ -36,7 +36,7 @@ use super::order::{Correction, Order, freeze};
 use super::wsaa::Wsaa;
 use super::wsfe::{Auth, Wsfe};
 use crate::config::ArcaSettings;
-use crate::domain::{Authority, PaymentStatus, Verdict};
+use crate::domain::{Authority, PaymentStatus, RefundStatus, Verdict};
 use crate::store::{ArcaDraft, ArcaOrderRow, ArcaRefundRow, Db};
 
 /// Sales (and refunds) taken per round.
@@ -276,14 +276,14 @@ impl Drainer {
         result: Result<String, String>,
     ) -> anyhow::Result<()> {
         let (status, reason) = match result {
-            Ok(text) => ("arca_credited", text),
-            Err(why) => ("needs_attention", format!("ARCA: {why}")),
+            Ok(text) => (RefundStatus::ArcaCredited, text),
+            Err(why) => (RefundStatus::NeedsAttention, format!("ARCA: {why}")),
         };
         let mail = self.mail_domain.as_deref();
         self.db
             .arca_refund_settled_mailed(rows, (status, &reason), mail)
             .await?;
-        tracing::info!(%key, status, %reason, "ARS refund settled");
+        tracing::info!(%key, status = status.as_str(), %reason, "ARS refund settled");
         Ok(())
     }
 

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cast::Cast;
 use super::check::TERMINAL_OUTBOX_STATES;
+use crate::domain::RefundStatus;
 use crate::store::Db;
 
 /// Stops the kills, then quiet: everything up, nothing killed, until no row is still moving
@@ -38,7 +39,7 @@ pub(super) async fn settle(
 /// settle. With `arca`, ARS sales not settled and vouchers not settled (reserved, unknown) too.
 async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> {
     let mut moving: Vec<(String, i64)> = in_states("outbox", db.outbox_counts().await?, |s| {
-        !TERMINAL_OUTBOX_STATES.contains(&s)
+        !TERMINAL_OUTBOX_STATES.contains(&s.as_str())
     })
     .collect();
     // Sales of a closed period still waiting: `serve`'s loop puts them in a global.
@@ -49,7 +50,10 @@ async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> 
     ));
     // Refunds not credited yet: waiting for their sale's ingreso (or voucher), or cancelling it.
     moving.extend(in_states("refunds", db.refund_counts().await?, |s| {
-        s == "awaiting_original" || s == "canceling" || s == "arca_pending"
+        matches!(
+            s,
+            RefundStatus::AwaitingOriginal | RefundStatus::Canceling | RefundStatus::ArcaPending
+        )
     }));
     // Customers' emails still to send (the courier retries through kills).
     moving.extend(in_states("emails", db.delivery_counts().await?, |s| {
@@ -73,10 +77,10 @@ async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> 
 }
 
 /// The `(state, count)` rows of `counts` whose state is still `moving`, named `"{what} {state}"`.
-fn in_states<'a>(
+fn in_states<'a, S: std::fmt::Display + 'a>(
     what: &'a str,
-    counts: Vec<(String, i64)>,
-    moving: impl Fn(&str) -> bool + 'a,
+    counts: Vec<(S, i64)>,
+    moving: impl Fn(&S) -> bool + 'a,
 ) -> impl Iterator<Item = (String, i64)> + 'a {
     counts
         .into_iter()

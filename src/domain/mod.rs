@@ -7,7 +7,7 @@
 //!
 //! - [`stamp_key`]: [`StampKey`], the deterministic key a comprobante is stamped under.
 //! - [`states`]: [`DocumentState`], [`CancellationState`], [`DocumentKind`], [`PaymentStatus`]
-//!   (and [`LineState`], one of the first or the last), each with its one
+//!   (and [`LineState`], one of the first or the last), [`RefundStatus`], each with its one
 //!   spelling (what the database stores and the admin and the API show).
 //! - [`time`]: Mexico City local time and SAT's business days.
 //! - [`cancellation`]: motivos, who must accept, and the checked cancel request.
@@ -26,4 +26,6 @@ pub mod time;
 
 pub use authority::{Authority, Verdict};
 pub use stamp_key::{StampKey, StampKeyError};
-pub use states::{CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus};
+pub use states::{
+    CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus, RefundStatus,
+};

@@ -247,6 +247,61 @@ impl PaymentStatus {
     }
 }
 
+spelled! {
+    /// What a refund became (decided by `refund::Planner` when it is recorded, and again
+    /// while it waits).
+    RefundStatus ("refund status") {
+        /// Its sale has no stamped invoice yet (or its cancellation could not be had): it is
+        /// decided again once there is one.
+        AwaitingOriginal = "awaiting_original",
+        /// Credited by an egreso (a CFDI de egreso), frozen in the outbox.
+        Egreso = "egreso",
+        /// Its sale waits for the factura global, which carries that much less.
+        GlobalReduced = "global_reduced",
+        /// It cannot be credited as it is (over-refunded, another currency): a human reads why.
+        NeedsAttention = "needs_attention",
+        /// A full refund under the cancel policy: its ingreso is being cancelled.
+        Canceling = "canceling",
+        /// Its ingreso was cancelled at SAT.
+        Canceled = "canceled",
+        /// An ARS sale's refund: its nota de crédito waits for ARCA.
+        ArcaPending = "arca_pending",
+        /// ARCA authorized its nota de crédito.
+        ArcaCredited = "arca_credited",
+    }
+}
+
+impl RefundStatus {
+    /// Statuses whose amount counts as credited against the sale (or soon will).
+    pub const CREDITED: &'static [RefundStatus] = &[
+        Self::Egreso,
+        Self::GlobalReduced,
+        Self::Canceling,
+        Self::Canceled,
+        Self::ArcaPending,
+        Self::ArcaCredited,
+    ];
+
+    /// Whether its amount counts as credited (see [`RefundStatus::CREDITED`]).
+    pub fn credited(self) -> bool {
+        Self::CREDITED.contains(&self)
+    }
+
+    /// How a person reads it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::AwaitingOriginal => "Waiting for the sale's invoice",
+            Self::Egreso => "Credited by an egreso",
+            Self::GlobalReduced => "Taken off the factura global",
+            Self::NeedsAttention => "Needs attention",
+            Self::Canceling => "Cancelling the sale's invoice",
+            Self::Canceled => "Sale's invoice cancelled",
+            Self::ArcaPending => "Waiting for its ARCA nota de crédito",
+            Self::ArcaCredited => "ARCA nota de crédito authorized",
+        }
+    }
+}
+
 /// What one line of the admin's lists (a payment with at most one document) is in: its
 /// document's state or, for a payment without one, the payment's status. Stored nowhere; read
 /// from `COALESCE(o.state, p.status)`, where the spellings the two share mean the same.
@@ -385,6 +440,9 @@ mod tests {
             Ok(LineState::Payment(PaymentStatus::AwaitingGlobal))
         );
         assert!("recorded".parse::<LineState>().is_err());
+        for s in RefundStatus::ALL {
+            assert_eq!(s.as_str().parse::<RefundStatus>(), Ok(*s));
+        }
         assert_eq!("ingreso".parse::<DocumentKind>(), Ok(DocumentKind::Ingreso));
         assert_eq!("global".parse::<DocumentKind>(), Ok(DocumentKind::Global));
         assert!("STAMPED".parse::<DocumentState>().is_err());

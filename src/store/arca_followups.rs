@@ -14,7 +14,7 @@ use super::arca_queue::{back_to_arca_row_in, settle_arca_in};
 use super::exec::{Tx, stmt};
 use super::{Db, StoreError};
 use crate::domain::delivery::arca_message_id;
-use crate::domain::{DocumentState, PaymentStatus};
+use crate::domain::{DocumentState, PaymentStatus, RefundStatus};
 
 /// A human's correction of a sale's buyer.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -274,21 +274,37 @@ impl Db {
     pub async fn arca_refund_settled_mailed(
         &self,
         (refund_row, nota): (i64, Option<i64>),
-        (status, reason): (&str, &str),
+        (status, reason): (RefundStatus, &str),
         domain: Option<&str>,
     ) -> Result<(), StoreError> {
         let now = Utc::now();
+        let credited = status == RefundStatus::ArcaCredited;
         let mut tx = self.begin().await?;
-        let n = settle_in(&mut tx, "refunds", refund_row, (status, reason), now).await?;
+        let n = settle_in(
+            &mut tx,
+            "refunds",
+            refund_row,
+            (status.as_str(), reason),
+            now,
+        )
+        .await?;
         if let Some(nota_row) = nota {
-            let state = match status {
-                "arca_credited" => DocumentState::Authorized,
-                _ => DocumentState::ArcaHeld,
+            // The nota's own payment row reads as its voucher does.
+            let (state, status) = match credited {
+                true => (DocumentState::Authorized, PaymentStatus::ArcaAuthorized),
+                false => (DocumentState::ArcaHeld, PaymentStatus::ArcaHeld),
             };
-            settle_in(&mut tx, "payments", nota_row, (state.as_str(), reason), now).await?;
+            settle_in(
+                &mut tx,
+                "payments",
+                nota_row,
+                (status.as_str(), reason),
+                now,
+            )
+            .await?;
             settle_arca_in(&mut tx, nota_row, state, reason, now).await?;
         }
-        if let Some(domain) = domain.filter(|_| n == 1 && status == "arca_credited") {
+        if let Some(domain) = domain.filter(|_| n == 1 && credited) {
             let (sale_row, provider, refund_id): (i64, String, String) = stmt(
                 "SELECT p.id, r.provider, r.refund_id FROM refunds r JOIN payments p \
                  ON p.provider = r.provider AND p.payment_id = r.payment_ref WHERE r.id = $1",

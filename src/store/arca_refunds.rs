@@ -6,6 +6,7 @@
 
 use super::exec::stmt;
 use super::{Db, StoreError};
+use crate::domain::RefundStatus;
 
 /// A refund whose nota de crédito can be issued: its sale's voucher is authorized.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -63,7 +64,7 @@ impl Db {
         &self,
         provider: &str,
         refund_id: &str,
-    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+    ) -> Result<Option<(RefundStatus, Option<String>)>, StoreError> {
         stmt("SELECT status, reason FROM refunds WHERE provider = $1 AND refund_id = $2")
             .bind(provider)
             .bind(refund_id)

@@ -26,7 +26,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
 use crate::config::DatabaseSettings;
-use crate::domain::{CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus};
+use crate::domain::{
+    CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus, RefundStatus,
+};
 
 /// Which SQL a statement needs where the backends really differ (the callers' only branch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +199,8 @@ stored_as_text!(
     CancellationState,
     DocumentKind,
     PaymentStatus,
-    LineState
+    LineState,
+    RefundStatus
 );
 
 /// A row type readable from both backends: a `#[derive(sqlx::FromRow)]` struct or a tuple.

@@ -110,8 +110,8 @@ pub use pagos::{NewPago, PagoOutcome, PagoPlan, PagoRow, Paid};
 pub use payments::{InvoiceRow, NewPayment, PaymentRow, normalize_reference};
 pub use portal::{GlobalRef, PortalSubmission, Submitted};
 pub use refunds::{
-    CREDITED_STATUSES, CancelingRefund, Credited, NewRefund, RefundDecision, RefundListing,
-    RefundOutcome, RefundSale, SaleRow as RefundedSale,
+    CancelingRefund, Credited, NewRefund, RefundDecision, RefundListing, RefundOutcome, RefundSale,
+    SaleRow as RefundedSale,
 };
 pub use settle::{Settle, StampedOutcome};
 pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListSort, ListView, SealedGeneration};

@@ -14,7 +14,7 @@ use super::exec::{Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
 use super::payments::{NewPayment, insert_payment_in};
 use super::{Db, StoreError};
-use crate::domain::{DocumentState, PaymentStatus};
+use crate::domain::{DocumentState, PaymentStatus, RefundStatus};
 
 /// A refund to record.
 #[derive(Debug, Clone)]
@@ -99,9 +99,23 @@ pub enum RefundDecision {
 pub enum RefundOutcome {
     /// The event was recorded already: nothing written.
     DuplicateEvent,
-    /// The refunds it carried, by status after the transaction (`duplicate` for a refund
-    /// recorded earlier).
-    Recorded(Vec<String>),
+    /// The refunds it carried, by status after the transaction (`None` for a refund
+    /// recorded earlier, left as it was).
+    Recorded(Vec<Option<RefundStatus>>),
+}
+
+impl RefundOutcome {
+    /// Each refund's status as the webhook's answer says it: `duplicate` for one recorded
+    /// earlier.
+    pub fn said(&self) -> Vec<&'static str> {
+        match self {
+            Self::DuplicateEvent => Vec::new(),
+            Self::Recorded(s) => s
+                .iter()
+                .map(|s| s.map_or("duplicate", RefundStatus::as_str))
+                .collect(),
+        }
+    }
 }
 
 const INSERT_REFUND: &str = "INSERT INTO refunds \
@@ -109,9 +123,14 @@ const INSERT_REFUND: &str = "INSERT INTO refunds \
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'awaiting_original', $8, $8) \
     ON CONFLICT (provider, refund_id) DO NOTHING RETURNING id";
 
-/// Statuses whose amount counts as credited against the sale.
-const CREDITED: &str =
-    "('egreso', 'global_reduced', 'canceling', 'canceled', 'arca_pending', 'arca_credited')";
+/// [`RefundStatus::CREDITED`] as an SQL list.
+fn credited_list() -> String {
+    let spelled: Vec<String> = RefundStatus::CREDITED
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
+    format!("({})", spelled.join(", "))
+}
 
 /// In `tx`: reads what refund `refund_row` (still `awaiting_original`) refunds, asks `plan`
 /// and writes its answer. Two refunds of one sale are serialized on the sale's payment row,
@@ -122,7 +141,7 @@ async fn settle_refund_in<F>(
     (refund, cancel_refused): (NewRefund, bool),
     plan: &F,
     now: DateTime<Utc>,
-) -> Result<String, StoreError>
+) -> Result<RefundStatus, StoreError>
 where
     F: Fn(&RefundSale) -> RefundDecision,
 {
@@ -157,9 +176,10 @@ where
         .fetch_optional_in(tx, "read the refunded sale's global")
         .await?;
     }
-    let before: Vec<(String, String)> = stmt(format!(
+    let before: Vec<(String, RefundStatus)> = stmt(format!(
         "SELECT amount, status FROM refunds WHERE provider = $1 AND payment_ref = $2 \
-         AND status IN {CREDITED} AND id <> $3 ORDER BY id"
+         AND status IN {} AND id <> $3 ORDER BY id",
+        credited_list()
     ))
     .bind(&refund.provider)
     .bind(&refund.payment_ref)
@@ -184,7 +204,7 @@ where
         global,
         reduced_in_global: before
             .iter()
-            .filter(|r| r.1 == "global_reduced")
+            .filter(|r| r.1 == RefundStatus::GlobalReduced)
             .map(|r| r.0.clone())
             .collect(),
         refunded_before: before.into_iter().map(|r| r.0).collect(),
@@ -200,13 +220,15 @@ where
                 )));
             };
             let outbox = enqueue_in_tx(tx, payment_row, &mut draft, None, now).await?;
-            ("egreso", None, outbox)
+            (RefundStatus::Egreso, None, outbox)
         }
-        RefundDecision::Wait(r) => ("awaiting_original", Some(r), None),
-        RefundDecision::GlobalReduced(r) => ("global_reduced", Some(r), None),
-        RefundDecision::Attention(r) => ("needs_attention", Some(r), None),
-        RefundDecision::Cancel { ingreso, reason } => ("canceling", Some(reason), Some(ingreso)),
-        RefundDecision::Arca(r) => ("arca_pending", Some(r), None),
+        RefundDecision::Wait(r) => (RefundStatus::AwaitingOriginal, Some(r), None),
+        RefundDecision::GlobalReduced(r) => (RefundStatus::GlobalReduced, Some(r), None),
+        RefundDecision::Attention(r) => (RefundStatus::NeedsAttention, Some(r), None),
+        RefundDecision::Cancel { ingreso, reason } => {
+            (RefundStatus::Canceling, Some(reason), Some(ingreso))
+        }
+        RefundDecision::Arca(r) => (RefundStatus::ArcaPending, Some(r), None),
     };
     stmt("UPDATE refunds SET status = $1, reason = $2, outbox_id = $3, updated_at = $4 WHERE id = $5")
         .bind(status)
@@ -216,18 +238,8 @@ where
         .bind(refund_row)
         .execute_in(tx, "record what the refund became")
         .await?;
-    Ok(status.to_owned())
+    Ok(status)
 }
-
-/// Statuses of a refund whose amount no longer counts as refundable.
-pub const CREDITED_STATUSES: &[&str] = &[
-    "egreso",
-    "global_reduced",
-    "canceling",
-    "canceled",
-    "arca_pending",
-    "arca_credited",
-];
 
 /// Refunds waiting for their original whose sale may now be credited: its ingreso or global
 /// stamped, or the sale waiting for a global.
@@ -268,7 +280,7 @@ pub struct CancelingRefund {
 
 impl Db {
     /// Refunds per status (the chaos run waits for those still on their way to an egreso).
-    pub async fn refund_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    pub async fn refund_counts(&self) -> Result<Vec<(RefundStatus, i64)>, StoreError> {
         stmt("SELECT status AS state, COUNT(*) AS n FROM refunds GROUP BY status ORDER BY status")
             .fetch_all(self, "count refunds")
             .await
@@ -312,9 +324,9 @@ impl Db {
                 .await?;
             let status = match row {
                 Some((id,)) => {
-                    settle_refund_in(&mut tx, id, (r.clone(), false), &plan, now).await?
+                    Some(settle_refund_in(&mut tx, id, (r.clone(), false), &plan, now).await?)
                 }
-                None => "duplicate".to_owned(),
+                None => None,
             };
             statuses.push(status);
         }
@@ -360,7 +372,7 @@ impl Db {
             let status =
                 settle_refund_in(&mut tx, w.id, (refund, w.cancel_refused), &plan, now).await?;
             tx.commit("commit the released refund").await?;
-            if status != "awaiting_original" {
+            if status != RefundStatus::AwaitingOriginal {
                 released += 1;
             }
         }
@@ -388,9 +400,9 @@ impl Db {
         reason: &str,
     ) -> Result<(), StoreError> {
         let (status, refused) = if canceled {
-            ("canceled", false)
+            (RefundStatus::Canceled, false)
         } else {
-            ("awaiting_original", true)
+            (RefundStatus::AwaitingOriginal, true)
         };
         stmt(
             "UPDATE refunds SET status = $1, cancel_refused = $2, reason = $3, \
@@ -433,7 +445,7 @@ pub struct RefundListing {
     /// Decimal text.
     pub amount: String,
     pub currency: String,
-    pub status: String,
+    pub status: RefundStatus,
     pub reason: Option<String>,
     /// Its egreso (or, `canceling`/`canceled`, the ingreso cancelled instead).
     pub outbox_id: Option<i64>,

@@ -273,10 +273,11 @@ async fn stripe_webhook(
                 row.reason = Some(format!("{reason}: {} refund(s) credited", facts.len()));
                 row.payment_ref = payment_ref;
                 let out = refunds::credit(&state, Some(&row), &ev.id, &facts).await?;
-                let (outcome, statuses) = match out {
-                    crate::store::RefundOutcome::DuplicateEvent => ("duplicate", Vec::new()),
-                    crate::store::RefundOutcome::Recorded(s) => ("refund_recorded", s),
+                let outcome = match out {
+                    crate::store::RefundOutcome::DuplicateEvent => "duplicate",
+                    crate::store::RefundOutcome::Recorded(_) => "refund_recorded",
                 };
+                let statuses = out.said();
                 return Ok(ack(outcome, serde_json::json!({ "refunds": statuses })));
             }
             ("recorded", reason, payment_ref)

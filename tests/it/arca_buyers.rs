@@ -193,7 +193,7 @@ pub(crate) async fn credited(app: &TestApp, refund_id: &str) -> String {
             .await
             .expect("read");
         if let Some((status, reason)) = &row
-            && status == "arca_credited"
+            && status.as_str() == "arca_credited"
         {
             return reason.clone().unwrap_or_default();
         }

@@ -275,6 +275,14 @@ async fn redeliveries_and_reordering_give_one_egreso_per_refund(b: Backend) {
         assert!(page.body.contains(id), "{id} on the sale's page");
     }
     assert_eq!(page.body.matches("class=\"refund\"").count(), 3);
+    // Each says what it became in words, its stored status kept for scripts.
+    assert_eq!(
+        page.body
+            .matches("<tr class=\"refund\" data-status=\"egreso\">")
+            .count(),
+        3
+    );
+    assert_eq!(page.body.matches("Credited by an egreso").count(), 3);
     let refundable = &page.body[page.body.find("id=\"refundable\"").expect("refundable")..];
     assert!(refundable[..40].contains("100.00"), "{}", &refundable[..40]);
     for (_, uuid, _) in &e {
