@@ -26,17 +26,26 @@
   }
   // Live refresh: every [admin] refresh_seconds the page is fetched again and each
   // [data-live] region with an id is replaced by its fresh copy (not while it is being used:
-  // focus inside it, or a box ticked). A notice belongs to the action that led here: it goes
+  // focus inside it, a box ticked, or a field typed in and left). A notice belongs to the
+  // action that led here: it goes
   // at the first refresh, and leaves the address too, so a reload does not bring it back.
   var every = parseInt(document.body.getAttribute("data-refresh") || "0", 10);
   if (every > 0 && window.fetch && window.DOMParser && window.URL) {
     var here = new URL(window.location.href);
     var hadNotice = here.searchParams.has("notice");
     here.searchParams.delete("notice");
+    var edited = function (f) {
+      if (f.type === "checkbox" || f.type === "radio") { return f.checked !== f.defaultChecked; }
+      if (f.tagName === "SELECT") {
+        return Array.prototype.some.call(f.options, function (o) { return o.selected !== o.defaultSelected; });
+      }
+      return f.type !== "hidden" && f.value !== f.defaultValue;
+    };
     var busy = function (el) {
       var a = document.activeElement;
       return (a && a !== document.body && el.contains(a)) ||
-        el.querySelector('input[type="checkbox"]:checked') !== null;
+        el.querySelector('input[type="checkbox"]:checked') !== null ||
+        Array.prototype.some.call(el.querySelectorAll("input, select, textarea"), edited);
     };
     var refresh = function () {
       if (document.hidden) { return; }

@@ -345,6 +345,30 @@ async fn a_paused_pac_claims_nothing_until_resumed_and_a_stale_notice_goes_by_it
         "PAC incident",
     )
     .await;
+    // Typed in and left (the focus elsewhere): two refreshes later the reason is still there,
+    // as the dashboard keeps a region with an edited field.
+    d.script("document.activeElement.blur(); document.body.removeAttribute('data-refreshed');")
+        .await;
+    let refreshed = "return document.body.getAttribute('data-refreshed');";
+    let mut first = None;
+    for _ in 0..100 {
+        let now = d.script(refreshed).await.as_str().map(str::to_owned);
+        match (&first, now) {
+            (None, Some(t)) => first = Some(t),
+            (Some(a), Some(b)) if *a != b => break,
+            _ => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(first.is_some(), "the dashboard never refreshed");
+    let typed = d
+        .script("return document.querySelector('#pause-pac input[name=reason]').value;")
+        .await;
+    assert_eq!(
+        typed.as_str(),
+        Some("PAC incident"),
+        "a refresh replaced the field being filled in"
+    );
     d.click(&d.find("#pause-pac button[type=submit]").await)
         .await;
     let dash = d.wait_text("is paused").await;

@@ -57,8 +57,14 @@ pub struct Driver {
     _profile: tempfile::TempDir,
 }
 
+/// An element, with how it was found: a live page may replace it between the find and the
+/// use (the admin's refresh swaps regions nobody is using), and an element found by a locator
+/// is then found again.
 #[derive(Debug, Clone)]
-pub struct Element(String);
+pub struct Element {
+    id: String,
+    locator: Option<(&'static str, String)>,
+}
 
 impl Driver {
     /// Starts chromedriver on a free port and a fresh headless Chromium session.
@@ -182,6 +188,43 @@ impl Driver {
         r["value"].clone()
     }
 
+    /// `call` on element `e` (`/element/{id}{rest}`); a stale reference is found again by its
+    /// locator and the call repeated (a few times: the page may be replaced again meanwhile).
+    async fn on(
+        &self,
+        method: reqwest::Method,
+        e: &Element,
+        rest: &str,
+        body: Option<Value>,
+    ) -> Value {
+        let mut id = e.id.clone();
+        for _ in 0..5 {
+            let url = format!("{}/session/{}/element/{id}{rest}", self.base, self.session);
+            let mut req = self.http.request(method.clone(), &url);
+            if let Some(b) = &body {
+                req = req.json(b);
+            }
+            let r: Value = req
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{url}: {e}"))
+                .json()
+                .await
+                .unwrap_or_else(|e| panic!("{url}: {e}"));
+            match (r["value"]["error"].as_str(), &e.locator) {
+                (None, _) => return r["value"].clone(),
+                (Some("stale element reference"), Some((using, value))) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    id = self.find_one(using, value).await.id;
+                }
+                (Some(err), _) => {
+                    panic!("WebDriver element{rest}: {err}: {}", r["value"]["message"])
+                }
+            }
+        }
+        panic!("WebDriver element{rest}: {e:?} kept going stale");
+    }
+
     pub async fn goto(&self, url: &str) {
         self.call(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
             .await;
@@ -200,7 +243,7 @@ impl Driver {
     }
 
     /// The first element found by the WebDriver locator strategy `using`.
-    async fn find_one(&self, using: &str, value: &str) -> Element {
+    async fn find_one(&self, using: &'static str, value: &str) -> Element {
         let v = self
             .call(
                 reqwest::Method::POST,
@@ -208,7 +251,10 @@ impl Driver {
                 Some(json!({ "using": using, "value": value })),
             )
             .await;
-        Element(v[ELEMENT].as_str().expect("element id").to_owned())
+        Element {
+            id: v[ELEMENT].as_str().expect("element id").to_owned(),
+            locator: Some((using, value.to_owned())),
+        }
     }
 
     /// Elements matching `css` (possibly none).
@@ -222,7 +268,12 @@ impl Driver {
         .as_array()
         .map(|a| {
             a.iter()
-                .filter_map(|e| e[ELEMENT].as_str().map(|s| Element(s.to_owned())))
+                .filter_map(|e| {
+                    e[ELEMENT].as_str().map(|s| Element {
+                        id: s.to_owned(),
+                        locator: None,
+                    })
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -234,18 +285,15 @@ impl Driver {
     }
 
     pub async fn click(&self, e: &Element) {
-        self.call(
-            reqwest::Method::POST,
-            &format!("/element/{}/click", e.0),
-            Some(json!({})),
-        )
-        .await;
+        self.on(reqwest::Method::POST, e, "/click", Some(json!({})))
+            .await;
     }
 
     pub async fn type_into(&self, e: &Element, text: &str) {
-        self.call(
+        self.on(
             reqwest::Method::POST,
-            &format!("/element/{}/value", e.0),
+            e,
+            "/value",
             Some(json!({ "text": text })),
         )
         .await;
@@ -253,36 +301,24 @@ impl Driver {
 
     /// Empties a text field.
     pub async fn clear(&self, e: &Element) {
-        self.call(
-            reqwest::Method::POST,
-            &format!("/element/{}/clear", e.0),
-            Some(json!({})),
-        )
-        .await;
+        self.on(reqwest::Method::POST, e, "/clear", Some(json!({})))
+            .await;
     }
 
     /// An element's attribute (or property, as WebDriver reads it), e.g. a link's `href`.
     pub async fn attribute(&self, e: &Element, name: &str) -> Option<String> {
-        self.call(
-            reqwest::Method::GET,
-            &format!("/element/{}/attribute/{name}", e.0),
-            None,
-        )
-        .await
-        .as_str()
-        .map(str::to_owned)
+        self.on(reqwest::Method::GET, e, &format!("/attribute/{name}"), None)
+            .await
+            .as_str()
+            .map(str::to_owned)
     }
 
     pub async fn text(&self, e: &Element) -> String {
-        self.call(
-            reqwest::Method::GET,
-            &format!("/element/{}/text", e.0),
-            None,
-        )
-        .await
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+        self.on(reqwest::Method::GET, e, "/text", None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// The visible text of the whole page, read in one script call so a page that is being
