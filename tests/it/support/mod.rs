@@ -160,6 +160,18 @@ async fn sqlite_template() -> &'static std::path::Path {
             // Closing the last connection checkpoints the WAL into the file.
             db.close().await;
             std::fs::rename(&building, &file).expect("template in place");
+            // The templates of earlier migrations are of no more use here (a copy being made
+            // from one keeps its open file).
+            let name = file
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            for old in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let n = old.file_name().to_string_lossy().into_owned();
+                if n.starts_with("af_tmpl_") && !n.contains(".building.") && n != name {
+                    let _ = std::fs::remove_file(old.path());
+                }
+            }
             file
         })
         .await
