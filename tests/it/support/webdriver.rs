@@ -170,22 +170,28 @@ impl Driver {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let r = self.answer(method, path, body.as_ref()).await;
+        if let Some(err) = r["error"].as_str() {
+            panic!("WebDriver {path}: {err}: {}", r["message"]);
+        }
+        r
+    }
+
+    /// The `value` of WebDriver's answer to `path` of this session, error or not.
+    async fn answer(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Value {
         let url = format!("{}/session/{}{path}", self.base, self.session);
         let mut req = self.http.request(method, &url);
         if let Some(b) = body {
-            req = req.json(&b);
+            req = req.json(b);
         }
-        let r: Value = req
+        let mut r: Value = req
             .send()
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"))
             .json()
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        if let Some(err) = r["value"]["error"].as_str() {
-            panic!("WebDriver {path}: {err}: {}", r["value"]["message"]);
-        }
-        r["value"].clone()
+        r["value"].take()
     }
 
     /// `call` on element `e` (`/element/{id}{rest}`); a stale reference is found again by its
@@ -199,27 +205,15 @@ impl Driver {
     ) -> Value {
         let mut id = e.id.clone();
         for _ in 0..5 {
-            let url = format!("{}/session/{}/element/{id}{rest}", self.base, self.session);
-            let mut req = self.http.request(method.clone(), &url);
-            if let Some(b) = &body {
-                req = req.json(b);
-            }
-            let r: Value = req
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("{url}: {e}"))
-                .json()
-                .await
-                .unwrap_or_else(|e| panic!("{url}: {e}"));
-            match (r["value"]["error"].as_str(), &e.locator) {
-                (None, _) => return r["value"].clone(),
+            let path = format!("/element/{id}{rest}");
+            let r = self.answer(method.clone(), &path, body.as_ref()).await;
+            match (r["error"].as_str(), &e.locator) {
+                (None, _) => return r,
                 (Some("stale element reference"), Some((using, value))) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     id = self.find_one(using, value).await.id;
                 }
-                (Some(err), _) => {
-                    panic!("WebDriver element{rest}: {err}: {}", r["value"]["message"])
-                }
+                (Some(err), _) => panic!("WebDriver {path}: {err}: {}", r["message"]),
             }
         }
         panic!("WebDriver element{rest}: {e:?} kept going stale");
