@@ -367,7 +367,7 @@ impl PartialEq<DocumentState> for LineState {
 
 impl PartialEq<PaymentStatus> for LineState {
     fn eq(&self, other: &PaymentStatus) -> bool {
-        *self == Self::Payment(*other)
+        *self == Self::from(*other)
     }
 }
 
@@ -378,8 +378,12 @@ impl From<DocumentState> for LineState {
 }
 
 impl From<PaymentStatus> for LineState {
+    /// A spelling both share is the document's, as when it is read ([`FromStr`]): one value
+    /// per spelling, so a status read and one named compare equal.
     fn from(s: PaymentStatus) -> Self {
-        Self::Payment(s)
+        s.as_str()
+            .parse::<DocumentState>()
+            .map_or(Self::Payment(s), Self::Document)
     }
 }
 
@@ -440,6 +444,13 @@ mod tests {
             Ok(LineState::Payment(PaymentStatus::AwaitingGlobal))
         );
         assert!("recorded".parse::<LineState>().is_err());
+        // Read or named, a shared spelling is one value: an ARS sale read back `arca_authorized`
+        // is the payment status of that name.
+        for s in PaymentStatus::ALL {
+            let read: LineState = s.as_str().parse().expect("a line state");
+            assert_eq!(read, LineState::from(*s));
+            assert!(read == *s, "{s}");
+        }
         for s in RefundStatus::ALL {
             assert_eq!(s.as_str().parse::<RefundStatus>(), Ok(*s));
         }
