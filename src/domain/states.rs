@@ -342,13 +342,10 @@ impl LineState {
         }
     }
 
-    /// Whether it needs a human to fix its data (`needs_attention`, either side's).
-    pub const fn needs_attention(self) -> bool {
-        matches!(
-            self,
-            Self::Document(DocumentState::NeedsAttention)
-                | Self::Payment(PaymentStatus::NeedsAttention)
-        )
+    /// Whether it needs a human to fix its data (`needs_attention`: a spelling both sides
+    /// share, so the document's; see [`LineState::from`]).
+    pub fn needs_attention(self) -> bool {
+        self == DocumentState::NeedsAttention
     }
 }
 

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::admin::audit_in;
 use super::deliveries::queue_event_in;
-use super::exec::{Dialect, Dialected, Stmt, stmt};
+use super::exec::{Dialect, Dialected, Stmt, spelled_list, stmt};
 use super::merchant::queue_merchant_event_in;
 use super::outbox::mark_canceled_in;
 pub use super::rows::CancellationRow;
@@ -249,11 +249,8 @@ impl Db {
     ) -> Result<Vec<CancellationRow>, StoreError> {
         let cond = if in_process {
             // What the Cancellations page lists (and its tab counts) unless asked for all.
-            let states: Vec<String> = CancellationState::IN_PROCESS
-                .iter()
-                .map(|s| format!("'{}'", s.as_str()))
-                .collect();
-            format!("state IN ({})", states.join(", "))
+            let states = CancellationState::IN_PROCESS.iter().map(|s| s.as_str());
+            format!("state IN {}", spelled_list(states))
         } else {
             "1 = 1".to_owned()
         };

@@ -269,6 +269,13 @@ pub(super) struct Stmt<'a> {
 }
 
 /// A statement written once for both backends.
+/// Stored spellings as an SQL list, `('a', 'b')`: for states named in a statement's text.
+/// The spellings are the domain's constants, never input.
+pub(super) fn spelled_list(spellings: impl IntoIterator<Item = &'static str>) -> String {
+    let quoted: Vec<String> = spellings.into_iter().map(|s| format!("'{s}'")).collect();
+    format!("({})", quoted.join(", "))
+}
+
 pub(super) fn stmt<'a>(text: impl Into<Cow<'static, str>>) -> Stmt<'a> {
     Stmt {
         text: text.into(),

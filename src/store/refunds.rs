@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use super::events::{NewEvent, insert_event};
-use super::exec::{Tx, stmt};
+use super::exec::{Tx, spelled_list, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx};
 use super::payments::{NewPayment, insert_payment_in};
 use super::{Db, StoreError};
@@ -123,15 +123,6 @@ const INSERT_REFUND: &str = "INSERT INTO refunds \
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'awaiting_original', $8, $8) \
     ON CONFLICT (provider, refund_id) DO NOTHING RETURNING id";
 
-/// [`RefundStatus::CREDITED`] as an SQL list.
-fn credited_list() -> String {
-    let spelled: Vec<String> = RefundStatus::CREDITED
-        .iter()
-        .map(|s| format!("'{}'", s.as_str()))
-        .collect();
-    format!("({})", spelled.join(", "))
-}
-
 /// In `tx`: reads what refund `refund_row` (still `awaiting_original`) refunds, asks `plan`
 /// and writes its answer. Two refunds of one sale are serialized on the sale's payment row,
 /// so each sees the other's credit. Returns the refund's status.
@@ -179,7 +170,7 @@ where
     let before: Vec<(String, RefundStatus)> = stmt(format!(
         "SELECT amount, status FROM refunds WHERE provider = $1 AND payment_ref = $2 \
          AND status IN {} AND id <> $3 ORDER BY id",
-        credited_list()
+        spelled_list(RefundStatus::CREDITED.iter().map(|s| s.as_str()))
     ))
     .bind(&refund.provider)
     .bind(&refund.payment_ref)

@@ -267,10 +267,9 @@ pub async fn credit(
         .db
         .record_refunds(event, &rows, |v| planner.decide(v, now))
         .await?;
-    if let crate::store::RefundOutcome::Recorded(_) = &out {
-        for (f, status) in facts.iter().zip(out.said()) {
-            tracing::info!(provider = f.provider, refund_id = %f.refund_id, payment_id = %f.payment_ref, amount = %f.amount, %status, "refund");
-        }
+    // A duplicate event says no status, so it logs nothing.
+    for (f, status) in facts.iter().zip(out.said()) {
+        tracing::info!(provider = f.provider, refund_id = %f.refund_id, payment_id = %f.payment_ref, amount = %f.amount, %status, "refund");
     }
     Ok(out)
 }
