@@ -163,8 +163,9 @@ async fn a_login_whose_answer_is_lost_does_not_lock_the_appliance_out(b: Backend
     let s = sim.sim();
     let ordering = std::sync::atomic::Ordering::SeqCst;
     // ARCA hands out a 12 h ticket and the answer is lost: as if the process died before
-    // storing it. New logins are refused for 3 s after it (ARCA: minutes).
-    s.relogin_seconds.store(3, ordering);
+    // storing it. New logins are refused for 10 s after it (ARCA: minutes), long enough for a
+    // loaded machine's restarted instance to be refused.
+    s.relogin_seconds.store(10, ordering);
     s.lose_logins.store(1, ordering);
     let renew = chrono::Duration::minutes(10);
     let backoff =

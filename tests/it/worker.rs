@@ -297,10 +297,9 @@ async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
     else {
         return;
     };
-    assert!(
-        row.run_at > chrono::Utc::now() - chrono::Duration::milliseconds(200),
-        "scheduled ahead: {row:?}"
-    );
+    // Ahead of the moment the 503 was stored, not of the moment it was read (a loaded machine
+    // may read it late).
+    assert!(row.run_at > row.updated_at, "scheduled ahead: {row:?}");
     assert!(rig.stamps_for(&key).await.is_empty());
     rig.set_faults("status429=1:retry_after=3").await;
     // Wait for a 429 attempt and check the schedule honours Retry-After.
@@ -310,8 +309,10 @@ async fn server_errors_and_429_are_retried_with_backoff(b: Backend) {
         if let Some(a) = log.iter().find(|a| a.http_status == Some(429)) {
             let r = rig.row(&key).await;
             assert_eq!(r.state.as_str(), "retry_scheduled");
+            // The backoff alone is under 2 s; 2 s, not 3, leaves room for a thread paused
+            // between the schedule and the write.
             assert!(
-                r.run_at >= a.at + chrono::Duration::milliseconds(2900),
+                r.run_at >= a.at + chrono::Duration::seconds(2),
                 "Retry-After 3 s honoured: {r:?} after {a:?}"
             );
             break;
@@ -453,8 +454,9 @@ async fn an_unknown_outcome_past_the_window_expires_only_once_the_pac_confirms_n
 ) {
     // The window is 72 h; a sale 12 s short of it is sent and the connection drops: the outcome
     // is unknown (12 s, not less: on a loaded machine the first claim may take several seconds,
-    // and a sale past its window by then is expired unsent, which is another test). The window closes while the PAC cannot be asked: still unknown, however long,
-    // since the PAC may hold a stamp. Once the PAC answers that it holds none, it is expired.
+    // and a sale past its window by then is expired unsent, which is another test). The window
+    // closes while the PAC cannot be asked: still unknown, however long, since the PAC may hold
+    // a stamp. Once the PAC answers that it holds none, it is expired.
     let worker = format!("{FAST_WORKER}window_margin_seconds = 0\n");
     let Some(rig) = rig(b, "reset=1", &worker).await else {
         return;
@@ -884,12 +886,13 @@ async fn an_unknown_outcome_at_the_primary_is_never_sent_to_the_backup(b: Backen
 }
 
 async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b: Backend) {
-    let Some((rig, key)) = rig_paid(b, "latency=3s", FAST_WORKER, "shutdown", now()).await else {
+    let Some((rig, key)) = rig_paid(b, "latency=30s", FAST_WORKER, "shutdown", now()).await else {
         return;
     };
     let (pool, s) = rig.pool().await;
-    rig.wait_state(&key, "stamping", 10).await;
-    // The grace period (1 s) is shorter than the PAC's latency (3 s): the row is released.
+    rig.wait_state(&key, "stamping", 30).await;
+    // The grace period (1 s) is shorter than the PAC's latency (30 s, so that a loaded machine
+    // that sees the claim late still stops the pool mid-call): the row is released.
     pool.shutdown().await;
     drop(s);
     let row = rig.row(&key).await;
@@ -904,7 +907,8 @@ async fn shutdown_releases_in_flight_rows_as_unknown_and_they_end_stamped_once(b
 /// SIGTERM) ends its servers and its pool: the row in a call past the grace period is released
 /// as `unknown`, the listener is closed, and `run_until_stopped` returns.
 async fn one_stop_ends_the_servers_and_the_pool(b: Backend) {
-    let Some(rig) = rig(b, "latency=3s", FAST_WORKER).await else {
+    // The PAC's latency (30 s) outlasts the grace period (1 s) and a slow look at the claim.
+    let Some(rig) = rig(b, "latency=30s", FAST_WORKER).await else {
         return;
     };
     let app = autofactura::startup::Application::build(rig.app.settings.clone())
@@ -918,7 +922,7 @@ async fn one_stop_ends_the_servers_and_the_pool(b: Backend) {
     let running = tokio::spawn(app.run_until_stopped());
     assert!(rig.http.get(&health).send().await.is_ok(), "serving");
     let key = rig.pay("one-stop", now()).await;
-    rig.wait_state(&key, "stamping", 10).await;
+    rig.wait_state(&key, "stamping", 30).await;
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(15), running)
         .await
@@ -937,14 +941,16 @@ async fn one_stop_ends_the_servers_and_the_pool(b: Backend) {
 /// recovery, while the row whose call was in flight is released as `unknown`.
 async fn shutdown_gives_back_a_row_prepared_but_never_sent(b: Backend) {
     let one_slot = FAST_WORKER.replace("concurrency = 4", "concurrency = 1");
-    let Some(rig) = rig(b, "latency=3s", &one_slot).await else {
+    // The first call lasts 30 s: the pool stops while it runs, however slowly the test sees the
+    // second row prepared.
+    let Some(rig) = rig(b, "latency=30s", &one_slot).await else {
         return;
     };
     let first = rig.pay("inflight", now()).await;
     let second = rig.pay("prepared", now()).await;
     let (pool, s) = rig.pool().await;
-    rig.wait_state(&first, "stamping", 10).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    rig.wait_state(&first, "stamping", 30).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let row = rig.row(&second).await;
         if row.state.as_str() == "stamping" && row.sealed_xml.is_some() {

@@ -84,8 +84,9 @@ impl Driver {
             .timeout(Duration::from_secs(60))
             .build()
             .expect("client");
+        // Up to 30 s: a loaded machine may take seconds to start it.
         let mut ready = false;
-        for _ in 0..100 {
+        for _ in 0..300 {
             if let Ok(r) = http.get(format!("{base}/status")).send().await
                 && r.status().is_success()
             {
