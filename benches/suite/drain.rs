@@ -36,7 +36,7 @@ struct Run {
 
 /// The whole machine's CPU time so far: (busy, total, stolen by the hypervisor) in clock ticks,
 /// from /proc/stat.
-fn machine_cpu() -> (u64, u64, u64) {
+pub(super) fn machine_cpu() -> (u64, u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let f: Vec<u64> = stat
         .lines()
