@@ -563,7 +563,11 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Other(format!("cannot create {}: {e}", dir.display())))?;
         }
+        // No ping before each use: a connection to a file in this process cannot go stale as a
+        // network one can, and a write acquires its connection while holding the write lock,
+        // so a ping would be one more trip to the connection's thread inside it.
         let pool = pool_options(settings.max_connections, 5)
+            .test_before_acquire(false)
             .connect_with(opts)
             .await
             .map_err(ctx("open the SQLite database"))?;
