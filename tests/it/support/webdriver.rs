@@ -196,7 +196,9 @@ impl Driver {
     }
 
     /// `call` on element `e` (`/element/{id}{rest}`); a stale reference is found again by its
-    /// locator and the call repeated (a few times: the page may be replaced again meanwhile).
+    /// locator and the call repeated (the page may be replaced again meanwhile), and an
+    /// element not interactable yet (a page still laid out, a region being replaced) is tried
+    /// again for up to 10 s, as a person would wait for it.
     async fn on(
         &self,
         method: reqwest::Method,
@@ -205,19 +207,26 @@ impl Driver {
         body: Option<Value>,
     ) -> Value {
         let mut id = e.id.clone();
-        for _ in 0..5 {
+        let mut last = String::new();
+        for _ in 0..100 {
             let path = format!("/element/{id}{rest}");
             let r = self.answer(method.clone(), &path, body.as_ref()).await;
-            match (r["error"].as_str(), &e.locator) {
-                (None, _) => return r,
-                (Some("stale element reference"), Some((using, value))) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    id = self.find_one(using, value).await.id;
+            let err = match r["error"].as_str() {
+                None => return r,
+                Some(err @ ("stale element reference" | "element not interactable")) => err,
+                Some(err) => panic!("WebDriver {path}: {err}: {}", r["message"]),
+            };
+            last = format!("{err}: {}", r["message"]);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match &e.locator {
+                Some((using, value)) => id = self.find_one(using, value).await.id,
+                None if err == "stale element reference" => {
+                    panic!("WebDriver {path}: {last}")
                 }
-                (Some(err), _) => panic!("WebDriver {path}: {err}: {}", r["message"]),
+                None => {}
             }
         }
-        panic!("WebDriver element{rest}: {e:?} kept going stale");
+        panic!("WebDriver element{rest}: {e:?} for 10 s: {last}");
     }
 
     pub async fn goto(&self, url: &str) {
