@@ -380,7 +380,11 @@ async fn a_rep_whose_worker_is_killed_between_the_pacs_answer_and_the_write_has_
         ("stamping", None)
     );
     rig.set_faults("").await;
-    let mut restarted = crate::support::worker_process(&rig.app, &log, &[]);
+    // The restarted worker takes the row once the killed one's 2 s lease lapses. Its own lease
+    // is 30 s: with 2 s, a loaded machine let it lapse mid-recovery, and the worker asked the
+    // PAC a second time (found again, still one stamp, but not the one question checked here).
+    let lease = [("AUTOFACTURA__WORKER__LEASE_SECONDS", "30")];
+    let mut restarted = crate::support::worker_process(&rig.app, &log, &lease);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     let row = loop {
         let row = outbox_of(&rig.app, &pay_id(&rig).await).await;

@@ -1011,8 +1011,13 @@ impl Drop for Child {
     }
 }
 
-fn spawn_worker_process(config: &std::path::Path) -> Child {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"))
+/// `autofactura worker` on `config`, with its lease set to `lease_seconds` when given.
+fn spawn_worker_process(config: &std::path::Path, lease_seconds: Option<&str>) -> Child {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"));
+    if let Some(secs) = lease_seconds {
+        cmd.env("AUTOFACTURA__WORKER__LEASE_SECONDS", secs);
+    }
+    let child = cmd
         .arg("--config")
         .arg(config)
         .arg("worker")
@@ -1046,7 +1051,7 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
 /// SIGKILLed while waiting for the answer, and a restarted one ends with the one UUID the PAC
 /// holds, asking the PAC first and sending nothing again.
 async fn killed_between_answer_and_write(rig: &Rig, key: &str) {
-    let mut worker = spawn_worker_process(&rig.app.config_file);
+    let mut worker = spawn_worker_process(&rig.app.config_file, None);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while rig.stamps_for(key).await.is_empty() {
         assert!(
@@ -1064,7 +1069,9 @@ async fn killed_between_answer_and_write(rig: &Rig, key: &str) {
         "the database never heard back"
     );
     rig.set_faults("").await;
-    let _restarted = spawn_worker_process(&rig.app.config_file);
+    // Its own lease is 30 s: with the rig's 2 s, a loaded machine can let it lapse
+    // mid-recovery, and a second question (found again, still one stamp) breaks the log below.
+    let _restarted = spawn_worker_process(&rig.app.config_file, Some("30"));
     let done = rig
         .wait_stamped_once(key, 60, "one UUID after the restart")
         .await;
