@@ -34,24 +34,6 @@ struct Run {
     busy: f64,
 }
 
-/// The whole machine's CPU time so far: (busy, total, stolen by the hypervisor) in clock ticks,
-/// from /proc/stat.
-pub(super) fn machine_cpu() -> (u64, u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let f: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    let total: u64 = f.iter().sum();
-    // idle and iowait
-    let idle = f.get(3).unwrap_or(&0) + f.get(4).unwrap_or(&0);
-    (total - idle, total, *f.get(7).unwrap_or(&0))
-}
-
 /// The database to drain: a file in `dir`, or a new PostgreSQL database (its name returned too,
 /// to drop it afterwards).
 pub(super) async fn database_url(
@@ -128,7 +110,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
     let start = Instant::now();
     let started = chrono::Utc::now();
     let cpu0 = super::procs::cpu_seconds("self");
-    let machine0 = machine_cpu();
+    let machine0 = super::procs::machine_cpu();
     let pool = services
         .worker
         .clone()
@@ -154,7 +136,7 @@ async fn drain(backend: &str, workers: usize, latency: Duration, rows: usize) ->
         None => start.elapsed().as_secs_f64(),
     };
     let cpu = super::procs::cpu_seconds("self") - cpu0;
-    let machine1 = machine_cpu();
+    let machine1 = super::procs::machine_cpu();
     let ticks = (machine1.1 - machine0.1).max(1) as f64;
     let busy = (machine1.0 - machine0.0) as f64 / ticks;
     let stolen = (machine1.2 - machine0.2) as f64 / ticks;

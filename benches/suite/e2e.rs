@@ -119,7 +119,7 @@ async fn open_loop(
     let (pac0, own0, machine0) = (
         cpu_seconds(&pac_pid),
         cpu_seconds("self"),
-        super::drain::machine_cpu(),
+        super::procs::machine_cpu(),
     );
     let t0 = Instant::now();
     let sampler = async {
@@ -141,7 +141,7 @@ async fn open_loop(
     let secs = t0.elapsed().as_secs_f64();
     let made = stamped(db).await? - stamped0;
     let cpu = cpu_seconds(&pid) - cpu0;
-    let machine1 = super::drain::machine_cpu();
+    let machine1 = super::procs::machine_cpu();
     let busy = (machine1.0 - machine0.0) as f64 / (machine1.1 - machine0.1).max(1) as f64;
     let cores = [
         cpu / secs,

@@ -141,3 +141,21 @@ pub async fn run_measured(dir: &Path, args: &[&str]) -> anyhow::Result<(bool, St
     }
     Ok((status.success(), out, peak))
 }
+
+/// The whole machine's CPU time so far: (busy, total, stolen by the hypervisor) in clock ticks,
+/// from /proc/stat.
+pub fn machine_cpu() -> (u64, u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let total: u64 = f.iter().sum();
+    // idle and iowait
+    let idle = f.get(3).unwrap_or(&0) + f.get(4).unwrap_or(&0);
+    (total - idle, total, *f.get(7).unwrap_or(&0))
+}
