@@ -88,13 +88,16 @@ pub struct WebhookRow {
     pub state: String,
     pub attempts: i32,
     pub payload: Option<String>,
+    /// Why the last attempt failed; `None` until one has.
+    pub last_error: Option<String>,
 }
 
 /// The merchant webhooks of an API invoice, oldest first.
 pub async fn api_webhooks_of(db: &Db, invoice_id: i64) -> Vec<WebhookRow> {
     fetch_rows(
         db,
-        "SELECT w.id, w.event_type, w.state, w.attempts, w.payload FROM merchant_events w \
+        "SELECT w.id, w.event_type, w.state, w.attempts, w.payload, w.last_error \
+         FROM merchant_events w \
          JOIN api_invoices a ON a.outbox_id = w.outbox_id WHERE a.id = $1 ORDER BY w.id",
         &[Bind::I64(invoice_id)],
     )
@@ -105,7 +108,7 @@ pub async fn api_webhooks_of(db: &Db, invoice_id: i64) -> Vec<WebhookRow> {
 pub async fn merchant_events_of(db: &Db, outbox_id: i64) -> Vec<WebhookRow> {
     fetch_rows(
         db,
-        "SELECT id, event_type, state, attempts, payload FROM merchant_events \
+        "SELECT id, event_type, state, attempts, payload, last_error FROM merchant_events \
          WHERE outbox_id = $1 ORDER BY id",
         &[Bind::I64(outbox_id)],
     )
