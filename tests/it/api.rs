@@ -14,7 +14,11 @@ use support::receiver::{Receiver, webhook_toml};
 use support::rows::api_webhooks_of;
 use support::{Backend, TestApp, exec_sql, spawn_app_with};
 
-const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
+/// The lease is 30 s: with 2 s, a loaded machine that stalled a slot between its claim and its
+/// keepalive let another slot of the pool take the row and ask the PAC about it again (see
+/// `worker::FAST_WORKER`). A stopped pool releases its rows; a killed process's are taken
+/// after its own lease.
+const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 30\nidle_poll_ms = 50\n\
      backoff_base_seconds = 1\nbackoff_cap_seconds = 1\nshutdown_grace_seconds = 1\nmax_attempts = 1000\n";
 
 pub(crate) struct Rig {
@@ -774,7 +778,7 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
     else {
         return;
     };
-    let (_pool, _s) = rig.pool().await;
+    let (pool, _s) = rig.pool().await;
     let first = rig.post(&invoice(), Some("k-lost")).await;
     first.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "");
     let id = first.json()["error"]["invoice_id"]
@@ -782,6 +786,10 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
         .expect("invoice id")
         .to_owned();
     assert_eq!(rig.stamps().await.len(), 1, "the PAC did stamp it");
+    // The pool stops before the retries: it asks the PAC again a second later, and while a
+    // question is in flight the row is `stamping` and a retry gets 409 DUPLICATE_IN_PROGRESS.
+    // Stopped, it leaves the row `unknown` (a question cut short is released as such).
+    pool.shutdown().await;
     let retry = rig.post(&invoice(), Some("k-lost")).await;
     retry.assert_error(
         503,
@@ -798,6 +806,7 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
     );
 
     rig.set_faults("").await;
+    let (_pool, _s) = rig.pool().await;
     let stamped = rig.wait_status(&id, "stamped", 30).await;
     let stamps = rig.stamps().await;
     assert_eq!(stamps.len(), 1, "recovered, not stamped again");
@@ -956,7 +965,7 @@ async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backe
         + chrono::Duration::seconds(75);
     let outbox_id = date_invoice(&rig, &id, fecha).await;
     let closes = chrono::Utc::now() + chrono::Duration::seconds(15);
-    let (_pool, _s) = rig.pool().await;
+    let (pool, _s) = rig.pool().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while rig.stamps().await.is_empty() {
         assert!(tokio::time::Instant::now() < deadline, "never stamped");
@@ -988,6 +997,10 @@ async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backe
         assert!(tokio::time::Instant::now() < deadline, "{row:?} {log:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The pool stops before the retry: it asks again every second, and while a question is in
+    // flight the row is `stamping` (a retry gets 409, the invoice reads `pending`). Stopped,
+    // it leaves the row `unknown` (a question cut short is released as such).
+    pool.shutdown().await;
     let retry = rig.post(&invoice(), Some("k-window")).await;
     retry.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "");
     assert_eq!(retry.json()["error"]["invoice_id"], id.as_str());
@@ -999,6 +1012,7 @@ async fn a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome(b: Backe
     );
 
     rig.set_faults("").await;
+    let (_pool, _s) = rig.pool().await;
     rig.stamped_once_and_replayed(&id, "k-window").await;
 }
 

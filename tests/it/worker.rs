@@ -24,7 +24,11 @@ struct Rig {
     _dir: tempfile::TempDir,
 }
 
-const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 2\nidle_poll_ms = 50\n\
+/// The lease is 30 s: a pool's other slots take a row whose lease lapsed (about once a second),
+/// and with 2 s a loaded machine that stalled a slot between its claim and its keepalive let
+/// another ask the PAC about the row again (still one stamp, but not the attempt log the tests
+/// check). A stopped pool releases its rows; only a killed process's rows wait out its lease.
+const FAST_WORKER: &str = "[worker]\nconcurrency = 4\nlease_seconds = 30\nidle_poll_ms = 50\n\
      backoff_base_seconds = 1\nbackoff_cap_seconds = 2\nshutdown_grace_seconds = 1\n";
 
 /// The PAC answers a stamp, then holds the answer past the client's timeout (`request_timeout`
@@ -1051,7 +1055,8 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
 /// SIGKILLed while waiting for the answer, and a restarted one ends with the one UUID the PAC
 /// holds, asking the PAC first and sending nothing again.
 async fn killed_between_answer_and_write(rig: &Rig, key: &str) {
-    let mut worker = spawn_worker_process(&rig.app.config_file, None);
+    // A 2 s lease, so that the restarted worker takes the row soon after the kill.
+    let mut worker = spawn_worker_process(&rig.app.config_file, Some("2"));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while rig.stamps_for(key).await.is_empty() {
         assert!(
@@ -1069,7 +1074,7 @@ async fn killed_between_answer_and_write(rig: &Rig, key: &str) {
         "the database never heard back"
     );
     rig.set_faults("").await;
-    // Its own lease is 30 s: with the rig's 2 s, a loaded machine can let it lapse
+    // Its own lease is 30 s: with the killed one's 2 s, a loaded machine can let it lapse
     // mid-recovery, and a second question (found again, still one stamp) breaks the log below.
     let _restarted = spawn_worker_process(&rig.app.config_file, Some("30"));
     let done = rig
