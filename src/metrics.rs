@@ -92,8 +92,18 @@ fn ack_buckets() -> Histogram {
     ))
 }
 
+/// Seconds, from 50 µs to about 1.6 s: one SQLite write takes a fraction of a millisecond,
+/// a commit that waits for the disk a few.
+fn lock_buckets() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_05, 2.0, 16,
+    ))
+}
+
 struct Metrics {
     registry: Registry,
+    write_lock_wait: Histogram,
+    write_lock_hold: Histogram,
     pac_requests: Family<PacLabels, Counter>,
     pac_duration: Histograms<PacOpLabels>,
     webhooks: Family<WebhookLabels, Counter>,
@@ -168,8 +178,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "How long each ARCA call took, by operation",
         arca_duration.clone(),
     );
+    let write_lock_wait = lock_buckets();
+    registry.register(
+        "autofactura_sqlite_write_lock_wait_seconds",
+        "SQLite: how long each write waited for this process's one writer",
+        write_lock_wait.clone(),
+    );
+    let write_lock_hold = lock_buckets();
+    registry.register(
+        "autofactura_sqlite_write_lock_hold_seconds",
+        "SQLite: how long each write held this process's one writer (statements and commit)",
+        write_lock_hold.clone(),
+    );
     Metrics {
         registry,
+        write_lock_wait,
+        write_lock_hold,
         pac_requests,
         pac_duration,
         webhooks,
@@ -274,6 +298,16 @@ pub fn worker_slots(state: &str, delta: i64) {
             state: state.to_owned(),
         })
         .inc_by(delta);
+}
+
+/// SQLite: a write waited `took` for the process's write lock.
+pub fn sqlite_write_lock_wait(took: Duration) {
+    METRICS.write_lock_wait.observe(took.as_secs_f64());
+}
+
+/// SQLite: a write held the process's write lock for `took`.
+pub fn sqlite_write_lock_hold(took: Duration) {
+    METRICS.write_lock_hold.observe(took.as_secs_f64());
 }
 
 /// What the database says at scrape time (cached by the caller for a few seconds).

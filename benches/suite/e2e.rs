@@ -28,7 +28,7 @@ use autofactura::store::Db;
 
 use super::Row;
 use super::ingest::{SECRET, Template, Via, latency_at, raw_limit, settings_for};
-use super::procs::{Proc, cpu_seconds, free_port, start_pac, start_serve};
+use super::procs::{Proc, cpu_seconds, free_port, start_pac, start_serve, write_lock};
 
 const WORKERS: usize = 32;
 const TARGET_RATIO: f64 = 0.6;
@@ -56,6 +56,9 @@ struct Loop {
     /// worth taken by `serve`, by the sandbox PAC and by this load generator.
     busy: f64,
     cores: [f64; 3],
+    /// SQLite: the share of the loop `serve`'s one writer was held, and the mean hold and wait
+    /// of a write in ms (zeros on PostgreSQL).
+    writer: [f64; 3],
 }
 
 /// Stamped rows so far.
@@ -121,6 +124,7 @@ async fn open_loop(
         cpu_seconds("self"),
         super::procs::machine_cpu(),
     );
+    let lock0 = write_lock(port).await;
     let t0 = Instant::now();
     let sampler = async {
         let mut backlog = Vec::new();
@@ -142,6 +146,13 @@ async fn open_loop(
     let made = stamped(db).await? - stamped0;
     let cpu = cpu_seconds(&pid) - cpu0;
     let machine1 = super::procs::machine_cpu();
+    let lock1 = write_lock(port).await;
+    let writes = (lock1.2 - lock0.2).max(1.0);
+    let writer = [
+        (lock1.0 - lock0.0) / secs,
+        (lock1.0 - lock0.0) * 1e3 / writes,
+        (lock1.1 - lock0.1) * 1e3 / writes,
+    ];
     let busy = (machine1.0 - machine0.0) as f64 / (machine1.1 - machine0.1).max(1) as f64;
     let cores = [
         cpu / secs,
@@ -164,6 +175,7 @@ async fn open_loop(
         p99_ms: lat.p99_ms,
         busy,
         cores,
+        writer,
     })
 }
 
@@ -246,7 +258,7 @@ async fn measure(
         println!(
             "e2e: {label}: {rate:.0}/s for {} s: {:.0} stamps/s, backlog every 5 s [{}], slope {:.1}/s: {}; \
              serve CPU {:.2} ms per stamp; p99 acknowledgement {:.1} ms; machine {:.0} % busy \
-             (cores: serve {:.2}, sandbox PAC {:.2}, load generator {:.2})",
+             (cores: serve {:.2}, sandbox PAC {:.2}, load generator {:.2}){}",
             run.as_secs(),
             l.stamps_per_sec,
             shown.join(" "),
@@ -257,7 +269,17 @@ async fn measure(
             l.busy * 100.0,
             l.cores[0],
             l.cores[1],
-            l.cores[2]
+            l.cores[2],
+            if l.writer[0] > 0.0 {
+                format!(
+                    "; SQLite writer held {:.0} % of the loop, {:.2} ms a write, {:.2} ms waited",
+                    l.writer[0] * 100.0,
+                    l.writer[1],
+                    l.writer[2]
+                )
+            } else {
+                String::new()
+            }
         );
         settle(&db, accepted, Duration::from_secs(300)).await?;
         if l.flat {

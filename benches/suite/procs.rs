@@ -159,3 +159,22 @@ pub fn machine_cpu() -> (u64, u64, u64) {
     let idle = f.get(3).unwrap_or(&0) + f.get(4).unwrap_or(&0);
     (total - idle, total, *f.get(7).unwrap_or(&0))
 }
+
+/// The SQLite write lock as a process's `GET /metrics` counts it so far: (seconds held,
+/// seconds waited, writes), all zero when it does not answer.
+pub async fn write_lock(port: u16) -> (f64, f64, f64) {
+    let text = match reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let sample = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        sample("autofactura_sqlite_write_lock_hold_seconds_sum"),
+        sample("autofactura_sqlite_write_lock_wait_seconds_sum"),
+        sample("autofactura_sqlite_write_lock_hold_seconds_count"),
+    )
+}

@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 
 use super::arca_queue::enqueue_arca_in;
 use super::exec::{Dialect, Dialected, Stmt, Tx, stmt};
-use super::outbox::{OutboxDraft, enqueue_in_tx};
-use super::payments::{NewPayment, complete_payment_in, insert_payment_in};
+use super::outbox::{OutboxDraft, enqueue_in_tx, insert_outbox, request_json};
+use super::payments::{
+    NewPayment, complete_payment_in, insert_payment, insert_payment_in, insert_references_of_event,
+};
 pub use super::rows::PendingFetch;
 use super::{Db, StoreError};
 
@@ -244,6 +246,18 @@ impl Db {
         completion: Completion,
     ) -> Result<IngestOutcome, StoreError> {
         let now = Utc::now();
+        let mut draft = draft;
+        if let Some(d) = &mut draft {
+            // A webhook's comprobante is numbered when a worker seals it.
+            d.request.folio = None;
+        }
+        if let (Db::Sqlite { .. }, EventRow::Insert(ev), None) = (self, event, &payment.arca)
+            && let Some(out) = self
+                .record_new_sale(ev, payment, draft.as_ref(), now)
+                .await?
+        {
+            return Ok(out);
+        }
         let mut tx = self.begin().await?;
         let out = ingest_in_tx(&mut tx, event, payment, draft, completion, now).await?;
         if out == IngestOutcome::DuplicateEvent {
@@ -252,6 +266,64 @@ impl Db {
             tx.commit("commit the ingest transaction").await?;
         }
         Ok(out)
+    }
+
+    /// SQLite: a sale whose payment is not recorded yet — its event, payment, outbox row and
+    /// references — as one script, so the write lock is held for one trip to the connection's
+    /// thread instead of one per statement (the lock every webhook and every worker write
+    /// takes turns on). Each insert runs only when the one before it inserted its row, and the
+    /// event only when the payment is not recorded: `None` means the script wrote nothing (a
+    /// redelivery, or a later event of a recorded payment), which the general transaction
+    /// then handles as before.
+    async fn record_new_sale(
+        &self,
+        ev: &NewEvent,
+        p: &NewPayment,
+        draft: Option<&OutboxDraft>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<IngestOutcome>, StoreError> {
+        const UNRECORDED: &str =
+            "NOT EXISTS (SELECT 1 FROM payments WHERE provider = $1 AND payment_id = $2)";
+        const INSERTED: &str = "changes() = 1";
+        let request = draft
+            .map(|d| request_json(d).map(|json| (d, json)))
+            .transpose()?;
+        let mut q = stmt("BEGIN IMMEDIATE")
+            .then(
+                insert_event(ev, now)
+                    .only_if(stmt(UNRECORDED).bind(&p.provider).bind(&p.payment_id)),
+            )
+            .then(insert_payment(p, now).only_if(stmt(INSERTED)));
+        if let Some((d, json)) = &request {
+            // The payment is the row the statement before inserted: its id is not known
+            // when the script is written, so the bound 0 is left unused.
+            let outbox = insert_outbox(0, d, json, now)
+                .map_text(|t| t.replacen("VALUES ($1,", "VALUES (last_insert_rowid(),", 1))
+                .only_if(stmt(INSERTED));
+            q = q.then(outbox);
+        }
+        if let Some(refs) = insert_references_of_event(p) {
+            q = q.then(refs);
+        }
+        let ids = q
+            .then(stmt("COMMIT"))
+            .sqlite_script_ids(self, "record a new sale")
+            .await?;
+        match ids[..] {
+            [] => Ok(None),
+            [_, payment_row] => Ok(Some(IngestOutcome::Recorded {
+                payment_row,
+                outbox_row: None,
+            })),
+            [_, payment_row, outbox_row] => Ok(Some(IngestOutcome::Recorded {
+                payment_row,
+                outbox_row: Some(outbox_row),
+            })),
+            _ => Err(StoreError::Other(format!(
+                "recording a new sale returned {} rows, not 0, 2 or 3",
+                ids.len()
+            ))),
+        }
     }
 
     /// The raw body of a stored delivery (a Stripe event waiting for the API is re-read from

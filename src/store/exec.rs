@@ -17,7 +17,7 @@ use tokio::sync::MutexGuard;
 
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolOptions;
@@ -297,6 +297,40 @@ impl<'a> Stmt<'a> {
         self
     }
 
+    /// A SQLite script ([`Stmt::sqlite_script_ids`]): this statement, then `next`, whose `$n`
+    /// are renumbered after this one's arguments, so the script has one argument list.
+    pub(super) fn then(mut self, next: Stmt<'a>) -> Self {
+        let text = shift_params(&next.text, self.args.len());
+        self.text = Cow::Owned(format!("{};\n{text}", self.text));
+        self.args.extend(next.args);
+        self
+    }
+
+    /// In a SQLite script, this `INSERT … VALUES (…) ON CONFLICT …` inserts its row only when
+    /// `guard` holds (`INSERT … SELECT … WHERE guard ON CONFLICT …`): e.g. `changes() = 1`,
+    /// the statement before inserted its row. `guard`'s arguments are numbered from `$1`.
+    pub(super) fn only_if(mut self, guard: Stmt<'a>) -> Self {
+        let (head, rest) = self
+            .text
+            .split_once(" VALUES (")
+            .expect("only_if guards an INSERT … VALUES");
+        let (values, tail) = rest
+            .rsplit_once(") ON CONFLICT")
+            .expect("only_if guards an INSERT … ON CONFLICT");
+        let g = shift_params(&guard.text, self.args.len());
+        self.text = Cow::Owned(format!(
+            "{head} SELECT {values} WHERE {g} ON CONFLICT{tail}"
+        ));
+        self.args.extend(guard.args);
+        self
+    }
+
+    /// The same arguments under the text `f` makes of this one.
+    pub(super) fn map_text(mut self, f: impl FnOnce(&str) -> String) -> Self {
+        self.text = Cow::Owned(f(&self.text));
+        self
+    }
+
     /// Marks a write that returns rows (`… RETURNING`), read with the `fetch_*` methods: on
     /// SQLite it queues on the write lock like [`Stmt::execute`].
     pub(super) fn writes(mut self) -> Self {
@@ -481,12 +515,44 @@ impl Stmt<'_> {
     }
 }
 
+/// SQLite's one writer, as this process queues for it: every write and every transaction
+/// holds it. How long each waited for it and held it are metrics
+/// (`autofactura_sqlite_write_lock_*`): when the waits grow while the holds stay short, the
+/// appliance is at the single writer's limit, and PostgreSQL is the way past it.
+#[derive(Debug, Clone, Default)]
+pub struct WriteLock(Arc<tokio::sync::Mutex<()>>);
+
+/// The write lock, held until dropped.
+pub(super) struct WriteGuard<'l> {
+    _guard: MutexGuard<'l, ()>,
+    since: Instant,
+}
+
+impl WriteLock {
+    pub(super) async fn lock(&self) -> WriteGuard<'_> {
+        let asked = Instant::now();
+        let guard = self.0.lock().await;
+        let since = Instant::now();
+        crate::metrics::sqlite_write_lock_wait(since - asked);
+        WriteGuard {
+            _guard: guard,
+            since,
+        }
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        crate::metrics::sqlite_write_lock_hold(self.since.elapsed());
+    }
+}
+
 /// An open transaction; dropped without [`Tx::commit`] it rolls back. On SQLite it holds the
 /// process's write lock until it ends (the transaction is dropped before the lock).
 pub(super) enum Tx<'l> {
     Sqlite {
         tx: Transaction<'static, Sqlite>,
-        _write: MutexGuard<'l, ()>,
+        _write: WriteGuard<'l>,
     },
     Postgres(Transaction<'static, Postgres>),
 }
@@ -573,7 +639,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
             .map_err(ctx("open the SQLite database"))?;
         Ok(Db::Sqlite {
             pool,
-            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            write_lock: WriteLock::default(),
         })
     } else {
         let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;

@@ -117,7 +117,6 @@ pub use settle::{Settle, StampedOutcome};
 pub use views::{DocFull, DocRow, HistoryRow, ListFilter, ListSort, ListView, SealedGeneration};
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use sqlx::migrate::{Migration, MigrationSource, MigrationType};
 use sqlx::postgres::PgPool;
@@ -354,7 +353,7 @@ pub enum Db {
     /// order instead of letting them poll the busy handler.
     Sqlite {
         pool: SqlitePool,
-        write_lock: Arc<tokio::sync::Mutex<()>>,
+        write_lock: exec::WriteLock,
     },
     Postgres(PgPool),
 }

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::exec::{Dialected, Tx, stmt};
+use super::exec::{Dialected, Stmt, Tx, stmt};
 pub use super::rows::{InvoiceRow, PaymentRow};
 use super::{Db, StoreError};
 use crate::domain::PaymentStatus;
@@ -77,7 +77,19 @@ pub(super) async fn insert_payment_in(
     p: &NewPayment,
     now: DateTime<Utc>,
 ) -> Result<Option<i64>, StoreError> {
-    let row: Option<(i64,)> = stmt(INSERT_PAYMENT)
+    let row: Option<(i64,)> = insert_payment(p, now)
+        .fetch_optional_in(tx, "insert the payment")
+        .await?;
+    let Some((id,)) = row else {
+        return Ok(None);
+    };
+    insert_references_in(tx, p, id).await?;
+    Ok(Some(id))
+}
+
+/// [`INSERT_PAYMENT`] with `p`'s sixteen arguments.
+pub(super) fn insert_payment(p: &NewPayment, now: DateTime<Utc>) -> Stmt<'_> {
+    stmt(INSERT_PAYMENT)
         .bind(&p.provider)
         .bind(&p.payment_id)
         .bind(&p.event_id)
@@ -94,13 +106,29 @@ pub(super) async fn insert_payment_in(
         .bind(now)
         .bind(&p.lines_json)
         .bind(&p.tipo_cambio)
-        .fetch_optional_in(tx, "insert the payment")
-        .await?;
-    let Some((id,)) = row else {
-        return Ok(None);
-    };
-    insert_references_in(tx, p, id).await?;
-    Ok(Some(id))
+}
+
+/// A SQLite script's statement: every reference of `p` as one of the payment `p` recorded with
+/// its event id (only an ingest of that event inserts it, and a repeat of that ingest finds
+/// its references already there). `None` when `p` has none.
+pub(super) fn insert_references_of_event(p: &NewPayment) -> Option<Stmt<'_>> {
+    let refs = lookup_references(p);
+    if refs.is_empty() {
+        return None;
+    }
+    let values: Vec<String> = (1..=refs.len()).map(|i| format!("(${i})")).collect();
+    let n = refs.len();
+    let sql = format!(
+        "INSERT INTO payment_refs (reference, payment_id) SELECT r.column1, p.id \
+         FROM payments p, (VALUES {}) r WHERE p.provider = ${} AND p.payment_id = ${} \
+         AND p.event_id = ${} ON CONFLICT DO NOTHING",
+        values.join(", "),
+        n + 1,
+        n + 2,
+        n + 3
+    );
+    let q = refs.into_iter().fold(stmt(sql), |q, r| q.bind(r));
+    Some(q.bind(&p.provider).bind(&p.payment_id).bind(&p.event_id))
 }
 
 /// In `tx`: every reference of `p` (see [`lookup_references`]) as one of payment `id`'s.

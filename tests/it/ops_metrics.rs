@@ -129,6 +129,17 @@ async fn metrics_move_with_traffic(b: Backend) {
             &[("provider", "stripe")]
         ) >= 3.0
     );
+    // SQLite: each write took its turn on the one writer and said how long it waited and held
+    // it (the two webhooks' transactions, the claims and settles of their stamps).
+    if b == Backend::Sqlite {
+        for name in [
+            "autofactura_sqlite_write_lock_wait_seconds_count",
+            "autofactura_sqlite_write_lock_hold_seconds_count",
+        ] {
+            assert!(grew(name, &[]) >= 4.0, "{name} grew with the writes");
+        }
+        assert!(grew("autofactura_sqlite_write_lock_hold_seconds_sum", &[]) > 0.0);
+    }
     // The histograms parse as histograms, with their buckets.
     let hist = after
         .samples
@@ -143,6 +154,7 @@ async fn metrics_move_with_traffic(b: Backend) {
         "autofactura_webhooks",
         "autofactura_stamps",
         "autofactura_worker_slots",
+        "autofactura_sqlite_write_lock_hold_seconds",
     ] {
         assert!(after.docs.contains_key(name), "{name} has a HELP line");
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use autofactura::cfdi::{InvoiceRequest, ReceptorData};
 use autofactura::webhooks::{mercadopago, signature, stripe};
 use serde_json::{Value, json};
-use support::rows::{folios_of, outbox_status};
+use support::rows::{Bind, fetch_rows, folios_of, outbox_status};
 use support::{Backend, STRIPE_SECRET, TestApp, spawn_app, spawn_app_with};
 
 fn pi_body(suffix: &str) -> String {
@@ -73,6 +73,18 @@ async fn a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row(b: B
     let req: InvoiceRequest = serde_json::from_str(row.request_json.as_deref().expect("request"))
         .expect("frozen request");
     assert_eq!(req.fecha.to_string(), "2026-01-14 21:30:00");
+    // Stored with its references, by which the portal finds the sale.
+    let refs: Vec<(String,)> = fetch_rows(
+        &app.db,
+        "SELECT r.reference FROM payment_refs r JOIN payments p ON p.id = r.payment_id \
+         WHERE p.payment_id = $1 ORDER BY r.reference",
+        &[Bind::Str("pi_test_frozen")],
+    )
+    .await;
+    assert!(
+        refs.iter().any(|r| r.0 == "PI_TEST_FROZEN"),
+        "the payment id is a reference: {refs:?}"
+    );
     assert_eq!(
         (req.forma_pago.as_str(), req.metodo_pago.as_str()),
         ("04", "PUE")
@@ -131,6 +143,20 @@ async fn a_redelivery_answers_200_and_writes_nothing_new(b: Backend) {
     }
     assert_eq!(app.invoices().await.len(), 1);
     assert_eq!(app.events().await.len(), 1);
+    let refs: Vec<(String,)> = fetch_rows(
+        &app.db,
+        "SELECT reference FROM payment_refs ORDER BY reference",
+        &[],
+    )
+    .await;
+    assert_eq!(
+        refs,
+        [
+            ("ORD-REDELIVER".to_owned(),),
+            ("PI_TEST_REDELIVER".to_owned(),)
+        ],
+        "the payment id and the order number, each once"
+    );
     // No folio was spent on the duplicates.
     app.post_stripe_signed(&pi_body("next")).await;
     app.drain(30).await;
