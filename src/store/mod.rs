@@ -1,7 +1,9 @@
 //! Storage: every SQL statement, and every SQLite/PostgreSQL difference, lives in this folder.
 //! It is split by aggregate (the tables one kind of thing owns), not by caller:
 //!
-//! - `exec.rs`: the only file that knows the backend: connecting, migrations, running a
+//! - `connect.rs`: opening the database: connecting, the workers' second handle, migrations,
+//!   throwaway PostgreSQL databases for tests and benchmarks.
+//! - `exec.rs`: the only file that runs SQL on either backend: running a
 //!   statement (written once with `$n` placeholders) on either pool or in a transaction,
 //!   SQLite's write lock / `BEGIN IMMEDIATE` and its one-call scripts, and [`exec::Dialected`]
 //!   statements whose text differs between the backends only at a marked clause. A backend
@@ -68,6 +70,7 @@ mod arca_refunds;
 mod attempts;
 mod backup;
 mod cancellations;
+mod connect;
 mod deliveries;
 mod events;
 mod exec;
@@ -95,11 +98,11 @@ pub use arca_queue::{ArcaDraft, ArcaOrderRow, ArcaUnfrozenSale};
 pub use arca_refunds::ArcaRefundRow;
 pub use attempts::{AdminPacCall, Attempt, AttemptRow, WorkerRow};
 pub use cancellations::{CancelConflict, CancellationRow, ClaimedCancel};
-pub use deliveries::{ClaimedDelivery, DeliveryOutcome, DeliveryRow};
-pub use events::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch};
-pub use exec::{
+pub use connect::{
     connect, create_postgres_database, drop_postgres_database, postgres_url_with_database,
 };
+pub use deliveries::{ClaimedDelivery, DeliveryOutcome, DeliveryRow};
+pub use events::{Completion, EventRow, IngestOutcome, NewEvent, PendingFetch};
 pub use export::{ExportAcuse, ExportDoc};
 pub use globals::{
     DocumentListing, Frozen, GLOBAL_PROVIDER, GlobalIdentity, GlobalRow, NewGlobal,
