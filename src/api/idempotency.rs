@@ -63,7 +63,11 @@ pub(super) async fn key_state(
         let (status, body) = stored_201(db, rfc, key, &inv).await?;
         return Ok(KeyState::Replay(status, body));
     }
-    if inv.state == DocumentState::Unknown {
+    // Unknown, or still in flight after the first request was answered 503 for it.
+    let answered_unknown = rec.response_status == Some(503);
+    if inv.state == DocumentState::Unknown
+        || (answered_unknown && inv.state == DocumentState::Stamping)
+    {
         return Ok(KeyState::OutcomeUnknown(inv.public_id));
     }
     Ok(KeyState::InProgress(inv.public_id))

@@ -203,7 +203,14 @@ async fn wait_and_answer(
         }
         if tokio::time::Instant::now() >= deadline {
             if inv.state == DocumentState::Stamping {
-                // A PAC call is in flight and has not answered within our wait.
+                // A PAC call is in flight and has not answered within our wait: retries get
+                // this 503 too until the outcome is known.
+                if let Some(k) = key {
+                    state
+                        .db
+                        .mark_idempotency_unknown(&caller.rfc_emisor, k.as_str(), invoice_id)
+                        .await?;
+                }
                 return Err(ApiError::OutcomeUnknown {
                     invoice: inv.public_id,
                 });

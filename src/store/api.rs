@@ -52,8 +52,12 @@ pub enum CreateOutcome {
     FolioTaken,
 }
 
+/// A document whose outcome was unknown stays `unknown` to the API while a worker asks the PAC
+/// about it (`stamping`, claimed from `unknown`, or from `stamping` when an earlier worker's
+/// lease lapsed mid-call): a retry gets 503 until the answer is known, as README says.
 const INVOICE_COLUMNS: &str = "a.id, a.public_id, a.rfc_emisor, a.outbox_id, a.idempotency_key, a.created_at, \
-    o.state, o.uuid, o.serie, o.folio, o.request_json, o.last_error_code, o.last_error_message, o.stamped_at, \
+    CASE WHEN o.state = 'stamping' AND o.claimed_from IN ('unknown', 'stamping') THEN 'unknown' ELSE o.state END \
+    AS state, o.uuid, o.serie, o.folio, o.request_json, o.last_error_code, o.last_error_message, o.stamped_at, \
     o.stamped_xml, (SELECT c.state FROM cancellations c WHERE c.outbox_id = o.id ORDER BY c.id DESC LIMIT 1) \
     AS cancellation FROM api_invoices a JOIN outbox o ON o.id = a.outbox_id";
 
@@ -146,6 +150,25 @@ impl Db {
             .execute(self, "store the response of an idempotency key")
             .await?;
         Ok(n == 1)
+    }
+
+    /// Notes that the request under `key` was answered 503 `STAMPING_OUTCOME_UNKNOWN` while its
+    /// PAC call was still in flight, so that retries get the same answer, not 409, until the
+    /// outcome is known. The status alone is kept: the body is the final 201's, later.
+    pub async fn mark_idempotency_unknown(
+        &self,
+        rfc_emisor: &str,
+        key: &str,
+        invoice_id: i64,
+    ) -> Result<(), StoreError> {
+        stmt("UPDATE api_idempotency SET response_status = 503 WHERE rfc_emisor = $1 AND idem_key = $2 \
+             AND invoice_id = $3 AND state = 'in_progress' AND response_status IS NULL")
+            .bind(rfc_emisor)
+            .bind(key)
+            .bind(invoice_id)
+            .execute(self, "note an unknown outcome under an idempotency key")
+            .await?;
+        Ok(())
     }
 
     /// Deletes released keys (their invoice ended without a stamp, for sure) whose retention

@@ -847,8 +847,54 @@ async fn a_pac_timeout_is_resolved_later_and_replayed(b: Backend) {
     }
 }
 
-// 5: the PAC holds its answer past our wait: 503 while the call is in flight, 409 after, and
-// the 201 once the worker's timeout made it ask the PAC by key.
+// 5: the answer was lost, and the worker is asking the PAC what happened (the row is
+// `stamping` again, claimed from `unknown`): a retry gets the same 503 meanwhile, not 409.
+async fn a_retry_while_the_worker_asks_the_pac_gets_the_same_503(b: Backend) {
+    // Every PAC answer takes 6 s: the worker's question about the lost stamp is in flight long
+    // enough for a retry, on a loaded machine too.
+    let Some(rig) = rig(b, "lose_response=1:mode=drop,latency=6s", "").await else {
+        return;
+    };
+    let (_pool, _s) = rig.pool().await;
+    let first = rig.post(&invoice(), Some("k-asking")).await;
+    first.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "");
+    let id = first.json()["error"]["invoice_id"]
+        .as_str()
+        .expect("invoice id")
+        .to_owned();
+    let asking = || async {
+        let rows: Vec<(String, Option<String>)> = support::rows::fetch_rows(
+            &rig.app.db,
+            "SELECT o.state, o.claimed_from FROM outbox o JOIN api_invoices a ON a.outbox_id = o.id \
+             WHERE a.public_id = $1",
+            &[support::rows::Bind::Str(&id)],
+        )
+        .await;
+        rows.first().cloned() == Some(("stamping".into(), Some("unknown".into())))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !asking().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let retry = rig.post(&invoice(), Some("k-asking")).await;
+    assert!(
+        asking().await,
+        "the question ended before the retry: nothing was shown"
+    );
+    retry.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "still unknown while asked");
+    assert_eq!(retry.json()["error"]["invoice_id"], id.as_str());
+    let status = rig.get(&format!("/v1/invoices/{id}")).await;
+    assert_eq!(status.json()["status"], "unknown", "{}", status.text());
+
+    rig.stamped_once_and_replayed(&id, "k-asking").await;
+}
+
+// 5: the PAC holds its answer past our wait: 503 at the wait's end and to a retry while the
+// call is still in flight, and the 201 once the worker's timeout made it ask the PAC by key.
 async fn a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome(b: Backend) {
     // The API waits 10 s (time for a loaded machine's worker to claim the invoice and send it)
     // and our client 20 s: the call is still in flight when the wait ends and at the retry.
@@ -863,8 +909,14 @@ async fn a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome(b: Backend) {
         .as_str()
         .expect("invoice id")
         .to_owned();
+    // The first request has its answer: a retry while the call is still in flight gets it too.
     let retry = rig.post(&invoice(), Some("k-hang")).await;
-    assert_eq!(retry.code(), "DUPLICATE_IN_PROGRESS");
+    retry.assert_error(
+        503,
+        "STAMPING_OUTCOME_UNKNOWN",
+        "the same answer as the first",
+    );
+    assert_eq!(retry.json()["error"]["invoice_id"], id.as_str());
     rig.set_faults("").await;
     rig.stamped_once_and_replayed(&id, "k-hang").await;
 }
@@ -1196,6 +1248,7 @@ on_both_backends!(
     amounts_beyond_the_cfdi_limits_are_refused_naming_the_field,
     a_pac_timeout_is_resolved_later_and_replayed,
     a_pac_call_in_flight_past_the_wait_is_an_unknown_outcome,
+    a_retry_while_the_worker_asks_the_pac_gets_the_same_503,
     a_stamped_key_is_kept_and_only_released_keys_are_purged,
     a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome,
     a_cancelled_invoice_notifies_the_merchant,

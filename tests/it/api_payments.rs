@@ -9,7 +9,7 @@ use crate::deliveries::{all_in, subject_of, wait_for};
 use crate::support::Backend;
 use crate::support::admin::{Browser, PASSWORD, outbox_of};
 use crate::support::receiver::{Receiver, webhook_toml};
-use crate::support::rows::fetch_rows;
+use crate::support::rows::{Bind, fetch_rows};
 use crate::support::smtp::{Smtp, attachment};
 
 /// The API fixture (499.00 + IVA 16 % = 578.84) as a PPD invoice.
@@ -308,8 +308,27 @@ async fn a_rep_whose_answer_is_lost_is_recovered_with_its_one_uuid(b: Backend) {
     let dash = browser.get("/admin").await.body;
     let listed = |page: &str| page.contains(&format!("data-payment=\"{pay_id}\""));
     assert!(dash.contains("id=\"reps-due\"") && listed(&dash), "{dash}");
-    rig.set_faults("").await;
+    // The new pool's question takes 6 s: a retry meanwhile gets the same 503, not a 202.
+    rig.set_faults("latency=6s").await;
     let (_pool, _s) = rig.pool().await;
+    let asking = || async {
+        let rows: Vec<(String, Option<String>)> = fetch_rows(
+            &rig.app.db,
+            "SELECT o.state, o.claimed_from FROM outbox o JOIN api_pagos p ON p.outbox_id = o.id \
+             WHERE p.public_id = $1",
+            &[Bind::Str(&pay_id)],
+        )
+        .await;
+        rows.first().cloned() == Some(("stamping".into(), Some("unknown".into())))
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !asking().await {
+        assert!(tokio::time::Instant::now() < deadline, "never asked");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let retry = pay(&rig, &id, &body, Some("lost-1")).await;
+    assert!(asking().await, "the question ended before the retry");
+    retry.assert_error(503, "STAMPING_OUTCOME_UNKNOWN", "still unknown while asked");
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     let shown = loop {
         let v = rig.get(&format!("/v1/invoices/{id}")).await.json();
