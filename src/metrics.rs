@@ -102,6 +102,7 @@ fn lock_buckets() -> Histogram {
 
 struct Metrics {
     registry: Registry,
+    sales_per_commit: Histogram,
     write_lock_wait: Histogram,
     write_lock_hold: Histogram,
     pac_requests: Family<PacLabels, Counter>,
@@ -190,8 +191,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "SQLite: how long each write held this process's one writer (statements and commit)",
         write_lock_hold.clone(),
     );
+    let sales_per_commit = Histogram::new(
+        prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 8),
+    );
+    registry.register(
+        "autofactura_sqlite_sales_per_commit",
+        "SQLite: how many new sales (webhooks) each group commit wrote to the disk at once",
+        sales_per_commit.clone(),
+    );
     Metrics {
         registry,
+        sales_per_commit,
         write_lock_wait,
         write_lock_hold,
         pac_requests,
@@ -308,6 +318,12 @@ pub fn sqlite_write_lock_wait(took: Duration) {
 /// SQLite: a write held the process's write lock for `took`.
 pub fn sqlite_write_lock_hold(took: Duration) {
     METRICS.write_lock_hold.observe(took.as_secs_f64());
+}
+
+/// SQLite: a group commit wrote `sales` new sales at once.
+pub fn sqlite_sales_per_commit(sales: usize) {
+    #[allow(clippy::cast_precision_loss)] // at most 64
+    METRICS.sales_per_commit.observe(sales as f64);
 }
 
 /// What the database says at scrape time (cached by the caller for a few seconds).

@@ -10,7 +10,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
-use super::exec::WriteLock;
+use super::writer::WriteLock;
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
 use crate::config::DatabaseSettings;
 

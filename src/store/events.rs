@@ -271,7 +271,9 @@ impl Db {
     /// SQLite: a sale whose payment is not recorded yet — its event, payment, outbox row and
     /// references — as one script, so the write lock is held for one trip to the connection's
     /// thread instead of one per statement (the lock every webhook and every worker write
-    /// takes turns on). Each insert runs only when the one before it inserted its row, and the
+    /// takes turns on), committed with the sales that arrived meanwhile: one fsync for the
+    /// group (`writer.rs`). A group that did not commit leaves the sale to the general
+    /// transaction, as a redelivery would. Each insert runs only when the one before it inserted its row, and the
     /// event only when the payment is not recorded: `None` means the script wrote nothing (a
     /// redelivery, or a later event of a recorded payment), which the general transaction
     /// then handles as before.
@@ -288,11 +290,8 @@ impl Db {
         let request = draft
             .map(|d| request_json(d).map(|json| (d, json)))
             .transpose()?;
-        let mut q = stmt("BEGIN IMMEDIATE")
-            .then(
-                insert_event(ev, now)
-                    .only_if(stmt(UNRECORDED).bind(&p.provider).bind(&p.payment_id)),
-            )
+        let mut q = insert_event(ev, now)
+            .only_if(stmt(UNRECORDED).bind(&p.provider).bind(&p.payment_id))
             .then(insert_payment(p, now).only_if(stmt(INSERTED)));
         if let Some((d, json)) = &request {
             // The payment is the row the statement before inserted: its id is not known
@@ -305,10 +304,9 @@ impl Db {
         if let Some(refs) = insert_references_of_event(p) {
             q = q.then(refs);
         }
-        let ids = q
-            .then(stmt("COMMIT"))
-            .sqlite_script_ids(self, "record a new sale")
-            .await?;
+        let Some(ids) = q.sqlite_grouped_ids(self, "record a new sale").await? else {
+            return Ok(None);
+        };
         match ids[..] {
             [] => Ok(None),
             [_, payment_row] => Ok(Some(IngestOutcome::Recorded {

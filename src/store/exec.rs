@@ -13,11 +13,10 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
-use tokio::sync::MutexGuard;
 
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::OnceLock;
 
+use super::writer::WriteGuard;
 use super::{Db, StoreError, ctx};
 use crate::domain::{
     CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus, RefundStatus,
@@ -473,6 +472,17 @@ impl<'a> Stmt<'a> {
     }
 }
 
+/// The ids a script's rows return, in order.
+fn ids_of(out: Out) -> Result<Vec<i64>, sqlx::Error> {
+    match out {
+        Out::Sqlite(rows) => rows
+            .iter()
+            .map(|r| <(i64,)>::from_row(r).map(|(id,)| id))
+            .collect(),
+        _ => Ok(Vec::new()),
+    }
+}
+
 impl Stmt<'_> {
     /// SQLite: runs a script — statements from `BEGIN IMMEDIATE` to `COMMIT`, whose rows each
     /// return an id — in one call to a connection, holding the process's write lock, and
@@ -493,50 +503,13 @@ impl Stmt<'_> {
         let _w = write_lock.lock().await;
         let mut conn = pool.acquire().await.map_err(ctx(what))?;
         let (text, args) = (self.text, &self.args);
-        match run_on!(&mut *conn, text, args, Mode::All, Sqlite) {
-            Ok(Out::Sqlite(rows)) => rows
-                .iter()
-                .map(|r| <(i64,)>::from_row(r).map(|(id,)| id))
-                .collect::<Result<_, _>>()
-                .map_err(ctx(what)),
-            Ok(_) => Ok(Vec::new()),
+        match run_on!(&mut *conn, text, args, Mode::All, Sqlite).and_then(ids_of) {
+            Ok(ids) => Ok(ids),
             Err(e) => {
                 let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
                 Err(ctx(what)(e))
             }
         }
-    }
-}
-
-/// SQLite's one writer, as this process queues for it: every write and every transaction
-/// holds it. How long each waited for it and held it are metrics
-/// (`autofactura_sqlite_write_lock_*`): when the waits grow while the holds stay short, the
-/// appliance is at the single writer's limit, and PostgreSQL is the way past it.
-#[derive(Debug, Clone, Default)]
-pub struct WriteLock(Arc<tokio::sync::Mutex<()>>);
-
-/// The write lock, held until dropped.
-pub(super) struct WriteGuard<'l> {
-    _guard: MutexGuard<'l, ()>,
-    since: Instant,
-}
-
-impl WriteLock {
-    pub(super) async fn lock(&self) -> WriteGuard<'_> {
-        let asked = Instant::now();
-        let guard = self.0.lock().await;
-        let since = Instant::now();
-        crate::metrics::sqlite_write_lock_wait(since - asked);
-        WriteGuard {
-            _guard: guard,
-            since,
-        }
-    }
-}
-
-impl Drop for WriteGuard<'_> {
-    fn drop(&mut self) {
-        crate::metrics::sqlite_write_lock_hold(self.since.elapsed());
     }
 }
 
@@ -600,6 +573,49 @@ impl Db {
             Db::Postgres(pool) => Ok(Tx::Postgres(
                 pool.begin().await.map_err(ctx("begin a transaction"))?,
             )),
+        }
+    }
+}
+
+impl Stmt<'_> {
+    /// SQLite: runs the statements of one new sale (a script without `BEGIN` or `COMMIT`,
+    /// whose rows each return an id) in the write lock's open group, which commits several
+    /// sales at once (see `writer.rs`), and returns those ids once the group is committed.
+    /// `None`: the group was rolled back or did not commit, so nothing of the sale was
+    /// written; the caller records it alone.
+    pub(super) async fn sqlite_grouped_ids(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Option<Vec<i64>>, StoreError> {
+        let Db::Sqlite { pool, write_lock } = db else {
+            return Err(StoreError::Other(format!(
+                "cannot {what}: a group commit runs on SQLite only"
+            )));
+        };
+        let (ids, outcome) = {
+            let mut w = write_lock.lock_to_join().await;
+            let mut member = w.group(pool).await.map_err(ctx(what))?;
+            let (text, args) = (self.text, &self.args);
+            match run_on!(&mut **member.conn(), text, args, Mode::All, Sqlite).and_then(ids_of) {
+                Ok(ids) => (ids, member.joined()),
+                Err(e) => {
+                    // The group is torn: rolled back, its other sales recorded alone.
+                    w.end_group().await;
+                    return Err(ctx(what)(e));
+                }
+            }
+        };
+        // Queue again: the first writer to get the lock commits the group, after the sales
+        // that queued behind this one joined it.
+        drop(write_lock.lock().await);
+        match outcome.get() {
+            Some(Ok(())) => Ok(Some(ids)),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "a group of new sales did not commit; each is recorded alone");
+                Ok(None)
+            }
+            None => Ok(None),
         }
     }
 }

@@ -11,6 +11,8 @@
 //!   claims, JSON extraction, and the worker's batched sealing and settles (arrays on
 //!   PostgreSQL, one script on SQLite). It also maps the domain's states
 //!   ([`crate::domain::DocumentState`], …) to and from their one stored spelling.
+//! - `writer.rs`: SQLite's one writer: the write lock every write queues on, and the group
+//!   commit that lets new sales share one fsync.
 //! - `rows.rs`: the `#[derive(sqlx::FromRow)]` structs statements read into.
 //! - `events.rs`: webhook deliveries and the ingest transaction.
 //! - `payments.rs`: payments.
@@ -87,6 +89,7 @@ mod refunds;
 mod rows;
 mod settle;
 mod views;
+mod writer;
 
 pub use admin::{ActionRow, AdminSession, FindingRow};
 pub use arca::{
@@ -356,7 +359,7 @@ pub enum Db {
     /// order instead of letting them poll the busy handler.
     Sqlite {
         pool: SqlitePool,
-        write_lock: exec::WriteLock,
+        write_lock: writer::WriteLock,
     },
     Postgres(PgPool),
 }

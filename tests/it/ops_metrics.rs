@@ -139,6 +139,8 @@ async fn metrics_move_with_traffic(b: Backend) {
             assert!(grew(name, &[]) >= 4.0, "{name} grew with the writes");
         }
         assert!(grew("autofactura_sqlite_write_lock_hold_seconds_sum", &[]) > 0.0);
+        // The two new sales were committed, alone or with others.
+        assert!(grew("autofactura_sqlite_sales_per_commit_sum", &[]) >= 2.0);
     }
     // The histograms parse as histograms, with their buckets.
     let hist = after
@@ -155,6 +157,7 @@ async fn metrics_move_with_traffic(b: Backend) {
         "autofactura_stamps",
         "autofactura_worker_slots",
         "autofactura_sqlite_write_lock_hold_seconds",
+        "autofactura_sqlite_sales_per_commit",
     ] {
         assert!(after.docs.contains_key(name), "{name} has a HELP line");
     }

@@ -21,7 +21,7 @@ struct Rig {
     app: TestApp,
     sim: SandboxHandle,
     http: reqwest::Client,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// The lease is 30 s: a pool's other slots take a row whose lease lapsed (about once a second),
@@ -50,7 +50,7 @@ async fn rig(b: Backend, faults: &str, worker_toml: &str) -> Option<Rig> {
         app,
         sim,
         http: reqwest::Client::new(),
-        _dir: dir,
+        dir,
     })
 }
 
@@ -796,7 +796,7 @@ async fn failover_rig(b: Backend, primary: &str, backup: &str) -> Option<(Rig, S
         app,
         sim,
         http: reqwest::Client::new(),
-        _dir: dir,
+        dir,
     };
     Some((rig, backup_sim))
 }
@@ -1015,21 +1015,12 @@ impl Drop for Child {
     }
 }
 
-/// `autofactura worker` on `config`, with its lease set to `lease_seconds` when given.
-fn spawn_worker_process(config: &std::path::Path, lease_seconds: Option<&str>) -> Child {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_autofactura"));
-    if let Some(secs) = lease_seconds {
-        cmd.env("AUTOFACTURA__WORKER__LEASE_SECONDS", secs);
-    }
-    let child = cmd
-        .arg("--config")
-        .arg(config)
-        .arg("worker")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn autofactura worker");
-    Child(child)
+/// `autofactura worker` of `rig`'s app with a lease of `lease_seconds`, logging beside its
+/// database.
+fn spawn_worker_process(rig: &Rig, lease_seconds: &str) -> Child {
+    let log = rig.dir.path().join("worker.log");
+    let env = [("AUTOFACTURA__WORKER__LEASE_SECONDS", lease_seconds)];
+    Child(support::worker_process(&rig.app, &log, &env))
 }
 
 async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_with_one_uuid(
@@ -1056,7 +1047,7 @@ async fn a_worker_killed_between_the_pacs_answer_and_the_database_write_ends_wit
 /// holds, asking the PAC first and sending nothing again.
 async fn killed_between_answer_and_write(rig: &Rig, key: &str) {
     // A 2 s lease, so that the restarted worker takes the row soon after the kill.
-    let mut worker = spawn_worker_process(&rig.app.config_file, Some("2"));
+    let mut worker = spawn_worker_process(rig, "2");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while rig.stamps_for(key).await.is_empty() {
         assert!(
@@ -1076,7 +1067,7 @@ async fn killed_between_answer_and_write(rig: &Rig, key: &str) {
     rig.set_faults("").await;
     // Its own lease is 30 s: with the killed one's 2 s, a loaded machine can let it lapse
     // mid-recovery, and a second question (found again, still one stamp) breaks the log below.
-    let _restarted = spawn_worker_process(&rig.app.config_file, Some("30"));
+    let _restarted = spawn_worker_process(rig, "30");
     let done = rig
         .wait_stamped_once(key, 60, "one UUID after the restart")
         .await;

@@ -1,0 +1,258 @@
+//! SQLite's one writer, as this process queues for it: the write lock every write and every
+//! transaction holds, and the group commit of new sales under it.
+//!
+//! A webhook's acknowledgement waits for its sale to reach the disk (`synchronous = FULL`):
+//! one fsync per sale, made while holding the one write lock, was most of what a sale cost
+//! the writer. New sales therefore share their commit:
+//! - A sale takes the lock and runs its statements on the *open group*: a transaction begun
+//!   by the first sale of the group on a connection of its own, left open when the lock is
+//!   handed on. The sales that queued meanwhile run theirs in it too, in turn.
+//! - Then each sale queues for the lock again. Whoever gets it first with a group open
+//!   commits the group, one fsync for all: one of its sales, or any other writer (a worker,
+//!   a transaction), which must not begin beside an open transaction anyway. A sale returns
+//!   only once its group's outcome is known; a webhook is acknowledged after that.
+//! - If a sale fails mid-statements, or is dropped mid-statements (a client that went away),
+//!   the whole group is rolled back, and each of its sales, told so, records itself alone
+//!   through the general transaction: nothing of a rolled-back group is half there.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Sqlite, SqlitePool};
+use tokio::sync::{Mutex, MutexGuard};
+
+/// At most this many sales share one commit, so that none waits long for the others.
+const GROUP_MAX: usize = 64;
+
+/// The process's write lock, and the group of sales it may hold open. How long each writer
+/// waited for it and held it are metrics (`autofactura_sqlite_write_lock_*`): when the waits
+/// grow while the holds stay short, the appliance is at the single writer's limit, and
+/// PostgreSQL is the way past it.
+#[derive(Debug, Clone, Default)]
+pub struct WriteLock(Arc<Mutex<Option<OpenGroup>>>);
+
+/// The transaction a group of new sales shares, not committed yet.
+#[derive(Debug)]
+pub(super) struct OpenGroup {
+    conn: PoolConnection<Sqlite>,
+    sales: usize,
+    /// A sale's statements are running, or were when it was dropped (a client that went
+    /// away): found so by the next holder of the lock, the group is rolled back.
+    running: bool,
+    outcome: Arc<Outcome>,
+}
+
+/// How a group ended: committed, or why not.
+pub(super) type Outcome = OnceLock<Result<(), String>>;
+
+/// The write lock, held until dropped.
+pub(super) struct WriteGuard<'l> {
+    guard: MutexGuard<'l, Option<OpenGroup>>,
+    since: Instant,
+}
+
+impl WriteLock {
+    /// The lock for any writer: an open group is committed first.
+    pub(super) async fn lock(&self) -> WriteGuard<'_> {
+        let mut w = self.queue().await;
+        w.end_group().await;
+        w
+    }
+
+    /// The lock for a new sale: the open group is kept to join, unless it is full.
+    pub(super) async fn lock_to_join(&self) -> WriteGuard<'_> {
+        let mut w = self.queue().await;
+        if w.guard
+            .as_ref()
+            .is_some_and(|g| g.sales >= GROUP_MAX || g.running)
+        {
+            w.end_group().await;
+        }
+        w
+    }
+
+    async fn queue(&self) -> WriteGuard<'_> {
+        let asked = Instant::now();
+        // Fair (first come, first served): the sales queued behind the one that opened a
+        // group run theirs before it comes back to commit.
+        let guard = self.0.lock().await;
+        let since = Instant::now();
+        crate::metrics::sqlite_write_lock_wait(since - asked);
+        WriteGuard { guard, since }
+    }
+}
+
+impl WriteGuard<'_> {
+    /// The open group, beginning one on a connection of `pool` if none is open. The group is
+    /// rolled back when it ends unless the returned [`Member`] is [`Member::joined`].
+    pub(super) async fn group(&mut self, pool: &SqlitePool) -> Result<Member<'_>, sqlx::Error> {
+        if self.guard.is_none() {
+            let mut conn = pool.acquire().await?;
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+            *self.guard = Some(OpenGroup {
+                conn,
+                sales: 0,
+                running: false,
+                outcome: Arc::new(OnceLock::new()),
+            });
+        }
+        let g = self.guard.as_mut().expect("a group is open");
+        g.running = true;
+        Ok(Member { group: g })
+    }
+
+    /// Commits the open group, if any (rolls it back if a sale's statements did not finish),
+    /// and records its outcome for its sales.
+    pub(super) async fn end_group(&mut self) {
+        let Some(mut g) = self.guard.take() else {
+            return;
+        };
+        let ended = if g.running {
+            Err("a sale of its group was interrupted".to_owned())
+        } else {
+            sqlx::query("COMMIT")
+                .execute(&mut *g.conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        if ended.is_ok() {
+            crate::metrics::sqlite_sales_per_commit(g.sales);
+        } else {
+            // Nothing of the group may stay half there, nor a transaction open on a pooled
+            // connection.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *g.conn).await;
+        }
+        let _ = g.outcome.set(ended);
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        crate::metrics::sqlite_write_lock_hold(self.since.elapsed());
+    }
+}
+
+/// A sale running its statements in the open group.
+pub(super) struct Member<'g> {
+    group: &'g mut OpenGroup,
+}
+
+impl Member<'_> {
+    pub(super) fn conn(&mut self) -> &mut PoolConnection<Sqlite> {
+        &mut self.group.conn
+    }
+
+    /// The sale's statements ran: the group may commit them. Its outcome, to wait for.
+    pub(super) fn joined(self) -> Arc<Outcome> {
+        self.group.running = false;
+        self.group.sales += 1;
+        Arc::clone(&self.group.outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pool(dir: &tempfile::TempDir) -> SqlitePool {
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+        let pool = SqlitePool::connect(&url).await.expect("open");
+        sqlx::query("PRAGMA journal_mode = WAL")
+            .execute(&pool)
+            .await
+            .expect("wal");
+        sqlx::query("CREATE TABLE t (x INTEGER NOT NULL)")
+            .execute(&pool)
+            .await
+            .expect("table");
+        pool
+    }
+
+    /// A sale of `value` run in the open group: its outcome when it joined, `None` when its
+    /// statement failed (the group is then rolled back).
+    async fn sale(lock: &WriteLock, pool: &SqlitePool, value: Option<i64>) -> Option<Arc<Outcome>> {
+        let mut w = lock.lock_to_join().await;
+        let mut m = w.group(pool).await.expect("group");
+        let ran = sqlx::query("INSERT INTO t (x) VALUES ($1)")
+            .bind(value)
+            .execute(&mut **m.conn())
+            .await;
+        if ran.is_ok() {
+            return Some(m.joined());
+        }
+        w.end_group().await;
+        None
+    }
+
+    async fn rows(pool: &SqlitePool) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM t")
+            .fetch_one(pool)
+            .await
+            .expect("count")
+    }
+
+    #[tokio::test]
+    async fn sales_share_one_commit_made_by_the_next_writer() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pool = pool(&dir).await;
+        let lock = WriteLock::default();
+        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
+        let b = sale(&lock, &pool, Some(2)).await.expect("joined");
+        assert!(a.get().is_none() && b.get().is_none(), "not committed yet");
+        assert_eq!(rows(&pool).await, 0, "others see nothing before the commit");
+        drop(lock.lock().await);
+        assert_eq!((a.get(), b.get()), (Some(&Ok(())), Some(&Ok(()))));
+        assert_eq!(rows(&pool).await, 2);
+        // The next sale opens a group of its own.
+        let c = sale(&lock, &pool, Some(3)).await.expect("joined");
+        assert!(c.get().is_none());
+        drop(lock.lock().await);
+        assert_eq!(c.get(), Some(&Ok(())));
+        assert_eq!(rows(&pool).await, 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_sale_rolls_its_whole_group_back() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pool = pool(&dir).await;
+        let lock = WriteLock::default();
+        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
+        assert!(sale(&lock, &pool, None).await.is_none(), "NOT NULL fails");
+        assert!(matches!(a.get(), Some(Err(_))), "told it was not written");
+        drop(lock.lock().await);
+        assert_eq!(rows(&pool).await, 0, "nothing of the group is there");
+        // The connection came back without a transaction open: the next group works.
+        let b = sale(&lock, &pool, Some(2)).await.expect("joined");
+        drop(lock.lock().await);
+        assert_eq!(b.get(), Some(&Ok(())));
+        assert_eq!(rows(&pool).await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_sale_dropped_mid_statements_rolls_its_group_back() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pool = pool(&dir).await;
+        let lock = WriteLock::default();
+        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
+        {
+            // A sale whose statements ran but which was dropped before it joined: half there.
+            let mut w = lock.lock_to_join().await;
+            let mut m = w.group(&pool).await.expect("group");
+            sqlx::query("INSERT INTO t (x) VALUES (2)")
+                .execute(&mut **m.conn())
+                .await
+                .expect("insert");
+        }
+        let b = sale(&lock, &pool, Some(3)).await.expect("joined");
+        assert!(matches!(a.get(), Some(Err(_))), "{:?}", a.get());
+        drop(lock.lock().await);
+        assert_eq!(b.get(), Some(&Ok(())), "a group of its own");
+        let kept: Vec<i64> = sqlx::query_scalar("SELECT x FROM t")
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+        assert_eq!(kept, vec![3]);
+    }
+}
