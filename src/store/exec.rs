@@ -598,7 +598,14 @@ impl Stmt<'_> {
             let mut member = w.group(pool).await.map_err(ctx(what))?;
             let (text, args) = (self.text, &self.args);
             match run_on!(&mut **member.conn(), text, args, Mode::All, Sqlite).and_then(ids_of) {
-                Ok(ids) => (ids, member.joined()),
+                Ok(ids) => {
+                    let outcome = member.joined();
+                    // The last sale queued commits the group: one fsync for all of them.
+                    if !write_lock.sales_queued() {
+                        w.end_group().await;
+                    }
+                    (ids, outcome)
+                }
                 Err(e) => {
                     // The group is torn: rolled back, its other sales recorded alone.
                     w.end_group().await;
@@ -606,16 +613,12 @@ impl Stmt<'_> {
                 }
             }
         };
-        // Queue again: the first writer to get the lock commits the group, after the sales
-        // that queued behind this one joined it.
-        drop(write_lock.lock().await);
-        match outcome.get() {
-            Some(Ok(())) => Ok(Some(ids)),
-            Some(Err(e)) => {
+        match write_lock.outcome(outcome).await {
+            Ok(()) => Ok(Some(ids)),
+            Err(e) => {
                 tracing::warn!(error = %e, "a group of new sales did not commit; each is recorded alone");
                 Ok(None)
             }
-            None => Ok(None),
         }
     }
 }

@@ -4,33 +4,47 @@
 //! A webhook's acknowledgement waits for its sale to reach the disk (`synchronous = FULL`):
 //! one fsync per sale, made while holding the one write lock, was most of what a sale cost
 //! the writer. New sales therefore share their commit:
-//! - A sale takes the lock and runs its statements on the *open group*: a transaction begun
-//!   by the first sale of the group on a connection of its own, left open when the lock is
-//!   handed on. The sales that queued meanwhile run theirs in it too, in turn.
-//! - Then each sale queues for the lock again. Whoever gets it first with a group open
-//!   commits the group, one fsync for all: one of its sales, or any other writer (a worker,
-//!   a transaction), which must not begin beside an open transaction anyway. A sale returns
-//!   only once its group's outcome is known; a webhook is acknowledged after that.
+//! - A sale takes the lock and runs its statements in the *open group*: a transaction begun
+//!   by the first sale of the group on a connection of its own.
+//! - If other sales are queued for the lock, it hands the lock on with the group open, and
+//!   they run theirs in it, in turn. The last one, seeing no sale queued, commits the group:
+//!   one fsync for all. Any other writer (a worker, a transaction) that gets the lock while
+//!   a group is open commits it first, as it must not begin beside an open transaction.
+//! - A sale returns only once its group's outcome is known; a webhook is acknowledged after
+//!   that. A sale that waits too long for it (the sale it handed on to went away) takes the
+//!   lock and commits the group itself.
 //! - If a sale fails mid-statements, or is dropped mid-statements (a client that went away),
 //!   the whole group is rolled back, and each of its sales, told so, records itself alone
 //!   through the general transaction: nothing of a rolled-back group is half there.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, SqlitePool};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, MutexGuard, watch};
 
 /// At most this many sales share one commit, so that none waits long for the others.
 const GROUP_MAX: usize = 64;
+
+/// How long a sale that handed the lock on waits for its group's outcome before it takes the
+/// lock to commit the group itself.
+const HANDOVER_WAIT: Duration = Duration::from_millis(50);
 
 /// The process's write lock, and the group of sales it may hold open. How long each writer
 /// waited for it and held it are metrics (`autofactura_sqlite_write_lock_*`): when the waits
 /// grow while the holds stay short, the appliance is at the single writer's limit, and
 /// PostgreSQL is the way past it.
 #[derive(Debug, Clone, Default)]
-pub struct WriteLock(Arc<Mutex<Option<OpenGroup>>>);
+pub struct WriteLock(Arc<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    lock: Mutex<Option<OpenGroup>>,
+    /// New sales queued for the lock.
+    queued_sales: AtomicUsize,
+}
 
 /// The transaction a group of new sales shares, not committed yet.
 #[derive(Debug)]
@@ -40,16 +54,25 @@ pub(super) struct OpenGroup {
     /// A sale's statements are running, or were when it was dropped (a client that went
     /// away): found so by the next holder of the lock, the group is rolled back.
     running: bool,
-    outcome: Arc<Outcome>,
+    outcome: watch::Sender<Option<Outcome>>,
 }
 
 /// How a group ended: committed, or why not.
-pub(super) type Outcome = OnceLock<Result<(), String>>;
+pub(super) type Outcome = Result<(), String>;
 
 /// The write lock, held until dropped.
 pub(super) struct WriteGuard<'l> {
     guard: MutexGuard<'l, Option<OpenGroup>>,
     since: Instant,
+}
+
+/// Counts a new sale queued for the lock while it waits (also when it is dropped waiting).
+struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl WriteLock {
@@ -62,7 +85,10 @@ impl WriteLock {
 
     /// The lock for a new sale: the open group is kept to join, unless it is full.
     pub(super) async fn lock_to_join(&self) -> WriteGuard<'_> {
+        self.0.queued_sales.fetch_add(1, Ordering::SeqCst);
+        let queued = Queued(&self.0.queued_sales);
         let mut w = self.queue().await;
+        drop(queued);
         if w.guard
             .as_ref()
             .is_some_and(|g| g.sales >= GROUP_MAX || g.running)
@@ -72,11 +98,32 @@ impl WriteLock {
         w
     }
 
+    /// Whether new sales are queued for the lock: a sale that holds it hands the open group
+    /// on to them instead of committing it.
+    pub(super) fn sales_queued(&self) -> bool {
+        self.0.queued_sales.load(Ordering::SeqCst) > 0
+    }
+
+    /// Waits for the outcome of the group `outcome` watches, committing it if nobody did in
+    /// time.
+    pub(super) async fn outcome(&self, mut outcome: watch::Receiver<Option<Outcome>>) -> Outcome {
+        let waited = tokio::time::timeout(HANDOVER_WAIT, outcome.wait_for(Option::is_some))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !waited {
+            // Whoever should have committed went away: the next holder of the lock commits,
+            // which is this sale now if no one else.
+            drop(self.lock().await);
+        }
+        outcome
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| Err("the group ended without an outcome".to_owned()))
+    }
+
     async fn queue(&self) -> WriteGuard<'_> {
         let asked = Instant::now();
-        // Fair (first come, first served): the sales queued behind the one that opened a
-        // group run theirs before it comes back to commit.
-        let guard = self.0.lock().await;
+        let guard = self.0.lock.lock().await;
         let since = Instant::now();
         crate::metrics::sqlite_write_lock_wait(since - asked);
         WriteGuard { guard, since }
@@ -94,7 +141,7 @@ impl WriteGuard<'_> {
                 conn,
                 sales: 0,
                 running: false,
-                outcome: Arc::new(OnceLock::new()),
+                outcome: watch::Sender::new(None),
             });
         }
         let g = self.guard.as_mut().expect("a group is open");
@@ -103,7 +150,7 @@ impl WriteGuard<'_> {
     }
 
     /// Commits the open group, if any (rolls it back if a sale's statements did not finish),
-    /// and records its outcome for its sales.
+    /// and tells its sales the outcome.
     pub(super) async fn end_group(&mut self) {
         let Some(mut g) = self.guard.take() else {
             return;
@@ -124,7 +171,7 @@ impl WriteGuard<'_> {
             // connection.
             let _ = sqlx::query("ROLLBACK").execute(&mut *g.conn).await;
         }
-        let _ = g.outcome.set(ended);
+        g.outcome.send_replace(Some(ended));
     }
 }
 
@@ -145,10 +192,10 @@ impl Member<'_> {
     }
 
     /// The sale's statements ran: the group may commit them. Its outcome, to wait for.
-    pub(super) fn joined(self) -> Arc<Outcome> {
+    pub(super) fn joined(self) -> watch::Receiver<Option<Outcome>> {
         self.group.running = false;
         self.group.sales += 1;
-        Arc::clone(&self.group.outcome)
+        self.group.outcome.subscribe()
     }
 }
 
@@ -172,7 +219,11 @@ mod tests {
 
     /// A sale of `value` run in the open group: its outcome when it joined, `None` when its
     /// statement failed (the group is then rolled back).
-    async fn sale(lock: &WriteLock, pool: &SqlitePool, value: Option<i64>) -> Option<Arc<Outcome>> {
+    async fn sale(
+        lock: &WriteLock,
+        pool: &SqlitePool,
+        value: Option<i64>,
+    ) -> Option<watch::Receiver<Option<Outcome>>> {
         let mut w = lock.lock_to_join().await;
         let mut m = w.group(pool).await.expect("group");
         let ran = sqlx::query("INSERT INTO t (x) VALUES ($1)")
@@ -200,16 +251,22 @@ mod tests {
         let lock = WriteLock::default();
         let a = sale(&lock, &pool, Some(1)).await.expect("joined");
         let b = sale(&lock, &pool, Some(2)).await.expect("joined");
-        assert!(a.get().is_none() && b.get().is_none(), "not committed yet");
+        assert!(
+            a.borrow().clone().is_none() && b.borrow().clone().is_none(),
+            "not committed yet"
+        );
         assert_eq!(rows(&pool).await, 0, "others see nothing before the commit");
         drop(lock.lock().await);
-        assert_eq!((a.get(), b.get()), (Some(&Ok(())), Some(&Ok(()))));
+        assert_eq!(
+            (a.borrow().clone(), b.borrow().clone()),
+            (Some(Ok(())), Some(Ok(())))
+        );
         assert_eq!(rows(&pool).await, 2);
         // The next sale opens a group of its own.
         let c = sale(&lock, &pool, Some(3)).await.expect("joined");
-        assert!(c.get().is_none());
+        assert!(c.borrow().clone().is_none());
         drop(lock.lock().await);
-        assert_eq!(c.get(), Some(&Ok(())));
+        assert_eq!(c.borrow().clone(), Some(Ok(())));
         assert_eq!(rows(&pool).await, 3);
     }
 
@@ -220,13 +277,16 @@ mod tests {
         let lock = WriteLock::default();
         let a = sale(&lock, &pool, Some(1)).await.expect("joined");
         assert!(sale(&lock, &pool, None).await.is_none(), "NOT NULL fails");
-        assert!(matches!(a.get(), Some(Err(_))), "told it was not written");
+        assert!(
+            matches!(a.borrow().clone(), Some(Err(_))),
+            "told it was not written"
+        );
         drop(lock.lock().await);
         assert_eq!(rows(&pool).await, 0, "nothing of the group is there");
         // The connection came back without a transaction open: the next group works.
         let b = sale(&lock, &pool, Some(2)).await.expect("joined");
         drop(lock.lock().await);
-        assert_eq!(b.get(), Some(&Ok(())));
+        assert_eq!(b.borrow().clone(), Some(Ok(())));
         assert_eq!(rows(&pool).await, 1);
     }
 
@@ -246,13 +306,29 @@ mod tests {
                 .expect("insert");
         }
         let b = sale(&lock, &pool, Some(3)).await.expect("joined");
-        assert!(matches!(a.get(), Some(Err(_))), "{:?}", a.get());
+        assert!(
+            matches!(a.borrow().clone(), Some(Err(_))),
+            "{:?}",
+            a.borrow().clone()
+        );
         drop(lock.lock().await);
-        assert_eq!(b.get(), Some(&Ok(())), "a group of its own");
+        assert_eq!(b.borrow().clone(), Some(Ok(())), "a group of its own");
         let kept: Vec<i64> = sqlx::query_scalar("SELECT x FROM t")
             .fetch_all(&pool)
             .await
             .expect("rows");
         assert_eq!(kept, vec![3]);
+    }
+
+    #[tokio::test]
+    async fn a_sale_whose_group_nobody_commits_commits_it_itself() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pool = pool(&dir).await;
+        let lock = WriteLock::default();
+        assert!(!lock.sales_queued());
+        // Handed on to a sale that never came: the outcome is waited for, then made.
+        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
+        assert_eq!(lock.outcome(a).await, Ok(()));
+        assert_eq!(rows(&pool).await, 1);
     }
 }
