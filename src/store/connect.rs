@@ -177,7 +177,12 @@ impl Db {
 
     pub async fn close(&self) {
         match self {
-            Db::Sqlite { pool, .. } => pool.close().await,
+            Db::Sqlite { pool, write_lock } => {
+                // An open group of sales holds a connection the close would wait for: ended
+                // (committed) first.
+                drop(write_lock.lock().await);
+                pool.close().await;
+            }
             Db::Postgres(pool) => pool.close().await,
         }
     }

@@ -273,10 +273,10 @@ impl Db {
     /// thread instead of one per statement (the lock every webhook and every worker write
     /// takes turns on), committed with the sales that arrived meanwhile: one fsync for the
     /// group (`writer.rs`). A group that did not commit leaves the sale to the general
-    /// transaction, as a redelivery would. Each insert runs only when the one before it inserted its row, and the
-    /// event only when the payment is not recorded: `None` means the script wrote nothing (a
-    /// redelivery, or a later event of a recorded payment), which the general transaction
-    /// then handles as before.
+    /// transaction, as a redelivery would. Each insert runs only when the one before it
+    /// inserted its row, and the event only when the payment is not recorded: `None` means
+    /// the script wrote nothing (a redelivery, or a later event of a recorded payment),
+    /// which the general transaction then handles as before.
     async fn record_new_sale(
         &self,
         ev: &NewEvent,

@@ -16,7 +16,7 @@ use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
 
 use std::sync::OnceLock;
 
-use super::writer::WriteGuard;
+use super::writer::{Finisher, WriteGuard};
 use super::{Db, StoreError, ctx};
 use crate::domain::{
     CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus, RefundStatus,
@@ -593,6 +593,7 @@ impl Stmt<'_> {
                 "cannot {what}: a group commit runs on SQLite only"
             )));
         };
+        let finisher = Finisher::arm(write_lock);
         let (ids, outcome) = {
             let mut w = write_lock.lock_to_join().await;
             let mut member = w.group(pool).await.map_err(ctx(what))?;
@@ -609,11 +610,14 @@ impl Stmt<'_> {
                 Err(e) => {
                     // The group is torn: rolled back, its other sales recorded alone.
                     w.end_group().await;
+                    finisher.disarm();
                     return Err(ctx(what)(e));
                 }
             }
         };
-        match write_lock.outcome(outcome).await {
+        let ended = write_lock.outcome(outcome).await;
+        finisher.disarm();
+        match ended {
             Ok(()) => Ok(Some(ids)),
             Err(e) => {
                 tracing::warn!(error = %e, "a group of new sales did not commit; each is recorded alone");

@@ -11,8 +11,8 @@
 //!   one fsync for all. Any other writer (a worker, a transaction) that gets the lock while
 //!   a group is open commits it first, as it must not begin beside an open transaction.
 //! - A sale returns only once its group's outcome is known; a webhook is acknowledged after
-//!   that. A sale that waits too long for it (the sale it handed on to went away) takes the
-//!   lock and commits the group itself.
+//!   that. A sale dropped before then (a client that went away) leaves a task that takes the
+//!   lock, which ends the group; a sale that still waits too long takes the lock itself.
 //! - If a sale fails mid-statements, or is dropped mid-statements (a client that went away),
 //!   the whole group is rolled back, and each of its sales, told so, records itself alone
 //!   through the general transaction: nothing of a rolled-back group is half there.
@@ -29,8 +29,9 @@ use tokio::sync::{Mutex, MutexGuard, watch};
 const GROUP_MAX: usize = 64;
 
 /// How long a sale that handed the lock on waits for its group's outcome before it takes the
-/// lock to commit the group itself.
-const HANDOVER_WAIT: Duration = Duration::from_millis(50);
+/// lock to commit the group itself: a backstop, as a sale that goes away commits the group
+/// from a task of its own ([`Finisher`]).
+const HANDOVER_WAIT: Duration = Duration::from_secs(1);
 
 /// The process's write lock, and the group of sales it may hold open. How long each writer
 /// waited for it and held it are metrics (`autofactura_sqlite_write_lock_*`): when the waits
@@ -135,14 +136,19 @@ impl WriteGuard<'_> {
     /// rolled back when it ends unless the returned [`Member`] is [`Member::joined`].
     pub(super) async fn group(&mut self, pool: &SqlitePool) -> Result<Member<'_>, sqlx::Error> {
         if self.guard.is_none() {
-            let mut conn = pool.acquire().await?;
-            sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-            *self.guard = Some(OpenGroup {
-                conn,
+            // Kept before `BEGIN` runs, marked running: if this sale is dropped while it
+            // runs, the next holder of the lock rolls the connection back rather than leaving
+            // a transaction open on it in the pool.
+            let g = self.guard.insert(OpenGroup {
+                conn: pool.acquire().await?,
                 sales: 0,
-                running: false,
+                running: true,
                 outcome: watch::Sender::new(None),
             });
+            if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *g.conn).await {
+                self.end_group().await;
+                return Err(e);
+            }
         }
         let g = self.guard.as_mut().expect("a group is open");
         g.running = true;
@@ -152,32 +158,62 @@ impl WriteGuard<'_> {
     /// Commits the open group, if any (rolls it back if a sale's statements did not finish),
     /// and tells its sales the outcome.
     pub(super) async fn end_group(&mut self) {
-        let Some(mut g) = self.guard.take() else {
+        let Some(g) = self.guard.take() else {
             return;
         };
-        let ended = if g.running {
-            Err("a sale of its group was interrupted".to_owned())
-        } else {
-            sqlx::query("COMMIT")
-                .execute(&mut *g.conn)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        };
-        if ended.is_ok() {
-            crate::metrics::sqlite_sales_per_commit(g.sales);
-        } else {
-            // Nothing of the group may stay half there, nor a transaction open on a pooled
-            // connection.
-            let _ = sqlx::query("ROLLBACK").execute(&mut *g.conn).await;
-        }
-        g.outcome.send_replace(Some(ended));
+        // In a task of its own: a holder dropped mid-commit must not leave the group's sales
+        // without their outcome, nor a transaction open on the connection.
+        let _ = tokio::spawn(end(g)).await;
     }
+}
+
+/// Commits `g` (rolls it back if a sale's statements did not finish) and tells its sales.
+async fn end(mut g: OpenGroup) {
+    let ended = if g.running {
+        Err("a sale of its group was interrupted".to_owned())
+    } else {
+        sqlx::query("COMMIT")
+            .execute(&mut *g.conn)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    if ended.is_ok() {
+        crate::metrics::sqlite_sales_per_commit(g.sales);
+    } else {
+        // Nothing of the group may stay half there, nor a transaction open on a pooled
+        // connection (a `ROLLBACK` with none open fails harmlessly).
+        let _ = sqlx::query("ROLLBACK").execute(&mut *g.conn).await;
+    }
+    g.outcome.send_replace(Some(ended));
 }
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         crate::metrics::sqlite_write_lock_hold(self.since.elapsed());
+    }
+}
+
+/// Armed while a sale is under way: if the sale is dropped (a client that went away) before
+/// it has its outcome, a task takes the lock, which ends any open group, so that no group
+/// waits for a writer that may not come.
+pub(super) struct Finisher(Option<WriteLock>);
+
+impl Finisher {
+    pub(super) fn arm(lock: &WriteLock) -> Self {
+        Finisher(Some(lock.clone()))
+    }
+
+    pub(super) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Finisher {
+    fn drop(&mut self) {
+        if let (Some(lock), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move { drop(lock.lock().await) });
+        }
     }
 }
 
@@ -329,6 +365,23 @@ mod tests {
         // Handed on to a sale that never came: the outcome is waited for, then made.
         let a = sale(&lock, &pool, Some(1)).await.expect("joined");
         assert_eq!(lock.outcome(a).await, Ok(()));
+        assert_eq!(rows(&pool).await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_sale_that_goes_away_leaves_its_group_committed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pool = pool(&dir).await;
+        let lock = WriteLock::default();
+        let mut a = sale(&lock, &pool, Some(1)).await.expect("joined");
+        // The sale is dropped before its outcome: its finisher ends the group from a task.
+        drop(Finisher::arm(&lock));
+        let ended = tokio::time::timeout(Duration::from_millis(500), a.wait_for(Option::is_some))
+            .await
+            .expect("ended well before the hand-over wait")
+            .expect("an outcome")
+            .clone();
+        assert_eq!(ended, Some(Ok(())));
         assert_eq!(rows(&pool).await, 1);
     }
 }
