@@ -489,7 +489,8 @@ impl Stmt<'_> {
     /// returns those ids. Every statement sent through sqlx is a trip to the connection's
     /// thread made while holding the one write lock: one trip instead of several per row is
     /// what lets a single SQLite writer keep up with the worker pool. On failure it rolls
-    /// back, so no transaction stays open on a pooled connection.
+    /// back, and if it is dropped midway the next holder of the lock does
+    /// ([`WriteGuard::script_conn`]), so no transaction stays open on a pooled connection.
     pub(super) async fn sqlite_script_ids(
         self,
         db: &Db,
@@ -500,16 +501,15 @@ impl Stmt<'_> {
                 "cannot {what}: a multi-statement script runs on SQLite only"
             )));
         };
-        let _w = write_lock.lock().await;
-        let mut conn = pool.acquire().await.map_err(ctx(what))?;
+        let mut w = write_lock.lock().await;
+        let conn = w.script_conn(pool).await.map_err(ctx(what))?;
         let (text, args) = (self.text, &self.args);
-        match run_on!(&mut *conn, text, args, Mode::All, Sqlite).and_then(ids_of) {
-            Ok(ids) => Ok(ids),
-            Err(e) => {
-                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                Err(ctx(what)(e))
-            }
+        let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(ids_of);
+        if ran.is_err() {
+            let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
         }
+        w.script_ended();
+        ran.map_err(ctx(what))
     }
 }
 
@@ -596,7 +596,13 @@ impl Stmt<'_> {
         let finisher = Finisher::arm(write_lock);
         let (ids, outcome) = {
             let mut w = write_lock.lock_to_join().await;
-            let mut member = w.group(pool).await.map_err(ctx(what))?;
+            let mut member = match w.group(pool).await {
+                Ok(m) => m,
+                Err(e) => {
+                    finisher.disarm();
+                    return Err(ctx(what)(e));
+                }
+            };
             let (text, args) = (self.text, &self.args);
             match run_on!(&mut **member.conn(), text, args, Mode::All, Sqlite).and_then(ids_of) {
                 Ok(ids) => {

@@ -155,6 +155,30 @@ impl WriteGuard<'_> {
         Ok(Member { group: g })
     }
 
+    /// A connection for a script that begins and ends its own transaction. It stays in the
+    /// lock's slot, marked running, until [`WriteGuard::script_ended`]: a script dropped
+    /// midway (a caller that went away) is rolled back by the next holder of the lock, before
+    /// any other write, instead of leaving a transaction open on a pooled connection.
+    pub(super) async fn script_conn(
+        &mut self,
+        pool: &SqlitePool,
+    ) -> Result<&mut PoolConnection<Sqlite>, sqlx::Error> {
+        self.end_group().await;
+        let g = self.guard.insert(OpenGroup {
+            conn: pool.acquire().await?,
+            sales: 0,
+            running: true,
+            outcome: watch::Sender::new(None),
+        });
+        Ok(&mut g.conn)
+    }
+
+    /// The script ran to its end (its `COMMIT`, or a `ROLLBACK` after its failure): its
+    /// connection goes back to the pool.
+    pub(super) fn script_ended(&mut self) {
+        self.guard.take();
+    }
+
     /// Commits the open group, if any (rolls it back if a sale's statements did not finish),
     /// and tells its sales the outcome.
     pub(super) async fn end_group(&mut self) {
@@ -354,6 +378,44 @@ mod tests {
             .await
             .expect("rows");
         assert_eq!(kept, vec![3]);
+    }
+
+    #[tokio::test]
+    async fn a_script_dropped_midway_is_rolled_back_by_the_next_writer() {
+        let dir = tempfile::tempdir().expect("dir");
+        let pool = pool(&dir).await;
+        let lock = WriteLock::default();
+        {
+            // A script whose caller went away after its first statements: no `COMMIT` ran.
+            let mut w = lock.lock().await;
+            let conn = w.script_conn(&pool).await.expect("conn");
+            sqlx::raw_sql("BEGIN IMMEDIATE; INSERT INTO t (x) VALUES (1);")
+                .execute(&mut **conn)
+                .await
+                .expect("half a script");
+        }
+        {
+            let mut w = lock.lock().await;
+            let conn = w.script_conn(&pool).await.expect("conn");
+            sqlx::raw_sql("BEGIN IMMEDIATE; INSERT INTO t (x) VALUES (2); COMMIT;")
+                .execute(&mut **conn)
+                .await
+                .expect("a whole script, on a connection with no transaction left open");
+            w.script_ended();
+        }
+        let kept: Vec<i64> = sqlx::query_scalar("SELECT x FROM t")
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+        assert_eq!(kept, vec![2]);
+        // Every connection of the pool is free of a transaction: a write on each succeeds.
+        for _ in 0..pool.size() {
+            let mut c = pool.acquire().await.expect("conn");
+            sqlx::raw_sql("BEGIN IMMEDIATE; COMMIT;")
+                .execute(&mut *c)
+                .await
+                .expect("no transaction open");
+        }
     }
 
     #[tokio::test]
