@@ -52,14 +52,25 @@ pub enum CreateOutcome {
     FolioTaken,
 }
 
-/// A document whose outcome was unknown stays `unknown` to the API while a worker asks the PAC
-/// about it (`stamping`, claimed from `unknown`, or from `stamping` when an earlier worker's
-/// lease lapsed mid-call): a retry gets 503 until the answer is known, as README says.
-const INVOICE_COLUMNS: &str = "a.id, a.public_id, a.rfc_emisor, a.outbox_id, a.idempotency_key, a.created_at, \
-    CASE WHEN o.state = 'stamping' AND o.claimed_from IN ('unknown', 'stamping') THEN 'unknown' ELSE o.state END \
-    AS state, o.uuid, o.serie, o.folio, o.request_json, o.last_error_code, o.last_error_message, o.stamped_at, \
+/// The state of outbox row `o` as the API tells it. A document whose outcome was unknown stays
+/// `unknown` while a worker asks the PAC about it (`stamping`, claimed from `unknown`, or from
+/// `stamping` when an earlier worker's lease lapsed mid-call): a retry gets 503 until the
+/// answer is known, as README says. Invoices and REPs (`pagos.rs`) share it.
+macro_rules! api_state_sql {
+    () => {
+        "CASE WHEN o.state = 'stamping' AND o.claimed_from IN ('unknown', 'stamping') \
+         THEN 'unknown' ELSE o.state END AS state"
+    };
+}
+pub(super) use api_state_sql;
+
+const INVOICE_COLUMNS: &str = concat!(
+    "a.id, a.public_id, a.rfc_emisor, a.outbox_id, a.idempotency_key, a.created_at, ",
+    api_state_sql!(),
+    ", o.uuid, o.serie, o.folio, o.request_json, o.last_error_code, o.last_error_message, o.stamped_at, \
     o.stamped_xml, (SELECT c.state FROM cancellations c WHERE c.outbox_id = o.id ORDER BY c.id DESC LIMIT 1) \
-    AS cancellation FROM api_invoices a JOIN outbox o ON o.id = a.outbox_id";
+    AS cancellation FROM api_invoices a JOIN outbox o ON o.id = a.outbox_id"
+);
 
 impl Db {
     /// Stores a new key (its hash only) for `rfc_emisor`.

@@ -13,6 +13,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::api::api_state_sql;
 use super::exec::stmt;
 use super::outbox::{enqueue_in_tx, supersede_refused_pagos_in};
 use super::payments::insert_payment_in;
@@ -91,12 +92,14 @@ impl PagoRow {
     }
 }
 
-/// The state as the API tells it: see `INVOICE_COLUMNS` in `api.rs`.
-const PAGO_COLUMNS: &str = "p.id, p.public_id, p.invoice_id, p.parcialidad, p.fecha_pago, p.forma_pago, \
+/// The state as the API tells it: [`api_state_sql`], shared with invoices.
+const PAGO_COLUMNS: &str = concat!(
+    "p.id, p.public_id, p.invoice_id, p.parcialidad, p.fecha_pago, p.forma_pago, \
     p.amount, p.currency, p.tipo_cambio, p.num_operacion, p.saldo_anterior, p.saldo_insoluto, \
-    p.request_hash, p.created_at, p.outbox_id, \
-    CASE WHEN o.state = 'stamping' AND o.claimed_from IN ('unknown', 'stamping') THEN 'unknown' \
-    ELSE o.state END AS state, o.uuid, o.last_error_code, o.last_error_message FROM api_pagos p JOIN outbox o ON o.id = p.outbox_id";
+    p.request_hash, p.created_at, p.outbox_id, ",
+    api_state_sql!(),
+    ", o.uuid, o.last_error_code, o.last_error_message FROM api_pagos p JOIN outbox o ON o.id = p.outbox_id"
+);
 
 impl Db {
     /// Records payment `new` in one transaction serialised per invoice: `plan` gets the next
