@@ -1106,15 +1106,12 @@ async fn a_cancelled_invoice_notifies_the_merchant(b: Backend) {
 async fn the_cli_key_and_the_fixture_issue_an_invoice_the_key_is_never_logged_and_revoking_it_works()
  {
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
     let config = dir.path().join("autofactura.toml");
+    // Port 0: `serve` binds a free port and logs which one.
     std::fs::write(
         &config,
         format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"sqlite://{}\"\n",
+            "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"sqlite://{}\"\n",
             dir.path().join("af.db").display()
         ),
     )
@@ -1153,15 +1150,27 @@ async fn the_cli_key_and_the_fixture_issue_an_invoice_the_key_is_never_logged_an
         .spawn()
         .expect("serve");
     let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while http.get(format!("{base}/healthz")).send().await.is_err() {
+    let port = loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(port) = logged
+            .lines()
+            .filter(|l| l.contains("autofactura serving"))
+            .find_map(serving_port)
+        {
+            break port;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "serve never started"
+            "serve never started: {logged}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    http.get(format!("{base}/healthz"))
+        .send()
+        .await
+        .expect("serve answers on the port it logged");
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/fixtures/api/invoice.json"
@@ -1253,3 +1262,16 @@ on_both_backends!(
     a_key_stays_taken_when_the_window_closes_on_an_unknown_outcome,
     a_cancelled_invoice_notifies_the_merchant,
 );
+
+/// The port in `serve`'s "autofactura serving" log line (`port=N`, or `"port":N` in JSON).
+fn serving_port(line: &str) -> Option<u16> {
+    let at = line
+        .find("port=")
+        .map(|i| i + "port=".len())
+        .or_else(|| line.find("\"port\":").map(|i| i + "\"port\":".len()))?;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
