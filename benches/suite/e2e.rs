@@ -33,6 +33,9 @@ use super::procs::{Proc, cpu_seconds, free_port, start_pac, start_serve, write_l
 const WORKERS: usize = 32;
 const TARGET_RATIO: f64 = 0.6;
 const TARGET_CPU_MS: f64 = 1.0;
+/// The same target on this machine, in its own unit: the issue set 1.0 ms on a machine whose
+/// RSA-2048 seal took 0.3 ms, so 1.0 / 0.3 = 3.3 signatures of the machine at hand.
+const TARGET_CPU_SIGNATURES: f64 = TARGET_CPU_MS / 0.3;
 /// A loop is flat when its backlog grows by less than this share of what arrives.
 const FLAT_SLOPE: f64 = 0.02;
 
@@ -300,15 +303,18 @@ async fn measure(
     let ratio = if l.flat { l.rate / limit } else { 0.0 };
     let ratio_met = ratio >= TARGET_RATIO;
     let cpu_met = l.cpu_ms_per_stamp <= TARGET_CPU_MS;
+    let signatures = l.cpu_ms_per_stamp / sign_ms;
+    let signatures_met = signatures <= TARGET_CPU_SIGNATURES;
     println!(
         "e2e: {label}: highest flat rate {:.0}/s = {ratio:.3} of the lower limit (target >= {TARGET_RATIO}): {}; \
          serve CPU {:.2} ms per stamp (target <= {TARGET_CPU_MS} ms): {}, \
-         = {:.1} RSA-2048 signatures of this machine ({sign_ms:.2} ms each, openssl speed)",
+         = {signatures:.1} RSA-2048 signatures of this machine ({sign_ms:.2} ms each, openssl speed; \
+         target <= {TARGET_CPU_SIGNATURES:.1}, the 1.0 ms of a machine that seals in 0.3 ms): {}",
         l.rate,
         super::ingest::met(ratio_met),
         l.cpu_ms_per_stamp,
         super::ingest::met(cpu_met),
-        l.cpu_ms_per_stamp / sign_ms
+        super::ingest::met(signatures_met),
     );
     Ok(vec![
         Row::new(
@@ -333,11 +339,17 @@ async fn measure(
             ),
             format!("{:.2} ms", l.cpu_ms_per_stamp),
         )
-        .limit(
-            format!("one RSA-2048 signature: {sign_ms:.2} ms"),
-            l.cpu_ms_per_stamp / sign_ms,
-        )
         .target(format!("<= {TARGET_CPU_MS} ms"), cpu_met),
+        Row::new(
+            "cpu",
+            format!("{label}: the same, in this machine's RSA-2048 signatures"),
+            format!("{signatures:.1} signatures"),
+        )
+        .limit(format!("one signature: {sign_ms:.2} ms"), signatures)
+        .target(
+            format!("<= {TARGET_CPU_SIGNATURES:.1} (1.0 ms at a 0.3 ms seal)"),
+            signatures_met,
+        ),
     ])
 }
 
