@@ -25,13 +25,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true)
-            // A commit that crosses this many WAL pages checkpoints while holding the one
-            // write lock. A running worker pool checkpoints every second from a task of its
-            // own ([`Db::checkpoint`]), so this is only the backstop for a process without
-            // one; SQLite's default (1,000 pages) put a checkpoint in a webhook's commit
-            // every few seconds under load.
-            .pragma("wal_autocheckpoint", "10000");
+            .foreign_keys(true);
         if let Some(dir) = opts.get_filename().parent()
             && !dir.as_os_str().is_empty()
         {
