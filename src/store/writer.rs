@@ -47,7 +47,8 @@ struct Inner {
     queued_sales: AtomicUsize,
 }
 
-/// The transaction a group of new sales shares, not committed yet.
+/// The transaction a group of new sales shares, not committed yet; or, marked running, the
+/// connection of a script that begins and ends its own ([`WriteGuard::script_conn`]).
 #[derive(Debug)]
 pub(super) struct OpenGroup {
     conn: PoolConnection<Sqlite>,
@@ -139,12 +140,7 @@ impl WriteGuard<'_> {
             // Kept before `BEGIN` runs, marked running: if this sale is dropped while it
             // runs, the next holder of the lock rolls the connection back rather than leaving
             // a transaction open on it in the pool.
-            let g = self.guard.insert(OpenGroup {
-                conn: pool.acquire().await?,
-                sales: 0,
-                running: true,
-                outcome: watch::Sender::new(None),
-            });
+            let g = self.hold(pool).await?;
             if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *g.conn).await {
                 self.end_group().await;
                 return Err(e);
@@ -164,13 +160,18 @@ impl WriteGuard<'_> {
         pool: &SqlitePool,
     ) -> Result<&mut PoolConnection<Sqlite>, sqlx::Error> {
         self.end_group().await;
-        let g = self.guard.insert(OpenGroup {
+        Ok(&mut self.hold(pool).await?.conn)
+    }
+
+    /// A connection of `pool` kept in the lock's empty slot, marked running: whatever it
+    /// begins is rolled back by the next holder of the lock unless it is let go cleanly.
+    async fn hold(&mut self, pool: &SqlitePool) -> Result<&mut OpenGroup, sqlx::Error> {
+        Ok(self.guard.insert(OpenGroup {
             conn: pool.acquire().await?,
             sales: 0,
             running: true,
             outcome: watch::Sender::new(None),
-        });
-        Ok(&mut g.conn)
+        }))
     }
 
     /// The script ran to its end (its `COMMIT`, or a `ROLLBACK` after its failure): its
