@@ -119,13 +119,21 @@ impl Health {
     }
 }
 
+/// `(state, count)` rows with the state spelled, for a gauge's label.
+fn by_text<S: std::fmt::Display>(counts: Vec<(S, i64)>) -> Vec<(String, i64)> {
+    counts
+        .into_iter()
+        .map(|(s, n)| (s.to_string(), n))
+        .collect()
+}
+
 /// `window`: SAT's window after Fecha (`[worker] window_hours`).
 async fn read_gauges(db: &Db, window: chrono::Duration) -> Result<DocumentGauges, StoreError> {
     let now = chrono::Utc::now();
     let mut g = DocumentGauges {
         documents: db.document_counts().await?,
-        deliveries: db.delivery_counts().await?,
-        arca_vouchers: db.arca_voucher_counts().await?,
+        deliveries: by_text(db.delivery_counts().await?),
+        arca_vouchers: by_text(db.arca_voucher_counts().await?),
         ..DocumentGauges::default()
     };
     let mut oldest: BTreeMap<String, i64> = BTreeMap::new();

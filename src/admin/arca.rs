@@ -13,9 +13,10 @@ use super::auth::Session;
 use super::common::{HasCsrf, Layout, NoticeQuery, Posted, html, see_other};
 use crate::arca::CbteTipo;
 use crate::arca::issue::{attempt_key, sale_of};
+use crate::domain::ArcaVoucherState;
 use crate::error::AdminError;
 use crate::state::AppState;
-use crate::store::{ArcaLoginRefusal, ArcaVoucherRow, arca_state};
+use crate::store::{ArcaLoginRefusal, ArcaVoucherRow};
 
 /// Vouchers shown.
 const LIMIT: i64 = 200;
@@ -26,7 +27,7 @@ pub struct VoucherView {
     pub tipo: String,
     /// `00003-00000001`, as printed on a voucher.
     pub number: String,
-    pub state: String,
+    pub state: ArcaVoucherState,
     /// The badge's class.
     pub class: &'static str,
     pub cbte_fch: String,
@@ -46,7 +47,7 @@ pub struct BlockedView {
     pub sequence: String,
     pub number: String,
     pub by: String,
-    pub state: String,
+    pub state: ArcaVoucherState,
     pub why: String,
 }
 
@@ -65,17 +66,17 @@ fn tipo_name(code: i32) -> String {
 
 fn view(v: &ArcaVoucherRow) -> VoucherView {
     let tipo = tipo_name(v.cbte_tipo);
-    let (class, note) = match v.state.as_str() {
-        "authorized" if v.recovered => (
+    let (class, note) = match v.state {
+        ArcaVoucherState::Authorized if v.recovered => (
             "ok",
             "recovered by consulting ARCA after a lost answer".into(),
         ),
-        "authorized" => ("ok", String::new()),
-        "reserved" => (
+        ArcaVoucherState::Authorized => ("ok", String::new()),
+        ArcaVoucherState::Reserved => (
             "warn",
             "numbered and being sent; its sequence waits for the answer".into(),
         ),
-        "unknown" => (
+        ArcaVoucherState::Unknown => (
             "warn",
             format!(
                 "sent, no answer to trust: resolved by consulting ARCA for this number, never by \
@@ -83,7 +84,7 @@ fn view(v: &ArcaVoucherRow) -> VoucherView {
                 v.detail.as_deref().unwrap_or("no detail")
             ),
         ),
-        "conflict" => match &v.superseded_by {
+        ArcaVoucherState::Conflict => match &v.superseded_by {
             Some(next) => (
                 "bad",
                 format!(
@@ -102,7 +103,7 @@ fn view(v: &ArcaVoucherRow) -> VoucherView {
                 ),
             ),
         },
-        "superseded" => (
+        ArcaVoucherState::Superseded => (
             "muted",
             match v.superseded_by.as_deref() {
                 Some(by) => format!(
@@ -114,27 +115,26 @@ fn view(v: &ArcaVoucherRow) -> VoucherView {
                 None => format!("{} (nothing to do)", v.detail.as_deref().unwrap_or("")),
             },
         ),
-        "rejected" => (
+        ArcaVoucherState::Rejected => (
             "bad",
             format!(
                 "refused by ARCA, number left free: {}",
                 v.errors.as_deref().unwrap_or("")
             ),
         ),
-        _ => ("", v.detail.clone().unwrap_or_default()),
     };
     VoucherView {
         key: v.key.clone(),
         tipo,
         number: format!("{:05}-{:08}", v.pto_vta, v.number),
-        state: v.state.clone(),
+        state: v.state,
         class,
         cbte_fch: v.cbte_fch.clone(),
         cae: v.cae.clone().unwrap_or_default(),
         cae_due: v.cae_due.clone().unwrap_or_default(),
         note,
-        reissue: v.state == arca_state::CONFLICT && v.superseded_by.is_none(),
-        print: (v.state == arca_state::AUTHORIZED).then(|| {
+        reissue: v.state == ArcaVoucherState::Conflict && v.superseded_by.is_none(),
+        print: (v.state == ArcaVoucherState::Authorized).then(|| {
             format!(
                 "/admin/arca/print?key={}",
                 super::common::percent_encode(&v.key)
@@ -144,7 +144,7 @@ fn view(v: &ArcaVoucherRow) -> VoucherView {
 }
 
 fn blocked(v: &ArcaVoucherRow) -> BlockedView {
-    let why = if v.state == arca_state::RESERVED {
+    let why = if v.state == ArcaVoucherState::Reserved {
         "being sent: settled by its answer, or consulted once its sender's window is over".into()
     } else {
         format!(
@@ -159,7 +159,7 @@ fn blocked(v: &ArcaVoucherRow) -> BlockedView {
         sequence: format!("{} {:05}", tipo_name(v.cbte_tipo), v.pto_vta),
         number: format!("{:08}", v.number),
         by: v.key.clone(),
-        state: v.state.clone(),
+        state: v.state,
         why,
     }
 }

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::common::{HasCsrf, Posted, back_to_document, document};
 use super::format::When;
+use crate::domain::DeliveryState;
 use crate::error::AdminError;
 use crate::state::AppState;
 use crate::store::DeliveryRow;
@@ -15,7 +16,7 @@ use crate::store::DeliveryRow;
 pub struct EmailView {
     pub at: When,
     pub recipient: String,
-    pub state: String,
+    pub state: DeliveryState,
     pub class: &'static str,
     pub attempts: i32,
     pub reply: String,
@@ -26,11 +27,11 @@ pub struct EmailView {
 
 impl EmailView {
     pub fn of(d: DeliveryRow, now: DateTime<Utc>) -> Self {
-        let class = match d.state.as_str() {
-            "sent" => "ok",
-            "pending" => "info",
-            "retry" => "warn",
-            _ => "bad",
+        let class = match d.state {
+            DeliveryState::Sent => "ok",
+            DeliveryState::Pending => "info",
+            DeliveryState::Retry => "warn",
+            DeliveryState::Bounced | DeliveryState::Failed => "bad",
         };
         EmailView {
             at: When::of(d.created_at, now),

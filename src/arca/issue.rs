@@ -30,7 +30,8 @@ use chrono::{Duration, NaiveDate, Utc};
 
 use super::model::{Cae, CbteTipo, Environment, Message, VoucherInput};
 use super::wsfe::{Found, Request, Wsfe, WsfeError};
-use crate::store::{ArcaSeq, ArcaVoucherRow, Db, StoreError, arca_state};
+use crate::domain::ArcaVoucherState;
+use crate::store::{ArcaSeq, ArcaVoucherRow, Db, StoreError};
 
 /// The outcome of one [`Issuer::issue`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,23 +242,23 @@ impl Issuer {
     /// anything else, and resent (the same request) only when ARCA proves it empty and next.
     pub async fn resolve(&self, v: &ArcaVoucherRow) -> Result<Outcome, IssueError> {
         let req = self.request(v)?;
-        match v.state.as_str() {
-            arca_state::AUTHORIZED => return Ok(authorized(v)),
-            arca_state::REJECTED => {
+        match v.state {
+            ArcaVoucherState::Authorized => return Ok(authorized(v)),
+            ArcaVoucherState::Rejected => {
                 return Ok(Outcome::Rejected {
                     number: v.number,
                     errors: serde_json::from_str(v.errors.as_deref().unwrap_or("[]"))
                         .unwrap_or_default(),
                 });
             }
-            arca_state::CONFLICT => {
+            ArcaVoucherState::Conflict => {
                 return Ok(Outcome::Conflict {
                     number: v.number,
                     detail: v.detail.clone().unwrap_or_default(),
                 });
             }
-            arca_state::SUPERSEDED => return self.superseded(v, &req).await,
-            _ => {}
+            ArcaVoucherState::Superseded => return self.superseded(v, &req).await,
+            ArcaVoucherState::Reserved | ArcaVoucherState::Unknown => {}
         }
         if v.sending_until.is_some_and(|t| t > Utc::now()) {
             // Its sender may still be talking to ARCA: asking now could race its answer.
@@ -433,7 +434,7 @@ impl Issuer {
             found.cae.code
         );
         self.db
-            .arca_settle(&v.key, arca_state::CONFLICT, None, Some(&detail))
+            .arca_settle(&v.key, ArcaVoucherState::Conflict, None, Some(&detail))
             .await?;
         self.reread(&v.key).await
     }
@@ -445,7 +446,12 @@ impl Issuer {
         errors: &[Message],
     ) -> Result<Outcome, IssueError> {
         self.db
-            .arca_settle(&v.key, arca_state::REJECTED, Some(&json(errors)), None)
+            .arca_settle(
+                &v.key,
+                ArcaVoucherState::Rejected,
+                Some(&json(errors)),
+                None,
+            )
             .await?;
         self.reread(&v.key).await
     }

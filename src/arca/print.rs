@@ -247,6 +247,7 @@ fn concepto(code: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ArcaVoucherState;
 
     fn row(doc: DocTipo, doc_nro: i64) -> (ArcaVoucherRow, VoucherInput) {
         let mut i = VoucherInput::consumidor_final(
@@ -265,7 +266,7 @@ mod tests {
             cbte_fch: "2026-12-04".into(),
             input_hash: i.hash(),
             input: serde_json::to_string(&i).expect("json"),
-            state: "authorized".into(),
+            state: ArcaVoucherState::Authorized,
             sending_until: None,
             sends: 1,
             cae: Some("71000000000001".into()),

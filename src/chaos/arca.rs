@@ -40,6 +40,7 @@ use super::{
     Cast, Options, SimKills, appliances, chaos_loop, connect, report, report_loop, settle, sim_args,
 };
 use crate::arcasim::SimVoucher;
+use crate::domain::ArcaVoucherState;
 
 /// The emisor: a responsable inscripto, so every anonymous sale is a Factura B.
 const CUIT: i64 = 20_111_111_112;
@@ -340,7 +341,7 @@ pub async fn run_in(
             .arca_voucher_counts()
             .await?
             .into_iter()
-            .find(|(s, _)| s == "authorized")
+            .find(|(s, _)| *s == ArcaVoucherState::Authorized)
             .map_or(0, |(_, n)| usize::try_from(n).unwrap_or(0));
         let now = Instant::now();
         if (authorized >= enough && now >= last_sim_kill + window && now >= started + chaos_for)

@@ -3,7 +3,7 @@
 //! of every voucher it authorized (`GET /_sim/vouchers`). Pure, so a test can feed it a lost
 //! sale, a second CAE, a gap or a voucher nobody recorded and see it counted.
 
-use crate::domain::PaymentStatus;
+use crate::domain::{ArcaVoucherState, PaymentStatus};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
@@ -13,14 +13,14 @@ use crate::arcasim::SimVoucher;
 use crate::store::{ArcaVoucherRow, InvoiceRow};
 
 /// One of our vouchers, as the check reads it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OurVoucher {
     pub key: String,
     pub cuit: i64,
     pub pto_vta: i32,
     pub cbte_tipo: i32,
     pub number: i64,
-    pub state: String,
+    pub state: ArcaVoucherState,
     pub cae: Option<String>,
     pub recovered: bool,
     pub detail: Option<String>,
@@ -34,7 +34,7 @@ impl From<&ArcaVoucherRow> for OurVoucher {
             pto_vta: r.pto_vta,
             cbte_tipo: r.cbte_tipo,
             number: r.number,
-            state: r.state.clone(),
+            state: r.state,
             cae: r.cae.clone(),
             recovered: r.recovered,
             detail: r.detail.clone(),
@@ -163,7 +163,10 @@ pub fn check(
             .or_default()
             .push(a);
     }
-    let authorized: Vec<&OurVoucher> = ours.iter().filter(|o| o.state == "authorized").collect();
+    let authorized: Vec<&OurVoucher> = ours
+        .iter()
+        .filter(|o| o.state == ArcaVoucherState::Authorized)
+        .collect();
     let sales_by_id: HashMap<(&str, &str), &InvoiceRow> = sales
         .iter()
         .map(|s| ((s.provider.as_str(), s.payment_id.as_str()), s))
@@ -228,7 +231,7 @@ pub fn check(
                 o.key, o.number
             ));
         }
-        if o.state == "conflict" {
+        if o.state == ArcaVoucherState::Conflict {
             v.problems.push(format!(
                 "voucher {} #{} is a conflict: {}",
                 o.key,
@@ -268,7 +271,10 @@ fn one_voucher<'a>(
     at_arca: &HashMap<(Seq, i64), Vec<&SimVoucher>>,
 ) -> Option<&'a OurVoucher> {
     let mine: Vec<&OurVoucher> = ours.iter().filter(|o| of_sale(&o.key, key)).collect();
-    let done: Vec<&&OurVoucher> = mine.iter().filter(|o| o.state == "authorized").collect();
+    let done: Vec<&&OurVoucher> = mine
+        .iter()
+        .filter(|o| o.state == ArcaVoucherState::Authorized)
+        .collect();
     let o = match done.as_slice() {
         [] => {
             v.lost += 1;
@@ -421,7 +427,7 @@ mod tests {
                 pto_vta: 3,
                 cbte_tipo: 6,
                 number: i as i64 + 1,
-                state: "authorized".into(),
+                state: ArcaVoucherState::Authorized,
                 cae: Some(format!("7100{i}")),
                 recovered: i == 0,
                 detail: None,
@@ -515,7 +521,7 @@ mod tests {
     fn a_voucher_arca_holds_and_we_never_recorded_is_an_orphan_and_its_sale_lost() {
         // The answer of #3 was lost and never resolved: ours is still unknown.
         let mut o = ours(3);
-        o[2].state = "unknown".into();
+        o[2].state = ArcaVoucherState::Unknown;
         o[2].cae = None;
         let v = check(&sent(3), &sales(3), &o, &arca(3), CUIT, &[]);
         assert_eq!((v.authorized, v.lost, v.orphans), (2, 1, 1), "{v:?}");
@@ -593,7 +599,7 @@ mod tests {
         assert!(!v.is_ok());
         // A sale nobody sent, a conflict: problems.
         let mut o = ours(2);
-        o[1].state = "conflict".into();
+        o[1].state = ArcaVoucherState::Conflict;
         let v = check(&sent(1), &sales(2), &o, &arca(2), CUIT, &[]);
         assert!(!v.is_ok(), "{v:?}");
         assert!(v.problems.iter().any(|p| p.contains("never sent")), "{v:?}");

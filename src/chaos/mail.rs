@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::domain::DeliveryState;
 use crate::store::Db;
 
 /// The server: the Message-IDs it accepted, in order (repeats kept).
@@ -145,8 +146,8 @@ pub async fn check(db: &Db, mailbox: &Mailbox) -> anyhow::Result<Mailed> {
             .get(&uuid.to_uppercase())
             .cloned()
             .unwrap_or_default();
-        let state = state.unwrap_or_default();
-        if state != "sent" {
+        if state != Some(DeliveryState::Sent) {
+            let state = state.map_or("missing", DeliveryState::as_str);
             m.problems.push(format!(
                 "email: {message_id} of {uuid} is {state}, not sent"
             ));

@@ -66,7 +66,7 @@ use rand::{RngExt, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{DatabaseSettings, SecretString};
-use crate::domain::DocumentState;
+use crate::domain::{ArcaVoucherState, DocumentState};
 use crate::store::{self, Db};
 // `arca` starts and kills its processes with these too.
 use cast::{Cast, SimKills, appliances, chaos_loop, sim_args};
@@ -468,7 +468,9 @@ async fn report_loop(
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (what, done) = if arca {
             let by_state = db.arca_voucher_counts().await.unwrap_or_default();
-            let n = by_state.iter().find(|(s, _)| s == "authorized");
+            let n = by_state
+                .iter()
+                .find(|(s, _)| *s == ArcaVoucherState::Authorized);
             ("authorized", n.map_or(0, |(_, n)| *n))
         } else {
             let n = db.outbox_count(DocumentState::Stamped).await.unwrap_or(0);

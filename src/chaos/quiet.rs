@@ -57,7 +57,7 @@ async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> 
     }));
     // Customers' emails still to send (the courier retries through kills).
     moving.extend(in_states("emails", db.delivery_counts().await?, |s| {
-        s == "pending" || s == "retry"
+        s.is_due()
     }));
     moving.extend(in_states(
         "webhook_events",
@@ -70,7 +70,7 @@ async fn moving_rows(db: &Db, arca: bool) -> anyhow::Result<Vec<(String, i64)>> 
         moving.extend(in_states(
             "arca_vouchers",
             db.arca_voucher_counts().await?,
-            |s| s == "reserved" || s == "unknown",
+            |s| s.is_open(),
         ));
     }
     Ok(moving)

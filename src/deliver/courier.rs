@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use super::{Event, MailError, Mailer, Sender, message_as};
 use crate::config::EmailSettings;
+use crate::domain::ArcaVoucherState;
 use crate::pdf::PdfOptions;
 use crate::store::{ClaimedDelivery, Db, DeliveryOutcome, StoreError};
 
@@ -104,12 +105,7 @@ impl Courier {
             return Ok(false);
         };
         let (outcome, reply) = self.send(&d).await?;
-        crate::metrics::email(match outcome {
-            DeliveryOutcome::Sent => "sent",
-            DeliveryOutcome::Bounced => "bounced",
-            DeliveryOutcome::Retry(_) => "retry",
-            DeliveryOutcome::Failed => "failed",
-        });
+        crate::metrics::email(outcome.state().as_str());
         if !self
             .db
             .settle_delivery(d.id, &owner, outcome, &reply)
@@ -155,7 +151,7 @@ impl Courier {
     ) -> Result<(DeliveryOutcome, String), StoreError> {
         let voucher = self.db.arca_voucher(key).await?;
         let printed = match (voucher, &self.arca) {
-            (Some(v), Some(cfg)) if v.state == "authorized" => {
+            (Some(v), Some(cfg)) if v.state == ArcaVoucherState::Authorized => {
                 crate::arca::print::printable(&v, cfg)
                     .map_err(|e| MailError::Build(format!("{e:#}")))
             }

@@ -27,5 +27,6 @@ pub mod time;
 pub use authority::{Authority, Verdict};
 pub use stamp_key::{StampKey, StampKeyError};
 pub use states::{
-    CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus, RefundStatus,
+    ArcaVoucherState, CancellationState, DeliveryState, DocumentKind, DocumentState, LineState,
+    PaymentStatus, RefundStatus,
 };

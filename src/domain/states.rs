@@ -302,6 +302,56 @@ impl RefundStatus {
     }
 }
 
+spelled! {
+    /// The state of one customer email (a `deliveries` row), as the courier leaves it.
+    DeliveryState ("delivery state") {
+        /// Queued, not tried yet.
+        Pending = "pending",
+        /// A transient failure: tried again at its `run_at`.
+        Retry = "retry",
+        /// The mail server took it.
+        Sent = "sent",
+        /// Refused for good (5xx), or the message could not be built.
+        Bounced = "bounced",
+        /// Transient failures until the schedule ran out.
+        Failed = "failed",
+    }
+}
+
+impl DeliveryState {
+    /// Whether the courier still has it to send (the claim's `state IN ('pending', 'retry')`,
+    /// which the partial index `deliveries_due` spells too).
+    pub const fn is_due(self) -> bool {
+        matches!(self, Self::Pending | Self::Retry)
+    }
+}
+
+spelled! {
+    /// The state of an ARCA voucher's row (Argentina): its number's story, apart from the
+    /// sale's document state.
+    ArcaVoucherState ("ARCA voucher state") {
+        /// Numbered; a send may be in flight until `sending_until`.
+        Reserved = "reserved",
+        /// Sent, and no answer to trust came back: only consulting the number settles it.
+        Unknown = "unknown",
+        Authorized = "authorized",
+        /// ARCA refused it; the number was not used.
+        Rejected = "rejected",
+        /// ARCA holds another voucher at the number: for a human.
+        Conflict = "conflict",
+        /// ARCA proved the number empty and this attempt could no longer land, so the number
+        /// went to `superseded_by`; never sent again (the barrier).
+        Superseded = "superseded",
+    }
+}
+
+impl ArcaVoucherState {
+    /// Not settled: reserved or unknown (the store's `state IN ('reserved', 'unknown')`).
+    pub const fn is_open(self) -> bool {
+        matches!(self, Self::Reserved | Self::Unknown)
+    }
+}
+
 /// What one line of the admin's lists (a payment with at most one document) is in: its
 /// document's state or, for a payment without one, the payment's status. Stored nowhere; read
 /// from `COALESCE(o.state, p.status)`, where the spellings the two share mean the same.

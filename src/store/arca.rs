@@ -11,6 +11,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::exec::stmt;
 use super::{Db, StoreError};
+use crate::domain::ArcaVoucherState;
 
 /// A sequence: (environment, CUIT, punto de venta, voucher type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,22 +32,6 @@ impl ArcaSeq<'_> {
     }
 }
 
-/// The stored states of a voucher.
-pub mod arca_state {
-    /// Numbered; a send may be in flight until `sending_until`.
-    pub const RESERVED: &str = "reserved";
-    /// Sent, and no answer to trust came back: only consulting the number settles it.
-    pub const UNKNOWN: &str = "unknown";
-    pub const AUTHORIZED: &str = "authorized";
-    /// ARCA refused it; the number was not used.
-    pub const REJECTED: &str = "rejected";
-    /// ARCA holds another voucher at the number: for a human.
-    pub const CONFLICT: &str = "conflict";
-    /// ARCA proved the number empty and this attempt could no longer land, so the number
-    /// went to `superseded_by`; never sent again (the barrier).
-    pub const SUPERSEDED: &str = "superseded";
-}
-
 /// One voucher row.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ArcaVoucherRow {
@@ -61,7 +46,7 @@ pub struct ArcaVoucherRow {
     pub input_hash: String,
     /// The input as JSON (the exact request at `number` and `cbte_fch`).
     pub input: String,
-    pub state: String,
+    pub state: ArcaVoucherState,
     pub sending_until: Option<DateTime<Utc>>,
     pub sends: i32,
     pub cae: Option<String>,
@@ -79,10 +64,7 @@ pub struct ArcaVoucherRow {
 impl ArcaVoucherRow {
     /// Not settled: reserved or unknown.
     pub fn is_open(&self) -> bool {
-        matches!(
-            self.state.as_str(),
-            arca_state::RESERVED | arca_state::UNKNOWN
-        )
+        self.state.is_open()
     }
 }
 
@@ -162,7 +144,7 @@ pub(super) fn select_voucher() -> String {
 
 impl Db {
     /// `(state, count)` of every ARCA voucher (the `autofactura_arca_vouchers` gauge).
-    pub async fn arca_voucher_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    pub async fn arca_voucher_counts(&self) -> Result<Vec<(ArcaVoucherState, i64)>, StoreError> {
         stmt("SELECT state, COUNT(*) AS n FROM arca_vouchers GROUP BY state ORDER BY 1")
             .fetch_all(self, "count ARCA vouchers by state")
             .await
@@ -301,7 +283,7 @@ impl Db {
     pub async fn arca_settle(
         &self,
         key: &str,
-        state: &'static str,
+        state: ArcaVoucherState,
         errors: Option<&str>,
         detail: Option<&str>,
     ) -> Result<bool, StoreError> {

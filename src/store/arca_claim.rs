@@ -11,6 +11,7 @@ use super::arca::{
 };
 use super::exec::{Dialected, Tx, stmt};
 use super::{Db, StoreError};
+use crate::domain::ArcaVoucherState;
 
 /// The sequence's row, taken until the transaction ends on PostgreSQL (SQLite's transaction
 /// already holds the only write lock).
@@ -127,7 +128,7 @@ impl Db {
                         tx.rollback().await?;
                         return Ok(Err(Reserve::Unsettled(last)));
                     }
-                    continues = last.state == super::arca_state::AUTHORIZED;
+                    continues = last.state == ArcaVoucherState::Authorized;
                 }
             }
             match (&row, arca_last) {

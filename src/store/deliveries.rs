@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use super::admin::audit_in;
 use super::exec::{Dialect, Dialected, Tx, stmt};
 use super::{Db, StoreError};
+use crate::domain::DeliveryState;
 use crate::domain::delivery::{Event, resent_message_id};
 
 /// The customer's address of a document: its payment's `customer_json.email`, blank as none;
@@ -127,7 +128,7 @@ pub struct DeliveryRow {
     pub resend: i32,
     pub recipient: String,
     pub message_id: String,
-    pub state: String,
+    pub state: DeliveryState,
     pub attempts: i32,
     pub run_at: DateTime<Utc>,
     pub last_reply: Option<String>,
@@ -162,6 +163,18 @@ pub enum DeliveryOutcome {
     Retry(DateTime<Utc>),
     /// Transient failures until the schedule ran out.
     Failed,
+}
+
+impl DeliveryOutcome {
+    /// The state it leaves the delivery in.
+    pub const fn state(self) -> DeliveryState {
+        match self {
+            Self::Sent => DeliveryState::Sent,
+            Self::Bounced => DeliveryState::Bounced,
+            Self::Retry(_) => DeliveryState::Retry,
+            Self::Failed => DeliveryState::Failed,
+        }
+    }
 }
 
 /// The next due delivery, claimed until `$1` by `$2` (`$3` now).
@@ -219,15 +232,13 @@ impl Db {
         const SQL: &str = "UPDATE deliveries SET state = $1, run_at = $2, last_reply = $3, \
             sent_at = $4, lease_owner = NULL, updated_at = $5 WHERE id = $6 AND lease_owner = $7";
         let now = Utc::now();
-        let (state, run_at) = match outcome {
-            DeliveryOutcome::Sent => ("sent", now),
-            DeliveryOutcome::Bounced => ("bounced", now),
-            DeliveryOutcome::Retry(at) => ("retry", at),
-            DeliveryOutcome::Failed => ("failed", now),
+        let run_at = match outcome {
+            DeliveryOutcome::Retry(at) => at,
+            _ => now,
         };
         let sent_at = (outcome == DeliveryOutcome::Sent).then_some(now);
         let n = stmt(SQL)
-            .bind(state)
+            .bind(outcome.state())
             .bind(run_at)
             .bind(reply)
             .bind(sent_at)
@@ -243,7 +254,7 @@ impl Db {
     /// any: `(uuid, message_id, state)` (the chaos run's check).
     pub async fn stamped_mail_audit(
         &self,
-    ) -> Result<Vec<(String, Option<String>, Option<String>)>, StoreError> {
+    ) -> Result<Vec<(String, Option<String>, Option<DeliveryState>)>, StoreError> {
         static AUDIT: Dialected = Dialected::new(
             "SELECT o.uuid, d.message_id, d.state FROM outbox o {PAYMENTS} \
              LEFT JOIN deliveries d ON d.outbox_id = o.id AND d.event = 'stamped' \
@@ -258,7 +269,7 @@ impl Db {
     }
 
     /// `(state, count)` of every delivery (the `autofactura_deliveries` gauge).
-    pub async fn delivery_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    pub async fn delivery_counts(&self) -> Result<Vec<(DeliveryState, i64)>, StoreError> {
         stmt("SELECT state, COUNT(*) AS n FROM deliveries GROUP BY state ORDER BY 1")
             .fetch_all(self, "count deliveries by state")
             .await

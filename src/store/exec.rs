@@ -19,7 +19,8 @@ use std::sync::OnceLock;
 use super::writer::{Finisher, WriteGuard};
 use super::{Db, StoreError, ctx};
 use crate::domain::{
-    CancellationState, DocumentKind, DocumentState, LineState, PaymentStatus, RefundStatus,
+    ArcaVoucherState, CancellationState, DeliveryState, DocumentKind, DocumentState, LineState,
+    PaymentStatus, RefundStatus,
 };
 
 /// Which SQL a statement needs where the backends really differ (the callers' only branch).
@@ -189,6 +190,8 @@ macro_rules! stored_as_text {
 stored_as_text!(
     DocumentState,
     CancellationState,
+    DeliveryState,
+    ArcaVoucherState,
     DocumentKind,
     PaymentStatus,
     LineState,

@@ -94,7 +94,7 @@ mod writer;
 pub use admin::{ActionRow, AdminSession, FindingRow};
 pub use arca::{
     ArcaLoginRefusal, ArcaSaleRow, ArcaSeq, ArcaSequenceRow, ArcaTicketRow, ArcaVoucherRow,
-    NewReservation, Reserve, arca_state,
+    NewReservation, Reserve,
 };
 pub use arca_followups::{ArcaCorrection, ArcaHeldSale};
 pub use arca_queue::{ArcaDraft, ArcaOrderRow, ArcaUnfrozenSale};

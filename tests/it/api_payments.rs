@@ -2,6 +2,7 @@
 //! tipo P (Pagos 2.0) stamped by the real worker pool at the sandbox PAC, on both backends.
 
 use autofactura::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
+use autofactura::domain::DeliveryState;
 use serde_json::{Value, json};
 
 use crate::api::{Resp, Rig, invoice, rig};
@@ -588,7 +589,7 @@ async fn a_stamped_rep_emails_the_invoices_customer_and_tells_the_merchant(b: Ba
     .into_iter()
     .next()
     .expect("the payment");
-    let rows = wait_for(&rig.app, rep, "sent", all_in("sent")).await;
+    let rows = wait_for(&rig.app, rep, "sent", all_in(DeliveryState::Sent)).await;
     let (_, event) = receiver
         .wait_where("invoice.stamped", 60, |v| v["data"]["kind"] == "pago")
         .await;

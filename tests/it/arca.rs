@@ -16,7 +16,8 @@ use autofactura::arca::{
 };
 use autofactura::arcasim::server::{ArcaSimHandle, start};
 use autofactura::arcasim::{ArcaSim, SimVoucher};
-use autofactura::store::{self, ArcaSeq, ArcaTicketRow, Db, NewReservation, Reserve, arca_state};
+use autofactura::domain::ArcaVoucherState;
+use autofactura::store::{self, ArcaSeq, ArcaTicketRow, Db, NewReservation, Reserve};
 use rust_decimal::Decimal;
 use support::{Backend, TestApp, exec_sql, spawn_app};
 
@@ -124,7 +125,7 @@ impl Rig {
         );
     }
 
-    pub(crate) async fn state_of(&self, key: &str) -> Option<String> {
+    pub(crate) async fn state_of(&self, key: &str) -> Option<ArcaVoucherState> {
         let v = self.app.db.arca_voucher(key).await.expect("read");
         v.map(|v| v.state)
     }
@@ -192,10 +193,7 @@ async fn a_lost_answer_is_recovered_by_consulting_its_number(b: Backend) {
     let Some(r) = rig(b).await else { return };
     let i = r.issuer();
     r.lose("lose_next=1", "mp:2001", &sale(12_100), 1).await;
-    assert_eq!(
-        r.state_of("mp:2001").await.as_deref(),
-        Some(arca_state::UNKNOWN)
-    );
+    assert_eq!(r.state_of("mp:2001").await, Some(ArcaVoucherState::Unknown));
     assert_eq!(r.vouchers().await.len(), 1, "ARCA authorized it");
     // The same sale again: its number is consulted, not sent again.
     let (number, cae, recovered) =
@@ -211,8 +209,8 @@ async fn a_lost_answer_is_recovered_by_consulting_its_number(b: Backend) {
     let (number, _, _) = authorized(&i.issue("mp:2003", &sale(4_000)).await.expect("next"));
     assert_eq!(number, 3);
     assert_eq!(
-        r.state_of("mp:2002").await.as_deref(),
-        Some(arca_state::AUTHORIZED)
+        r.state_of("mp:2002").await,
+        Some(ArcaVoucherState::Authorized)
     );
     let (number, _, recovered) =
         authorized(&i.issue("mp:2002", &sale(3_000)).await.expect("retry"));
@@ -296,8 +294,8 @@ async fn a_foreign_voucher_on_our_number_is_a_conflict(b: Backend) {
     }
     assert_eq!(r.solicits().await, sent, "a conflict is never resent");
     assert_eq!(
-        r.state_of("mp:5002").await.as_deref(),
-        Some(arca_state::CONFLICT)
+        r.state_of("mp:5002").await,
+        Some(ArcaVoucherState::Conflict)
     );
     // The sequence goes on after ARCA's last.
     let (number, _, _) = authorized(&i.issue("mp:5003", &sale(3_000)).await.expect("issue"));
@@ -320,7 +318,7 @@ async fn a_foreign_voucher_on_our_number_is_a_conflict(b: Backend) {
         .await
         .expect("rows")
         .into_iter()
-        .filter(|v| v.state == arca_state::AUTHORIZED)
+        .filter(|v| v.state == ArcaVoucherState::Authorized)
         .map(|v| (v.key, v.number))
         .collect();
     let expected = [("mp:5001", 1), ("mp:5003", 3), ("mp:5005", 5)];
@@ -412,8 +410,8 @@ async fn a_voucher_arca_refuses_is_rejected_and_its_number_left_empty(b: Backend
         "{refused:?}"
     );
     assert_eq!(
-        r.state_of("mp:7001").await.as_deref(),
-        Some(arca_state::REJECTED)
+        r.state_of("mp:7001").await,
+        Some(ArcaVoucherState::Rejected)
     );
     // Settled: asked again, the same rejection, nothing sent.
     let sent = r.solicits().await;
@@ -520,7 +518,7 @@ async fn drain_two(b: Backend, outages: bool) {
     }
     let rows = r.app.db.arca_vouchers(seq()).await.expect("rows");
     assert_eq!(rows.len() as i64, SALES);
-    assert!(rows.iter().all(|v| v.state == arca_state::AUTHORIZED));
+    assert!(rows.iter().all(|v| v.state == ArcaVoucherState::Authorized));
     let recovered = rows.iter().filter(|v| v.recovered).count();
     // At least the six lost on purpose; a send that timed out under load is one more.
     assert!(

@@ -3,7 +3,7 @@
 //! key; the old key is superseded, never resends, and its sale goes on under a new key.
 
 use autofactura::arca::{Lookup, Outcome, VoucherInput};
-use autofactura::store::arca_state;
+use autofactura::domain::ArcaVoucherState;
 use rust_decimal::Decimal;
 
 use crate::arca::{Rig, authorized, issuer, rig, sale};
@@ -43,8 +43,8 @@ async fn the_barrier_supersedes_a_number_proven_empty_and_the_old_key_never_rese
     let old = r.app.db.arca_voucher("mp:8002").await.expect("read");
     let old = old.expect("a reservation is never deleted");
     assert_eq!(
-        (old.state.as_str(), old.number, old.superseded_by.as_deref()),
-        (arca_state::SUPERSEDED, 2, Some("mp:8003"))
+        (old.state, old.number, old.superseded_by.as_deref()),
+        (ArcaVoucherState::Superseded, 2, Some("mp:8003"))
     );
     // Its repeats, from this instance and another, consult the number and report it
     // superseded: nothing is sent.
@@ -62,7 +62,7 @@ async fn the_barrier_supersedes_a_number_proven_empty_and_the_old_key_never_rese
         assert_eq!(authorized(&o).0, 3);
     }
     let next = r.state_of("mp:8002#2").await;
-    assert_eq!(next.as_deref(), Some(arca_state::AUTHORIZED));
+    assert_eq!(next, Some(ArcaVoucherState::Authorized));
     assert_eq!(r.solicits().await, sent + 2);
 
     // Its own repeat finds the number free for good: it is not resent, and the sale's next

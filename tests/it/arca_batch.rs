@@ -9,7 +9,7 @@ use std::time::Duration;
 use autofactura::arca::model::{CbteAsoc, codes};
 use autofactura::arca::wsfe::{Request, Solicit};
 use autofactura::arca::{Auth, CbteTipo, Environment, Issuer, Lookup, Outcome, VoucherInput, Wsfe};
-use autofactura::store::arca_state;
+use autofactura::domain::ArcaVoucherState;
 use rust_decimal::Decimal;
 
 use autofactura::arca::drain::Drainer;
@@ -148,7 +148,7 @@ async fn a_lost_batch_answer_is_recovered_number_by_number(b: Backend) {
         );
     }
     for (k, _) in &items {
-        assert_eq!(r.state_of(k).await.as_deref(), Some(arca_state::UNKNOWN));
+        assert_eq!(r.state_of(k).await, Some(ArcaVoucherState::Unknown));
     }
     assert_eq!(r.totals().await.len(), 6, "ARCA authorized the batch");
     // Asked again (a new sale first): each number is consulted, one CAE each, nothing resent.
@@ -238,13 +238,13 @@ async fn a_refusal_in_a_batch_settles_it_and_the_rest_is_issued_again(b: Backend
     assert_eq!(authorized(&got[3]).0, 3);
     assert_eq!(authorized(&got[4]).0, 4);
     for (k, state) in [
-        ("refund:nc2", arca_state::REJECTED),
-        ("refund:nc3", arca_state::SUPERSEDED),
-        ("refund:nc4", arca_state::SUPERSEDED),
-        ("refund:nc3#2", arca_state::AUTHORIZED),
-        ("refund:nc4#2", arca_state::AUTHORIZED),
+        ("refund:nc2", ArcaVoucherState::Rejected),
+        ("refund:nc3", ArcaVoucherState::Superseded),
+        ("refund:nc4", ArcaVoucherState::Superseded),
+        ("refund:nc3#2", ArcaVoucherState::Authorized),
+        ("refund:nc4#2", ArcaVoucherState::Authorized),
     ] {
-        assert_eq!(r.state_of(k).await.as_deref(), Some(state), "{k}");
+        assert_eq!(r.state_of(k).await, Some(state), "{k}");
     }
     // A repeat of an unprocessed attempt consults its number once and sends nothing.
     let sent = r.solicits().await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use autofactura::arcasim::server::{ArcaSimHandle, start};
 use autofactura::arcasim::{ArcaSim, SimVoucher};
+use autofactura::domain::ArcaVoucherState;
 use autofactura::store::{ArcaVoucherRow, Db};
 use autofactura::webhooks::mercadopago;
 use support::sales::mp_notify;
@@ -64,7 +65,7 @@ pub async fn authorized(db: &Db, key: &str) -> ArcaVoucherRow {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let v = db.arca_voucher(key).await.expect("read");
-        if let Some(v) = v.filter(|v| v.state == "authorized") {
+        if let Some(v) = v.filter(|v| v.state == ArcaVoucherState::Authorized) {
             return v;
         }
         assert!(

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use autofactura::deliver::{Event, message_id, resent_message_id};
+use autofactura::domain::DeliveryState;
 use autofactura::store::DeliveryRow;
 
 use crate::support::admin::{Browser, PASSWORD, pay};
@@ -56,7 +57,7 @@ pub(crate) async fn wait_for(
     }
 }
 
-pub(crate) fn all_in(state: &'static str) -> impl Fn(&[DeliveryRow]) -> bool {
+pub(crate) fn all_in(state: DeliveryState) -> impl Fn(&[DeliveryRow]) -> bool {
     move |rows| !rows.is_empty() && rows.iter().all(|r| r.state == state)
 }
 
@@ -74,7 +75,7 @@ async fn a_stamped_sale_sends_exactly_one_message_with_its_xml_and_pdf(b: Backen
         return;
     };
     let id = stamped_sale(&app, "mail_one").await;
-    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    let rows = wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     assert_eq!(rows.len(), 1, "one delivery per stamp: {rows:#?}");
     let d = app.db.document(id).await.expect("db").expect("document");
     let uuid = d.uuid.clone().expect("uuid");
@@ -123,7 +124,7 @@ async fn a_550_ends_bounced_with_the_servers_reply(b: Backend) {
         return;
     };
     let id = stamped_sale(&app, "mail_550").await;
-    let rows = wait_for(&app, id, "bounced", all_in("bounced")).await;
+    let rows = wait_for(&app, id, "bounced", all_in(DeliveryState::Bounced)).await;
     assert_eq!(rows.len(), 1);
     let reply = rows[0].last_reply.clone().unwrap_or_default();
     assert!(reply.contains("550"), "{reply}");
@@ -142,13 +143,13 @@ async fn an_smtp_server_down_then_up_gives_one_delivery(b: Backend) {
     };
     let id = stamped_sale(&app, "mail_down").await;
     let rows = wait_for(&app, id, "retried", |r| {
-        r.len() == 1 && r[0].state == "retry" && r[0].attempts >= 2
+        r.len() == 1 && r[0].state == DeliveryState::Retry && r[0].attempts >= 2
     })
     .await;
     assert!(rows[0].last_reply.is_some(), "{rows:#?}");
     drop(down);
     let smtp = Smtp::start_on(&addr).await;
-    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    let rows = wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     assert_eq!(rows.len(), 1);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
@@ -181,7 +182,7 @@ async fn a_stamp_recovered_after_a_lost_answer_queues_one_delivery(b: Backend) {
     )
     .await;
     assert_eq!(ops.last().map(|o| o.0.as_str()), Some("recover"), "{ops:?}");
-    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    let rows = wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     assert_eq!(rows.len(), 1, "{rows:#?}");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(smtp.messages().len(), 1);
@@ -193,7 +194,7 @@ async fn a_crash_after_the_server_took_it_resends_the_same_message_id(b: Backend
         return;
     };
     let id = stamped_sale(&app, "mail_crash").await;
-    wait_for(&app, id, "sent", all_in("sent")).await;
+    wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     // As if the courier had died after the server's 250 and before its write: the row still
     // claimed by a dead claim whose lease has ended.
     crate::support::exec_sql(
@@ -203,7 +204,7 @@ async fn a_crash_after_the_server_took_it_resends_the_same_message_id(b: Backend
     )
     .await;
     let rows = wait_for(&app, id, "sent again", |r| {
-        r.len() == 1 && r[0].state == "sent" && r[0].attempts == 2
+        r.len() == 1 && r[0].state == DeliveryState::Sent && r[0].attempts == 2
     })
     .await;
     let got = smtp.messages();
@@ -252,7 +253,8 @@ async fn a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twi
     let rows = app.db.deliveries_of(id).await.expect("deliveries");
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(
-        rows[0].state, "pending",
+        rows[0].state,
+        DeliveryState::Pending,
         "killed before its write: {rows:#?}"
     );
     // Another worker takes the row once the dead claim's lease ends (ended here: it would last
@@ -265,7 +267,7 @@ async fn a_kill_9_after_the_server_took_it_gives_at_most_the_same_message_id_twi
     smtp.hold_quit
         .store(false, std::sync::atomic::Ordering::SeqCst);
     let mut second = crate::support::worker_process(&app, &log, &env);
-    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    let rows = wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     second.kill().expect("stop");
     let _ = second.wait();
     let got = smtp.messages();
@@ -287,7 +289,7 @@ async fn sent_and_signed_in(
     let smtp = Smtp::start().await;
     let app = app(b, &smtp.addr).await?;
     let id = stamped_sale(&app, suffix).await;
-    wait_for(&app, id, "sent", all_in("sent")).await;
+    wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     let browser = Browser::new(&app);
     let csrf = browser.login().await;
     Some((smtp, app, id, browser, csrf))
@@ -300,7 +302,7 @@ async fn a_cancelled_invoice_emails_the_customer_with_its_own_wording(b: Backend
     browser.cancel(id, &csrf).await;
     let (pool, _services) = app.start_pool().await;
     let rows = wait_for(&app, id, "canceled and sent", |r| {
-        r.len() == 2 && all_in("sent")(r)
+        r.len() == 2 && all_in(DeliveryState::Sent)(r)
     })
     .await;
     pool.shutdown().await;
@@ -360,7 +362,7 @@ async fn an_egreso_emails_the_customer_of_the_sale_it_credits(b: Backend) {
         return;
     };
     let sale = stamped_sale(&app, "mail_egreso").await;
-    wait_for(&app, sale, "sent", all_in("sent")).await;
+    wait_for(&app, sale, "sent", all_in(DeliveryState::Sent)).await;
     let (pool, _services) = app.start_pool().await;
     let (kind, suffix) = ("refund.created", "mail_egreso");
     crate::refunds::refund_event(&app, "mail_egreso_r1", kind, suffix, "mail_egreso_r1", 4999)
@@ -375,7 +377,7 @@ async fn an_egreso_emails_the_customer_of_the_sale_it_credits(b: Backend) {
         assert!(tokio::time::Instant::now() < until, "no egreso");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let rows = wait_for(&app, egreso, "sent", all_in("sent")).await;
+    let rows = wait_for(&app, egreso, "sent", all_in(DeliveryState::Sent)).await;
     pool.shutdown().await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].recipient, "cliente@example.mx");
@@ -403,7 +405,7 @@ async fn a_stamp_adopted_by_reconciliation_emails_the_customer(b: Backend) {
     let csrf = browser.login().await;
     let r = browser.post("/admin/reconcile", &[("csrf", &csrf)]).await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    let rows = wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(
         rows[0].message_id,
@@ -440,7 +442,7 @@ async fn an_api_invoice_emails_its_receptors_address(b: Backend) {
         .into_iter()
         .next()
         .expect("the invoice");
-    let rows = wait_for(&app, id, "sent", all_in("sent")).await;
+    let rows = wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     assert_eq!(rows[0].recipient, "receptor@example.org");
     assert_eq!(smtp.messages().len(), 1);
 }
@@ -478,7 +480,10 @@ async fn the_admin_resends_to_another_address(b: Backend) {
     assert!(page.body.contains("cliente@example.mx"), "{}", page.body);
     let r = resend(&browser, id, &csrf, "contador@example.org").await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let rows = wait_for(&app, id, "resent", |r| r.len() == 2 && all_in("sent")(r)).await;
+    let rows = wait_for(&app, id, "resent", |r| {
+        r.len() == 2 && all_in(DeliveryState::Sent)(r)
+    })
+    .await;
     let uuid = d.uuid.clone().expect("uuid");
     assert_eq!(rows[1].recipient, "contador@example.org");
     assert_eq!(rows[1].requested_by.as_deref(), Some("Ana"));
@@ -501,7 +506,7 @@ async fn the_admin_resends_to_another_address(b: Backend) {
     let r = resend(&browser, id, &csrf, "").await;
     assert_eq!(r.status, 303, "{}", r.body);
     let rows = wait_for(&app, id, "resent twice", |r| {
-        r.len() == 3 && all_in("sent")(r)
+        r.len() == 3 && all_in(DeliveryState::Sent)(r)
     })
     .await;
     assert_eq!(rows[2].recipient, "cliente@example.mx");

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use autofactura::domain::DeliveryState;
 use autofactura::webhooks::stripe;
 use prometheus_parse::{Scrape, Value};
 
@@ -178,7 +179,7 @@ async fn email_metrics_count_deliveries_and_sends(b: Backend) {
     let before = scrape(&app, &app.admin_address).await;
     let id = pay(&app, &format!("metrics_mail_{b:?}")).await;
     app.drain(60).await;
-    wait_for(&app, id, "sent", all_in("sent")).await;
+    wait_for(&app, id, "sent", all_in(DeliveryState::Sent)).await;
     // The gauges are cached for a few seconds: poll until this app's one email shows.
     let sent = [("state", "sent")];
     let deadline = Instant::now() + Duration::from_secs(30);
