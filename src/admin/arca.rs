@@ -197,7 +197,11 @@ pub async fn vouchers(
     let vouchers: Vec<VoucherView> = rows.iter().map(view).collect();
     // A sequence hands out a number only once its last claim is settled: every open voucher
     // is its sequence's last claim.
-    let blocked: Vec<BlockedView> = rows.iter().filter(|v| v.is_open()).map(blocked).collect();
+    let blocked: Vec<BlockedView> = rows
+        .iter()
+        .filter(|v| v.state.is_open())
+        .map(blocked)
+        .collect();
     let refusals = state.db.arca_login_refusals().await?;
     let held = state.db.arca_held_sales(super::arca_fix::LIMIT).await?;
     html(&ArcaPage {

@@ -477,7 +477,7 @@ impl Issuer {
             .arca_voucher(key)
             .await?
             .ok_or_else(|| IssueError::Corrupt(key.to_owned(), "vanished".into()))?;
-        if v.is_open() {
+        if v.state.is_open() {
             return Ok(Outcome::Indeterminate {
                 number: v.number,
                 reason: v.detail.unwrap_or_default(),

@@ -61,13 +61,6 @@ pub struct ArcaVoucherRow {
     pub superseded_by: Option<String>,
 }
 
-impl ArcaVoucherRow {
-    /// Not settled: reserved or unknown.
-    pub fn is_open(&self) -> bool {
-        self.state.is_open()
-    }
-}
-
 /// A sequence's row.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ArcaSequenceRow {

@@ -124,7 +124,7 @@ impl Db {
                     .fetch_optional_in(&mut tx, "read the last ARCA claim")
                     .await?;
                 if let Some(last) = last {
-                    if last.is_open() {
+                    if last.state.is_open() {
                         tx.rollback().await?;
                         return Ok(Err(Reserve::Unsettled(last)));
                     }
