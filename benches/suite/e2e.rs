@@ -16,6 +16,8 @@
 //!    stamp's seal is one, and the multiple compares runs on machines of different speeds.
 //!
 //! Run with `cargo bench -- e2e` (add `sqlite` or `postgres`, `l0` or `l50` to run fewer).
+//! `E2E_BENCH_FROM=6` starts the loops at 0.6 of the limit instead of 0.9 (to profile `serve` at
+//! one rate).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,7 +253,11 @@ async fn measure(
     let mut accepted = i64::try_from(rows)?;
     let mut best: Option<Loop> = None;
     let mut last: Option<Loop> = None;
-    for tenths in (4..=9).rev() {
+    let from = std::env::var("E2E_BENCH_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(9);
+    for tenths in (4..=from).rev() {
         let rate = limit * f64::from(tenths) / 10.0;
         let l = open_loop(
             &db, &serve, &pac, port, &template, &ids, accepted, rate, run,

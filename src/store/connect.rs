@@ -46,13 +46,29 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
         })
     } else {
         let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
+        // A connection idle for a while is pinged before use (the server may have restarted
+        // or dropped it meanwhile); one in steady use is not, which spares every webhook a
+        // round trip.
         let pool = pool_options(settings.max_connections, 5)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > IDLE_BEFORE_PING {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(opts)
             .await
             .map_err(ctx("connect to PostgreSQL"))?;
         Ok(Db::Postgres(pool))
     }
 }
+
+/// How long a PostgreSQL connection of the main pool may sit idle and still be used without
+/// a ping first.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(10);
 
 /// A pool of at most `max` connections that waits `acquire_secs` for a free one.
 fn pool_options<DB: sqlx::Database>(max: u32, acquire_secs: u64) -> PoolOptions<DB> {

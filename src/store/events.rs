@@ -11,6 +11,7 @@ use super::exec::{Dialect, Dialected, Stmt, Tx, stmt};
 use super::outbox::{OutboxDraft, enqueue_in_tx, insert_outbox, request_json};
 use super::payments::{
     NewPayment, complete_payment_in, insert_payment, insert_payment_in, insert_references_of_event,
+    insert_references_of_inserted,
 };
 pub use super::rows::PendingFetch;
 use super::{Db, StoreError};
@@ -258,6 +259,13 @@ impl Db {
         {
             return Ok(out);
         }
+        if let (Db::Postgres(_), EventRow::Insert(ev), None) = (self, event, &payment.arca)
+            && let Some(out) = self
+                .record_new_sale_pg(ev, payment, draft.as_ref(), now)
+                .await?
+        {
+            return Ok(out);
+        }
         let mut tx = self.begin().await?;
         let out = ingest_in_tx(&mut tx, event, payment, draft, completion, now).await?;
         if out == IngestOutcome::DuplicateEvent {
@@ -322,6 +330,52 @@ impl Db {
                 ids.len()
             ))),
         }
+    }
+
+    /// PostgreSQL: a sale whose payment and event are not recorded yet — its payment, event,
+    /// outbox row and references — as one statement: one round trip and one commit instead of
+    /// seven trips (`BEGIN`, five inserts, `COMMIT`). The payment is inserted only when the
+    /// event is not recorded, and the rest only when the payment was inserted: `None` means the
+    /// statement wrote nothing (a redelivery, a later event of a recorded payment, or a
+    /// concurrent delivery of the same payment that committed first), which the general
+    /// transaction then handles as before.
+    async fn record_new_sale_pg(
+        &self,
+        ev: &NewEvent,
+        p: &NewPayment,
+        draft: Option<&OutboxDraft>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<IngestOutcome>, StoreError> {
+        const UNSEEN: &str =
+            "NOT EXISTS (SELECT 1 FROM webhook_events WHERE provider = $1 AND event_id = $2)";
+        const PAID: &str = "EXISTS (SELECT 1 FROM pay)";
+        let request = draft
+            .map(|d| request_json(d).map(|json| (d, json)))
+            .transpose()?;
+        let mut q = insert_payment(p, now)
+            .only_if(stmt(UNSEEN).bind(&ev.provider).bind(&ev.event_id))
+            .as_with("pay")
+            .and_with("ev", insert_event(ev, now).only_if(stmt(PAID)));
+        if let Some((d, json)) = &request {
+            // The payment is the row `pay` inserted: the bound 0 is left unused.
+            let outbox = insert_outbox(0, d, json, now)
+                .map_text(|t| t.replacen("VALUES ($1,", "VALUES ((SELECT id FROM pay),", 1))
+                .only_if(stmt(PAID));
+            q = q.and_with("ob", outbox);
+        } else {
+            q = q.and_with("ob", stmt("SELECT NULL::bigint AS id"));
+        }
+        if let Some(refs) = insert_references_of_inserted(p) {
+            q = q.and_with("refs", refs);
+        }
+        let (payment_row, outbox_row): (Option<i64>, Option<i64>) = q
+            .then_select("SELECT (SELECT id FROM pay), (SELECT id FROM ob)")
+            .fetch_one(self, "record a new sale")
+            .await?;
+        Ok(payment_row.map(|payment_row| IngestOutcome::Recorded {
+            payment_row,
+            outbox_row,
+        }))
     }
 
     /// The raw body of a stored delivery (a Stripe event waiting for the API is re-read from

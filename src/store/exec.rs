@@ -320,6 +320,28 @@ impl<'a> Stmt<'a> {
         self
     }
 
+    /// PostgreSQL: `WITH name AS (this statement)`, to which [`Stmt::and_with`] adds more and
+    /// [`Stmt::then_select`] ends: several writes in one statement, so in one round trip and
+    /// one transaction.
+    pub(super) fn as_with(mut self, name: &str) -> Self {
+        self.text = Cow::Owned(format!("WITH {name} AS ({})", self.text));
+        self
+    }
+
+    /// One more `name AS (next)` after [`Stmt::as_with`], its `$n` renumbered after this one's.
+    pub(super) fn and_with(mut self, name: &str, next: Stmt<'a>) -> Self {
+        let text = shift_params(&next.text, self.args.len());
+        self.text = Cow::Owned(format!("{}, {name} AS ({text})", self.text));
+        self.args.extend(next.args);
+        self
+    }
+
+    /// The `SELECT` that ends a [`Stmt::as_with`] (without arguments of its own).
+    pub(super) fn then_select(mut self, select: &str) -> Self {
+        self.text = Cow::Owned(format!("{} {select}", self.text));
+        self
+    }
+
     /// The same arguments under the text `f` makes of this one.
     pub(super) fn map_text(mut self, f: impl FnOnce(&str) -> String) -> Self {
         self.text = Cow::Owned(f(&self.text));

@@ -131,6 +131,23 @@ pub(super) fn insert_references_of_event(p: &NewPayment) -> Option<Stmt<'_>> {
     Some(q.bind(&p.provider).bind(&p.payment_id).bind(&p.event_id))
 }
 
+/// PostgreSQL, in a `WITH` whose `pay` returns the id of the payment `p` just inserted: every
+/// reference of `p` as one of that payment's (none when `pay` returned none). `None` when `p`
+/// has none.
+pub(super) fn insert_references_of_inserted(p: &NewPayment) -> Option<Stmt<'_>> {
+    let refs = lookup_references(p);
+    if refs.is_empty() {
+        return None;
+    }
+    let values: Vec<String> = (1..=refs.len()).map(|i| format!("(${i}::text)")).collect();
+    let sql = format!(
+        "INSERT INTO payment_refs (reference, payment_id) SELECT r.column1, pay.id \
+         FROM pay, (VALUES {}) r ON CONFLICT DO NOTHING",
+        values.join(", ")
+    );
+    Some(refs.into_iter().fold(stmt(sql), |q, r| q.bind(r)))
+}
+
 /// In `tx`: every reference of `p` (see [`lookup_references`]) as one of payment `id`'s.
 async fn insert_references_in(tx: &mut Tx<'_>, p: &NewPayment, id: i64) -> Result<(), StoreError> {
     for reference in lookup_references(p) {

@@ -192,6 +192,34 @@ async fn fifty_concurrent_deliveries_of_one_event_yield_one_payment_and_one_outb
     assert_eq!(folios_of(&app.db, "A").await, [1], "one folio, the first");
 }
 
+/// Different events of one payment at once (Stripe sends several for one sale): each event is
+/// kept, the payment and its invoice once.
+async fn twenty_concurrent_events_of_one_payment_yield_one_invoice_and_keep_every_event(
+    b: Backend,
+) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let app = Arc::new(app);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let body = edited("race", |v| v["id"] = json!(format!("evt_race_{i}")));
+        let app = app.clone();
+        set.spawn(async move { json_of(app.post_stripe_signed(&body).await).await });
+    }
+    let mut queued = 0;
+    while let Some(r) = set.join_next().await {
+        let (status, ack) = r.expect("task");
+        assert_eq!(status, 200, "{ack}");
+        queued += usize::from(ack["outcome"] == "invoice_queued");
+    }
+    assert_eq!(queued, 1, "one delivery queued the invoice");
+    assert_eq!(app.events().await.len(), 20, "every event is kept");
+    assert_eq!(app.invoices().await.len(), 1);
+    app.drain(30).await;
+    assert_eq!(folios_of(&app.db, "A").await, [1], "one folio, the first");
+}
+
 async fn a_missing_or_wrong_signature_is_refused_with_a_reason_and_nothing_written(b: Backend) {
     let Some(app) = spawn_app(b).await else {
         return;
@@ -740,6 +768,7 @@ on_both_backends!(
     a_paid_payment_intent_is_frozen_with_its_payment_in_one_outbox_row,
     a_redelivery_answers_200_and_writes_nothing_new,
     fifty_concurrent_deliveries_of_one_event_yield_one_payment_and_one_outbox_row,
+    twenty_concurrent_events_of_one_payment_yield_one_invoice_and_keep_every_event,
     a_missing_or_wrong_signature_is_refused_with_a_reason_and_nothing_written,
     a_stale_or_future_timestamp_is_refused,
     a_signed_but_malformed_body_is_refused_and_kept_for_audit,
