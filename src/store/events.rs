@@ -354,7 +354,7 @@ impl Db {
             .transpose()?;
         let mut q = insert_payment(p, now)
             .only_if(stmt(UNSEEN).bind(&ev.provider).bind(&ev.event_id))
-            .as_with("pay")
+            .into_with("pay")
             .and_with("ev", insert_event(ev, now).only_if(stmt(PAID)));
         if let Some((d, json)) = &request {
             // The payment is the row `pay` inserted: the bound 0 is left unused.

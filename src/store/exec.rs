@@ -323,12 +323,12 @@ impl<'a> Stmt<'a> {
     /// PostgreSQL: `WITH name AS (this statement)`, to which [`Stmt::and_with`] adds more and
     /// [`Stmt::then_select`] ends: several writes in one statement, so in one round trip and
     /// one transaction.
-    pub(super) fn as_with(mut self, name: &str) -> Self {
+    pub(super) fn into_with(mut self, name: &str) -> Self {
         self.text = Cow::Owned(format!("WITH {name} AS ({})", self.text));
         self
     }
 
-    /// One more `name AS (next)` after [`Stmt::as_with`], its `$n` renumbered after this one's.
+    /// One more `name AS (next)` after [`Stmt::into_with`], its `$n` renumbered after this one's.
     pub(super) fn and_with(mut self, name: &str, next: Stmt<'a>) -> Self {
         let text = shift_params(&next.text, self.args.len());
         self.text = Cow::Owned(format!("{}, {name} AS ({text})", self.text));
@@ -336,7 +336,7 @@ impl<'a> Stmt<'a> {
         self
     }
 
-    /// The `SELECT` that ends a [`Stmt::as_with`] (without arguments of its own).
+    /// The `SELECT` that ends a [`Stmt::into_with`] (without arguments of its own).
     pub(super) fn then_select(mut self, select: &str) -> Self {
         self.text = Cow::Owned(format!("{} {select}", self.text));
         self
