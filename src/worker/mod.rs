@@ -157,6 +157,9 @@ pub struct Worker {
     preparing: pool::Tally,
     /// Slots waiting for those rows.
     waiting: pool::Tally,
+    /// The last claim found fewer rows than it asked for: the pool has caught up with what
+    /// arrives, and the next claim ahead waits a little for rows to gather.
+    caught_up: std::sync::atomic::AtomicBool,
     /// Stamped outcomes on their way to the database: the pool's settler stores whatever has
     /// queued up in one write ([`Worker::settler_loop`]).
     settler: settle::Settler,
@@ -233,6 +236,7 @@ impl Worker {
             ready_notify: tokio::sync::Notify::new(),
             preparing: pool::Tally::default(),
             waiting: pool::Tally::default(),
+            caught_up: std::sync::atomic::AtomicBool::new(false),
             settler: settle::Settler::new(),
             batch,
             sealing: tokio::sync::Semaphore::new(prepare::sealing_threads()),

@@ -48,6 +48,9 @@ impl ExpiredLook {
     }
 }
 
+/// How long a claim ahead waits for sales to gather once the pool has caught up with them.
+const CLAIM_LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// A claimed row, sealed, ready for its PAC call.
 pub(super) struct Prepared {
     pub(super) id: i64,
@@ -85,6 +88,15 @@ impl Worker {
         if let Some(p) = self.take_ready(stamps_only).await {
             return Ok(Next::Ready(Box::new(p)));
         }
+        if stamps_only && self.caught_up.load(Ordering::Relaxed) {
+            // Sales arrive one by one: claiming ahead at once would take one or two rows per
+            // claim, numbering, sealing batch and write. A short wait, while this slot's call
+            // runs, lets several gather for one of each. A backlog never waits here.
+            tokio::time::sleep(CLAIM_LINGER).await;
+            if let Some(p) = self.take_ready(stamps_only).await {
+                return Ok(Next::Ready(Box::new(p)));
+            }
+        }
         // A slot without a call in flight claims one row, so its call starts after one sealing,
         // not eight (after an idle spell every slot claims at once); a slot whose call is in
         // flight has time to prepare a batch for itself and the others.
@@ -107,6 +119,10 @@ impl Worker {
                 &self.pac_label,
             )
             .await?;
+        if stamps_only {
+            self.caught_up
+                .store(claimed.len() < usize::try_from(batch).unwrap_or(0), Ordering::Relaxed);
+        }
         if !claimed.is_empty() {
             if claimed
                 .iter()
