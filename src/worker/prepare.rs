@@ -120,8 +120,10 @@ impl Worker {
             )
             .await?;
         if stamps_only {
-            self.caught_up
-                .store(claimed.len() < usize::try_from(batch).unwrap_or(0), Ordering::Relaxed);
+            self.caught_up.store(
+                claimed.len() < usize::try_from(batch).unwrap_or(0),
+                Ordering::Relaxed,
+            );
         }
         if !claimed.is_empty() {
             if claimed
