@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::arca_queue::enqueue_arca_in;
 use super::exec::{Dialect, Dialected, Stmt, Tx, stmt};
-use super::outbox::{OutboxDraft, enqueue_in_tx, insert_outbox, request_json};
+use super::outbox::{OutboxDraft, enqueue_in_tx, insert_outbox_of_inserted, request_json};
 use super::payments::{
     NewPayment, complete_payment_in, insert_payment, insert_payment_in, insert_references_of_event,
     insert_references_of_inserted,
@@ -302,11 +302,9 @@ impl Db {
             .only_if(stmt(UNRECORDED).bind(&p.provider).bind(&p.payment_id))
             .then(insert_payment(p, now).only_if(stmt(INSERTED)));
         if let Some((d, json)) = &request {
-            // The payment is the row the statement before inserted: its id is not known
-            // when the script is written, so the bound 0 is left unused.
-            let outbox = insert_outbox(0, d, json, now)
-                .map_text(|t| t.replacen("VALUES ($1,", "VALUES (last_insert_rowid(),", 1))
-                .only_if(stmt(INSERTED));
+            // The payment is the row the statement before inserted.
+            let outbox =
+                insert_outbox_of_inserted("last_insert_rowid()", d, json, now, stmt(INSERTED));
             q = q.then(outbox);
         }
         if let Some(refs) = insert_references_of_event(p) {
@@ -357,10 +355,8 @@ impl Db {
             .into_with("pay")
             .and_with("ev", insert_event(ev, now).only_if(stmt(PAID)));
         if let Some((d, json)) = &request {
-            // The payment is the row `pay` inserted: the bound 0 is left unused.
-            let outbox = insert_outbox(0, d, json, now)
-                .map_text(|t| t.replacen("VALUES ($1,", "VALUES ((SELECT id FROM pay),", 1))
-                .only_if(stmt(PAID));
+            let outbox =
+                insert_outbox_of_inserted("(SELECT id FROM pay)", d, json, now, stmt(PAID));
             q = q.and_with("ob", outbox);
         } else {
             q = q.and_with("ob", stmt("SELECT NULL::bigint AS id"));

@@ -76,6 +76,21 @@ pub(super) fn insert_outbox<'a>(
         .bind(now)
 }
 
+/// [`insert_outbox`] for the payment inserted earlier in the same script or statement, whose
+/// id is not known when the SQL is written: `payment` is the SQL that reads it, and the row is
+/// inserted only when `guard` holds (the bound 0 is left unused).
+pub(super) fn insert_outbox_of_inserted<'a>(
+    payment: &str,
+    draft: &'a OutboxDraft,
+    request_json: &'a str,
+    now: DateTime<Utc>,
+    guard: Stmt<'a>,
+) -> Stmt<'a> {
+    insert_outbox(0, draft, request_json, now)
+        .map_text(|t| t.replacen("VALUES ($1,", &format!("VALUES ({payment},"), 1))
+        .only_if(guard)
+}
+
 /// In `tx`, for the payment `payment_row` (webhook ingest and the API alike): the outbox row
 /// with the frozen comprobante, its folio `explicit` or none yet (no sequence is touched here:
 /// see `folios.rs`). Returns the row, `None` when its stamp key exists.
