@@ -66,6 +66,11 @@ struct ArcaLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    write: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ArcaOpLabels {
     operation: String,
 }
@@ -102,9 +107,10 @@ fn lock_buckets() -> Histogram {
 
 struct Metrics {
     registry: Registry,
+    log_sync: Histogram,
     sales_per_commit: Histogram,
     write_lock_wait: Histogram,
-    write_lock_hold: Histogram,
+    write_lock_hold: Histograms<WriteLabels>,
     pac_requests: Family<PacLabels, Counter>,
     pac_duration: Histograms<PacOpLabels>,
     webhooks: Family<WebhookLabels, Counter>,
@@ -185,11 +191,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "SQLite: how long each write waited for this process's one writer",
         write_lock_wait.clone(),
     );
-    let write_lock_hold = lock_buckets();
+    let write_lock_hold: Histograms<WriteLabels> = Family::new_with_constructor(lock_buckets);
     registry.register(
         "autofactura_sqlite_write_lock_hold_seconds",
-        "SQLite: how long each write held this process's one writer (statements and commit)",
+        "SQLite: how long each write held this process's one writer (statements and commit), by write as the store names it",
         write_lock_hold.clone(),
+    );
+    let log_sync = lock_buckets();
+    registry.register(
+        "autofactura_sqlite_log_sync_seconds",
+        "SQLite: how long each sync of the write-ahead log took, made after a group of new sales committed, outside the write lock",
+        log_sync.clone(),
     );
     let sales_per_commit = Histogram::new(
         prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 8),
@@ -201,6 +213,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     Metrics {
         registry,
+        log_sync,
         sales_per_commit,
         write_lock_wait,
         write_lock_hold,
@@ -315,9 +328,19 @@ pub fn sqlite_write_lock_wait(took: Duration) {
     METRICS.write_lock_wait.observe(took.as_secs_f64());
 }
 
-/// SQLite: a write held the process's write lock for `took`.
-pub fn sqlite_write_lock_hold(took: Duration) {
-    METRICS.write_lock_hold.observe(took.as_secs_f64());
+/// SQLite: the write the store calls `write` held the process's write lock for `took`.
+pub fn sqlite_write_lock_hold(write: &str, took: Duration) {
+    METRICS
+        .write_lock_hold
+        .get_or_create(&WriteLabels {
+            write: write.to_owned(),
+        })
+        .observe(took.as_secs_f64());
+}
+
+/// SQLite: a sync of the write-ahead log took `took`.
+pub fn sqlite_log_sync(took: Duration) {
+    METRICS.log_sync.observe(took.as_secs_f64());
 }
 
 /// SQLite: a group commit wrote `sales` new sales at once.

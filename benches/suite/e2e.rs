@@ -65,6 +65,29 @@ struct Loop {
     /// SQLite: the share of the loop `serve`'s one writer was held, and the mean hold and wait
     /// of a write in ms (zeros on PostgreSQL).
     writer: [f64; 3],
+    /// SQLite: what held the writer, most first: (write, seconds, writes).
+    held_by: Vec<(String, f64, f64)>,
+    /// How long the loop ran, in seconds.
+    secs: f64,
+}
+
+/// The writes that held SQLite's writer longest in a loop, in ms per stamp, with how long each
+/// held it once.
+fn held_per_stamp(l: &Loop) -> String {
+    let stamps = (l.stamps_per_sec * l.secs).max(1.0);
+    l.held_by
+        .iter()
+        .take(8)
+        .map(|(write, secs, n)| {
+            format!(
+                "{write} {:.3} ms ({:.0} × {:.2} ms)",
+                secs * 1e3 / stamps,
+                n,
+                secs * 1e3 / n
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Stamped rows so far.
@@ -153,12 +176,13 @@ async fn open_loop(
     let cpu = cpu_seconds(&pid) - cpu0;
     let machine1 = super::procs::machine_cpu();
     let lock1 = write_lock(port).await;
-    let writes = (lock1.2 - lock0.2).max(1.0);
+    let writes = (lock1.writes - lock0.writes).max(1.0);
     let writer = [
-        (lock1.0 - lock0.0) / secs,
-        (lock1.0 - lock0.0) * 1e3 / writes,
-        (lock1.1 - lock0.1) * 1e3 / writes,
+        (lock1.held - lock0.held) / secs,
+        (lock1.held - lock0.held) * 1e3 / writes,
+        (lock1.waited - lock0.waited) * 1e3 / writes,
     ];
+    let held_by = lock0.held_since(&lock1);
     let busy = (machine1.0 - machine0.0) as f64 / (machine1.1 - machine0.1).max(1) as f64;
     let cores = [
         cpu / secs,
@@ -182,6 +206,8 @@ async fn open_loop(
         busy,
         cores,
         writer,
+        held_by,
+        secs,
     })
 }
 
@@ -282,10 +308,12 @@ async fn measure(
             l.cores[2],
             if l.writer[0] > 0.0 {
                 format!(
-                    "; SQLite writer held {:.0} % of the loop, {:.2} ms a write, {:.2} ms waited",
+                    "; SQLite writer held {:.0} % of the loop, {:.2} ms a write, {:.2} ms waited; \
+                     held per stamp by: {}",
                     l.writer[0] * 100.0,
                     l.writer[1],
-                    l.writer[2]
+                    l.writer[2],
+                    held_per_stamp(&l)
                 )
             } else {
                 String::new()

@@ -160,21 +160,70 @@ pub fn machine_cpu() -> (u64, u64, u64) {
     (total - idle, total, *f.get(7).unwrap_or(&0))
 }
 
-/// The SQLite write lock as a process's `GET /metrics` counts it so far: (seconds held,
-/// seconds waited, writes), all zero when it does not answer.
-pub async fn write_lock(port: u16) -> (f64, f64, f64) {
+/// The SQLite write lock as a process's `GET /metrics` counts it so far, all zero when it does
+/// not answer.
+#[derive(Debug, Default, Clone)]
+pub struct WriteLock {
+    /// Seconds held, over every write.
+    pub held: f64,
+    /// Seconds waited, over every write.
+    pub waited: f64,
+    /// Writes.
+    pub writes: f64,
+    /// Seconds held and writes, by the store's name of the write.
+    pub by_write: std::collections::BTreeMap<String, (f64, f64)>,
+}
+
+impl WriteLock {
+    /// What was held between `self` and `later`, by write, most held first: (name, seconds
+    /// held, writes).
+    pub fn held_since(&self, later: &WriteLock) -> Vec<(String, f64, f64)> {
+        let mut held: Vec<(String, f64, f64)> = later
+            .by_write
+            .iter()
+            .map(|(k, (s, n))| {
+                let (s0, n0) = self.by_write.get(k).copied().unwrap_or_default();
+                (k.clone(), s - s0, n - n0)
+            })
+            .filter(|(_, _, n)| *n > 0.0)
+            .collect();
+        held.sort_by(|a, b| b.1.total_cmp(&a.1));
+        held
+    }
+}
+
+pub async fn write_lock(port: u16) -> WriteLock {
     let text = match reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(_) => String::new(),
     };
-    let sample = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
-    (
-        sample("autofactura_sqlite_write_lock_hold_seconds_sum"),
-        sample("autofactura_sqlite_write_lock_wait_seconds_sum"),
-        sample("autofactura_sqlite_write_lock_hold_seconds_count"),
-    )
+    let mut lock = WriteLock::default();
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        let write = labels
+            .split("write=\"")
+            .nth(1)
+            .and_then(|l| l.split('"').next())
+            .unwrap_or("")
+            .to_owned();
+        match name {
+            "autofactura_sqlite_write_lock_wait_seconds_sum" => lock.waited += value,
+            "autofactura_sqlite_write_lock_hold_seconds_sum" => {
+                lock.held += value;
+                lock.by_write.entry(write).or_default().0 += value;
+            }
+            "autofactura_sqlite_write_lock_hold_seconds_count" => {
+                lock.writes += value;
+                lock.by_write.entry(write).or_default().1 += value;
+            }
+            _ => {}
+        }
+    }
+    lock
 }

@@ -10,7 +10,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
-use super::writer::WriteLock;
+use super::writer::{Durability, WriteLock};
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
 use crate::config::DatabaseSettings;
 
@@ -35,15 +35,26 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
         // No ping before each use: a connection to a file in this process cannot go stale as a
         // network one can, and a write acquires its connection while holding the write lock,
         // so a ping would be one more trip to the connection's thread inside it.
+        let file = opts.get_filename().to_owned();
         let pool = pool_options(settings.max_connections, 5)
             .test_before_acquire(false)
-            .connect_with(opts)
+            .connect_with(opts.clone())
             .await
             .map_err(ctx("open the SQLite database"))?;
-        Ok(Db::Sqlite {
-            pool,
-            write_lock: WriteLock::default(),
-        })
+        // Groups of new sales commit on connections of their own that do not wait for the
+        // disk, and are synced outside the write lock before any of them is acknowledged
+        // (`writer.rs`). A database in memory has no file, nor a log to sync.
+        let write_lock = if !file.is_file() {
+            WriteLock::default()
+        } else {
+            let sales = pool_options(2, 5)
+                .test_before_acquire(false)
+                .connect_with(opts.synchronous(SqliteSynchronous::Normal))
+                .await
+                .map_err(ctx("open the SQLite database for new sales"))?;
+            WriteLock::deferring_sync(Durability::new(sales, &file))
+        };
+        Ok(Db::Sqlite { pool, write_lock })
     } else {
         let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
         // A connection idle for a while is pinged before use (the server may have restarted
@@ -197,6 +208,7 @@ impl Db {
                 // An open group of sales holds a connection the close would wait for: ended
                 // (committed) first.
                 drop(write_lock.lock().await);
+                write_lock.close().await;
                 pool.close().await;
             }
             Db::Postgres(pool) => pool.close().await,

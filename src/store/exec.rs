@@ -16,7 +16,7 @@ use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
 
 use std::sync::OnceLock;
 
-use super::writer::{Finisher, WriteGuard};
+use super::writer::{Finisher, GroupFailed, WriteGuard};
 use super::{Db, StoreError, ctx};
 use crate::domain::{
     ArcaVoucherState, CancellationState, DeliveryState, DocumentKind, DocumentState, LineState,
@@ -483,7 +483,7 @@ impl<'a> Stmt<'a> {
         match target {
             Target::Pool(Db::Sqlite { pool, write_lock }) => {
                 let _w = if write {
-                    Some(write_lock.lock().await)
+                    Some(write_lock.lock_for(what).await)
                 } else {
                     None
                 };
@@ -526,7 +526,7 @@ impl Stmt<'_> {
                 "cannot {what}: a multi-statement script runs on SQLite only"
             )));
         };
-        let mut w = write_lock.lock().await;
+        let mut w = write_lock.lock_for(what).await;
         let conn = w.script_conn(pool).await.map_err(ctx(what))?;
         let (text, args) = (self.text, &self.args);
         let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(ids_of);
@@ -559,7 +559,10 @@ impl Tx<'_> {
 
     pub(super) async fn commit(self, what: &'static str) -> Result<(), StoreError> {
         match self {
-            Tx::Sqlite { tx, _write } => tx.commit().await,
+            Tx::Sqlite { tx, mut _write } => {
+                _write.write = what;
+                tx.commit().await
+            }
             Tx::Postgres(tx) => tx.commit().await,
         }
         .map_err(ctx(what))
@@ -588,7 +591,7 @@ impl Db {
     pub(super) async fn begin(&self) -> Result<Tx<'_>, StoreError> {
         match self {
             Db::Sqlite { pool, write_lock } => {
-                let _write = write_lock.lock().await;
+                let _write = write_lock.lock_for("a transaction rolled back").await;
                 let tx = pool
                     .begin_with("BEGIN IMMEDIATE")
                     .await
@@ -650,10 +653,15 @@ impl Stmt<'_> {
         finisher.disarm();
         match ended {
             Ok(()) => Ok(Some(ids)),
-            Err(e) => {
+            Err(GroupFailed::NotWritten(e)) => {
                 tracing::warn!(error = %e, "a group of new sales did not commit; each is recorded alone");
                 Ok(None)
             }
+            // Written, so not to be recorded again, but not known to be on disk: not to be
+            // acknowledged either. The sender's redelivery finds it recorded.
+            Err(e @ GroupFailed::NotSynced(_)) => Err(StoreError::Other(format!(
+                "cannot {what}: the sale was {e}; check the disk"
+            ))),
         }
     }
 }

@@ -262,6 +262,14 @@ impl Db {
                 .fetch_all(self, "claim outbox rows")
                 .await?;
             if !claimed.is_empty() {
+                // SQLite: a new sale is seen once committed, before its log is synced; none is
+                // sealed and sent to the PAC until it is on disk (`writer.rs`).
+                if let Db::Sqlite { write_lock, .. } = self {
+                    write_lock
+                        .durable()
+                        .await
+                        .map_err(|e| StoreError::Other(format!("cannot claim outbox rows: {e}")))?;
+                }
                 // RETURNING follows no order; rows are sent oldest first (ids grow with time).
                 claimed.sort_by_key(|c| c.id);
                 return Ok(claimed);

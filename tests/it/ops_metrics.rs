@@ -140,8 +140,20 @@ async fn metrics_move_with_traffic(b: Backend) {
             assert!(grew(name, &[]) >= 4.0, "{name} grew with the writes");
         }
         assert!(grew("autofactura_sqlite_write_lock_hold_seconds_sum", &[]) > 0.0);
-        // The two new sales were committed, alone or with others.
+        // The two new sales were committed, alone or with others, each hold named for its
+        // write, and their log synced outside the lock before they were acknowledged.
         assert!(grew("autofactura_sqlite_sales_per_commit_sum", &[]) >= 2.0);
+        let sale = [("write", "record a new sale")];
+        assert!(grew("autofactura_sqlite_write_lock_hold_seconds_count", &sale) >= 2.0);
+        let commit = [("write", "commit new sales")];
+        assert!(grew("autofactura_sqlite_write_lock_hold_seconds_count", &commit) >= 1.0);
+        assert!(grew("autofactura_sqlite_log_sync_seconds_count", &[]) >= 1.0);
+        for name in [
+            "autofactura_sqlite_write_lock_hold_seconds",
+            "autofactura_sqlite_log_sync_seconds",
+        ] {
+            assert!(after.docs.contains_key(name), "{name} has a HELP line");
+        }
     }
     // The histograms parse as histograms, with their buckets.
     let hist = after
@@ -157,7 +169,6 @@ async fn metrics_move_with_traffic(b: Backend) {
         "autofactura_webhooks",
         "autofactura_stamps",
         "autofactura_worker_slots",
-        "autofactura_sqlite_write_lock_hold_seconds",
         "autofactura_sqlite_sales_per_commit",
     ] {
         assert!(after.docs.contains_key(name), "{name} has a HELP line");
