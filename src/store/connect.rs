@@ -15,7 +15,9 @@ use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ct
 use crate::config::DatabaseSettings;
 
 /// Connects as configured. SQLite: the file and its directory are created; WAL, a busy timeout,
-/// foreign keys and `synchronous = FULL` (an acknowledged webhook survives power loss).
+/// foreign keys, and every write on disk before it returns (an acknowledged webhook survives
+/// power loss): `synchronous = FULL` for a database without a write connection of its own,
+/// else the log synced after the write ([`Durability`]).
 pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
     let url = settings.url.expose();
     if url.starts_with("sqlite:") {
@@ -41,20 +43,33 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
             .connect_with(opts.clone())
             .await
             .map_err(ctx("open the SQLite database"))?;
-        // Groups of new sales commit on connections of their own that do not wait for the
-        // disk, and are synced outside the write lock before any of them is acknowledged
-        // (`writer.rs`). A database in memory has no file, nor a log to sync.
-        let write_lock = if !file.is_file() {
-            WriteLock::default()
-        } else {
-            let sales = pool_options(2, 5)
+        // Every write of the process runs on one connection of its own, whose commits do not
+        // wait for the disk: a write that must be durable syncs the log after it, outside the
+        // write lock (`writer.rs`). One connection keeps its page cache across writes, which
+        // a connection whose database another one changed must drop. A database in memory
+        // has no file, nor a log to sync: its writes run on the pool.
+        let write_lock = if file.is_file() {
+            let writer = pool_options(1, 30)
                 .test_before_acquire(false)
-                .connect_with(opts.synchronous(SqliteSynchronous::Normal))
+                .connect_with(
+                    opts.synchronous(SqliteSynchronous::Normal)
+                        // The checkpoints are made beside it ([`WriteLock::deferring_sync`]):
+                        // one on commit copies and syncs megabytes while the lock is held.
+                        .pragma("wal_autocheckpoint", "0")
+                        // Every write statement of the process is prepared on it.
+                        .statement_cache_capacity(512),
+                )
                 .await
-                .map_err(ctx("open the SQLite database for new sales"))?;
-            WriteLock::deferring_sync(Durability::new(sales, &file))
+                .map_err(ctx("open the SQLite database for writing"))?;
+            WriteLock::deferring_sync(Durability::new(writer, &file), pool.clone())
+        } else {
+            WriteLock::default()
         };
-        Ok(Db::Sqlite { pool, write_lock })
+        Ok(Db::Sqlite {
+            pool,
+            write_lock,
+            durable: true,
+        })
     } else {
         let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
         // A connection idle for a while is pinged before use (the server may have restarted
@@ -97,7 +112,8 @@ impl Db {
     /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
     /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
     /// deterministic). Webhook acknowledgements keep full durability on the main handle. On
-    /// SQLite both handles share the process's write lock, so they queue instead of colliding.
+    /// SQLite both handles share the process's write lock and its one write connection, so
+    /// they queue instead of colliding; only the main handle's writes wait for a sync.
     ///
     /// Connections are not pinged before each use (one round trip less per statement): a
     /// connection that went bad fails its statement, the worker logs it and tries again, and a
@@ -112,12 +128,9 @@ impl Db {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(10))
                     .foreign_keys(true)
-                    // Their commits never checkpoint the WAL themselves (a checkpoint copies and
-                    // syncs megabytes while the one write lock is held): the pool checkpoints
-                    // from a task of its own, beside the writers ([`Db::checkpoint`]).
                     .pragma("wal_autocheckpoint", "0");
-                // Worker statements are writes, which queue on the write lock anyway: a few
-                // connections with warm page caches beat one thread per slot.
+                // For their reads: their writes run on the write lock's connection, shared
+                // with the appliance's handle, and are not synced.
                 let pool = pool_options(settings.max_connections.min(4), 30)
                     .test_before_acquire(false)
                     .connect_with(opts)
@@ -126,6 +139,7 @@ impl Db {
                 Ok(Db::Sqlite {
                     pool,
                     write_lock: write_lock.clone(),
+                    durable: false,
                 })
             }
             Db::Postgres(_) => {
@@ -189,22 +203,11 @@ impl Db {
         Ok(())
     }
 
-    /// SQLite: copies the write-ahead log into the database without waiting for or blocking
-    /// the writers (`PASSIVE`); the worker pool calls it every second, as its own connections
-    /// never checkpoint on commit. PostgreSQL has no such log to tend: nothing to do.
-    pub async fn checkpoint(&self) -> Result<(), StoreError> {
-        if let Db::Sqlite { pool, .. } = self {
-            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(pool)
-                .await
-                .map_err(ctx("checkpoint the SQLite write-ahead log"))?;
-        }
-        Ok(())
-    }
-
     pub async fn close(&self) {
         match self {
-            Db::Sqlite { pool, write_lock } => {
+            Db::Sqlite {
+                pool, write_lock, ..
+            } => {
                 // An open group of sales holds a connection the close would wait for: ended
                 // (committed) first.
                 drop(write_lock.lock().await);

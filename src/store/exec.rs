@@ -481,14 +481,23 @@ impl<'a> Stmt<'a> {
         let text = self.text;
         let args = &self.args;
         match target {
-            Target::Pool(Db::Sqlite { pool, write_lock }) => {
-                let _w = if write {
-                    Some(write_lock.lock_for(what).await)
-                } else {
-                    None
-                };
-                run_on!(pool, text, args, mode, Sqlite)
+            Target::Pool(Db::Sqlite {
+                pool,
+                write_lock,
+                durable,
+            }) if write => {
+                let w = write_lock.lock_for(what).await;
+                let ran = run_on!(
+                    write_lock.writer().unwrap_or(pool),
+                    text,
+                    args,
+                    mode,
+                    Sqlite
+                );
+                release(w, *durable && ran.is_ok(), what).await?;
+                ran
             }
+            Target::Pool(Db::Sqlite { pool, .. }) => run_on!(pool, text, args, mode, Sqlite),
             Target::Pool(Db::Postgres(pool)) => run_on!(pool, text, args, mode, Postgres),
             Target::Tx(Tx::Sqlite { tx, .. }) => run_on!(&mut **tx, text, args, mode, Sqlite),
             Target::Tx(Tx::Postgres(tx)) => run_on!(&mut **tx, text, args, mode, Postgres),
@@ -521,7 +530,12 @@ impl Stmt<'_> {
         db: &Db,
         what: &'static str,
     ) -> Result<Vec<i64>, StoreError> {
-        let Db::Sqlite { pool, write_lock } = db else {
+        let Db::Sqlite {
+            pool,
+            write_lock,
+            durable,
+        } = db
+        else {
             return Err(StoreError::Other(format!(
                 "cannot {what}: a multi-statement script runs on SQLite only"
             )));
@@ -534,8 +548,25 @@ impl Stmt<'_> {
             let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
         }
         w.script_ended();
+        release(w, *durable && ran.is_ok(), what).await?;
         ran.map_err(ctx(what))
     }
+}
+
+/// Lets the write lock go after a write committed under it and, when `synced`, returns once
+/// that write is on disk: the log is synced outside the lock, as for a group of new sales.
+async fn release(w: WriteGuard<'_>, synced: bool, what: &str) -> Result<(), StoreError> {
+    let lock = w.lock();
+    let ticket = synced.then(|| lock.committed());
+    drop(w);
+    if let Some(ticket) = ticket {
+        lock.sync_through(ticket).await.map_err(|e| {
+            StoreError::Other(format!(
+                "cannot {what}: committed but not synced to the disk ({e}); check the disk"
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// An open transaction; dropped without [`Tx::commit`] it rolls back. On SQLite it holds the
@@ -544,6 +575,8 @@ pub(super) enum Tx<'l> {
     Sqlite {
         tx: Transaction<'static, Sqlite>,
         _write: WriteGuard<'l>,
+        /// Its commit returns once on disk.
+        durable: bool,
     },
     Postgres(Transaction<'static, Postgres>),
 }
@@ -559,18 +592,22 @@ impl Tx<'_> {
 
     pub(super) async fn commit(self, what: &'static str) -> Result<(), StoreError> {
         match self {
-            Tx::Sqlite { tx, mut _write } => {
+            Tx::Sqlite {
+                tx,
+                mut _write,
+                durable,
+            } => {
                 _write.write = what;
-                tx.commit().await
+                tx.commit().await.map_err(ctx(what))?;
+                release(_write, durable, what).await
             }
-            Tx::Postgres(tx) => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit().await.map_err(ctx(what)),
         }
-        .map_err(ctx(what))
     }
 
     pub(super) async fn rollback(self) -> Result<(), StoreError> {
         match self {
-            Tx::Sqlite { tx, _write } => tx.rollback().await,
+            Tx::Sqlite { tx, .. } => tx.rollback().await,
             Tx::Postgres(tx) => tx.rollback().await,
         }
         .map_err(ctx("roll back"))
@@ -590,13 +627,23 @@ impl Db {
     /// takes SQLite's lock up front).
     pub(super) async fn begin(&self) -> Result<Tx<'_>, StoreError> {
         match self {
-            Db::Sqlite { pool, write_lock } => {
+            Db::Sqlite {
+                pool,
+                write_lock,
+                durable,
+            } => {
                 let _write = write_lock.lock_for("a transaction rolled back").await;
-                let tx = pool
+                let tx = write_lock
+                    .writer()
+                    .unwrap_or(pool)
                     .begin_with("BEGIN IMMEDIATE")
                     .await
                     .map_err(ctx("begin a transaction"))?;
-                Ok(Tx::Sqlite { tx, _write })
+                Ok(Tx::Sqlite {
+                    tx,
+                    _write,
+                    durable: *durable,
+                })
             }
             Db::Postgres(pool) => Ok(Tx::Postgres(
                 pool.begin().await.map_err(ctx("begin a transaction"))?,
@@ -616,7 +663,10 @@ impl Stmt<'_> {
         db: &Db,
         what: &'static str,
     ) -> Result<Option<Vec<i64>>, StoreError> {
-        let Db::Sqlite { pool, write_lock } = db else {
+        let Db::Sqlite {
+            pool, write_lock, ..
+        } = db
+        else {
             return Err(StoreError::Other(format!(
                 "cannot {what}: a group commit runs on SQLite only"
             )));

@@ -356,10 +356,13 @@ fn ctx(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 #[derive(Debug, Clone)]
 pub enum Db {
     /// SQLite allows one writer at a time; `write_lock` queues this process's writers in
-    /// order instead of letting them poll the busy handler.
+    /// order instead of letting them poll the busy handler, and writes on its one connection
+    /// (reads use `pool`). `durable`: a write returns once it is on disk (the appliance's
+    /// handle), or once committed (the worker pool's, whose writes are redone without harm).
     Sqlite {
         pool: SqlitePool,
         write_lock: writer::WriteLock,
+        durable: bool,
     },
     Postgres(PgPool),
 }

@@ -1,29 +1,35 @@
 //! SQLite's one writer, as this process queues for it: the write lock every write and every
-//! transaction holds, and the group commit of new sales under it.
+//! transaction holds, the one connection they all write on, the group commit of new sales
+//! under it, and the syncs that make writes durable outside it.
 //!
-//! A webhook's acknowledgement waits for its sale to reach the disk (`synchronous = FULL`):
-//! one fsync per sale, made while holding the one write lock, was most of what a sale cost
-//! the writer. New sales therefore share their commit:
+//! Every write runs on one connection ([`Durability`]), so its page cache stays warm: a
+//! connection must drop its cache whenever another one has changed the database, which made
+//! every write of a pool of writing connections read its pages again. That connection commits
+//! with `synchronous = NORMAL`, which writes the log without waiting for the disk. A write
+//! that must be durable (the appliance's handle: a webhook's sale, an admin's action, an API
+//! call) then syncs the log after letting the lock go, and returns once it is on disk, exactly
+//! as with `synchronous = FULL`: one sync covers every commit made before it began, and the
+//! fsync that was most of a write's hold (about 1 ms a commit on a busy machine) no longer
+//! keeps every other writer waiting. The worker pool's writes are not synced (they are redone
+//! without harm, `Db::for_workers`).
+//!
+//! New sales share their commit:
 //! - A sale takes the lock and runs its statements in the *open group*: a transaction begun
-//!   by the first sale of the group on a connection of its own.
+//!   by the first sale of the group.
 //! - If other sales are queued for the lock, it hands the lock on with the group open, and
-//!   they run theirs in it, in turn. The last one, seeing no sale queued, commits the group:
-//!   one fsync for all. Any other writer (a worker, a transaction) that gets the lock while
-//!   a group is open commits it first, as it must not begin beside an open transaction.
-//! - A sale returns only once its group's outcome is known; a webhook is acknowledged after
-//!   that. A sale dropped before then (a client that went away) leaves a task that takes the
-//!   lock, which ends the group; a sale that still waits too long takes the lock itself.
+//!   they run theirs in it, in turn. The last one, seeing no sale queued, commits the group.
+//!   Any other writer (a worker, a transaction) that gets the lock while a group is open
+//!   commits it first, as it must not begin beside an open transaction.
+//! - A sale returns only once its group is committed and synced; a webhook is acknowledged
+//!   after that. A sale dropped before then (a client that went away) leaves a task that
+//!   takes the lock, which ends the group; a sale that still waits too long takes the lock
+//!   itself.
 //! - If a sale fails mid-statements, or is dropped mid-statements (a client that went away),
 //!   the whole group is rolled back, and each of its sales, told so, records itself alone
 //!   through the general transaction: nothing of a rolled-back group is half there.
-//! - The group's fsync is made after the lock is let go ([`Durability`]): its connection
-//!   commits with `synchronous = NORMAL`, which writes the log without waiting for the disk,
-//!   and the log file is then synced beside the next writers, one sync for every commit made
-//!   before it began. The sales are told their outcome only after that sync, so an
-//!   acknowledged sale is on disk exactly as with `synchronous = FULL`. Committed before it is
-//!   on disk, a sale can be seen before the sync: a worker claiming rows waits for the sync
-//!   ([`WriteLock::durable`]) before it seals and sends them, so the PAC never stamps a sale a
-//!   power loss could take back.
+//! - Committed before it is on disk, a sale can be seen before the sync: a worker claiming
+//!   rows waits for the sync ([`WriteLock::durable`]) before it seals and sends them, so the
+//!   PAC never stamps a sale a power loss could take back.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,16 +68,16 @@ struct Inner {
     durability: Option<Durability>,
 }
 
-/// Groups of new sales commit on their own connections, whose `COMMIT` does not wait for the
-/// disk, and are synced after the lock is let go: the fsync that was most of a group's hold
-/// (about 1 ms a commit on a busy machine) no longer keeps every other writer waiting.
+/// The process's one write connection, whose `COMMIT` does not wait for the disk, and the log
+/// syncs made after the lock is let go: the fsync that was most of a group's hold (about 1 ms a
+/// commit on a busy machine) no longer keeps every other writer waiting.
 #[derive(Debug)]
 pub struct Durability {
-    /// Connections to the same database with `synchronous = NORMAL`.
+    /// One connection to the database with `synchronous = NORMAL`, for every write.
     pool: SqlitePool,
     /// The write-ahead log, whose sync makes its commits durable.
     wal: PathBuf,
-    /// Groups committed so far; the sync that begins after a commit covers it.
+    /// Commits to be made durable so far; the sync that begins after a commit covers it.
     committed: AtomicU64,
     /// How many of them are known to be on disk.
     synced: watch::Sender<u64>,
@@ -80,8 +86,8 @@ pub struct Durability {
 }
 
 impl Durability {
-    /// Groups commit on `pool` (`synchronous = NORMAL`) and are made durable by syncing the
-    /// write-ahead log of `database` (its file name with `-wal` added).
+    /// Writes run on `pool` (one connection, `synchronous = NORMAL`) and are made durable by
+    /// syncing the write-ahead log of `database` (its file name with `-wal` added).
     pub fn new(pool: SqlitePool, database: &Path) -> Self {
         let mut wal = database.as_os_str().to_owned();
         wal.push("-wal");
@@ -94,6 +100,10 @@ impl Durability {
         }
     }
 }
+
+/// How often the log is copied into the database beside the writers, as the write connection
+/// never does it on commit.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// Syncs the write-ahead log at `wal` to the disk. Opened anew each time: the log is removed
 /// and created again when every connection closes, and a descriptor kept open would sync the
@@ -165,11 +175,47 @@ impl Drop for Queued<'_> {
 impl WriteLock {
     /// A lock whose groups of new sales commit on `durability`'s connections and are synced
     /// after the lock is let go.
-    pub fn deferring_sync(durability: Durability) -> Self {
-        WriteLock(Arc::new(Inner {
+    ///
+    /// Checkpoints the log every second through `reads` (`PASSIVE`: without waiting for or
+    /// blocking the writers) while the lock lives.
+    pub fn deferring_sync(durability: Durability, reads: SqlitePool) -> Self {
+        let lock = WriteLock(Arc::new(Inner {
             durability: Some(durability),
             ..Inner::default()
-        }))
+        }));
+        let alive = Arc::downgrade(&lock.0);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if alive.strong_count() == 0 || reads.is_closed() {
+                    return;
+                }
+                if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                    .execute(&reads)
+                    .await
+                {
+                    tracing::warn!(error = %e, "SQLite WAL checkpoint failed; the next one retries");
+                }
+            }
+        });
+        lock
+    }
+
+    /// The connection every write runs on, when the lock has one.
+    pub(super) fn writer(&self) -> Option<&SqlitePool> {
+        self.0.durability.as_ref().map(|d| &d.pool)
+    }
+
+    /// Counts a commit just made on the write connection, to be made durable: its ticket for
+    /// [`WriteLock::sync_through`]. Called while the lock is held, so that a claim made after
+    /// it waits for its sync too ([`WriteLock::durable`]).
+    pub(super) fn committed(&self) -> u64 {
+        self.0
+            .durability
+            .as_ref()
+            .map_or(0, |d| d.committed.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
     /// Closes the connections groups of new sales commit on, if they have their own.
@@ -240,9 +286,9 @@ impl WriteLock {
         }
     }
 
-    /// Returns once the first `ticket` commits of groups are on disk, syncing the log if no
-    /// sync that began after them has ended yet.
-    async fn sync_through(&self, ticket: u64) -> Result<(), String> {
+    /// Returns once the first `ticket` commits to be made durable are on disk, syncing the log
+    /// if no sync that began after them has ended yet.
+    pub(super) async fn sync_through(&self, ticket: u64) -> Result<(), String> {
         let Some(d) = &self.0.durability else {
             return Ok(());
         };
@@ -282,13 +328,18 @@ impl WriteLock {
     }
 }
 
-impl WriteGuard<'_> {
+impl<'l> WriteGuard<'l> {
+    /// The lock this guard holds.
+    pub(super) fn lock(&self) -> &'l WriteLock {
+        self.lock
+    }
+
     /// The open group, beginning one on a connection of `pool` if none is open. The group is
     /// rolled back when it ends unless the returned [`Member`] is [`Member::joined`].
     pub(super) async fn group(&mut self, pool: &SqlitePool) -> Result<Member<'_>, sqlx::Error> {
         if self.guard.is_none() {
             let lock = self.lock;
-            let pool = lock.0.durability.as_ref().map_or(pool, |d| &d.pool);
+            let pool = lock.writer().unwrap_or(pool);
             // Kept before `BEGIN` runs, marked running: if this sale is dropped while it
             // runs, the next holder of the lock rolls the connection back rather than leaving
             // a transaction open on it in the pool.
@@ -312,6 +363,8 @@ impl WriteGuard<'_> {
         pool: &SqlitePool,
     ) -> Result<&mut PoolConnection<Sqlite>, sqlx::Error> {
         self.end_group().await;
+        let lock = self.lock;
+        let pool = lock.writer().unwrap_or(pool);
         Ok(&mut self.hold(pool).await?.conn)
     }
 
@@ -380,8 +433,8 @@ async fn end(mut g: OpenGroup, lock: WriteLock) {
     // The connection goes back to the pool before the sync.
     drop(conn);
     match (ended, &lock.0.durability) {
-        (Ok(()), Some(d)) if sales > 0 => {
-            let ticket = d.committed.fetch_add(1, Ordering::SeqCst) + 1;
+        (Ok(()), Some(_)) if sales > 0 => {
+            let ticket = lock.committed();
             tokio::spawn(async move {
                 let synced = lock.sync_through(ticket).await;
                 outcome.send_replace(Some(synced.map_err(GroupFailed::NotSynced)));
@@ -636,7 +689,7 @@ mod tests {
             .filename(dir.path().join("t.db"))
             .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
         let normal = SqlitePool::connect_with(opts).await.expect("open");
-        WriteLock::deferring_sync(Durability::new(normal, wal_of))
+        WriteLock::deferring_sync(Durability::new(normal.clone(), wal_of), normal)
     }
 
     fn counts(lock: &WriteLock) -> (u64, u64) {

@@ -37,7 +37,7 @@
 //! # What lives here
 //!
 //! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`Services`] and
-//!   [`worker_for`]; the pool's run (loops, heartbeat, checkpoints, shutdown).
+//!   [`worker_for`]; the pool's run (loops, heartbeat, shutdown).
 //! - `pool.rs`: the slots, the ready queue of sealed rows and its counters, the rows claimed
 //!   and not sent yet (released on shutdown).
 //! - `prepare.rs`: claim ahead and seal ahead: claiming rows (in batches while a call runs),
@@ -288,23 +288,6 @@ impl Worker {
             }
             None => None,
         };
-        // Only SQLite workers leave checkpoints to the pool ([`Db::checkpoint`]).
-        let checkpoints = (self.db.backend() == "sqlite").then(|| {
-            let me = self.clone();
-            let t = token.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(1));
-                loop {
-                    tokio::select! {
-                        () = t.cancelled() => return,
-                        _ = tick.tick() => {}
-                    }
-                    if let Err(e) = me.db.checkpoint().await {
-                        warn!(error = %e, "WAL checkpoint failed; the next one retries");
-                    }
-                }
-            })
-        });
         token.cancelled().await;
         info!(worker = %self.id, in_flight = self.in_flight.get(), "worker pool stopping: no new claims");
         let deadline = tokio::time::sleep(self.cfg.shutdown_grace);
@@ -320,11 +303,9 @@ impl Worker {
                 }
             }
         }
-        // The heartbeat and the checkpoints ended with `token`.
-        for task in std::iter::once(beat).chain(checkpoints) {
-            if let Err(e) = task.await {
-                error!(error = %e, "a worker loop ended abnormally");
-            }
+        // The heartbeat ended with `token`.
+        if let Err(e) = beat.await {
+            error!(error = %e, "a worker loop ended abnormally");
         }
         // Every send has ended, so every queued outcome has had its answer.
         self.settler.running.store(false, Ordering::Relaxed);
