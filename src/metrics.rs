@@ -200,7 +200,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let log_sync = lock_buckets();
     registry.register(
         "autofactura_sqlite_log_sync_seconds",
-        "SQLite: how long each sync of the write-ahead log took, made after a group of new sales committed, outside the write lock",
+        "SQLite: how long each sync of the write-ahead log took, made outside the write lock after a durable write (a group of new sales, an admin action, an API call) committed",
         log_sync.clone(),
     );
     let sales_per_commit = Histogram::new(

@@ -198,21 +198,18 @@ pub async fn write_lock(port: u16) -> WriteLock {
         Err(_) => String::new(),
     };
     let mut lock = WriteLock::default();
-    for line in text.lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else {
+    let Ok(scrape) = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))) else {
+        return lock;
+    };
+    for sample in scrape.samples {
+        let (prometheus_parse::Value::Counter(value)
+        | prometheus_parse::Value::Gauge(value)
+        | prometheus_parse::Value::Untyped(value)) = sample.value
+        else {
             continue;
         };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
-        let write = labels
-            .split("write=\"")
-            .nth(1)
-            .and_then(|l| l.split('"').next())
-            .unwrap_or("")
-            .to_owned();
-        match name {
+        let write = sample.labels.get("write").unwrap_or("").to_owned();
+        match sample.metric.as_str() {
             "autofactura_sqlite_write_lock_wait_seconds_sum" => lock.waited += value,
             "autofactura_sqlite_write_lock_hold_seconds_sum" => {
                 lock.held += value;

@@ -487,13 +487,7 @@ impl<'a> Stmt<'a> {
                 durable,
             }) if write => {
                 let w = write_lock.lock_for(what).await;
-                let ran = run_on!(
-                    write_lock.writer().unwrap_or(pool),
-                    text,
-                    args,
-                    mode,
-                    Sqlite
-                );
+                let ran = run_on!(write_lock.write_pool(pool), text, args, mode, Sqlite);
                 release(w, *durable && ran.is_ok(), what).await?;
                 ran
             }
@@ -634,8 +628,7 @@ impl Db {
             } => {
                 let _write = write_lock.lock_for("a transaction rolled back").await;
                 let tx = write_lock
-                    .writer()
-                    .unwrap_or(pool)
+                    .write_pool(pool)
                     .begin_with("BEGIN IMMEDIATE")
                     .await
                     .map_err(ctx("begin a transaction"))?;

@@ -63,8 +63,8 @@ struct Inner {
     lock: Mutex<Option<OpenGroup>>,
     /// New sales queued for the lock.
     queued_sales: AtomicUsize,
-    /// Where groups commit and are synced when the sync is made outside the lock; without it
-    /// (tests of the group alone) a group commits on the caller's pool, as it syncs.
+    /// The one write connection and its syncs outside the lock; without it (a database in
+    /// memory, tests of the group alone) writes run on the caller's pool, as it syncs.
     durability: Option<Durability>,
 }
 
@@ -173,8 +173,8 @@ impl Drop for Queued<'_> {
 }
 
 impl WriteLock {
-    /// A lock whose groups of new sales commit on `durability`'s connections and are synced
-    /// after the lock is let go.
+    /// A lock whose writes all run on `durability`'s connection, durable ones synced after the
+    /// lock is let go.
     ///
     /// Checkpoints the log every second through `reads` (`PASSIVE`: without waiting for or
     /// blocking the writers) while the lock lives.
@@ -203,9 +203,9 @@ impl WriteLock {
         lock
     }
 
-    /// The connection every write runs on, when the lock has one.
-    pub(super) fn writer(&self) -> Option<&SqlitePool> {
-        self.0.durability.as_ref().map(|d| &d.pool)
+    /// What every write runs on: the lock's one connection, else `pool` (the caller's).
+    pub(super) fn write_pool<'a>(&'a self, pool: &'a SqlitePool) -> &'a SqlitePool {
+        self.0.durability.as_ref().map_or(pool, |d| &d.pool)
     }
 
     /// Counts a commit just made on the write connection, to be made durable: its ticket for
@@ -277,8 +277,8 @@ impl WriteLock {
         })
     }
 
-    /// Waits until every group of new sales committed so far is on disk: a worker calls it
-    /// after claiming rows, before it seals and sends them.
+    /// Waits until every durable write committed so far (new sales among them) is on disk: a
+    /// worker calls it after claiming rows, before it seals and sends them.
     pub(super) async fn durable(&self) -> Result<(), String> {
         match &self.0.durability {
             Some(d) => self.sync_through(d.committed.load(Ordering::SeqCst)).await,
@@ -338,8 +338,7 @@ impl<'l> WriteGuard<'l> {
     /// rolled back when it ends unless the returned [`Member`] is [`Member::joined`].
     pub(super) async fn group(&mut self, pool: &SqlitePool) -> Result<Member<'_>, sqlx::Error> {
         if self.guard.is_none() {
-            let lock = self.lock;
-            let pool = lock.writer().unwrap_or(pool);
+            let pool = self.lock.write_pool(pool);
             // Kept before `BEGIN` runs, marked running: if this sale is dropped while it
             // runs, the next holder of the lock rolls the connection back rather than leaving
             // a transaction open on it in the pool.
@@ -363,8 +362,7 @@ impl<'l> WriteGuard<'l> {
         pool: &SqlitePool,
     ) -> Result<&mut PoolConnection<Sqlite>, sqlx::Error> {
         self.end_group().await;
-        let lock = self.lock;
-        let pool = lock.writer().unwrap_or(pool);
+        let pool = self.lock.write_pool(pool);
         Ok(&mut self.hold(pool).await?.conn)
     }
 
@@ -682,8 +680,8 @@ mod tests {
         assert_eq!(rows(&pool).await, 1);
     }
 
-    /// A lock that commits groups on connections of their own with `synchronous = NORMAL`
-    /// and syncs the log at `wal_of` (the database's file name, `-wal` added).
+    /// A lock that writes on a connection of its own with `synchronous = NORMAL` and syncs the
+    /// log at `wal_of` (the database's file name, `-wal` added).
     async fn deferring(dir: &tempfile::TempDir, wal_of: &Path) -> WriteLock {
         let opts = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(dir.path().join("t.db"))
