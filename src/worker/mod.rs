@@ -38,9 +38,9 @@
 //!
 //! - `mod.rs`: the public face: [`Worker`], [`WorkerConfig`], [`Pool`], [`Services`] and
 //!   [`worker_for`]; the pool's run (loops, heartbeat, shutdown).
-//! - `pool.rs`: the slots, the ready queue of sealed rows and its counters, the rows claimed
-//!   and not sent yet (released on shutdown).
-//! - `prepare.rs`: claim ahead and seal ahead: claiming rows (in batches while a call runs),
+//! - `pool.rs`: the slots, the turn to claim (one claim at a time), the ready queue of sealed
+//!   rows, the rows claimed and not sent yet (released on shutdown).
+//! - `prepare.rs`: claim ahead and seal ahead: claiming rows (in batches, one claim at a time),
 //!   reading their frozen requests, numbering those without a folio, sealing them, storing the
 //!   sealed bytes before any send.
 //! - `send.rs`: the PAC call (recovery by key first when it may have been sent, the lease
@@ -151,20 +151,16 @@ pub struct Worker {
     unsent: Mutex<HashMap<i64, crate::domain::DocumentState>>,
     /// Rows claimed together and sealed, waiting for a slot to send them.
     ready: Mutex<VecDeque<Prepared>>,
-    /// Told when a batch has been prepared (or came to nothing).
+    /// Told when a claim ends (the turn passes) and when its batch has been prepared (or came
+    /// to nothing).
     ready_notify: tokio::sync::Notify,
-    /// Rows being claimed and prepared right now (at most; a claim may find fewer).
-    preparing: pool::Tally,
-    /// Slots waiting for those rows.
-    waiting: pool::Tally,
-    /// The last claim found fewer rows than it asked for: the pool has caught up with what
-    /// arrives, and the next claim ahead waits a little for rows to gather.
-    caught_up: std::sync::atomic::AtomicBool,
+    /// The turn to claim stamps, one slot at a time, and what the last claim found.
+    claims: pool::Claims,
     /// Stamped outcomes on their way to the database: the pool's settler stores whatever has
     /// queued up in one write ([`Worker::settler_loop`]).
     settler: settle::Settler,
-    /// Rows claimed at once when no prepared row is waiting: one claim and one write of sealed
-    /// bytes serve several calls.
+    /// Rows claimed at most at once when no prepared row is waiting: one claim, one numbering
+    /// and one write of sealed bytes serve several calls.
     batch: i64,
     /// Sealing batches that may run at once: half the cores. Rows are sealed ahead of their
     /// calls, so fewer sealing threads keep up; more would take the cores the I/O paths need
@@ -234,9 +230,7 @@ impl Worker {
             unsent: Mutex::new(HashMap::new()),
             ready: Mutex::new(VecDeque::new()),
             ready_notify: tokio::sync::Notify::new(),
-            preparing: pool::Tally::default(),
-            waiting: pool::Tally::default(),
-            caught_up: std::sync::atomic::AtomicBool::new(false),
+            claims: pool::Claims::default(),
             settler: settle::Settler::new(),
             batch,
             sealing: tokio::sync::Semaphore::new(prepare::sealing_threads()),

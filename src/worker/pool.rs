@@ -1,10 +1,11 @@
-//! The slots: each keeps one PAC call in flight, claiming and sealing its next row meanwhile;
-//! the queue of rows claimed together and sealed, waiting for a slot; the rows claimed and
-//! not sent yet, released when the pool stops.
+//! The slots: each keeps one PAC call in flight, getting its next row meanwhile; the turn to
+//! claim, taken by one slot at a time; the queue of rows claimed together and sealed, waiting
+//! for a slot; the rows claimed and not sent yet, released when the pool stops.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::time::Instant;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -38,45 +39,75 @@ impl InFlight {
     }
 }
 
-/// A number of rows or slots that only [`Counted`] changes, so every addition is taken back.
+/// One claim of stamps at a time in this process. A slot that finds no prepared row waits for
+/// the claim under way rather than claim beside it: each claim takes every due row up to the
+/// batch, so at a steady rate the pool claims, numbers, seals and stores a few rows at once
+/// instead of one per slot and PAC call. Caught up with what arrives, claims begin at most
+/// every [`CLAIM_LINGER`](super::prepare::CLAIM_LINGER), and the rows that came meanwhile go
+/// together.
 #[derive(Debug, Default)]
-pub(super) struct Tally(AtomicUsize);
+pub(super) struct Claims {
+    /// Held while a claim statement runs; when the last one began.
+    turn: tokio::sync::Mutex<Option<Instant>>,
+    /// Claims ended so far.
+    ended: AtomicU64,
+    /// The last claim found nothing due.
+    last_empty: AtomicBool,
+    /// The last claim found fewer rows than it asked for: the pool has caught up.
+    caught_up: AtomicBool,
+}
 
-impl Tally {
-    pub(super) fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+impl Claims {
+    pub(super) fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Relaxed)
     }
 }
 
-/// Adds to a count for as long as it lives; when it ends, it tells `done`'s waiters (after the
-/// count has dropped, so they do not wait for it again).
-pub(super) struct Counted<'a> {
-    count: &'a Tally,
-    n: usize,
-    done: Option<&'a tokio::sync::Notify>,
+/// The slot's turn to claim: the claim ends with [`Turn::ended`].
+pub(super) struct Turn<'a> {
+    claims: &'a Claims,
+    last: tokio::sync::MutexGuard<'a, Option<Instant>>,
 }
 
-impl<'a> Counted<'a> {
-    pub(super) fn add(count: &'a Tally, n: usize, done: Option<&'a tokio::sync::Notify>) -> Self {
-        count.0.fetch_add(n, Ordering::Relaxed);
-        Self { count, n, done }
+impl Turn<'_> {
+    /// When the last claim began, if any did.
+    pub(super) fn last(&self) -> Option<Instant> {
+        *self.last
+    }
+
+    /// A claim begins now.
+    pub(super) fn begin(&mut self) {
+        *self.last = Some(Instant::now());
+    }
+
+    /// The claim found `found` of the `asked` rows; the turn passes, and the slots waiting for
+    /// it look again.
+    pub(super) fn ended(self, found: usize, asked: usize, notify: &tokio::sync::Notify) {
+        let claims = self.claims;
+        claims.caught_up.store(found < asked, Ordering::Relaxed);
+        claims.last_empty.store(found == 0, Ordering::Relaxed);
+        claims.ended.fetch_add(1, Ordering::Relaxed);
+        drop(self);
+        notify.notify_waiters();
     }
 }
 
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.count.0.fetch_sub(self.n, Ordering::Relaxed);
-        if let Some(done) = self.done {
-            done.notify_waiters();
-        }
-    }
+/// What a slot looking for a row to send finds.
+pub(super) enum Found<'a> {
+    /// A prepared row.
+    Row(Box<Prepared>),
+    /// The turn to claim.
+    Turn(Turn<'a>),
+    /// The claim it waited for found nothing due.
+    Nothing,
 }
 
 impl Worker {
     /// One concurrency slot: claim, process, repeat; sleep when idle.
     ///
     /// A slot has one PAC call in flight at a time, and keeps one in flight nearly all the time:
-    /// while a row's call runs, the slot claims and seals its next row, and once the call is
+    /// while a row's call runs, the slot gets its next row (from the queue, or claiming and
+    /// sealing a batch for itself and the others), and once the call is
     /// answered the next call starts while the answer is being stored. Claiming, sealing and
     /// storing stay off the PAC's critical path. A row prepared but not yet sent goes back to the
     /// state it was claimed from when the pool stops ([`Worker::release_unsent`]).
@@ -148,26 +179,32 @@ impl Worker {
         }
     }
 
-    /// A prepared row from the shared queue. A slot preparing ahead (`may_wait`) waits for the
-    /// rows other slots are preparing, while those outnumber the slots already waiting for
-    /// them, rather than claim a batch of its own: when the queue runs dry, every slot claiming
-    /// at once would queue their batches behind one another for sealing, and the slots whose
-    /// batches come last would sit without a call.
-    pub(super) async fn take_ready(&self, may_wait: bool) -> Option<Prepared> {
+    /// A prepared row from the shared queue, else the turn to claim, else (another slot
+    /// holding the turn) whatever that claim brings: its rows, or the turn after it, or
+    /// nothing when it found nothing due.
+    pub(super) async fn row_or_turn(&self) -> Found<'_> {
         loop {
             let notified = self.ready_notify.notified();
             tokio::pin!(notified);
-            // Registered before looking, so a batch stored meanwhile still wakes this slot.
+            // Registered before looking, so rows queued or a turn passed meanwhile still wake
+            // this slot.
             notified.as_mut().enable();
+            let ended = self.claims.ended.load(Ordering::Relaxed);
             if let Some(p) = self.ready_rows().pop_front() {
-                return Some(p);
+                return Found::Row(Box::new(p));
             }
-            let waiting = self.waiting.get();
-            if !may_wait || self.preparing.get() <= waiting {
-                return None;
+            if let Ok(last) = self.claims.turn.try_lock() {
+                return Found::Turn(Turn {
+                    claims: &self.claims,
+                    last,
+                });
             }
-            let _waiting = Counted::add(&self.waiting, 1, None);
             notified.await;
+            if self.claims.ended.load(Ordering::Relaxed) != ended
+                && self.claims.last_empty.load(Ordering::Relaxed)
+            {
+                return Found::Nothing;
+            }
         }
     }
 

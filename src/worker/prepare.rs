@@ -1,5 +1,5 @@
-//! Claim ahead and seal ahead: a due row is claimed (while the slot's current call runs, a
-//! batch of them, for this slot and the others), its frozen request read, numbered (the batch's
+//! Claim ahead and seal ahead: due rows are claimed in a batch (by one slot at a time, for
+//! itself and the others, mostly while its current call runs), each frozen request read, numbered (the batch's
 //! rows without a folio get their serie's next ones, committed first) and sealed once, and the
 //! sealed bytes stored before any PAC call.
 
@@ -11,7 +11,7 @@ use chrono::Utc;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::Worker;
-use super::pool::Counted;
+use super::pool::Found;
 use super::settle::Answered;
 use crate::cfdi::{self, InvoiceRequest};
 use crate::domain::{DocumentState, StampKey};
@@ -26,6 +26,15 @@ pub(super) enum Next {
     Worked,
     /// Nothing was due.
     Idle,
+}
+
+/// Tells a notify's waiters when dropped (after the ready queue has been filled, or not).
+struct NotifyOnDrop<'a>(&'a tokio::sync::Notify);
+
+impl Drop for NotifyOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.notify_waiters();
+    }
 }
 
 /// When (Unix ms) the next claim also looks for rows whose lease expired.
@@ -49,7 +58,7 @@ impl ExpiredLook {
 }
 
 /// How long a claim ahead waits for sales to gather once the pool has caught up with them.
-const CLAIM_LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+pub(super) const CLAIM_LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A claimed row, sealed, ready for its PAC call.
 pub(super) struct Prepared {
@@ -76,81 +85,76 @@ pub(super) fn sealing_threads() -> usize {
 }
 
 impl Worker {
-    /// Claims one due row and prepares it: a stamp first, else (unless `stamps_only`) a
-    /// cancellation, which is processed at once.
+    /// The next row to send: a prepared one from the queue, else (on this slot's turn) a batch
+    /// claimed and prepared, its first row kept here and the rest queued for the other slots;
+    /// with no stamp due, and unless `stamps_only`, a cancellation, processed at once.
     pub(super) async fn next(&self, slot: usize, stamps_only: bool) -> Result<Next, StoreError> {
-        let now = Utc::now();
-        let lease_until = now + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
-        // Dead workers' rows are looked for about once a second, not before every claim: a
-        // lease lasts far longer, and each look is one more write on the busy path.
-        let now_ms = now.timestamp_millis();
-        let expired_first = self.next_expired_look.due(now_ms);
-        if let Some(p) = self.take_ready(stamps_only).await {
-            return Ok(Next::Ready(Box::new(p)));
-        }
-        if stamps_only && self.caught_up.load(Ordering::Relaxed) {
-            // Sales arrive one by one: claiming ahead at once would take one or two rows per
-            // claim, numbering, sealing batch and write. A short wait, while this slot's call
-            // runs, lets several gather for one of each. A backlog never waits here.
-            tokio::time::sleep(CLAIM_LINGER).await;
-            if let Some(p) = self.take_ready(stamps_only).await {
-                return Ok(Next::Ready(Box::new(p)));
-            }
-        }
-        // A slot without a call in flight claims one row, so its call starts after one sealing,
-        // not eight (after an idle spell every slot claims at once); a slot whose call is in
-        // flight has time to prepare a batch for itself and the others.
-        let batch = if stamps_only { self.batch } else { 1 };
-        // Counted for the slots that may wait (every row of the batch but the one kept here);
-        // once the batch is prepared, or came to nothing, they look at the queue again.
-        let preparing = Counted::add(
-            &self.preparing,
-            usize::try_from(batch - 1).unwrap_or(0),
-            Some(&self.ready_notify),
-        );
-        let claimed = self
-            .db
-            .claim_stamps(
-                &self.id,
-                lease_until,
-                now,
-                expired_first,
-                batch,
-                &self.pac_label,
-            )
-            .await?;
-        if stamps_only {
-            self.caught_up.store(
-                claimed.len() < usize::try_from(batch).unwrap_or(0),
-                Ordering::Relaxed,
-            );
-        }
-        if !claimed.is_empty() {
-            if claimed
-                .iter()
-                .any(|c| c.claimed_from == DocumentState::Stamping)
+        let mut turn = match self.row_or_turn().await {
+            Found::Row(p) => return Ok(Next::Ready(p)),
+            Found::Turn(t) => Some(t),
+            Found::Nothing => None,
+        };
+        if let Some(mut t) = turn.take() {
+            if self.claims.caught_up()
+                && let Some(last) = t.last()
             {
-                // Where one died, more may have: look again at the next claim.
-                self.next_expired_look.soon();
+                // Sales arrive one by one: claiming at once would take one or two rows per
+                // claim, numbering, sealing batch and write. A short wait lets several gather
+                // for one of each. A backlog never waits here.
+                tokio::time::sleep_until((last + CLAIM_LINGER).into()).await;
             }
-            let span = info_span!("claim", rows = claimed.len(), slot);
-            let mut prepared = self.prepare(claimed).instrument(span).await?;
-            // Rows settled while preparing were never to be sent; the rest are, from now.
-            self.unsent_rows()
-                .extend(prepared.iter().map(|p| (p.id, p.claimed_from)));
-            if prepared.is_empty() {
-                return Ok(Next::Worked);
+            t.begin();
+            let now = Utc::now();
+            let lease_until = now + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
+            // Dead workers' rows are looked for about once a second, not at every claim: a
+            // lease lasts far longer, and each look is one more write on the busy path.
+            let expired_first = self.next_expired_look.due(now.timestamp_millis());
+            let claimed = self
+                .db
+                .claim_stamps(
+                    &self.id,
+                    lease_until,
+                    now,
+                    expired_first,
+                    self.batch,
+                    &self.pac_label,
+                )
+                .await;
+            let asked = usize::try_from(self.batch).unwrap_or(0);
+            let found = claimed.as_ref().map_or(0, Vec::len);
+            // The next claim may begin while this batch is numbered and sealed.
+            t.ended(found, asked, &self.ready_notify);
+            let claimed = claimed?;
+            if !claimed.is_empty() {
+                if claimed
+                    .iter()
+                    .any(|c| c.claimed_from == DocumentState::Stamping)
+                {
+                    // Where one died, more may have: look again at the next claim.
+                    self.next_expired_look.soon();
+                }
+                let span = info_span!("claim", rows = claimed.len(), slot);
+                let prepared = self.prepare(claimed).instrument(span).await;
+                // Whether or not it came to rows, the slots waiting for this batch look again.
+                let _notify = NotifyOnDrop(&self.ready_notify);
+                let mut prepared = prepared?;
+                // Rows settled while preparing were never to be sent; the rest are, from now.
+                self.unsent_rows()
+                    .extend(prepared.iter().map(|p| (p.id, p.claimed_from)));
+                if prepared.is_empty() {
+                    return Ok(Next::Worked);
+                }
+                let first = prepared.remove(0);
+                // The rest wait for whichever slot asks next.
+                self.ready_rows().extend(prepared);
+                return Ok(Next::Ready(Box::new(first)));
             }
-            let first = prepared.remove(0);
-            // The rest wait for whichever slot asks next.
-            self.ready_rows().extend(prepared);
-            return Ok(Next::Ready(Box::new(first)));
         }
-        // Nothing was claimed: the slots waiting for this batch look again now.
-        drop(preparing);
         if stamps_only {
             return Ok(Next::Idle);
         }
+        let now = Utc::now();
+        let lease_until = now + chrono::Duration::from_std(self.cfg.lease).unwrap_or_default();
         if let Some(c) = self
             .db
             .claim_cancellation(&self.id, lease_until, now, &self.pac_label)
