@@ -486,14 +486,24 @@ impl<'a> Stmt<'a> {
                 write_lock,
                 durable,
             }) if write => {
-                let w = write_lock.lock_for(what).await;
-                let ran = run_on!(write_lock.write_pool(pool), text, args, mode, Sqlite);
+                let mut w = write_lock.lock_for(what).await;
+                let mut conn = w.conn(pool).await.map_err(ctx(what))?;
+                let ran = run_on!(&mut *conn, text, args, mode, Sqlite);
+                // A statement SQLite refused leaves its connection as it was.
+                let clean = match &ran {
+                    Ok(_) => true,
+                    Err(e) => matches!(e, sqlx::Error::Database(_)),
+                };
+                w.park(conn, clean);
                 release(w, *durable && ran.is_ok(), what).await?;
                 ran
             }
             Target::Pool(Db::Sqlite { pool, .. }) => run_on!(pool, text, args, mode, Sqlite),
             Target::Pool(Db::Postgres(pool)) => run_on!(pool, text, args, mode, Postgres),
-            Target::Tx(Tx::Sqlite { tx, .. }) => run_on!(&mut **tx, text, args, mode, Sqlite),
+            Target::Tx(Tx::Sqlite { w, .. }) => match w.running_conn() {
+                Some(conn) => run_on!(&mut **conn, text, args, mode, Sqlite),
+                None => Err(sqlx::Error::PoolClosed),
+            },
             Target::Tx(Tx::Postgres(tx)) => run_on!(&mut **tx, text, args, mode, Postgres),
         }
         .map_err(ctx(what))
@@ -547,6 +557,39 @@ impl Stmt<'_> {
     }
 }
 
+/// A new sale that found no group open and no other sale queued: its statements and its
+/// commit in one trip to the connection's thread (a group would take three: `BEGIN`, the
+/// statements, `COMMIT`), then the sync of the log outside the lock, as for a group. Sales
+/// that queue meanwhile form a group of their own. On failure nothing of it is written.
+async fn sale_alone(
+    mut w: WriteGuard<'_>,
+    pool: &sqlx::SqlitePool,
+    sale: Stmt<'_>,
+    what: &'static str,
+) -> Result<Vec<i64>, StoreError> {
+    let text = format!("BEGIN IMMEDIATE;\n{};\nCOMMIT", sale.text);
+    let args = &sale.args;
+    let conn = w.script_conn(pool).await.map_err(ctx(what))?;
+    let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(ids_of);
+    if ran.is_err() {
+        let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
+    } else {
+        crate::metrics::sqlite_sales_per_commit(1);
+    }
+    w.script_ended();
+    release(w, ran.is_ok(), what).await?;
+    ran.map_err(ctx(what))
+}
+
+/// Ends the transaction `w` holds with `end` (`COMMIT` or `ROLLBACK`). If that fails, the
+/// transaction stays marked running, for the next holder of the lock to roll back.
+async fn end_tx(w: &mut WriteGuard<'_>, end: &'static str) -> Result<(), sqlx::Error> {
+    let conn = w.running_conn().ok_or(sqlx::Error::PoolClosed)?;
+    sqlx::query(end).execute(&mut **conn).await?;
+    w.script_ended();
+    Ok(())
+}
+
 /// Lets the write lock go after a write committed under it and, when `synced`, returns once
 /// that write is on disk: the log is synced outside the lock, as for a group of new sales.
 async fn release(w: WriteGuard<'_>, synced: bool, what: &str) -> Result<(), StoreError> {
@@ -566,9 +609,11 @@ async fn release(w: WriteGuard<'_>, synced: bool, what: &str) -> Result<(), Stor
 /// An open transaction; dropped without [`Tx::commit`] it rolls back. On SQLite it holds the
 /// process's write lock until it ends (the transaction is dropped before the lock).
 pub(super) enum Tx<'l> {
+    /// Run on the write lock's connection, held in the lock's slot marked running until
+    /// [`Tx::commit`] or [`Tx::rollback`]: dropped before, it is rolled back by the next
+    /// holder of the lock, before any other write.
     Sqlite {
-        tx: Transaction<'static, Sqlite>,
-        _write: WriteGuard<'l>,
+        w: WriteGuard<'l>,
         /// Its commit returns once on disk.
         durable: bool,
     },
@@ -586,14 +631,10 @@ impl Tx<'_> {
 
     pub(super) async fn commit(self, what: &'static str) -> Result<(), StoreError> {
         match self {
-            Tx::Sqlite {
-                tx,
-                mut _write,
-                durable,
-            } => {
-                _write.write = what;
-                tx.commit().await.map_err(ctx(what))?;
-                release(_write, durable, what).await
+            Tx::Sqlite { mut w, durable } => {
+                w.write = what;
+                end_tx(&mut w, "COMMIT").await.map_err(ctx(what))?;
+                release(w, durable, what).await
             }
             Tx::Postgres(tx) => tx.commit().await.map_err(ctx(what)),
         }
@@ -601,7 +642,7 @@ impl Tx<'_> {
 
     pub(super) async fn rollback(self) -> Result<(), StoreError> {
         match self {
-            Tx::Sqlite { tx, .. } => tx.rollback().await,
+            Tx::Sqlite { mut w, .. } => end_tx(&mut w, "ROLLBACK").await,
             Tx::Postgres(tx) => tx.rollback().await,
         }
         .map_err(ctx("roll back"))
@@ -626,15 +667,18 @@ impl Db {
                 write_lock,
                 durable,
             } => {
-                let _write = write_lock.lock_for("a transaction rolled back").await;
-                let tx = write_lock
-                    .write_pool(pool)
-                    .begin_with("BEGIN IMMEDIATE")
+                let mut w = write_lock.lock_for("a transaction rolled back").await;
+                let conn = w
+                    .script_conn(pool)
                     .await
                     .map_err(ctx("begin a transaction"))?;
+                if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut **conn).await {
+                    // Nothing began.
+                    w.script_ended();
+                    return Err(ctx("begin a transaction")(e));
+                }
                 Ok(Tx::Sqlite {
-                    tx,
-                    _write,
+                    w,
                     durable: *durable,
                 })
             }
@@ -667,6 +711,10 @@ impl Stmt<'_> {
         let finisher = Finisher::arm(write_lock);
         let (ids, outcome) = {
             let mut w = write_lock.lock_to_join().await;
+            if w.alone() {
+                finisher.disarm();
+                return sale_alone(w, pool, self, what).await.map(Some);
+            }
             let mut member = match w.group(pool).await {
                 Ok(m) => m,
                 Err(e) => {

@@ -60,7 +60,7 @@ pub struct WriteLock(Arc<Inner>);
 
 #[derive(Debug, Default)]
 struct Inner {
-    lock: Mutex<Option<OpenGroup>>,
+    lock: Mutex<Slot>,
     /// New sales queued for the lock.
     queued_sales: AtomicUsize,
     /// The one write connection and its syncs outside the lock; without it (a database in
@@ -117,6 +117,16 @@ fn sync_log(wal: &Path) -> std::io::Result<()> {
     }
 }
 
+/// What the write lock guards: the write connection between writes, and what is open on it.
+#[derive(Debug, Default)]
+pub(super) struct Slot {
+    /// The one write connection ([`Durability`]), kept here between writes rather than
+    /// returned to its pool: sqlx checks a connection given back to its pool with a trip to the
+    /// connection's thread, one more for every write.
+    idle: Option<PoolConnection<Sqlite>>,
+    open: Option<OpenGroup>,
+}
+
 /// The transaction a group of new sales shares, not committed yet; or, marked running, the
 /// connection of a script that begins and ends its own ([`WriteGuard::script_conn`]).
 #[derive(Debug)]
@@ -155,7 +165,7 @@ impl std::fmt::Display for GroupFailed {
 /// The write lock, held until dropped.
 pub(super) struct WriteGuard<'l> {
     lock: &'l WriteLock,
-    guard: MutexGuard<'l, Option<OpenGroup>>,
+    guard: MutexGuard<'l, Slot>,
     since: Instant,
     /// What the holder writes, as the store names it: the label its hold is counted under.
     pub(super) write: &'static str,
@@ -218,9 +228,13 @@ impl WriteLock {
             .map_or(0, |d| d.committed.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
-    /// Closes the connections groups of new sales commit on, if they have their own.
+    /// Closes the write connection, if the lock has its own: any open group is committed, and
+    /// the connection kept between writes goes back to its pool first.
     pub(super) async fn close(&self) {
         if let Some(d) = &self.0.durability {
+            let mut w = self.lock().await;
+            drop(w.guard.idle.take());
+            drop(w);
             d.pool.close().await;
         }
     }
@@ -244,6 +258,7 @@ impl WriteLock {
         let mut w = self.queue("record a new sale").await;
         drop(queued);
         if w.guard
+            .open
             .as_ref()
             .is_some_and(|g| g.sales >= GROUP_MAX || g.running)
         {
@@ -334,11 +349,17 @@ impl<'l> WriteGuard<'l> {
         self.lock
     }
 
+    /// Whether a new sale holding the lock is alone: no group is open and no other sale is
+    /// queued, so it may commit in the same trip as its statements instead of opening a group
+    /// (when the lock has its own write connection, whose commits are synced outside it).
+    pub(super) fn alone(&self) -> bool {
+        self.guard.open.is_none() && !self.lock.sales_queued() && self.lock.0.durability.is_some()
+    }
+
     /// The open group, beginning one on a connection of `pool` if none is open. The group is
     /// rolled back when it ends unless the returned [`Member`] is [`Member::joined`].
     pub(super) async fn group(&mut self, pool: &SqlitePool) -> Result<Member<'_>, sqlx::Error> {
-        if self.guard.is_none() {
-            let pool = self.lock.write_pool(pool);
+        if self.guard.open.is_none() {
             // Kept before `BEGIN` runs, marked running: if this sale is dropped while it
             // runs, the next holder of the lock rolls the connection back rather than leaving
             // a transaction open on it in the pool.
@@ -348,7 +369,7 @@ impl<'l> WriteGuard<'l> {
                 return Err(e);
             }
         }
-        let g = self.guard.as_mut().expect("a group is open");
+        let g = self.guard.open.as_mut().expect("a group is open");
         g.running = true;
         Ok(Member { group: g })
     }
@@ -362,38 +383,70 @@ impl<'l> WriteGuard<'l> {
         pool: &SqlitePool,
     ) -> Result<&mut PoolConnection<Sqlite>, sqlx::Error> {
         self.end_group().await;
-        let pool = self.lock.write_pool(pool);
         Ok(&mut self.hold(pool).await?.conn)
     }
 
-    /// A connection of `pool` kept in the lock's empty slot, marked running: whatever it
+    /// The connection of the script or transaction under way ([`WriteGuard::script_conn`]).
+    pub(super) fn running_conn(&mut self) -> Option<&mut PoolConnection<Sqlite>> {
+        self.guard.open.as_mut().map(|g| &mut g.conn)
+    }
+
+    /// The write connection, kept in the lock's empty slot, marked running: whatever it
     /// begins is rolled back by the next holder of the lock unless it is let go cleanly.
     async fn hold(&mut self, pool: &SqlitePool) -> Result<&mut OpenGroup, sqlx::Error> {
-        Ok(self.guard.insert(OpenGroup {
-            conn: pool.acquire().await?,
+        let conn = self.conn(pool).await?;
+        Ok(self.guard.open.insert(OpenGroup {
+            conn,
             sales: 0,
             running: true,
             outcome: watch::Sender::new(None),
         }))
     }
 
+    /// The write connection for a statement of its own: the one kept between writes, else
+    /// one of the lock's pool (of `pool` when the lock has none). Give it back with
+    /// [`WriteGuard::park`].
+    pub(super) async fn conn(
+        &mut self,
+        pool: &SqlitePool,
+    ) -> Result<PoolConnection<Sqlite>, sqlx::Error> {
+        match self.guard.idle.take() {
+            Some(c) => Ok(c),
+            None => self.lock.write_pool(pool).acquire().await,
+        }
+    }
+
+    /// Keeps the write connection for the next write, once what ran on it ended cleanly
+    /// (`ok`): no transaction open, nothing wrong with the connection. Otherwise, and when the
+    /// lock has no connection of its own, it goes back to its pool, whose check on release
+    /// closes a broken one.
+    pub(super) fn park(&mut self, conn: PoolConnection<Sqlite>, ok: bool) {
+        if ok && self.lock.0.durability.is_some() {
+            self.guard.idle = Some(conn);
+        }
+    }
+
     /// The script ran to its end (its `COMMIT`, or a `ROLLBACK` after its failure): its
-    /// connection goes back to the pool.
+    /// connection is kept for the next write.
     pub(super) fn script_ended(&mut self) {
-        self.guard.take();
+        if let Some(g) = self.guard.open.take() {
+            self.park(g.conn, true);
+        }
     }
 
     /// Commits the open group, if any (rolls it back if a sale's statements did not finish),
     /// and tells its sales the outcome.
     pub(super) async fn end_group(&mut self) {
-        let Some(g) = self.guard.take() else {
+        let Some(g) = self.guard.open.take() else {
             return;
         };
         let sales = g.sales > 0;
         let t = Instant::now();
         // In a task of its own: a holder dropped mid-commit must not leave the group's sales
         // without their outcome, nor a transaction open on the connection.
-        let _ = tokio::spawn(end(g, self.lock.clone())).await;
+        if let Ok(Some(conn)) = tokio::spawn(end(g, self.lock.clone())).await {
+            self.park(conn, true);
+        }
         if sales {
             let took = t.elapsed();
             crate::metrics::sqlite_write_lock_hold(GROUP_COMMIT, took);
@@ -404,8 +457,8 @@ impl<'l> WriteGuard<'l> {
 
 /// Commits `g` (rolls it back if a sale's statements did not finish) and tells its sales,
 /// once it is on disk: when its log is synced outside the lock, from a task of its own, which
-/// this does not wait for.
-async fn end(mut g: OpenGroup, lock: WriteLock) {
+/// this does not wait for. The connection, to keep if it is known to be left clean.
+async fn end(mut g: OpenGroup, lock: WriteLock) -> Option<PoolConnection<Sqlite>> {
     let ended = if g.running {
         Err("a sale of its group was interrupted".to_owned())
     } else {
@@ -415,21 +468,21 @@ async fn end(mut g: OpenGroup, lock: WriteLock) {
             .map(|_| ())
             .map_err(|e| e.to_string())
     };
-    if ended.is_ok() {
+    let clean = if ended.is_ok() {
         crate::metrics::sqlite_sales_per_commit(g.sales);
+        true
     } else {
         // Nothing of the group may stay half there, nor a transaction open on a pooled
-        // connection (a `ROLLBACK` with none open fails harmlessly).
-        let _ = sqlx::query("ROLLBACK").execute(&mut *g.conn).await;
-    }
+        // connection (a `ROLLBACK` with none open fails harmlessly, and the connection then
+        // goes back to its pool).
+        sqlx::query("ROLLBACK").execute(&mut *g.conn).await.is_ok()
+    };
     let OpenGroup {
         conn,
         sales,
         outcome,
         ..
     } = g;
-    // The connection goes back to the pool before the sync.
-    drop(conn);
     match (ended, &lock.0.durability) {
         (Ok(()), Some(_)) if sales > 0 => {
             let ticket = lock.committed();
@@ -442,12 +495,19 @@ async fn end(mut g: OpenGroup, lock: WriteLock) {
             outcome.send_replace(Some(ended.map_err(GroupFailed::NotWritten)));
         }
     }
+    clean.then_some(conn)
 }
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         let held = self.since.elapsed().saturating_sub(self.others);
         crate::metrics::sqlite_write_lock_hold(self.write, held);
+        if self.guard.open.as_ref().is_some_and(|g| g.running) {
+            // A script or transaction left midway (a failed statement's `?`, a caller that
+            // went away): rolled back now, by a task that takes the lock, not when the next
+            // write comes; until then it would keep other processes from writing.
+            drop(Finisher::arm(self.lock));
+        }
     }
 }
 
@@ -493,265 +553,5 @@ impl Member<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn pool(dir: &tempfile::TempDir) -> SqlitePool {
-        let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
-        let pool = SqlitePool::connect(&url).await.expect("open");
-        sqlx::query("PRAGMA journal_mode = WAL")
-            .execute(&pool)
-            .await
-            .expect("wal");
-        sqlx::query("CREATE TABLE t (x INTEGER NOT NULL)")
-            .execute(&pool)
-            .await
-            .expect("table");
-        pool
-    }
-
-    /// A sale of `value` run in the open group: its outcome when it joined, `None` when its
-    /// statement failed (the group is then rolled back).
-    async fn sale(
-        lock: &WriteLock,
-        pool: &SqlitePool,
-        value: Option<i64>,
-    ) -> Option<watch::Receiver<Option<Outcome>>> {
-        let mut w = lock.lock_to_join().await;
-        let mut m = w.group(pool).await.expect("group");
-        let ran = sqlx::query("INSERT INTO t (x) VALUES ($1)")
-            .bind(value)
-            .execute(&mut **m.conn())
-            .await;
-        if ran.is_ok() {
-            return Some(m.joined());
-        }
-        w.end_group().await;
-        None
-    }
-
-    async fn rows(pool: &SqlitePool) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM t")
-            .fetch_one(pool)
-            .await
-            .expect("count")
-    }
-
-    #[tokio::test]
-    async fn sales_share_one_commit_made_by_the_next_writer() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = WriteLock::default();
-        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
-        let b = sale(&lock, &pool, Some(2)).await.expect("joined");
-        assert!(
-            a.borrow().clone().is_none() && b.borrow().clone().is_none(),
-            "not committed yet"
-        );
-        assert_eq!(rows(&pool).await, 0, "others see nothing before the commit");
-        drop(lock.lock().await);
-        assert_eq!(
-            (a.borrow().clone(), b.borrow().clone()),
-            (Some(Ok(())), Some(Ok(())))
-        );
-        assert_eq!(rows(&pool).await, 2);
-        // The next sale opens a group of its own.
-        let c = sale(&lock, &pool, Some(3)).await.expect("joined");
-        assert!(c.borrow().clone().is_none());
-        drop(lock.lock().await);
-        assert_eq!(c.borrow().clone(), Some(Ok(())));
-        assert_eq!(rows(&pool).await, 3);
-    }
-
-    #[tokio::test]
-    async fn a_failed_sale_rolls_its_whole_group_back() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = WriteLock::default();
-        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
-        assert!(sale(&lock, &pool, None).await.is_none(), "NOT NULL fails");
-        assert!(
-            matches!(a.borrow().clone(), Some(Err(_))),
-            "told it was not written"
-        );
-        drop(lock.lock().await);
-        assert_eq!(rows(&pool).await, 0, "nothing of the group is there");
-        // The connection came back without a transaction open: the next group works.
-        let b = sale(&lock, &pool, Some(2)).await.expect("joined");
-        drop(lock.lock().await);
-        assert_eq!(b.borrow().clone(), Some(Ok(())));
-        assert_eq!(rows(&pool).await, 1);
-    }
-
-    #[tokio::test]
-    async fn a_sale_dropped_mid_statements_rolls_its_group_back() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = WriteLock::default();
-        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
-        {
-            // A sale whose statements ran but which was dropped before it joined: half there.
-            let mut w = lock.lock_to_join().await;
-            let mut m = w.group(&pool).await.expect("group");
-            sqlx::query("INSERT INTO t (x) VALUES (2)")
-                .execute(&mut **m.conn())
-                .await
-                .expect("insert");
-        }
-        let b = sale(&lock, &pool, Some(3)).await.expect("joined");
-        assert!(
-            matches!(a.borrow().clone(), Some(Err(_))),
-            "{:?}",
-            a.borrow().clone()
-        );
-        drop(lock.lock().await);
-        assert_eq!(b.borrow().clone(), Some(Ok(())), "a group of its own");
-        let kept: Vec<i64> = sqlx::query_scalar("SELECT x FROM t")
-            .fetch_all(&pool)
-            .await
-            .expect("rows");
-        assert_eq!(kept, vec![3]);
-    }
-
-    #[tokio::test]
-    async fn a_script_dropped_midway_is_rolled_back_by_the_next_writer() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = WriteLock::default();
-        {
-            // A script whose caller went away after its first statements: no `COMMIT` ran.
-            let mut w = lock.lock().await;
-            let conn = w.script_conn(&pool).await.expect("conn");
-            sqlx::raw_sql("BEGIN IMMEDIATE; INSERT INTO t (x) VALUES (1);")
-                .execute(&mut **conn)
-                .await
-                .expect("half a script");
-        }
-        {
-            let mut w = lock.lock().await;
-            let conn = w.script_conn(&pool).await.expect("conn");
-            sqlx::raw_sql("BEGIN IMMEDIATE; INSERT INTO t (x) VALUES (2); COMMIT;")
-                .execute(&mut **conn)
-                .await
-                .expect("a whole script, on a connection with no transaction left open");
-            w.script_ended();
-        }
-        let kept: Vec<i64> = sqlx::query_scalar("SELECT x FROM t")
-            .fetch_all(&pool)
-            .await
-            .expect("rows");
-        assert_eq!(kept, vec![2]);
-        // Every connection of the pool is free of a transaction: a write on each succeeds.
-        for _ in 0..pool.size() {
-            let mut c = pool.acquire().await.expect("conn");
-            sqlx::raw_sql("BEGIN IMMEDIATE; COMMIT;")
-                .execute(&mut *c)
-                .await
-                .expect("no transaction open");
-        }
-    }
-
-    #[tokio::test]
-    async fn a_sale_whose_group_nobody_commits_commits_it_itself() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = WriteLock::default();
-        assert!(!lock.sales_queued());
-        // Handed on to a sale that never came: the outcome is waited for, then made.
-        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
-        assert_eq!(lock.outcome(a).await, Ok(()));
-        assert_eq!(rows(&pool).await, 1);
-    }
-
-    #[tokio::test]
-    async fn a_sale_that_goes_away_leaves_its_group_committed() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = WriteLock::default();
-        let mut a = sale(&lock, &pool, Some(1)).await.expect("joined");
-        // The sale is dropped before its outcome: its finisher ends the group from a task.
-        drop(Finisher::arm(&lock));
-        let ended = tokio::time::timeout(Duration::from_millis(500), a.wait_for(Option::is_some))
-            .await
-            .expect("ended well before the hand-over wait")
-            .expect("an outcome")
-            .clone();
-        assert_eq!(ended, Some(Ok(())));
-        assert_eq!(rows(&pool).await, 1);
-    }
-
-    /// A lock that writes on a connection of its own with `synchronous = NORMAL` and syncs the
-    /// log at `wal_of` (the database's file name, `-wal` added).
-    async fn deferring(dir: &tempfile::TempDir, wal_of: &Path) -> WriteLock {
-        let opts = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(dir.path().join("t.db"))
-            .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
-        let normal = SqlitePool::connect_with(opts).await.expect("open");
-        WriteLock::deferring_sync(Durability::new(normal.clone(), wal_of), normal)
-    }
-
-    fn counts(lock: &WriteLock) -> (u64, u64) {
-        let d = lock.0.durability.as_ref().expect("deferring");
-        (d.committed.load(Ordering::SeqCst), *d.synced.borrow())
-    }
-
-    #[tokio::test]
-    async fn a_group_is_told_its_outcome_once_its_log_is_synced() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = deferring(&dir, &dir.path().join("t.db")).await;
-        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
-        let b = sale(&lock, &pool, Some(2)).await.expect("joined");
-        drop(lock.lock().await);
-        assert_eq!(counts(&lock).0, 1, "one commit for the group");
-        assert_eq!(lock.outcome(a).await, Ok(()));
-        assert_eq!(lock.outcome(b).await, Ok(()));
-        assert_eq!(
-            counts(&lock),
-            (1, 1),
-            "told only once the sync covered the commit"
-        );
-        assert_eq!(rows(&pool).await, 2);
-        // A claim after it waits for nothing more.
-        assert_eq!(lock.durable().await, Ok(()));
-        assert_eq!(counts(&lock), (1, 1));
-    }
-
-    #[tokio::test]
-    async fn a_claim_waits_until_every_committed_group_is_synced() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        let lock = deferring(&dir, &dir.path().join("t.db")).await;
-        let mut seen = Vec::new();
-        for x in 1..=3 {
-            seen.push(sale(&lock, &pool, Some(x)).await.expect("joined"));
-            drop(lock.lock().await);
-        }
-        assert_eq!(counts(&lock).0, 3);
-        lock.durable().await.expect("synced");
-        assert_eq!(
-            counts(&lock).1,
-            3,
-            "the claim returned with every commit on disk"
-        );
-        for s in seen {
-            assert_eq!(lock.outcome(s).await, Ok(()));
-        }
-    }
-
-    #[tokio::test]
-    async fn a_group_whose_log_cannot_be_synced_is_written_but_not_acknowledged() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pool = pool(&dir).await;
-        // The log's path lies under a file, so it cannot be opened to sync.
-        let not_a_dir = dir.path().join("plain");
-        std::fs::write(&not_a_dir, b"x").expect("file");
-        let lock = deferring(&dir, &not_a_dir.join("t.db")).await;
-        let a = sale(&lock, &pool, Some(1)).await.expect("joined");
-        drop(lock.lock().await);
-        let told = lock.outcome(a).await;
-        assert!(matches!(told, Err(GroupFailed::NotSynced(_))), "{told:?}");
-        assert_eq!(rows(&pool).await, 1, "written: not to be recorded again");
-        assert!(lock.durable().await.is_err(), "and no claim goes on");
-    }
-}
+#[path = "writer_tests.rs"]
+mod tests;
