@@ -23,7 +23,7 @@ impl Db {
                     .map_err(ctx("copy the SQLite database (VACUUM INTO)"))?;
                 Ok(())
             }
-            Db::Postgres(_) => Err(StoreError::Other(
+            Db::Postgres(..) => Err(StoreError::Other(
                 "`autofactura backup` copies SQLite; back up PostgreSQL with pg_dump \
                  (docs/ops/backups.md)"
                     .into(),

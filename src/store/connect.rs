@@ -3,6 +3,7 @@
 //! throwaway PostgreSQL databases that tests and benchmarks run in.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -10,6 +11,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
+use super::stash::Stash;
 use super::writer::{Durability, WriteLock};
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
 use crate::config::DatabaseSettings;
@@ -69,6 +71,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
             pool,
             write_lock,
             durable: true,
+            reads: Arc::new(Stash::for_pool(settings.max_connections)),
         })
     } else {
         let opts = PgConnectOptions::from_str(url).map_err(ctx("parse the PostgreSQL URL"))?;
@@ -88,7 +91,10 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
             .connect_with(opts)
             .await
             .map_err(ctx("connect to PostgreSQL"))?;
-        Ok(Db::Postgres(pool))
+        Ok(Db::Postgres(
+            pool,
+            Arc::new(Stash::for_pool(settings.max_connections)),
+        ))
     }
 }
 
@@ -140,9 +146,10 @@ impl Db {
                     pool,
                     write_lock: write_lock.clone(),
                     durable: false,
+                    reads: Arc::new(Stash::for_pool(settings.max_connections.min(4))),
                 })
             }
-            Db::Postgres(_) => {
+            Db::Postgres(..) => {
                 let opts = PgConnectOptions::from_str(url)
                     .map_err(ctx("parse the PostgreSQL URL"))?
                     .options([("synchronous_commit", "off")]);
@@ -151,7 +158,10 @@ impl Db {
                     .connect_with(opts)
                     .await
                     .map_err(ctx("connect to PostgreSQL for the workers"))?;
-                Ok(Db::Postgres(pool))
+                Ok(Db::Postgres(
+                    pool,
+                    Arc::new(Stash::for_pool(settings.max_connections)),
+                ))
             }
         }
     }
@@ -161,7 +171,7 @@ impl Db {
     pub fn backend(&self) -> &'static str {
         match self {
             Db::Sqlite { .. } => "sqlite",
-            Db::Postgres(_) => "postgres",
+            Db::Postgres(..) => "postgres",
         }
     }
 
@@ -174,7 +184,7 @@ impl Db {
                     .run(pool)
                     .await?;
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool, ..) => {
                 Migrator::new(Embedded(POSTGRES_MIGRATIONS))
                     .await?
                     .run(pool)
@@ -193,7 +203,7 @@ impl Db {
                     .await
                     .map_err(ctx("ping SQLite"))?;
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool, ..) => {
                 sqlx::query("SELECT 1")
                     .execute(pool)
                     .await
@@ -206,15 +216,22 @@ impl Db {
     pub async fn close(&self) {
         match self {
             Db::Sqlite {
-                pool, write_lock, ..
+                pool,
+                write_lock,
+                reads,
+                ..
             } => {
+                reads.close();
                 // An open group of sales holds a connection the close would wait for: ended
                 // (committed) first.
                 drop(write_lock.lock().await);
                 write_lock.close().await;
                 pool.close().await;
             }
-            Db::Postgres(pool) => pool.close().await,
+            Db::Postgres(pool, stash) => {
+                stash.close();
+                pool.close().await;
+            }
         }
     }
 }

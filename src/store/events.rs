@@ -259,7 +259,7 @@ impl Db {
         {
             return Ok(out);
         }
-        if let (Db::Postgres(_), EventRow::Insert(ev), None) = (self, event, &payment.arca)
+        if let (Db::Postgres(..), EventRow::Insert(ev), None) = (self, event, &payment.arca)
             && let Some(out) = self
                 .record_new_sale_pg(ev, payment, draft.as_ref(), now)
                 .await?

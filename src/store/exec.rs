@@ -485,21 +485,27 @@ impl<'a> Stmt<'a> {
                 pool,
                 write_lock,
                 durable,
+                ..
             }) if write => {
                 let mut w = write_lock.lock_for(what).await;
                 let mut conn = w.conn(pool).await.map_err(ctx(what))?;
                 let ran = run_on!(&mut *conn, text, args, mode, Sqlite);
-                // A statement SQLite refused leaves its connection as it was.
-                let clean = match &ran {
-                    Ok(_) => true,
-                    Err(e) => matches!(e, sqlx::Error::Database(_)),
-                };
-                w.park(conn, clean);
+                w.park(conn, super::stash::clean(&ran));
                 release(w, *durable && ran.is_ok(), what).await?;
                 ran
             }
-            Target::Pool(Db::Sqlite { pool, .. }) => run_on!(pool, text, args, mode, Sqlite),
-            Target::Pool(Db::Postgres(pool)) => run_on!(pool, text, args, mode, Postgres),
+            Target::Pool(Db::Sqlite { pool, reads, .. }) => {
+                let mut conn = reads.take(pool).await.map_err(ctx(what))?;
+                let ran = run_on!(&mut *conn, text, args, mode, Sqlite);
+                reads.put(conn, super::stash::clean(&ran));
+                ran
+            }
+            Target::Pool(Db::Postgres(pool, stash)) => {
+                let mut conn = stash.take(pool).await.map_err(ctx(what))?;
+                let ran = run_on!(&mut *conn, text, args, mode, Postgres);
+                stash.put(conn, super::stash::clean(&ran));
+                ran
+            }
             Target::Tx(Tx::Sqlite { w, .. }) => match w.running_conn() {
                 Some(conn) => run_on!(&mut **conn, text, args, mode, Sqlite),
                 None => Err(sqlx::Error::PoolClosed),
@@ -538,6 +544,7 @@ impl Stmt<'_> {
             pool,
             write_lock,
             durable,
+            ..
         } = db
         else {
             return Err(StoreError::Other(format!(
@@ -654,7 +661,7 @@ impl Db {
     pub(super) fn dialect(&self) -> Dialect {
         match self {
             Db::Sqlite { .. } => Dialect::Sqlite,
-            Db::Postgres(_) => Dialect::Postgres,
+            Db::Postgres(..) => Dialect::Postgres,
         }
     }
 
@@ -666,6 +673,7 @@ impl Db {
                 pool,
                 write_lock,
                 durable,
+                ..
             } => {
                 let mut w = write_lock.lock_for("a transaction rolled back").await;
                 let conn = w
@@ -682,7 +690,7 @@ impl Db {
                     durable: *durable,
                 })
             }
-            Db::Postgres(pool) => Ok(Tx::Postgres(
+            Db::Postgres(pool, ..) => Ok(Tx::Postgres(
                 pool.begin().await.map_err(ctx("begin a transaction"))?,
             )),
         }

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::exec::{Dialected, Tx, column, stmt};
+use super::stash::clean;
 use super::{Db, StoreError, ctx};
 
 /// PostgreSQL, in one statement: locks the rows of the batch still without a folio (in id
@@ -105,13 +106,17 @@ impl Db {
     ) -> Result<Vec<(i64, String)>, StoreError> {
         let what = "assign folios";
         match self {
-            Db::Postgres(pool) => sqlx::query_as(ASSIGN_PG)
-                .bind(column(ids, |id| *id))
-                .bind(serie)
-                .bind(owner)
-                .fetch_all(pool)
-                .await
-                .map_err(ctx(what)),
+            Db::Postgres(pool, stash) => {
+                let mut conn = stash.take(pool).await.map_err(ctx(what))?;
+                let numbered = sqlx::query_as(ASSIGN_PG)
+                    .bind(column(ids, |id| *id))
+                    .bind(serie)
+                    .bind(owner)
+                    .fetch_all(&mut *conn)
+                    .await;
+                stash.put(conn, clean(&numbered));
+                numbered.map_err(ctx(what))
+            }
             Db::Sqlite { .. } => {
                 let json = |ids: &[i64]| serde_json::Value::from(ids.to_vec()).to_string();
                 let mut tx = self.begin().await?;

@@ -11,8 +11,10 @@
 //!   claims, JSON extraction, and the worker's batched sealing and settles (arrays on
 //!   PostgreSQL, one script on SQLite). It also maps the domain's states
 //!   ([`crate::domain::DocumentState`], …) to and from their one stored spelling.
-//! - `writer.rs`: SQLite's one writer: the write lock every write queues on, and the group
-//!   commit that lets new sales share one fsync.
+//! - `writer.rs`: SQLite's one writer: the write lock every write queues on, the one write
+//!   connection it keeps, and the group commit that lets new sales share one fsync.
+//! - `stash.rs`: connections kept between statements, out of their pool (sqlx checks a
+//!   connection given back to its pool with one more round trip).
 //! - `rows.rs`: the `#[derive(sqlx::FromRow)]` structs statements read into.
 //! - `events.rs`: webhook deliveries and the ingest transaction.
 //! - `payments.rs`: payments.
@@ -88,6 +90,7 @@ mod portal;
 mod refunds;
 mod rows;
 mod settle;
+mod stash;
 mod views;
 mod writer;
 
@@ -363,8 +366,11 @@ pub enum Db {
         pool: SqlitePool,
         write_lock: writer::WriteLock,
         durable: bool,
+        /// The read connections kept between statements ([`stash::Stash`]).
+        reads: std::sync::Arc<stash::Stash<sqlx::Sqlite>>,
     },
-    Postgres(PgPool),
+    /// The connections its statements keep between them ([`stash::Stash`]).
+    Postgres(PgPool, std::sync::Arc<stash::Stash<sqlx::Postgres>>),
 }
 
 /// The embedded migrations of one backend, as a sqlx source.

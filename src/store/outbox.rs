@@ -17,6 +17,7 @@ use super::deliveries::queue_event_in;
 use super::exec::{Dialect, Dialected, Stmt, Tx, column, shift_params, stmt};
 use super::merchant::queue_merchant_event_in;
 pub use super::rows::ClaimedStamp;
+use super::stash::clean;
 use super::{Db, ctx};
 use crate::cfdi::InvoiceRequest;
 use crate::domain::delivery::Event;
@@ -356,17 +357,21 @@ impl Db {
                     .await
             }
             // One statement over arrays, whatever the number of rows.
-            Db::Postgres(pool) => sqlx::query_scalar(
-                "UPDATE outbox o SET sealed_xml = v.xml, sealed_at = $3 \
+            Db::Postgres(pool, stash) => {
+                let mut conn = stash.take(pool).await.map_err(ctx(what))?;
+                let saved = sqlx::query_scalar(
+                    "UPDATE outbox o SET sealed_xml = v.xml, sealed_at = $3 \
                      FROM unnest($1::bigint[], $2::bytea[]) AS v(id, xml) \
                      WHERE o.id = v.id AND o.sealed_xml IS NULL RETURNING o.id",
-            )
-            .bind(column(rows, |r| r.0))
-            .bind(column(rows, |r| r.1))
-            .bind(now)
-            .fetch_all(pool)
-            .await
-            .map_err(ctx(what)),
+                )
+                .bind(column(rows, |r| r.0))
+                .bind(column(rows, |r| r.1))
+                .bind(now)
+                .fetch_all(&mut *conn)
+                .await;
+                stash.put(conn, clean(&saved));
+                saved.map_err(ctx(what))
+            }
         }
     }
 

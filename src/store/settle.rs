@@ -12,6 +12,7 @@ use super::attempts::{Attempt, INSERT_ATTEMPT, bind_attempt, counted};
 use super::deliveries::{QUEUE_STAMPED, QUEUE_STAMPED_MANY_PG, stamped_message_id};
 use super::exec::{Dialect, Stmt, column, shift_params, stmt};
 use super::merchant::MERCHANT_EVENT;
+use super::stash::clean;
 use super::{Db, StoreError, ctx};
 use crate::domain::DocumentState;
 
@@ -370,11 +371,12 @@ impl Db {
                 .sqlite_script_ids(self, what)
                 .await
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool, stash) => {
                 for o in outcomes {
                     counted(&o.attempt(owner));
                 }
-                sqlx::query_scalar(SETTLE_STAMPED_MANY_PG_SQL.as_str())
+                let mut conn = stash.take(pool).await.map_err(ctx(what))?;
+                let settled = sqlx::query_scalar(SETTLE_STAMPED_MANY_PG_SQL.as_str())
                     .bind(column(outcomes, |o| o.id))
                     .bind(column(outcomes, |o| o.uuid.as_str()))
                     .bind(column(outcomes, |o| o.tfd_xml.as_str()))
@@ -390,9 +392,10 @@ impl Db {
                     .bind(now)
                     .bind(owner)
                     .bind(column(outcomes, |o| stamped_message_id(&o.uuid, mail)))
-                    .fetch_all(pool)
-                    .await
-                    .map_err(ctx(what))
+                    .fetch_all(&mut *conn)
+                    .await;
+                stash.put(conn, clean(&settled));
+                settled.map_err(ctx(what))
             }
         }
     }

@@ -250,8 +250,20 @@ async fn a_claim_waits_until_every_committed_group_is_synced() {
 async fn the_write_connection_is_kept_between_writes_and_left_clean() {
     let dir = tempfile::tempdir().expect("dir");
     let pool = pool(&dir).await;
-    let lock = deferring(&dir, &dir.path().join("t.db")).await;
-    let writes = lock.write_pool(&pool).clone();
+    // As the appliance opens it: one write connection, the checkpoints through the reads' pool.
+    let writes = sqlx::pool::PoolOptions::<Sqlite>::new()
+        .max_connections(1)
+        .connect_with(
+            sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(dir.path().join("t.db"))
+                .synchronous(sqlx::sqlite::SqliteSynchronous::Normal),
+        )
+        .await
+        .expect("open");
+    let lock = WriteLock::deferring_sync(
+        Durability::new(writes.clone(), &dir.path().join("t.db")),
+        pool.clone(),
+    );
     {
         // A transaction whose caller went away before its `COMMIT`.
         let mut w = lock.lock().await;

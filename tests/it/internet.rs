@@ -368,7 +368,7 @@ async fn postgres_connects_over_tls_with_sslmode_require() {
     let plain = store::connect(&settings(with_param(&url, "sslmode", "disable")))
         .await
         .expect("plain connection");
-    let Db::Postgres(pool) = &plain else {
+    let Db::Postgres(pool, ..) = &plain else {
         panic!("not PostgreSQL")
     };
     let (ssl, cert): (String, String) = (
@@ -399,7 +399,7 @@ async fn postgres_connects_over_tls_with_sslmode_require() {
     let tls = store::connect(&settings(with_param(&url, "sslmode", "require")))
         .await
         .expect("sslmode=require connects");
-    let Db::Postgres(pool) = &tls else {
+    let Db::Postgres(pool, ..) = &tls else {
         panic!("not PostgreSQL")
     };
     let on: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")

@@ -225,7 +225,7 @@ macro_rules! fixture_sql {
             Db::Sqlite { pool, .. } => {
                 sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))$(.bind($bind))*.execute(pool).await.expect("fixture");
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool, ..) => {
                 let mut n = 0;
                 let pg: String = sql.chars().map(|c| if c == '?' { n += 1; format!("${n}") } else { c.to_string() }).collect();
                 sqlx::query(sqlx::AssertSqlSafe(pg))$(.bind($bind))*.execute(pool).await.expect("fixture");

@@ -17,7 +17,7 @@ macro_rules! on_pool {
     ($db:expr, |$pool:ident| $body:expr) => {
         match $db {
             Db::Sqlite { pool: $pool, .. } => $body,
-            Db::Postgres($pool) => $body,
+            Db::Postgres($pool, ..) => $body,
         }
     };
 }
