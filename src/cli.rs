@@ -245,7 +245,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Cfdi(cmd)) => run_cfdi(cmd),
-        Some(Command::Serve) | None => block_on(ops::serve(cli.config.as_deref())),
+        Some(Command::Serve) | None => serve_on(ops::serve(cli.config.as_deref())),
         Some(Command::Config(ConfigCommand::Check)) => config_check(cli.config.as_deref()),
         Some(Command::HashPassword) => hash_password(),
         Some(Command::Backup { out }) => block_on(ops::backup(cli.config.as_deref(), &out)),
@@ -361,6 +361,27 @@ fn hash_password() -> anyhow::Result<ExitCode> {
     let hash = crate::admin::auth::hash_password(password).map_err(|e| anyhow::anyhow!(e))?;
     println!("{hash}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `serve` on a runtime with half the cores as worker threads (at least one), unless
+/// `TOKIO_WORKER_THREADS` says otherwise. The HTTP server runs threads of its own, one per core,
+/// beside them; what the runtime's threads do (the worker pool's PAC calls and writes) mostly
+/// waits, and the seal runs on the blocking threads. Every thread more is one more to wake and
+/// put to sleep between sales: with one worker thread instead of two, the appliance's CPU per
+/// stamp fell 5–9 % in the end-to-end bench on a 2-core machine (BENCHMARKS.md), with no loss
+/// of throughput.
+fn serve_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    f: F,
+) -> anyhow::Result<ExitCode> {
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rt.worker_threads((cores / 2).max(1));
+    }
+    rt.enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?
+        .block_on(f)
 }
 
 /// Runs an async command on a fresh multi-threaded runtime.
