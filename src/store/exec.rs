@@ -551,17 +551,30 @@ impl Stmt<'_> {
                 "cannot {what}: a multi-statement script runs on SQLite only"
             )));
         };
-        let mut w = write_lock.lock_for(what).await;
-        let conn = w.script_conn(pool).await.map_err(ctx(what))?;
-        let (text, args) = (self.text, &self.args);
-        let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(ids_of);
-        if ran.is_err() {
-            let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
-        }
-        w.script_ended();
-        release(w, *durable && ran.is_ok(), what).await?;
-        ran.map_err(ctx(what))
+        let w = write_lock.lock_for(what).await;
+        run_script(w, pool, &self.text, &self.args, *durable, what).await
     }
+}
+
+/// Runs a script from `BEGIN IMMEDIATE` to `COMMIT` under the lock `w` holds, in one trip,
+/// rolling it back if it fails, and lets the lock go (returning once on disk when `durable`).
+/// The ids its rows return, in order.
+async fn run_script(
+    mut w: WriteGuard<'_>,
+    pool: &sqlx::SqlitePool,
+    text: &str,
+    args: &[Arg<'_>],
+    durable: bool,
+    what: &'static str,
+) -> Result<Vec<i64>, StoreError> {
+    let conn = w.script_conn(pool).await.map_err(ctx(what))?;
+    let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(ids_of);
+    if ran.is_err() {
+        let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
+    }
+    w.script_ended();
+    release(w, durable && ran.is_ok(), what).await?;
+    ran.map_err(ctx(what))
 }
 
 /// A new sale that found no group open and no other sale queued: its statements and its
@@ -569,23 +582,15 @@ impl Stmt<'_> {
 /// statements, `COMMIT`), then the sync of the log outside the lock, as for a group. Sales
 /// that queue meanwhile form a group of their own. On failure nothing of it is written.
 async fn sale_alone(
-    mut w: WriteGuard<'_>,
+    w: WriteGuard<'_>,
     pool: &sqlx::SqlitePool,
     sale: Stmt<'_>,
     what: &'static str,
 ) -> Result<Vec<i64>, StoreError> {
     let text = format!("BEGIN IMMEDIATE;\n{};\nCOMMIT", sale.text);
-    let args = &sale.args;
-    let conn = w.script_conn(pool).await.map_err(ctx(what))?;
-    let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(ids_of);
-    if ran.is_err() {
-        let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
-    } else {
-        crate::metrics::sqlite_sales_per_commit(1);
-    }
-    w.script_ended();
-    release(w, ran.is_ok(), what).await?;
-    ran.map_err(ctx(what))
+    let ids = run_script(w, pool, &text, &sale.args, true, what).await?;
+    crate::metrics::sqlite_sales_per_commit(1);
+    Ok(ids)
 }
 
 /// Ends the transaction `w` holds with `end` (`COMMIT` or `ROLLBACK`). If that fails, the

@@ -89,12 +89,12 @@ impl Worker {
     /// claimed and prepared, its first row kept here and the rest queued for the other slots;
     /// with no stamp due, and unless `stamps_only`, a cancellation, processed at once.
     pub(super) async fn next(&self, slot: usize, stamps_only: bool) -> Result<Next, StoreError> {
-        let mut turn = match self.row_or_turn().await {
+        let turn = match self.row_or_turn().await {
             Found::Row(p) => return Ok(Next::Ready(p)),
             Found::Turn(t) => Some(t),
             Found::Nothing => None,
         };
-        if let Some(mut t) = turn.take() {
+        if let Some(mut t) = turn {
             if self.claims.caught_up()
                 && let Some(last) = t.last()
             {
