@@ -159,21 +159,51 @@ impl Proc {
 
 /// A port that was free a moment ago (children take their address from their arguments),
 /// below the kernel's range for outgoing connections: a process restarted on it must not find
-/// it taken by one of the run's own client connections.
+/// it taken by one of the run's own client connections. A port is handed out once per run:
+/// the processes are started after all their ports are picked, so a port still free because
+/// its process has not started yet must not be picked again for another.
 pub fn free_port() -> anyhow::Result<u16> {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let free = |port: u16| {
+        !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+    };
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32768);
-    if low > 11_000 {
-        for _ in 0..200 {
-            let port = rand::random_range(10_000..low);
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return Ok(port);
+    let picked = (low > 11_000)
+        .then(|| {
+            (0..200)
+                .map(|_| rand::random_range(10_000..low))
+                .find(|&p| free(p))
+        })
+        .flatten();
+    let port = match picked {
+        Some(port) => port,
+        None => loop {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            if !given.contains(&port) {
+                break port;
             }
-        }
+        },
+    };
+    given.push(port);
+    Ok(port)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_port_is_handed_out_once_even_while_nothing_listens_on_it() {
+        let mut ports: Vec<u16> = (0..2_000).map(|_| super::free_port().unwrap()).collect();
+        ports.sort_unstable();
+        let picked = ports.len();
+        ports.dedup();
+        assert_eq!(ports.len(), picked, "a port was handed out twice");
     }
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
