@@ -16,7 +16,7 @@ use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
 
 use std::sync::OnceLock;
 
-use super::writer::{Finisher, GroupFailed, WriteGuard};
+use super::writer::WriteGuard;
 use super::{Db, StoreError, ctx};
 use crate::domain::{
     ArcaVoucherState, CancellationState, DeliveryState, DocumentKind, DocumentState, LineState,
@@ -516,15 +516,17 @@ impl<'a> Stmt<'a> {
     }
 }
 
-/// The ids a script's rows return, in order.
-fn ids_of(out: Out) -> Result<Vec<i64>, sqlx::Error> {
+/// The rows a script returns, in order.
+fn rows_of<T: Record>(out: Out) -> Result<Vec<T>, sqlx::Error> {
     match out {
-        Out::Sqlite(rows) => rows
-            .iter()
-            .map(|r| <(i64,)>::from_row(r).map(|(id,)| id))
-            .collect(),
+        Out::Sqlite(rows) => rows.iter().map(T::from_row).collect(),
         _ => Ok(Vec::new()),
     }
+}
+
+/// The ids a script's rows return, in order.
+fn ids_of(out: Out) -> Result<Vec<i64>, sqlx::Error> {
+    rows_of::<(i64,)>(out).map(|rows| rows.into_iter().map(|(id,)| id).collect())
 }
 
 impl Stmt<'_> {
@@ -540,6 +542,16 @@ impl Stmt<'_> {
         db: &Db,
         what: &'static str,
     ) -> Result<Vec<i64>, StoreError> {
+        let rows: Vec<(i64,)> = self.sqlite_script_rows(db, what).await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// [`Stmt::sqlite_script_ids`], for rows of any shape.
+    pub(super) async fn sqlite_script_rows<T: Record>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
         let Db::Sqlite {
             pool,
             write_lock,
@@ -552,45 +564,30 @@ impl Stmt<'_> {
             )));
         };
         let w = write_lock.lock_for(what).await;
-        run_script(w, pool, &self.text, &self.args, *durable, what).await
+        run_script(w, pool, &self.text, &self.args, *durable, what, rows_of).await
     }
 }
 
 /// Runs a script from `BEGIN IMMEDIATE` to `COMMIT` under the lock `w` holds, in one trip,
 /// rolling it back if it fails, and lets the lock go (returning once on disk when `durable`).
-/// The ids its rows return, in order.
-async fn run_script(
+/// Its rows, as `read` reads them.
+async fn run_script<T>(
     mut w: WriteGuard<'_>,
     pool: &sqlx::SqlitePool,
     text: &str,
     args: &[Arg<'_>],
     durable: bool,
     what: &'static str,
-) -> Result<Vec<i64>, StoreError> {
+    read: fn(Out) -> Result<T, sqlx::Error>,
+) -> Result<T, StoreError> {
     let conn = w.script_conn(pool).await.map_err(ctx(what))?;
-    let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(ids_of);
+    let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(read);
     if ran.is_err() {
         let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
     }
     w.script_ended();
     release(w, durable && ran.is_ok(), what).await?;
     ran.map_err(ctx(what))
-}
-
-/// A new sale that found no group open and no other sale queued: its statements and its
-/// commit in one trip to the connection's thread (a group would take three: `BEGIN`, the
-/// statements, `COMMIT`), then the sync of the log outside the lock, as for a group. Sales
-/// that queue meanwhile form a group of their own. On failure nothing of it is written.
-async fn sale_alone(
-    w: WriteGuard<'_>,
-    pool: &sqlx::SqlitePool,
-    sale: Stmt<'_>,
-    what: &'static str,
-) -> Result<Vec<i64>, StoreError> {
-    let text = format!("BEGIN IMMEDIATE;\n{};\nCOMMIT", sale.text);
-    let ids = run_script(w, pool, &text, &sale.args, true, what).await?;
-    crate::metrics::sqlite_sales_per_commit(1);
-    Ok(ids)
 }
 
 /// Ends the transaction `w` holds with `end` (`COMMIT` or `ROLLBACK`). If that fails, the
@@ -702,73 +699,8 @@ impl Db {
     }
 }
 
-impl Stmt<'_> {
-    /// SQLite: runs the statements of one new sale (a script without `BEGIN` or `COMMIT`,
-    /// whose rows each return an id) in the write lock's open group, which commits several
-    /// sales at once (see `writer.rs`), and returns those ids once the group is committed.
-    /// `None`: the group was rolled back or did not commit, so nothing of the sale was
-    /// written; the caller records it alone.
-    pub(super) async fn sqlite_grouped_ids(
-        self,
-        db: &Db,
-        what: &'static str,
-    ) -> Result<Option<Vec<i64>>, StoreError> {
-        let Db::Sqlite {
-            pool, write_lock, ..
-        } = db
-        else {
-            return Err(StoreError::Other(format!(
-                "cannot {what}: a group commit runs on SQLite only"
-            )));
-        };
-        let finisher = Finisher::arm(write_lock);
-        let (ids, outcome) = {
-            let mut w = write_lock.lock_to_join().await;
-            if w.alone() {
-                finisher.disarm();
-                return sale_alone(w, pool, self, what).await.map(Some);
-            }
-            let mut member = match w.group(pool).await {
-                Ok(m) => m,
-                Err(e) => {
-                    finisher.disarm();
-                    return Err(ctx(what)(e));
-                }
-            };
-            let (text, args) = (self.text, &self.args);
-            match run_on!(&mut **member.conn(), text, args, Mode::All, Sqlite).and_then(ids_of) {
-                Ok(ids) => {
-                    let outcome = member.joined();
-                    // The last sale queued commits the group: one fsync for all of them.
-                    if !write_lock.sales_queued() {
-                        w.end_group().await;
-                    }
-                    (ids, outcome)
-                }
-                Err(e) => {
-                    // The group is torn: rolled back, its other sales recorded alone.
-                    w.end_group().await;
-                    finisher.disarm();
-                    return Err(ctx(what)(e));
-                }
-            }
-        };
-        let ended = write_lock.outcome(outcome).await;
-        finisher.disarm();
-        match ended {
-            Ok(()) => Ok(Some(ids)),
-            Err(GroupFailed::NotWritten(e)) => {
-                tracing::warn!(error = %e, "a group of new sales did not commit; each is recorded alone");
-                Ok(None)
-            }
-            // Written, so not to be recorded again, but not known to be on disk: not to be
-            // acknowledged either. The sender's redelivery finds it recorded.
-            Err(e @ GroupFailed::NotSynced(_)) => Err(StoreError::Other(format!(
-                "cannot {what}: the sale was {e}; check the disk"
-            ))),
-        }
-    }
-}
+#[path = "exec_sale.rs"]
+mod sale;
 
 #[cfg(test)]
 mod tests {

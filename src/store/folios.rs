@@ -28,18 +28,26 @@ const ASSIGN_PG: &str = "WITH mine AS (SELECT id FROM outbox WHERE id = ANY($1::
     UPDATE outbox o SET folio = (seq.next - numbered.k + numbered.n - 1)::text \
     FROM numbered, seq WHERE o.id = numbered.id RETURNING o.id, o.folio";
 
-/// SQLite (one writer, inside `BEGIN IMMEDIATE`): the rows of the batch still to number, in
-/// id order; the ids come as a JSON array (SQLite has no array parameter).
-const MINE_SQLITE: &str = "SELECT id FROM outbox WHERE id IN (SELECT value FROM json_each($1)) \
-    AND COALESCE(serie, '') = $2 AND folio IS NULL AND lease_owner = $3 AND state = 'stamping' \
-    ORDER BY id";
-/// Takes `$2` numbers of serie `$1`; returns the first.
-const TAKE_SQLITE: &str = "INSERT INTO folio_sequences (serie, next_folio) VALUES ($1, $2 + 1) \
-    ON CONFLICT (serie) DO UPDATE SET next_folio = folio_sequences.next_folio + $2 \
-    RETURNING next_folio - $2";
-/// Numbers the rows `$2` (a JSON array) from `$1`, in id order.
-const NUMBER_SQLITE: &str = "UPDATE outbox SET folio = CAST($1 + (SELECT COUNT(*) FROM json_each($2) j \
-    WHERE j.value < outbox.id) AS TEXT) WHERE id IN (SELECT value FROM json_each($2)) RETURNING id, folio";
+/// SQLite, in one script (one trip to the connection, one transaction under the write lock):
+/// advances the serie's sequence by the number of the batch's rows still without a folio, then
+/// numbers those rows in id order from the first number taken. The rows to number are read in
+/// full before any is written (the window functions need them all), so a row numbered by this
+/// statement never leaves the set it counts. The ids come as a JSON array (`$1`; SQLite has
+/// no array parameter), then the serie and the lease's owner.
+const ASSIGN_SQLITE: &str = "BEGIN IMMEDIATE;
+INSERT INTO folio_sequences (serie, next_folio) SELECT $2, 1 + COUNT(*) FROM outbox WHERE {MINE} \
+  ON CONFLICT (serie) DO UPDATE SET next_folio = folio_sequences.next_folio + excluded.next_folio - 1;
+UPDATE outbox SET folio = CAST(m.first + m.n - 1 AS TEXT) \
+  FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n, \
+    (SELECT next_folio FROM folio_sequences WHERE serie = $2) - COUNT(*) OVER () AS first \
+    FROM outbox WHERE {MINE}) AS m \
+  WHERE outbox.id = m.id RETURNING id, folio;
+COMMIT";
+static ASSIGN_SQLITE_TEXT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| ASSIGN_SQLITE.replace("{MINE}", MINE_SQLITE));
+/// The batch's rows (`$1`) of serie `$2` that lease owner `$3` holds and that have no folio.
+const MINE_SQLITE: &str = "id IN (SELECT value FROM json_each($1)) AND COALESCE(serie, '') = $2 \
+    AND folio IS NULL AND lease_owner = $3 AND state = 'stamping'";
 
 /// Moves serie `$1`'s next number to at least `$2`.
 static BUMP: Dialected = Dialected::new(
@@ -118,32 +126,13 @@ impl Db {
                 numbered.map_err(ctx(what))
             }
             Db::Sqlite { .. } => {
-                let json = |ids: &[i64]| serde_json::Value::from(ids.to_vec()).to_string();
-                let mut tx = self.begin().await?;
-                let mine: Vec<(i64,)> = stmt(MINE_SQLITE)
-                    .bind(json(ids))
+                let ids = serde_json::Value::from(ids.to_vec()).to_string();
+                stmt(ASSIGN_SQLITE_TEXT.as_str())
+                    .bind(ids)
                     .bind(serie)
                     .bind(owner)
-                    .fetch_all_in(&mut tx, what)
-                    .await?;
-                if mine.is_empty() {
-                    tx.rollback().await?;
-                    return Ok(Vec::new());
-                }
-                let mine: Vec<i64> = mine.into_iter().map(|(id,)| id).collect();
-                let k = i64::try_from(mine.len()).unwrap_or(i64::MAX);
-                let (first,): (i64,) = stmt(TAKE_SQLITE)
-                    .bind(serie)
-                    .bind(k)
-                    .fetch_one_in(&mut tx, what)
-                    .await?;
-                let numbered: Vec<(i64, String)> = stmt(NUMBER_SQLITE)
-                    .bind(first)
-                    .bind(json(&mine))
-                    .fetch_all_in(&mut tx, what)
-                    .await?;
-                tx.commit("commit the folios").await?;
-                Ok(numbered)
+                    .sqlite_script_rows(self, what)
+                    .await
             }
         }
     }

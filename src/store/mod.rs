@@ -10,7 +10,9 @@
 //!   branch appears only where the SQL really differs, each with its reason: SKIP LOCKED in
 //!   claims, JSON extraction, and the worker's batched sealing and settles (arrays on
 //!   PostgreSQL, one script on SQLite). It also maps the domain's states
-//!   ([`crate::domain::DocumentState`], …) to and from their one stored spelling.
+//!   ([`crate::domain::DocumentState`], …) to and from their one stored spelling. Beside
+//!   it, `exec_sale.rs` runs a new sale's statements on SQLite: alone in one trip, or in the
+//!   write lock's open group of new sales.
 //! - `writer.rs`: SQLite's one writer: the write lock every write queues on, the one write
 //!   connection it keeps, and the group commit that lets new sales share one fsync.
 //! - `stash.rs`: connections kept between statements, out of their pool (sqlx checks a

@@ -20,6 +20,10 @@
 //!   they run theirs in it, in turn. The last one, seeing no sale queued, commits the group.
 //!   Any other writer (a worker, a transaction) that gets the lock while a group is open
 //!   commits it first, as it must not begin beside an open transaction.
+//! - When sales come faster than one in [`SALE_LINGER`], the group stays open that long for
+//!   more even with none queued, and the sale that opened it commits it then: at a few
+//!   hundred sales a second each would otherwise commit, sync and wake the connection's
+//!   thread alone. Slower, a sale finds the lock free and commits at once.
 //! - A sale returns only once its group is committed and synced; a webhook is acknowledged
 //!   after that. A sale dropped before then (a client that went away) leaves a task that
 //!   takes the lock, which ends the group; a sale that still waits too long takes the lock
@@ -48,6 +52,12 @@ const GROUP_MAX: usize = 64;
 /// from a task of its own ([`Finisher`]).
 const HANDOVER_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a group of new sales stays open for more when sales come faster than one in this
+/// long: one commit, one sync and one trip to the connection's thread then serve several
+/// sales instead of each, at up to this much more time before each one's acknowledgement.
+/// Slower, each sale commits alone at once.
+pub(super) const SALE_LINGER: Duration = Duration::from_millis(4);
+
 /// The name the commit of a group of new sales is counted under, whoever holds the lock.
 const GROUP_COMMIT: &str = "commit new sales";
 
@@ -63,6 +73,11 @@ struct Inner {
     lock: Mutex<Slot>,
     /// New sales queued for the lock.
     queued_sales: AtomicUsize,
+    /// When the last new sale came, and the mean time between the last ones (a moving
+    /// average): whether a group that waits for more will get any ([`SALE_LINGER`]).
+    arrivals: std::sync::Mutex<Arrivals>,
+    /// Groups of new sales opened so far: the number of the next one.
+    groups: AtomicU64,
     /// The one write connection and its syncs outside the lock; without it (a database in
     /// memory, tests of the group alone) writes run on the caller's pool, as it syncs.
     durability: Option<Durability>,
@@ -117,6 +132,14 @@ fn sync_log(wal: &Path) -> std::io::Result<()> {
     }
 }
 
+/// When new sales come ([`Inner::arrivals`]).
+#[derive(Debug, Default)]
+struct Arrivals {
+    last: Option<Instant>,
+    /// The moving average of the time between two sales; none before the second.
+    gap: Option<Duration>,
+}
+
 /// What the write lock guards: the write connection between writes, and what is open on it.
 #[derive(Debug, Default)]
 pub(super) struct Slot {
@@ -133,6 +156,10 @@ pub(super) struct Slot {
 pub(super) struct OpenGroup {
     conn: PoolConnection<Sqlite>,
     sales: usize,
+    /// Which group this is (each one opened has the next number).
+    number: u64,
+    /// Until when the group waits for more sales before it commits, if it does.
+    until: Option<Instant>,
     /// A sale's statements are running, or were when it was dropped (a client that went
     /// away): found so by the next holder of the lock, the group is rolled back.
     running: bool,
@@ -267,6 +294,44 @@ impl WriteLock {
         w
     }
 
+    /// Counts a new sale coming: how long its group is to stay open for more, if it is to
+    /// ([`SALE_LINGER`]). Only with the lock's own connection, whose syncs follow commits.
+    pub(super) fn sale_coming(&self) -> Option<Duration> {
+        self.0.durability.as_ref()?;
+        let now = Instant::now();
+        let mut a = self
+            .0
+            .arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(last) = a.last {
+            // A pause counts as no more than a second, so the average follows a new burst
+            // within a few sales.
+            let gap = (now - last).min(Duration::from_secs(1));
+            a.gap = Some(a.gap.map_or(gap, |g| (g * 7 + gap) / 8));
+        }
+        a.last = Some(now);
+        a.gap.filter(|g| *g < SALE_LINGER).map(|_| SALE_LINGER)
+    }
+
+    /// Once `until` has passed, commits group `number` if it is still open (unless its
+    /// outcome came first): the sale that opened a group waiting for more does this.
+    pub(super) async fn commit_at(
+        &self,
+        until: Instant,
+        number: u64,
+        outcome: &mut watch::Receiver<Option<Outcome>>,
+    ) {
+        let ended = outcome.wait_for(Option::is_some);
+        if tokio::time::timeout_at(until.into(), ended).await.is_ok() {
+            return;
+        }
+        let mut w = self.queue("end a group of new sales").await;
+        if w.guard.open.as_ref().is_some_and(|g| g.number == number) {
+            w.end_group().await;
+        }
+    }
+
     /// Whether new sales are queued for the lock: a sale that holds it hands the open group
     /// on to them instead of committing it.
     pub(super) fn sales_queued(&self) -> bool {
@@ -356,14 +421,30 @@ impl<'l> WriteGuard<'l> {
         self.guard.open.is_none() && !self.lock.sales_queued() && self.lock.0.durability.is_some()
     }
 
-    /// The open group, beginning one on a connection of `pool` if none is open. The group is
-    /// rolled back when it ends unless the returned [`Member`] is [`Member::joined`].
-    pub(super) async fn group(&mut self, pool: &SqlitePool) -> Result<Member<'_>, sqlx::Error> {
+    /// Whether the open group waits for more sales: its time to wait has not passed and it
+    /// is not full. The sale that opened it commits it then ([`WriteLock::commit_at`]).
+    pub(super) fn lingering(&self) -> bool {
+        self.guard.open.as_ref().is_some_and(|g| {
+            g.sales < GROUP_MAX && g.until.is_some_and(|until| Instant::now() < until)
+        })
+    }
+
+    /// The open group, beginning one on a connection of `pool` if none is open, which waits
+    /// `linger` for more sales when given. The group is rolled back when it ends unless the
+    /// returned [`Member`] is [`Member::joined`].
+    pub(super) async fn group(
+        &mut self,
+        pool: &SqlitePool,
+        linger: Option<Duration>,
+    ) -> Result<Member<'_>, sqlx::Error> {
         if self.guard.open.is_none() {
             // Kept before `BEGIN` runs, marked running: if this sale is dropped while it
             // runs, the next holder of the lock rolls the connection back rather than leaving
             // a transaction open on it in the pool.
+            let number = self.lock.0.groups.fetch_add(1, Ordering::Relaxed);
             let g = self.hold(pool).await?;
+            g.number = number;
+            g.until = linger.map(|l| Instant::now() + l);
             if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *g.conn).await {
                 self.end_group().await;
                 return Err(e);
@@ -398,6 +479,8 @@ impl<'l> WriteGuard<'l> {
         Ok(self.guard.open.insert(OpenGroup {
             conn,
             sales: 0,
+            number: 0,
+            until: None,
             running: true,
             outcome: watch::Sender::new(None),
         }))
@@ -542,6 +625,15 @@ pub(super) struct Member<'g> {
 impl Member<'_> {
     pub(super) fn conn(&mut self) -> &mut PoolConnection<Sqlite> {
         &mut self.group.conn
+    }
+
+    /// When this sale opened a group that waits for more: until when, and the group's
+    /// number, for [`WriteLock::commit_at`].
+    pub(super) fn opened_lingering(&self) -> Option<(Instant, u64)> {
+        (self.group.sales == 0)
+            .then_some(self.group.until)
+            .flatten()
+            .map(|until| (until, self.group.number))
     }
 
     /// The sale's statements ran: the group may commit them. Its outcome, to wait for.

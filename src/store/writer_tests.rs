@@ -25,7 +25,7 @@ async fn sale(
     value: Option<i64>,
 ) -> Option<watch::Receiver<Option<Outcome>>> {
     let mut w = lock.lock_to_join().await;
-    let mut m = w.group(pool).await.expect("group");
+    let mut m = w.group(pool, None).await.expect("group");
     let ran = sqlx::query("INSERT INTO t (x) VALUES ($1)")
         .bind(value)
         .execute(&mut **m.conn())
@@ -99,7 +99,7 @@ async fn a_sale_dropped_mid_statements_rolls_its_group_back() {
     {
         // A sale whose statements ran but which was dropped before it joined: half there.
         let mut w = lock.lock_to_join().await;
-        let mut m = w.group(&pool).await.expect("group");
+        let mut m = w.group(&pool, None).await.expect("group");
         sqlx::query("INSERT INTO t (x) VALUES (2)")
             .execute(&mut **m.conn())
             .await
@@ -314,4 +314,71 @@ async fn a_group_whose_log_cannot_be_synced_is_written_but_not_acknowledged() {
     assert!(matches!(told, Err(GroupFailed::NotSynced(_))), "{told:?}");
     assert_eq!(rows(&pool).await, 1, "written: not to be recorded again");
     assert!(lock.durable().await.is_err(), "and no claim goes on");
+}
+
+/// Sales coming faster than one in [`SALE_LINGER`] wait for each other and share commits;
+/// after a pause, a sale commits alone at once again.
+#[tokio::test]
+async fn sales_coming_close_together_share_commits_and_a_lone_one_does_not_wait() {
+    use crate::store::{Db, exec::stmt};
+    let dir = tempfile::tempdir().expect("dir");
+    let db = crate::store::connect(&crate::config::DatabaseSettings {
+        url: crate::config::SecretString::new(format!(
+            "sqlite://{}",
+            dir.path().join("t.db").display()
+        )),
+        max_connections: 4,
+    })
+    .await
+    .expect("open");
+    let Db::Sqlite {
+        pool, write_lock, ..
+    } = &db
+    else {
+        unreachable!("a SQLite URL")
+    };
+    sqlx::query("CREATE TABLE t (x INTEGER NOT NULL)")
+        .execute(pool)
+        .await
+        .expect("table");
+    let sale = |x: i64| {
+        let db = db.clone();
+        tokio::spawn(async move {
+            stmt("INSERT INTO t (x) VALUES ($1) RETURNING rowid")
+                .bind(x)
+                .sqlite_grouped_ids(&db, "record a test sale")
+                .await
+        })
+    };
+    let before = counts(write_lock).0;
+    let mut sales = Vec::new();
+    for x in 0..40 {
+        sales.push(sale(x));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for s in sales {
+        let ids = s.await.expect("task").expect("recorded");
+        assert_eq!(
+            ids.map(|v| v.len()),
+            Some(1),
+            "each sale recorded, in a group"
+        );
+    }
+    assert_eq!(rows(pool).await, 40);
+    let commits = counts(write_lock).0 - before;
+    assert!(
+        commits <= 20,
+        "40 sales a millisecond apart took {commits} commits; they should share them"
+    );
+    // After a pause the average gap is long again: the next sale opens no group.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let groups = write_lock.0.groups.load(Ordering::SeqCst);
+    let ids = sale(40).await.expect("task").expect("recorded");
+    assert_eq!(ids.map(|v| v.len()), Some(1));
+    assert_eq!(
+        write_lock.0.groups.load(Ordering::SeqCst),
+        groups,
+        "a sale after a pause commits alone, without waiting for others"
+    );
+    db.close().await;
 }
