@@ -58,6 +58,8 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
                         // The checkpoints are made beside it ([`WriteLock::deferring_sync`]):
                         // one on commit copies and syncs megabytes while the lock is held.
                         .pragma("wal_autocheckpoint", "0")
+                        // When the log starts over after a burst, its file shrinks back to this.
+                        .pragma("journal_size_limit", "67108864")
                         // Every write statement of the process is prepared on it.
                         .statement_cache_capacity(512),
                 )

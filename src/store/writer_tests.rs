@@ -188,11 +188,13 @@ async fn a_sale_that_goes_away_leaves_its_group_committed() {
 }
 
 /// A lock that writes on a connection of its own with `synchronous = NORMAL` and syncs the
-/// log at `wal_of` (the database's file name, `-wal` added).
+/// log at `wal_of` (the database's file name, `-wal` added); as the appliance's, that
+/// connection leaves the checkpoints to the lock.
 async fn deferring(dir: &tempfile::TempDir, wal_of: &Path) -> WriteLock {
     let opts = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(dir.path().join("t.db"))
-        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+        .pragma("wal_autocheckpoint", "0");
     let normal = SqlitePool::connect_with(opts).await.expect("open");
     WriteLock::deferring_sync(Durability::new(normal.clone(), wal_of), normal)
 }
@@ -381,4 +383,40 @@ async fn sales_coming_close_together_share_commits_and_a_lone_one_does_not_wait(
         "a sale after a pause commits alone, without waiting for others"
     );
     db.close().await;
+}
+
+/// The checkpoint sequence number in a write-ahead log's header: how many times the log
+/// started over from its beginning.
+fn log_restarts(wal: &Path) -> u32 {
+    let header = std::fs::read(wal)
+        .map(|b| b[..32].to_vec())
+        .unwrap_or_default();
+    header
+        .get(12..16)
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+#[tokio::test]
+async fn under_steady_writes_the_log_starts_over_rather_than_growing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let pool = pool(&dir).await;
+    let lock = deferring(&dir, &dir.path().join("t.db")).await;
+    let wal = dir.path().join("t.db-wal");
+    let until = Instant::now() + Duration::from_millis(3500);
+    while Instant::now() < until {
+        // One write after another, as under a steady stream of sales: a checkpoint beside
+        // them alone never finds the log copied in full.
+        let mut w = lock.lock_for("insert").await;
+        let mut conn = w.conn(&pool).await.expect("conn");
+        sqlx::query("INSERT INTO t (x) VALUES (1)")
+            .execute(&mut *conn)
+            .await
+            .expect("insert");
+        w.park(conn, true);
+    }
+    assert!(
+        log_restarts(&wal) >= 2,
+        "the log started over {} time(s) in 3.5 s of writes with a checkpoint every second",
+        log_restarts(&wal)
+    );
 }
