@@ -152,6 +152,8 @@ struct Arrivals {
     last: Option<Instant>,
     /// The moving average of the time between two sales; none before the second.
     gap: Option<Duration>,
+    /// How long a group waits, when not [`SALE_LINGER`] (tests, to be free of timer jitter).
+    linger: Option<Duration>,
 }
 
 /// What the write lock guards: the write connection between writes, and what is open on it.
@@ -331,7 +333,8 @@ impl WriteLock {
             a.gap = Some(a.gap.map_or(gap, |g| (g * 7 + gap) / 8));
         }
         a.last = Some(now);
-        a.gap.filter(|g| *g < SALE_LINGER).map(|_| SALE_LINGER)
+        let linger = a.linger.unwrap_or(SALE_LINGER);
+        a.gap.filter(|g| *g < linger).map(|_| linger)
     }
 
     /// Once `until` has passed, commits group `number` if it is still open (unless its
