@@ -5,7 +5,7 @@
 use crate::support::pg;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -79,14 +79,6 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A port that was free a moment ago (the binary takes its address from the settings).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
-}
-
 /// `GET path` over a fresh connection; the status code, `None` when nothing answers.
 pub fn get_status(port: u16, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -110,7 +102,7 @@ fn start(dir: &Path, database_url: &str) -> (Server, PathBuf, u16) {
 /// As [`start`], with `extra` TOML appended to the settings.
 pub fn start_with(dir: &Path, database_url: &str, extra: &str) -> (Server, PathBuf, u16) {
     for _ in 0..3 {
-        let port = free_port();
+        let port = crate::support::free_port();
         let config = dir.join("autofactura.toml");
         std::fs::write(
             &config,

@@ -291,17 +291,10 @@ fn serve_with(
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 #[test]
 fn serve_beyond_loopback_refuses_the_sandbox_secrets_the_stand_in_and_the_example_password() {
     let dir = tempfile::tempdir().expect("dir");
-    let listen = format!("0.0.0.0:{}", free_port());
+    let listen = format!("0.0.0.0:{}", crate::support::free_port());
     let public = ("AUTOFACTURA__SERVER__LISTEN", listen.as_str());
     let (code, err) = serve_with(dir.path(), &[public], Duration::from_secs(20))
         .expect("serve must refuse, not start");

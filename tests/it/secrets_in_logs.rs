@@ -197,13 +197,6 @@ fn csd_key_with_password(dir: &Path) -> (PathBuf, PathBuf) {
     (root.join("EKU9003173C9.cer"), path)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
-}
-
 fn healthy(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -397,7 +390,7 @@ async fn full_flow_leaks_no_secret(database_url: &str, extra_secrets: &[(&str, &
     // The port was free a moment ago; another test may take it in between, so try a few.
     let mut started = None;
     for _ in 0..3 {
-        let port = free_port();
+        let port = crate::support::free_port();
         std::fs::write(
             &config,
             settings(port, database_url, &mp_api, &pac_url, &merchant, dir),

@@ -26,6 +26,13 @@ use autofactura::webhooks::signature;
 use autofactura::worker::{Pool, Services};
 use sqlx::Connection;
 
+/// A port for a child process to listen on: free a moment ago, outside the kernel's range for
+/// outgoing connections (none of the suite's own clients can take it meanwhile) and handed out
+/// once in this process.
+pub fn free_port() -> u16 {
+    autofactura::chaos::procs::free_port().expect("a free port")
+}
+
 pub const STRIPE_SECRET: &str = "whsec_test_secret";
 pub const MP_SECRET: &str = "mp_test_secret";
 
