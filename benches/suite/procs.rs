@@ -17,23 +17,8 @@ impl Drop for Proc {
     }
 }
 
-/// A port free a moment ago and not handed out before in this run: two ports picked before
-/// either process binds its own must differ.
-pub fn free_port() -> anyhow::Result<u16> {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        if !given.contains(&port) {
-            given.push(port);
-            return Ok(port);
-        }
-    }
-}
+/// The chaos harness's: below the kernel's range for outgoing connections, each port once.
+pub use autofactura::chaos::procs::free_port;
 
 /// `autofactura` without any `AUTOFACTURA__` setting of this environment.
 fn command() -> Command {

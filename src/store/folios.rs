@@ -28,12 +28,17 @@ const ASSIGN_PG: &str = "WITH mine AS (SELECT id FROM outbox WHERE id = ANY($1::
     UPDATE outbox o SET folio = (seq.next - numbered.k + numbered.n - 1)::text \
     FROM numbered, seq WHERE o.id = numbered.id RETURNING o.id, o.folio";
 
+/// The batch's rows (`$1`) of serie `$2` that lease owner `$3` holds and that have no folio.
+const MINE_SQLITE: &str = "id IN (SELECT value FROM json_each($1)) AND COALESCE(serie, '') = $2 \
+    AND folio IS NULL AND lease_owner = $3 AND state = 'stamping'";
+
 /// SQLite, in one script (one trip to the connection, one transaction under the write lock):
 /// advances the serie's sequence by the number of the batch's rows still without a folio, then
 /// numbers those rows in id order from the first number taken. The rows to number are read in
 /// full before any is written (the window functions need them all), so a row numbered by this
-/// statement never leaves the set it counts. The ids come as a JSON array (`$1`; SQLite has
-/// no array parameter), then the serie and the lease's owner.
+/// statement never leaves the set it counts; with none to number, the sequence moves by none.
+/// The ids come as a JSON array (`$1`; SQLite has no array parameter), then the serie and the
+/// lease's owner.
 const ASSIGN_SQLITE: &str = "BEGIN IMMEDIATE;
 INSERT INTO folio_sequences (serie, next_folio) SELECT $2, 1 + COUNT(*) FROM outbox WHERE {MINE} \
   ON CONFLICT (serie) DO UPDATE SET next_folio = folio_sequences.next_folio + excluded.next_folio - 1;
@@ -45,9 +50,6 @@ UPDATE outbox SET folio = CAST(m.first + m.n - 1 AS TEXT) \
 COMMIT";
 static ASSIGN_SQLITE_TEXT: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| ASSIGN_SQLITE.replace("{MINE}", MINE_SQLITE));
-/// The batch's rows (`$1`) of serie `$2` that lease owner `$3` holds and that have no folio.
-const MINE_SQLITE: &str = "id IN (SELECT value FROM json_each($1)) AND COALESCE(serie, '') = $2 \
-    AND folio IS NULL AND lease_owner = $3 AND state = 'stamping'";
 
 /// Moves serie `$1`'s next number to at least `$2`.
 static BUMP: Dialected = Dialected::new(
