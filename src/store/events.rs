@@ -295,39 +295,51 @@ impl Db {
         const UNRECORDED: &str =
             "NOT EXISTS (SELECT 1 FROM payments WHERE provider = $1 AND payment_id = $2)";
         const INSERTED: &str = "changes() = 1";
+        // Only the script's last insert returns its row: each row is a message of its own from
+        // SQLite's thread, and a wake-up of the sale's.
+        let quiet = |t: &str| t.replacen(" RETURNING id", "", 1);
         let request = draft
             .map(|d| request_json(d).map(|json| (d, json)))
             .transpose()?;
         let mut q = insert_event(ev, now)
+            .map_text(quiet)
             .only_if(stmt(UNRECORDED).bind(&p.provider).bind(&p.payment_id))
             .then(insert_payment(p, now).only_if(stmt(INSERTED)));
         if let Some((d, json)) = &request {
             // The payment is the row the statement before inserted.
             let outbox =
-                insert_outbox_of_inserted("last_insert_rowid()", d, json, now, stmt(INSERTED));
-            q = q.then(outbox);
+                insert_outbox_of_inserted("last_insert_rowid()", d, json, now, stmt(INSERTED))
+                    .map_text(|t| t.replacen(" RETURNING id", " RETURNING payment_id, id", 1));
+            q = q.map_text(quiet).then(outbox);
         }
         if let Some(refs) = insert_references_of_event(p) {
             q = q.then(refs);
         }
-        let Some(ids) = q.sqlite_grouped_ids(self, "record a new sale").await? else {
-            return Ok(None);
+        let what = "record a new sale";
+        // With a comprobante: its row and its payment's, or nothing written; without: the
+        // payment's, or nothing. (The stamp key derives from the payment, which the script
+        // inserts only when it is not recorded, so its outbox row cannot conflict.)
+        let recorded = if request.is_some() {
+            q.sqlite_grouped_rows::<(i64, i64)>(self, what)
+                .await?
+                .map(|rows| {
+                    rows.first()
+                        .map(|&(payment_row, outbox_row)| IngestOutcome::Recorded {
+                            payment_row,
+                            outbox_row: Some(outbox_row),
+                        })
+                })
+        } else {
+            q.sqlite_grouped_rows::<(i64,)>(self, what)
+                .await?
+                .map(|rows| {
+                    rows.first().map(|&(payment_row,)| IngestOutcome::Recorded {
+                        payment_row,
+                        outbox_row: None,
+                    })
+                })
         };
-        match ids[..] {
-            [] => Ok(None),
-            [_, payment_row] => Ok(Some(IngestOutcome::Recorded {
-                payment_row,
-                outbox_row: None,
-            })),
-            [_, payment_row, outbox_row] => Ok(Some(IngestOutcome::Recorded {
-                payment_row,
-                outbox_row: Some(outbox_row),
-            })),
-            _ => Err(StoreError::Other(format!(
-                "recording a new sale returned {} rows, not 0, 2 or 3",
-                ids.len()
-            ))),
-        }
+        Ok(recorded.flatten())
     }
 
     /// PostgreSQL: a sale whose payment and event are not recorded yet — its payment, event,

@@ -524,11 +524,6 @@ fn rows_of<T: Record>(out: Out) -> Result<Vec<T>, sqlx::Error> {
     }
 }
 
-/// The ids a script's rows return, in order.
-fn ids_of(out: Out) -> Result<Vec<i64>, sqlx::Error> {
-    rows_of::<(i64,)>(out).map(|rows| rows.into_iter().map(|(id,)| id).collect())
-}
-
 impl Stmt<'_> {
     /// SQLite: runs a script — statements from `BEGIN IMMEDIATE` to `COMMIT`, whose rows each
     /// return an id — in one call to a connection, holding the process's write lock, and

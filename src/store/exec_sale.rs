@@ -1,22 +1,22 @@
 //! A new sale's statements on SQLite: committed alone in one trip when no other sale is near,
 //! else run in the write lock's open group of new sales (`writer.rs`).
 
-use super::{Arg, Mode, Out, Stmt, ctx, ids_of, run_script};
+use super::{Arg, Mode, Out, Record, Stmt, ctx, rows_of, run_script};
 use crate::store::writer::{Finisher, GroupFailed, WriteGuard};
 use crate::store::{Db, StoreError};
 use sqlx::AssertSqlSafe;
 
 impl Stmt<'_> {
-    /// SQLite: runs the statements of one new sale (a script without `BEGIN` or `COMMIT`,
-    /// whose rows each return an id) in the write lock's open group, which commits several
-    /// sales at once (see `writer.rs`), and returns those ids once the group is committed.
+    /// SQLite: runs the statements of one new sale (a script without `BEGIN` or `COMMIT`)
+    /// in the write lock's open group, which commits several sales at once (see
+    /// `writer.rs`), and returns their rows once the group is committed.
     /// `None`: the group was rolled back or did not commit, so nothing of the sale was
     /// written; the caller records it alone.
-    pub(in crate::store) async fn sqlite_grouped_ids(
+    pub(in crate::store) async fn sqlite_grouped_rows<T: Record>(
         self,
         db: &Db,
         what: &'static str,
-    ) -> Result<Option<Vec<i64>>, StoreError> {
+    ) -> Result<Option<Vec<T>>, StoreError> {
         let Db::Sqlite {
             pool, write_lock, ..
         } = db
@@ -27,7 +27,7 @@ impl Stmt<'_> {
         };
         let linger = write_lock.sale_coming();
         let finisher = Finisher::arm(write_lock);
-        let (ids, mut outcome, opened) = {
+        let (rows, mut outcome, opened) = {
             let mut w = write_lock.lock_to_join().await;
             if w.alone() && linger.is_none() {
                 finisher.disarm();
@@ -40,17 +40,18 @@ impl Stmt<'_> {
                     return Err(ctx(what)(e));
                 }
             };
-            let (text, args) = (self.text, &self.args);
             let opened = member.opened_lingering();
-            match run_on!(&mut **member.conn(), text, args, Mode::All, Sqlite).and_then(ids_of) {
-                Ok(ids) => {
+            let text = member.script(&self.text);
+            let args = &self.args;
+            match run_on!(&mut **member.conn(), &*text, args, Mode::All, Sqlite).and_then(rows_of) {
+                Ok(rows) => {
                     let outcome = member.joined();
                     // The last sale queued commits the group, one fsync for all of them,
                     // unless the group waits for more: its first sale commits it then.
                     if !write_lock.sales_queued() && !w.lingering() {
                         w.end_group().await;
                     }
-                    (ids, outcome, opened)
+                    (rows, outcome, opened)
                 }
                 Err(e) => {
                     // The group is torn: rolled back, its other sales recorded alone.
@@ -66,7 +67,7 @@ impl Stmt<'_> {
         let ended = write_lock.outcome(outcome).await;
         finisher.disarm();
         match ended {
-            Ok(()) => Ok(Some(ids)),
+            Ok(()) => Ok(Some(rows)),
             Err(GroupFailed::NotWritten(e)) => {
                 tracing::warn!(error = %e, "a group of new sales did not commit; each is recorded alone");
                 Ok(None)
@@ -84,14 +85,14 @@ impl Stmt<'_> {
 /// commit in one trip to the connection's thread (a group would take three: `BEGIN`, the
 /// statements, `COMMIT`), then the sync of the log outside the lock, as for a group. Sales
 /// that queue meanwhile form a group of their own. On failure nothing of it is written.
-async fn sale_alone(
+async fn sale_alone<T: Record>(
     w: WriteGuard<'_>,
     pool: &sqlx::SqlitePool,
     sale: Stmt<'_>,
     what: &'static str,
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<Vec<T>, StoreError> {
     let text = format!("BEGIN IMMEDIATE;\n{};\nCOMMIT", sale.text);
-    let ids = run_script(w, pool, &text, &sale.args, true, what, ids_of).await?;
+    let rows = run_script(w, pool, &text, &sale.args, true, what, rows_of).await?;
     crate::metrics::sqlite_sales_per_commit(1);
-    Ok(ids)
+    Ok(rows)
 }

@@ -35,6 +35,7 @@
 //!   rows waits for the sync ([`WriteLock::durable`]) before it seals and sends them, so the
 //!   PAC never stamps a sale a power loss could take back.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -179,6 +180,8 @@ pub(super) struct OpenGroup {
     /// A sale's statements are running, or were when it was dropped (a client that went
     /// away): found so by the next holder of the lock, the group is rolled back.
     running: bool,
+    /// Its `BEGIN` ran: the first sale's script begins with it, one trip fewer per group.
+    begun: bool,
     outcome: watch::Sender<Option<Outcome>>,
 }
 
@@ -461,17 +464,14 @@ impl<'l> WriteGuard<'l> {
         linger: Option<Duration>,
     ) -> Result<Member<'_>, sqlx::Error> {
         if self.guard.open.is_none() {
-            // Kept before `BEGIN` runs, marked running: if this sale is dropped while it
-            // runs, the next holder of the lock rolls the connection back rather than leaving
-            // a transaction open on it in the pool.
+            // Kept before its `BEGIN` runs (with the first sale's statements), marked
+            // running: if this sale is dropped while it runs, the next holder of the lock
+            // rolls the connection back rather than leaving a transaction open on it in the
+            // pool.
             let number = self.lock.0.groups.fetch_add(1, Ordering::Relaxed);
             let g = self.hold(pool).await?;
             g.number = number;
             g.until = linger.map(|l| Instant::now() + l);
-            if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *g.conn).await {
-                self.end_group().await;
-                return Err(e);
-            }
         }
         let g = self.guard.open.as_mut().expect("a group is open");
         g.running = true;
@@ -505,6 +505,7 @@ impl<'l> WriteGuard<'l> {
             number: 0,
             until: None,
             running: true,
+            begun: false,
             outcome: watch::Sender::new(None),
         }))
     }
@@ -659,9 +660,20 @@ impl Member<'_> {
             .map(|until| (until, self.group.number))
     }
 
+    /// The script to run for a sale of statements `sale`: the group's first sale begins
+    /// the group's transaction in the same trip (`BEGIN IMMEDIATE` first).
+    pub(super) fn script<'t>(&self, sale: &'t str) -> Cow<'t, str> {
+        if self.group.begun {
+            Cow::Borrowed(sale)
+        } else {
+            Cow::Owned(format!("BEGIN IMMEDIATE;\n{sale}"))
+        }
+    }
+
     /// The sale's statements ran: the group may commit them. Its outcome, to wait for.
     pub(super) fn joined(self) -> watch::Receiver<Option<Outcome>> {
         self.group.running = false;
+        self.group.begun = true;
         self.group.sales += 1;
         self.group.outcome.subscribe()
     }

@@ -2,6 +2,7 @@
 //! write connection kept between writes, and syncs of the log outside the lock.
 
 use super::*;
+use sqlx::AssertSqlSafe;
 
 async fn pool(dir: &tempfile::TempDir) -> SqlitePool {
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
@@ -26,7 +27,8 @@ async fn sale(
 ) -> Option<watch::Receiver<Option<Outcome>>> {
     let mut w = lock.lock_to_join().await;
     let mut m = w.group(pool, None).await.expect("group");
-    let ran = sqlx::query("INSERT INTO t (x) VALUES ($1)")
+    let text = m.script("INSERT INTO t (x) VALUES ($1)");
+    let ran = sqlx::query(AssertSqlSafe(&*text))
         .bind(value)
         .execute(&mut **m.conn())
         .await;
@@ -350,7 +352,7 @@ async fn sales_coming_close_together_share_commits_and_a_lone_one_does_not_wait(
         tokio::spawn(async move {
             stmt("INSERT INTO t (x) VALUES ($1) RETURNING rowid")
                 .bind(x)
-                .sqlite_grouped_ids(&db, "record a test sale")
+                .sqlite_grouped_rows::<(i64,)>(&db, "record a test sale")
                 .await
         })
     };
