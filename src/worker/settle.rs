@@ -72,7 +72,7 @@ const SETTLE_BATCH: usize = 16;
 /// is a commit, and under load fewer, fuller writes leave the CPU to the calls. The answer is
 /// not on a call's path (the slot's next call has already started), and a crash meanwhile is
 /// the case recovery by key exists for.
-const SETTLE_LINGER: Duration = Duration::from_millis(10);
+const SETTLE_LINGER: Duration = Duration::from_millis(25);
 
 impl Worker {
     pub(super) async fn settle(
