@@ -84,8 +84,8 @@ pub async fn write_month<W: Write + Seek>(
         },
     )
     .await?;
-    // Pass 2: the stamped XMLs, byte for byte, each with its PDF (printed off the async
-    // threads, one at a time: memory stays one page and one PDF).
+    // Pass 2: the stamped XMLs, byte for byte, each with its PDF (printed one at a time, see
+    // `print`: memory stays one page and one PDF).
     each_page(documents, |d| d.id, async |d| {
         let name = xml_name(d);
         zip.start_file(name.as_str(), opts)?;
@@ -93,7 +93,7 @@ pub async fn write_month<W: Write + Seek>(
         let Some(pdf) = pdf else {
             return Ok(());
         };
-        match crate::pdf::render_blocking(d.stamped_xml.clone(), pdf.clone()).await {
+        match print(&d.stamped_xml, pdf).await {
             Ok(bytes) => {
                 zip.start_file(format!("{}.pdf", name.trim_end_matches(".xml")), opts)?;
                 zip.write_all(&bytes)?;
@@ -121,6 +121,20 @@ pub async fn write_month<W: Write + Seek>(
     .await?;
     zip.finish()?.flush()?;
     Ok(counts)
+}
+
+/// Prints one document's PDF. `autofactura export` runs alone on a multi-threaded runtime, so
+/// it prints on the thread it runs on: handing each document to the blocking pool kept a second
+/// thread's heap and stack resident, 3–5 MiB of the month's peak of 36–40 MiB (BENCHMARKS.md).
+/// In the server (the admin's export, on an HTTP worker's own single-threaded runtime) the
+/// blocking pool prints, so the worker's other requests go on meanwhile.
+async fn print(xml: &[u8], opts: &PdfOptions) -> Result<Vec<u8>, crate::pdf::PrintError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(|| crate::pdf::render(xml, opts))
+    } else {
+        crate::pdf::render_blocking(xml.to_vec(), opts.clone()).await
+    }
 }
 
 /// Calls `each` on every row `fetch` gives, a page at a time: `fetch(after)` answers the page
