@@ -319,27 +319,26 @@ impl Db {
         // With a comprobante: its row and its payment's, or nothing written; without: the
         // payment's, or nothing. (The stamp key derives from the payment, which the script
         // inserts only when it is not recorded, so its outbox row cannot conflict.)
-        let recorded = if request.is_some() {
+        let rows: Option<Vec<(i64, Option<i64>)>> = if request.is_some() {
             q.sqlite_grouped_rows::<(i64, i64)>(self, what)
                 .await?
-                .map(|rows| {
-                    rows.first()
-                        .map(|&(payment_row, outbox_row)| IngestOutcome::Recorded {
-                            payment_row,
-                            outbox_row: Some(outbox_row),
-                        })
-                })
+                .map(|rows| rows.into_iter().map(|(p, o)| (p, Some(o))).collect())
         } else {
             q.sqlite_grouped_rows::<(i64,)>(self, what)
                 .await?
-                .map(|rows| {
-                    rows.first().map(|&(payment_row,)| IngestOutcome::Recorded {
-                        payment_row,
-                        outbox_row: None,
-                    })
-                })
+                .map(|rows| rows.into_iter().map(|(p,)| (p, None)).collect())
         };
-        Ok(recorded.flatten())
+        match rows.as_deref() {
+            None | Some([]) => Ok(None),
+            Some(&[(payment_row, outbox_row)]) => Ok(Some(IngestOutcome::Recorded {
+                payment_row,
+                outbox_row,
+            })),
+            Some(more) => Err(StoreError::Other(format!(
+                "recording a new sale returned {} rows, not 0 or 1",
+                more.len()
+            ))),
+        }
     }
 
     /// PostgreSQL: a sale whose payment and event are not recorded yet — its payment, event,
