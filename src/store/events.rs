@@ -301,16 +301,20 @@ impl Db {
         let request = draft
             .map(|d| request_json(d).map(|json| (d, json)))
             .transpose()?;
+        let payment = match request {
+            Some(_) => insert_payment(p, now).map_text(quiet),
+            None => insert_payment(p, now),
+        };
         let mut q = insert_event(ev, now)
             .map_text(quiet)
             .only_if(stmt(UNRECORDED).bind(&p.provider).bind(&p.payment_id))
-            .then(insert_payment(p, now).only_if(stmt(INSERTED)));
+            .then(payment.only_if(stmt(INSERTED)));
         if let Some((d, json)) = &request {
             // The payment is the row the statement before inserted.
             let outbox =
                 insert_outbox_of_inserted("last_insert_rowid()", d, json, now, stmt(INSERTED))
                     .map_text(|t| t.replacen(" RETURNING id", " RETURNING payment_id, id", 1));
-            q = q.map_text(quiet).then(outbox);
+            q = q.then(outbox);
         }
         if let Some(refs) = insert_references_of_event(p) {
             q = q.then(refs);

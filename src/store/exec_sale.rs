@@ -83,8 +83,9 @@ impl Stmt<'_> {
 
 /// A new sale that found no group open and no other sale queued: its statements and its
 /// commit in one trip to the connection's thread (a group takes two: `BEGIN` with its first
-/// sale's statements, then `COMMIT`), then the sync of the log outside the lock, as for a group. Sales
-/// that queue meanwhile form a group of their own. On failure nothing of it is written.
+/// sale's statements, then `COMMIT`), then the sync of the log outside the lock, as for a
+/// group. Sales that queue meanwhile form a group of their own. On failure nothing of it is
+/// written.
 async fn sale_alone<T: Record>(
     w: WriteGuard<'_>,
     pool: &sqlx::SqlitePool,

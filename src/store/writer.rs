@@ -180,8 +180,6 @@ pub(super) struct OpenGroup {
     /// A sale's statements are running, or were when it was dropped (a client that went
     /// away): found so by the next holder of the lock, the group is rolled back.
     running: bool,
-    /// Its `BEGIN` ran: the first sale's script begins with it, one trip fewer per group.
-    begun: bool,
     outcome: watch::Sender<Option<Outcome>>,
 }
 
@@ -505,7 +503,6 @@ impl<'l> WriteGuard<'l> {
             number: 0,
             until: None,
             running: true,
-            begun: false,
             outcome: watch::Sender::new(None),
         }))
     }
@@ -661,9 +658,10 @@ impl Member<'_> {
     }
 
     /// The script to run for a sale of statements `sale`: the group's first sale begins
-    /// the group's transaction in the same trip (`BEGIN IMMEDIATE` first).
+    /// the group's transaction in the same trip (`BEGIN IMMEDIATE` first, one trip fewer per
+    /// group); once a sale has joined, it has begun.
     pub(super) fn script<'t>(&self, sale: &'t str) -> Cow<'t, str> {
-        if self.group.begun {
+        if self.group.sales > 0 {
             Cow::Borrowed(sale)
         } else {
             Cow::Owned(format!("BEGIN IMMEDIATE;\n{sale}"))
@@ -673,7 +671,6 @@ impl Member<'_> {
     /// The sale's statements ran: the group may commit them. Its outcome, to wait for.
     pub(super) fn joined(self) -> watch::Receiver<Option<Outcome>> {
         self.group.running = false;
-        self.group.begun = true;
         self.group.sales += 1;
         self.group.outcome.subscribe()
     }
