@@ -30,7 +30,9 @@ use autofactura::store::Db;
 
 use super::Row;
 use super::ingest::{SECRET, Template, Via, latency_at, raw_limit, settings_for};
-use super::procs::{Proc, cpu_seconds, free_port, start_pac, start_serve, write_lock};
+use super::procs::{
+    Proc, cpu_seconds, free_port, start_pac, start_serve, thread_cpu_seconds, write_lock,
+};
 
 const WORKERS: usize = 32;
 const TARGET_RATIO: f64 = 0.6;
@@ -56,6 +58,9 @@ struct Loop {
     flat: bool,
     stamps_per_sec: f64,
     cpu_ms_per_stamp: f64,
+    /// The same by `serve`'s threads ([`thread_cpu_seconds`]): SQLite's connections, the HTTP
+    /// workers, the runtime and its blocking pool.
+    threads_ms_per_stamp: [f64; 3],
     backlog: Vec<i64>,
     p99_ms: f64,
     /// Where the machine's two cores went meanwhile: busy share of all of them, then the cores'
@@ -88,6 +93,17 @@ fn held_per_stamp(l: &Loop) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `serve`'s CPU per stamp by its threads, as printed.
+fn by_threads(l: &Loop) -> String {
+    let [sqlite, http, runtime] = l.threads_ms_per_stamp;
+    let sqlite = if sqlite > 0.0 {
+        format!("SQLite's connection threads {sqlite:.2}, ")
+    } else {
+        String::new()
+    };
+    format!("{sqlite}HTTP workers {http:.2}, runtime and blocking pool {runtime:.2}")
 }
 
 /// Stamped rows so far.
@@ -143,10 +159,11 @@ async fn open_loop(
 ) -> anyhow::Result<Loop> {
     let pid = serve.0.id().to_string();
     let pac_pid = pac.0.id().to_string();
-    let (ids0, stamped0, cpu0) = (
+    let (ids0, stamped0, cpu0, threads0) = (
         ids.load(Ordering::Relaxed),
         stamped(db).await?,
         cpu_seconds(&pid),
+        thread_cpu_seconds(&pid),
     );
     let (pac0, own0, machine0) = (
         cpu_seconds(&pac_pid),
@@ -174,6 +191,7 @@ async fn open_loop(
     let secs = t0.elapsed().as_secs_f64();
     let made = stamped(db).await? - stamped0;
     let cpu = cpu_seconds(&pid) - cpu0;
+    let threads1 = thread_cpu_seconds(&pid);
     let machine1 = super::procs::machine_cpu();
     let lock1 = write_lock(port).await;
     let writes = (lock1.writes - lock0.writes).max(1.0);
@@ -201,6 +219,9 @@ async fn open_loop(
         flat: slope(&backlog) < FLAT_SLOPE * rate,
         stamps_per_sec: made as f64 / secs,
         cpu_ms_per_stamp: cpu * 1e3 / made.max(1) as f64,
+        threads_ms_per_stamp: std::array::from_fn(|i| {
+            (threads1[i] - threads0[i]) * 1e3 / made.max(1) as f64
+        }),
         backlog,
         p99_ms: lat.p99_ms,
         busy,
@@ -293,7 +314,7 @@ async fn measure(
         let shown: Vec<String> = l.backlog.iter().step_by(5).map(i64::to_string).collect();
         println!(
             "e2e: {label}: {rate:.0}/s for {} s: {:.0} stamps/s, backlog every 5 s [{}], slope {:.1}/s: {}; \
-             serve CPU {:.2} ms per stamp; p99 acknowledgement {:.1} ms; machine {:.0} % busy \
+             serve CPU {:.2} ms per stamp ({}); p99 acknowledgement {:.1} ms; machine {:.0} % busy \
              (cores: serve {:.2}, sandbox PAC {:.2}, load generator {:.2}){}",
             run.as_secs(),
             l.stamps_per_sec,
@@ -301,6 +322,7 @@ async fn measure(
             slope(&l.backlog),
             if l.flat { "flat" } else { "growing" },
             l.cpu_ms_per_stamp,
+            by_threads(&l),
             l.p99_ms,
             l.busy * 100.0,
             l.cores[0],
@@ -348,16 +370,18 @@ async fn measure(
     let signatures_met = signatures <= TARGET_CPU_SIGNATURES;
     println!(
         "e2e: {label}: highest flat rate {:.0}/s = {ratio:.3} of the lower limit (target >= {TARGET_RATIO}): {}; \
-         serve CPU {:.2} ms per stamp (target <= {TARGET_CPU_MS} ms): {}, \
+         serve CPU {:.2} ms per stamp ({}; target <= {TARGET_CPU_MS} ms): {}, \
          = {signatures:.1} RSA-2048 signatures of this machine ({sign_ms:.2} ms each, openssl speed; \
          target <= {TARGET_CPU_SIGNATURES:.1}, the {TARGET_CPU_MS} ms of a machine that seals in {SEAL_MS_AT_TARGET} ms): {}",
         l.rate,
         super::ingest::met(ratio_met),
         l.cpu_ms_per_stamp,
+        by_threads(&l),
         super::ingest::met(cpu_met),
         super::ingest::met(signatures_met),
     );
-    Ok(vec![
+    let [sqlite_ms, _, _] = l.threads_ms_per_stamp;
+    let mut rows = vec![
         Row::new(
             "e2e",
             format!(
@@ -391,7 +415,20 @@ async fn measure(
             format!("<= {TARGET_CPU_SIGNATURES:.1} ({TARGET_CPU_MS} ms at a {SEAL_MS_AT_TARGET} ms seal)"),
             signatures_met,
         ),
-    ])
+    ];
+    if sqlite_ms > 0.0 {
+        // The database's own work: in `serve` on SQLite, in PostgreSQL's processes otherwise
+        // (where the CPU per stamp above does not count it).
+        rows.push(Row::new(
+            "cpu",
+            format!("{label}: of it, SQLite's connection threads (statements, log writes)"),
+            format!(
+                "{sqlite_ms:.2} ms; the rest {:.2} ms",
+                l.cpu_ms_per_stamp - sqlite_ms
+            ),
+        ));
+    }
+    Ok(rows)
 }
 
 /// `args` may name a backend (`sqlite`, `postgres`) and a latency (`l0`, `l50`).

@@ -114,6 +114,28 @@ pub fn cpu_seconds(pid: &str) -> f64 {
     (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
 
+/// CPU seconds of a process's threads so far, by what they run (their names): SQLite's
+/// connections (one thread each, sqlx's), the HTTP server's workers, and the async runtime with
+/// its blocking pool (the worker pool, the seal, the syncs of SQLite's log).
+pub fn thread_cpu_seconds(pid: &str) -> [f64; 3] {
+    let mut by = [0.0; 3];
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by;
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let i = if comm.starts_with("sqlx-sqlite") {
+            0
+        } else if comm.starts_with("actix") {
+            1
+        } else {
+            2
+        };
+        by[i] += cpu_seconds(&format!("{pid}/task/{}", t.file_name().to_string_lossy()));
+    }
+    by
+}
+
 /// Runs `autofactura args…` in `dir` to its end: whether it succeeded, its standard output,
 /// and its peak resident memory in KiB (`VmHWM`, sampled every 10 ms until it exits).
 pub async fn run_measured(dir: &Path, args: &[&str]) -> anyhow::Result<(bool, String, u64)> {
