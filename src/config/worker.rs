@@ -9,7 +9,8 @@ pub struct WorkerSettings {
     pub concurrency: usize,
     /// How long a claim lasts without a keepalive; a dead worker's rows return after this.
     pub lease_seconds: u64,
-    /// Sleep between polls when there is nothing to do.
+    /// Sleep between polls when there is nothing to do (each idle slot's; the pool looks for a
+    /// cancellation about twice in that time).
     pub idle_poll_ms: u64,
     /// On shutdown, how long in-flight PAC calls may take before their rows are released.
     pub shutdown_grace_seconds: u64,

@@ -145,8 +145,10 @@ pub struct Worker {
     pub id: String,
     /// Rows being processed right now (reported by the heartbeat).
     in_flight: pool::InFlight,
-    /// When the next claim also looks for rows whose lease expired.
-    next_expired_look: prepare::ExpiredLook,
+    /// When the next claim also looks for rows whose lease expired (about once a second).
+    next_expired_look: prepare::Look,
+    /// When an idle slot next looks for a cancellation to send (about twice per idle poll).
+    next_cancel_look: prepare::Look,
     /// Rows claimed and not sent yet (id → the state claimed from).
     unsent: Mutex<HashMap<i64, crate::domain::DocumentState>>,
     /// Rows claimed together and sealed, waiting for a slot to send them.
@@ -218,7 +220,6 @@ impl Worker {
             db,
             pac,
             csd,
-            cfg,
             pac_label: pac_label.to_owned(),
             backup_label: None,
             mail_domain: None,
@@ -226,7 +227,9 @@ impl Worker {
             arca: None,
             id: format!("{}-{}-{suffix:04x}", hostname(), std::process::id()),
             in_flight: pool::InFlight::default(),
-            next_expired_look: prepare::ExpiredLook::default(),
+            next_expired_look: prepare::Look::every(std::time::Duration::from_secs(1)),
+            next_cancel_look: prepare::Look::every(cfg.idle_poll / 2),
+            cfg,
             unsent: Mutex::new(HashMap::new()),
             ready: Mutex::new(VecDeque::new()),
             ready_notify: tokio::sync::Notify::new(),
