@@ -59,7 +59,7 @@ struct Loop {
     stamps_per_sec: f64,
     cpu_ms_per_stamp: f64,
     /// The same by `serve`'s threads ([`thread_cpu_seconds`]): SQLite's connections, the HTTP
-    /// workers, the runtime and its blocking pool.
+    /// workers, and the rest (the runtime and its blocking pool).
     threads_ms_per_stamp: [f64; 3],
     backlog: Vec<i64>,
     p99_ms: f64,
@@ -219,9 +219,11 @@ async fn open_loop(
         flat: slope(&backlog) < FLAT_SLOPE * rate,
         stamps_per_sec: made as f64 / secs,
         cpu_ms_per_stamp: cpu * 1e3 / made.max(1) as f64,
-        threads_ms_per_stamp: std::array::from_fn(|i| {
-            (threads1[i] - threads0[i]) * 1e3 / made.max(1) as f64
-        }),
+        threads_ms_per_stamp: {
+            let per_stamp = |secs: f64| secs * 1e3 / made.max(1) as f64;
+            let (sqlite, http) = (threads1[0] - threads0[0], threads1[1] - threads0[1]);
+            [sqlite, http, cpu - sqlite - http].map(per_stamp)
+        },
         backlog,
         p99_ms: lat.p99_ms,
         busy,

@@ -114,11 +114,12 @@ pub fn cpu_seconds(pid: &str) -> f64 {
     (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
 
-/// CPU seconds of a process's threads so far, by what they run (their names): SQLite's
-/// connections (one thread each, sqlx's), the HTTP server's workers, and the async runtime with
-/// its blocking pool (the worker pool, the seal, the syncs of SQLite's log).
-pub fn thread_cpu_seconds(pid: &str) -> [f64; 3] {
-    let mut by = [0.0; 3];
+/// CPU seconds so far of a process's threads that live as long as it does, by their names:
+/// SQLite's connections (sqlx runs one thread each), then the HTTP server's workers. The rest
+/// of the process's time ([`cpu_seconds`]) is the async runtime's and its blocking pool's,
+/// whose threads come and go (an exited thread's time is in the process's total, not here).
+pub fn thread_cpu_seconds(pid: &str) -> [f64; 2] {
+    let mut by = [0.0; 2];
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return by;
     };
@@ -129,7 +130,7 @@ pub fn thread_cpu_seconds(pid: &str) -> [f64; 3] {
         } else if comm.starts_with("actix") {
             1
         } else {
-            2
+            continue;
         };
         by[i] += cpu_seconds(&format!("{pid}/task/{}", t.file_name().to_string_lossy()));
     }

@@ -46,6 +46,7 @@ pub(super) struct Look {
 }
 
 impl Look {
+    /// Due at once, then once per `period` at most.
     pub(super) fn every(period: std::time::Duration) -> Self {
         Self {
             next: AtomicI64::new(0),
