@@ -10,17 +10,19 @@
 //! - `acuses/{UUID}.xml`: the cancellation acuses of those documents.
 //!
 //! It is written in passes over the database, a page of [`PAGE`] documents at a time, straight
-//! into the ZIP: memory holds one page and the ZIP's directory (a few hundred bytes per entry),
-//! whatever the month's size.
+//! into the ZIP: memory holds one page and the ZIP's directory, whatever the month's size. The
+//! directory is `rawzip`'s, about 180 bytes an entry with its name (the `zip` crate's took 377,
+//! two thirds of what a month of 10,000 documents and their PDFs added to the export's peak).
 //!
 //! Who may import it: `ops` (the command) and `admin` (the download). It imports the store and
 //! the document engine's XML reader.
 
-use std::io::{Seek, Write};
+use std::io::Write;
 
 use chrono::{NaiveDate, NaiveDateTime};
-use zip::ZipWriter;
-use zip::write::SimpleFileOptions;
+use flate2::write::DeflateEncoder;
+use rawzip::time::UtcDateTime;
+use rawzip::{CompressionMethod, ZipArchiveWriter, ZipEntryWriter};
 
 use crate::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
 use crate::pdf::PdfOptions;
@@ -57,46 +59,61 @@ pub fn month_range(month: &str) -> Result<(NaiveDateTime, NaiveDateTime), String
 
 /// Writes the export of `month` to `out`, with each document's PDF printed with `pdf` when
 /// given.
-pub async fn write_month<W: Write + Seek>(
+pub async fn write_month<W: Write>(
     db: &Db,
     month: &str,
     out: W,
     pdf: Option<&PdfOptions>,
 ) -> anyhow::Result<Counts> {
     let (from, to) = month_range(month).map_err(|e| anyhow::anyhow!(e))?;
-    let mut zip = ZipWriter::new(out);
-    let opts = SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated)
-        .large_file(false);
+    // The directory's entries, sized once: doubling its vector at the 16,384th entry held both
+    // copies at once, the export's peak (2 MiB over a month of 10,000 documents).
+    let documents_in_month = db.count_export_documents(from, to).await?;
+    let entries = usize::try_from(documents_in_month)
+        .unwrap_or(0)
+        .saturating_mul(2)
+        .saturating_add(1);
+    let mut zip = ZipArchiveWriter::builder()
+        .with_capacity(entries)
+        .build(out);
+    let when = UtcDateTime::from_unix(chrono::Utc::now().timestamp());
     let mut counts = Counts::default();
 
     let documents = async |after| db.export_documents(from, to, after, PAGE).await;
-    // Pass 1: the CSV, one row per document.
-    zip.start_file("documentos.csv", opts)?;
-    zip.write_all(CSV_HEADER.as_bytes())?;
-    each_page(
-        documents,
-        |d| d.id,
-        async |d| {
-            zip.write_all(csv_row(d).as_bytes())?;
-            counts.documents += 1;
-            Ok(())
-        },
-    )
-    .await?;
+    // Pass 1: the CSV, one row per document, one entry written across the pages.
+    {
+        let (mut entry, csv) = start(&mut zip, "documentos.csv", when)?;
+        let mut csv = csv.wrap(DeflateEncoder::new(
+            &mut entry,
+            flate2::Compression::default(),
+        ));
+        csv.write_all(CSV_HEADER.as_bytes())?;
+        each_page(
+            documents,
+            |d| d.id,
+            async |d| {
+                csv.write_all(csv_row(d).as_bytes())?;
+                counts.documents += 1;
+                Ok(())
+            },
+        )
+        .await?;
+        let (deflate, descriptor) = csv.finish()?;
+        deflate.finish()?;
+        entry.finish(descriptor)?;
+    }
     // Pass 2: the stamped XMLs, byte for byte, each with its PDF (printed one at a time, see
     // `print`: memory stays one page and one PDF).
     each_page(documents, |d| d.id, async |d| {
         let name = xml_name(d);
-        zip.start_file(name.as_str(), opts)?;
-        zip.write_all(&d.stamped_xml)?;
+        add(&mut zip, &name, &d.stamped_xml, when)?;
         let Some(pdf) = pdf else {
             return Ok(());
         };
         match print(&d.stamped_xml, pdf).await {
             Ok(bytes) => {
-                zip.start_file(format!("{}.pdf", name.trim_end_matches(".xml")), opts)?;
-                zip.write_all(&bytes)?;
+                let pdf_name = format!("{}.pdf", name.trim_end_matches(".xml"));
+                add(&mut zip, &pdf_name, &bytes, when)?;
                 counts.pdfs += 1;
             }
             Err(e) => {
@@ -112,8 +129,8 @@ pub async fn write_month<W: Write + Seek>(
         acuses,
         |a| a.id,
         async |a| {
-            zip.start_file(format!("acuses/{}.xml", safe(&a.uuid)), opts)?;
-            zip.write_all(a.acuse_xml.as_bytes())?;
+            let name = format!("acuses/{}.xml", safe(&a.uuid));
+            add(&mut zip, &name, a.acuse_xml.as_bytes(), when)?;
             counts.acuses += 1;
             Ok(())
         },
@@ -121,6 +138,38 @@ pub async fn write_month<W: Write + Seek>(
     .await?;
     zip.finish()?.flush()?;
     Ok(counts)
+}
+
+/// Starts a deflated entry dated `when` (the export's own time).
+fn start<'z, W: Write>(
+    zip: &'z mut ZipArchiveWriter<W>,
+    name: &str,
+    when: UtcDateTime,
+) -> anyhow::Result<(ZipEntryWriter<'z, W>, rawzip::ZipDataWriterConfig)> {
+    Ok(zip
+        .new_file(name)
+        .compression_method(CompressionMethod::Deflate)
+        .last_modified(when)
+        .start()?)
+}
+
+/// Writes one whole entry, deflated.
+fn add<W: Write>(
+    zip: &mut ZipArchiveWriter<W>,
+    name: &str,
+    bytes: &[u8],
+    when: UtcDateTime,
+) -> anyhow::Result<()> {
+    let (mut entry, data) = start(zip, name, when)?;
+    let mut data = data.wrap(DeflateEncoder::new(
+        &mut entry,
+        flate2::Compression::default(),
+    ));
+    data.write_all(bytes)?;
+    let (deflate, descriptor) = data.finish()?;
+    deflate.finish()?;
+    entry.finish(descriptor)?;
+    Ok(())
 }
 
 /// Prints one document's PDF. `autofactura export` runs alone on a multi-threaded runtime, so

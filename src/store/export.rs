@@ -48,6 +48,24 @@ impl Db {
         .await
     }
 
+    /// How many stamped documents [`Db::export_documents`] will give for `[from, to)`: the
+    /// export sizes its ZIP's directory once instead of doubling it as it goes.
+    pub async fn count_export_documents(
+        &self,
+        from: NaiveDateTime,
+        to: NaiveDateTime,
+    ) -> Result<i64, StoreError> {
+        let (n,): (i64,) = stmt(
+            "SELECT COUNT(*) FROM outbox \
+             WHERE uuid IS NOT NULL AND stamped_xml IS NOT NULL AND fecha >= $1 AND fecha < $2",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_one(self, "count the month's stamped documents")
+        .await?;
+        Ok(n)
+    }
+
     /// Up to `limit` cancellation acuses of documents whose Fecha is in `[from, to)`, after
     /// cancellation id `after`, in id order.
     pub async fn export_acuses(
