@@ -140,7 +140,9 @@ pub async fn write_month<W: Write>(
     Ok(counts)
 }
 
-/// Starts a deflated entry dated `when` (the export's own time).
+/// Starts a deflated entry dated `when` (the export's own time), with the usual file mode
+/// `rw-r--r--` of a regular file: without a mode, an unzip tool makes up its own from the
+/// reader's umask.
 fn start<'z, W: Write>(
     zip: &'z mut ZipArchiveWriter<W>,
     name: &str,
@@ -150,6 +152,7 @@ fn start<'z, W: Write>(
         .new_file(name)
         .compression_method(CompressionMethod::Deflate)
         .last_modified(when)
+        .unix_permissions(0o100_644)
         .start()?)
 }
 

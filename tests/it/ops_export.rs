@@ -12,12 +12,32 @@ use crate::support::admin::{Browser, admin_app, finish_cancellation, pay};
 use crate::support::rows::fetch_rows;
 use crate::support::{Backend, TestApp};
 
-/// Name → bytes of every entry of a ZIP.
+/// Name → bytes of every entry of a ZIP, each checked to unzip as a file the accountant can
+/// read and others cannot change, dated the day it was exported (not 1980).
 fn entries(zip: &[u8]) -> BTreeMap<String, Vec<u8>> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip)).expect("a ZIP");
+    let today = chrono::Utc::now().date_naive();
     (0..archive.len())
         .map(|i| {
             let mut f = archive.by_index(i).expect("entry");
+            assert_eq!(
+                f.unix_mode(),
+                Some(0o100_644),
+                "{:?} unzips as rw-r--r--",
+                f.name()
+            );
+            let d = f.last_modified().expect("a modification time");
+            let dated = chrono::NaiveDate::from_ymd_opt(
+                i32::from(d.year()),
+                u32::from(d.month()),
+                u32::from(d.day()),
+            )
+            .expect("a valid date");
+            assert!(
+                (0..=1).contains(&(today - dated).num_days()),
+                "{:?} is dated {dated}, not the day of the export ({today})",
+                f.name()
+            );
             let mut bytes = Vec::new();
             f.read_to_end(&mut bytes).expect("read entry");
             (f.name().expect("entry name").into_owned(), bytes)
