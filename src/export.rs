@@ -28,8 +28,10 @@ use crate::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
 use crate::pdf::PdfOptions;
 use crate::store::{Db, ExportDoc, StoreError};
 
-/// Documents read per database round trip.
-pub const PAGE: i64 = 200;
+/// Documents read per database round trip. A page is the month's part in memory, held twice
+/// (as the driver's rows, then as documents): at 6 KB a stamped XML, 100 hold about 1.2 MB, and
+/// the 100 round trips more of a month of 10,000 take well under a second of its 80.
+pub const PAGE: i64 = 100;
 
 /// The CSV's header (its columns, in order).
 pub const CSV_HEADER: &str = "uuid,serie_folio,fecha,tipo,kind,receptor_rfc,receptor_nombre,subtotal,descuento,impuestos_trasladados,impuestos_retenidos,total,moneda,status,uuids_relacionados,uuids_pagados\r\n";
