@@ -22,15 +22,17 @@ use std::io::Write;
 use chrono::{NaiveDate, NaiveDateTime};
 use flate2::write::DeflateEncoder;
 use rawzip::time::UtcDateTime;
-use rawzip::{CompressionMethod, ZipArchiveWriter, ZipEntryWriter};
+use rawzip::{
+    CompressionMethod, DataDescriptorOutput, ZipArchiveWriter, ZipDataWriter, ZipEntryWriter,
+};
 
 use crate::cfdi::dom::{Element, NS_CFDI, NS_PAGOS20};
 use crate::pdf::PdfOptions;
 use crate::store::{Db, ExportDoc, StoreError};
 
 /// Documents read per database round trip. A page is the month's part in memory, held twice
-/// (as the driver's rows, then as documents): at 6 KB a stamped XML, 100 hold about 1.2 MB, and
-/// the 100 round trips more of a month of 10,000 take well under a second of its 80.
+/// (as the driver's rows, then as documents): at 6 KB a stamped XML, 100 hold about 1.2 MB less
+/// than 200 did. A month of 10,000 took 85 and 90 s with it, 86.5 s with 200 (BENCHMARKS.md).
 pub const PAGE: i64 = 100;
 
 /// The CSV's header (its columns, in order).
@@ -85,10 +87,7 @@ pub async fn write_month<W: Write>(
     // Pass 1: the CSV, one row per document, one entry written across the pages.
     {
         let (mut entry, csv) = start(&mut zip, "documentos.csv", when)?;
-        let mut csv = csv.wrap(DeflateEncoder::new(
-            &mut entry,
-            flate2::Compression::default(),
-        ));
+        let mut csv = deflate(csv, &mut entry);
         csv.write_all(CSV_HEADER.as_bytes())?;
         each_page(
             documents,
@@ -100,8 +99,7 @@ pub async fn write_month<W: Write>(
             },
         )
         .await?;
-        let (deflate, descriptor) = csv.finish()?;
-        deflate.finish()?;
+        let descriptor = end(csv)?;
         entry.finish(descriptor)?;
     }
     // Pass 2: the stamped XMLs, byte for byte, each with its PDF (printed one at a time, see
@@ -166,15 +164,26 @@ fn add<W: Write>(
     when: UtcDateTime,
 ) -> anyhow::Result<()> {
     let (mut entry, data) = start(zip, name, when)?;
-    let mut data = data.wrap(DeflateEncoder::new(
-        &mut entry,
-        flate2::Compression::default(),
-    ));
+    let mut data = deflate(data, &mut entry);
     data.write_all(bytes)?;
-    let (deflate, descriptor) = data.finish()?;
-    deflate.finish()?;
+    let descriptor = end(data)?;
     entry.finish(descriptor)?;
     Ok(())
+}
+
+/// The writer of an entry's data, deflating into `entry`.
+fn deflate<E: Write>(
+    data: rawzip::ZipDataWriterConfig,
+    entry: E,
+) -> ZipDataWriter<DeflateEncoder<E>> {
+    data.wrap(DeflateEncoder::new(entry, flate2::Compression::default()))
+}
+
+/// Ends an entry's data: the last deflated bytes, and the descriptor the entry ends with.
+fn end<E: Write>(data: ZipDataWriter<DeflateEncoder<E>>) -> anyhow::Result<DataDescriptorOutput> {
+    let (deflate, descriptor) = data.finish()?;
+    deflate.finish()?;
+    Ok(descriptor)
 }
 
 /// Prints one document's PDF. `autofactura export` runs alone on a multi-threaded runtime, so

@@ -25,6 +25,14 @@ pub struct ExportAcuse {
     pub acuse_xml: String,
 }
 
+/// The documents a month's export holds: stamped, with a Fecha in `[$1, $2)`. One text for the
+/// pages and their count, which sizes the ZIP's directory, so the two cannot drift apart.
+macro_rules! stamped_in_month {
+    () => {
+        "uuid IS NOT NULL AND stamped_xml IS NOT NULL AND fecha >= $1 AND fecha < $2"
+    };
+}
+
 impl Db {
     /// Up to `limit` stamped documents whose Fecha (Mexico City) is in `[from, to)`, after
     /// outbox id `after`, in id order.
@@ -35,11 +43,11 @@ impl Db {
         after: i64,
         limit: i64,
     ) -> Result<Vec<ExportDoc>, StoreError> {
-        stmt(
-            "SELECT id, kind, state, uuid, stamped_xml FROM outbox \
-             WHERE uuid IS NOT NULL AND stamped_xml IS NOT NULL \
-             AND fecha >= $1 AND fecha < $2 AND id > $3 ORDER BY id LIMIT $4",
-        )
+        stmt(concat!(
+            "SELECT id, kind, state, uuid, stamped_xml FROM outbox WHERE ",
+            stamped_in_month!(),
+            " AND id > $3 ORDER BY id LIMIT $4"
+        ))
         .bind(from)
         .bind(to)
         .bind(after)
@@ -55,10 +63,10 @@ impl Db {
         from: NaiveDateTime,
         to: NaiveDateTime,
     ) -> Result<i64, StoreError> {
-        let (n,): (i64,) = stmt(
-            "SELECT COUNT(*) FROM outbox \
-             WHERE uuid IS NOT NULL AND stamped_xml IS NOT NULL AND fecha >= $1 AND fecha < $2",
-        )
+        let (n,): (i64,) = stmt(concat!(
+            "SELECT COUNT(*) FROM outbox WHERE ",
+            stamped_in_month!()
+        ))
         .bind(from)
         .bind(to)
         .fetch_one(self, "count the month's stamped documents")
