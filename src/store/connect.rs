@@ -11,6 +11,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
+use super::lite::Lite;
 use super::stash::Stash;
 use super::writer::{Durability, WriteLock};
 use super::{Db, Embedded, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, StoreError, ctx};
@@ -65,7 +66,10 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, StoreError> {
                 )
                 .await
                 .map_err(ctx("open the SQLite database for writing"))?;
-            WriteLock::deferring_sync(Durability::new(writer, &file), pool.clone())
+            // New sales and the writes made outside a transaction run on a connection of their
+            // own on the caller's thread (`lite.rs`).
+            let lite = Lite::open(&file).map_err(ctx("open the SQLite database for writing"))?;
+            WriteLock::deferring_sync(Durability::new(writer, &file), pool.clone(), Some(lite))
         } else {
             WriteLock::default()
         };

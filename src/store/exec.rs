@@ -2,7 +2,8 @@
 //! (sqlx reads `$n` on SQLite too, as the n-th argument) and run here on either pool or inside
 //! a [`Tx`]. SQLite allows one writer at a time, so every write and every transaction first
 //! queues on the process's write lock, and a transaction starts with `BEGIN IMMEDIATE` (two
-//! writers never deadlock upgrading from a read).
+//! writers never deadlock upgrading from a read). A SQLite write outside a transaction runs
+//! on the write connection run on the caller's thread (`lite.rs`), when the lock has one.
 //!
 //! Arguments are carried as [`Arg`], which keeps the Rust type of each value, so PostgreSQL sees
 //! the same parameter types as when they were bound directly (a `NULL` text stays text).
@@ -16,6 +17,7 @@ use sqlx::{AssertSqlSafe, FromRow, Postgres, Sqlite, Transaction};
 
 use std::sync::OnceLock;
 
+use super::lite::{FromLite, decode};
 use super::writer::WriteGuard;
 use super::{Db, StoreError, ctx};
 use crate::domain::{
@@ -364,6 +366,33 @@ impl<'a> Stmt<'a> {
         self.rows(Target::Pool(db), Mode::All, what).await
     }
 
+    /// Runs a write that returns rows (`… RETURNING`) and reads them: on SQLite on the write
+    /// connection run on the caller's thread when there is one (`lite.rs`), for a write made
+    /// many times a second.
+    pub(super) async fn fetch_all_written<T: Record + FromLite>(
+        self,
+        db: &Db,
+        what: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
+        if let Db::Sqlite {
+            write_lock,
+            durable,
+            ..
+        } = db
+        {
+            let mut w = write_lock.lock_for(what).await;
+            if let Some(lite) = w.lite().await {
+                let ran = lite.run(&self.text, &self.args).and_then(decode);
+                if ran.is_err() {
+                    lite.roll_back_open();
+                }
+                release(w, *durable && ran.is_ok(), what).await?;
+                return ran.map_err(ctx(what));
+            }
+        }
+        self.writes().fetch_all(db, what).await
+    }
+
     /// Reads at most one row (no write lock unless [`Stmt::writes`]).
     pub(super) async fn fetch_optional<T: Record>(
         self,
@@ -488,6 +517,14 @@ impl<'a> Stmt<'a> {
                 ..
             }) if write => {
                 let mut w = write_lock.lock_for(what).await;
+                if let (Mode::Execute, Some(lite)) = (mode, w.lite().await) {
+                    let ran = lite.run(&text, args);
+                    if ran.is_err() {
+                        lite.roll_back_open();
+                    }
+                    release(w, *durable && ran.is_ok(), what).await?;
+                    return ran.map(|r| Out::Affected(r.affected)).map_err(ctx(what));
+                }
                 let mut conn = w.conn(pool).await.map_err(ctx(what))?;
                 let ran = run_on!(&mut *conn, text, args, mode, Sqlite);
                 w.park(conn, super::stash::clean(&ran));
@@ -542,7 +579,7 @@ impl Stmt<'_> {
     }
 
     /// [`Stmt::sqlite_script_ids`], for rows of any shape.
-    pub(super) async fn sqlite_script_rows<T: Record>(
+    pub(super) async fn sqlite_script_rows<T: Record + FromLite>(
         self,
         db: &Db,
         what: &'static str,
@@ -559,24 +596,31 @@ impl Stmt<'_> {
             )));
         };
         let w = write_lock.lock_for(what).await;
-        run_script(w, pool, &self.text, &self.args, *durable, what, rows_of).await
+        run_script(w, pool, &self.text, &self.args, *durable, what).await
     }
 }
 
 /// Runs a script from `BEGIN IMMEDIATE` to `COMMIT` under the lock `w` holds, in one trip,
 /// rolling it back if it fails, and lets the lock go (returning once on disk when `durable`).
-/// Its rows, as `read` reads them.
-async fn run_script<T>(
+/// Its rows. On the write connection run on the caller's thread when there is one (`lite.rs`).
+async fn run_script<T: Record + FromLite>(
     mut w: WriteGuard<'_>,
     pool: &sqlx::SqlitePool,
     text: &str,
     args: &[Arg<'_>],
     durable: bool,
     what: &'static str,
-    read: fn(Out) -> Result<T, sqlx::Error>,
-) -> Result<T, StoreError> {
+) -> Result<Vec<T>, StoreError> {
+    if let Some(lite) = w.lite().await {
+        let ran = lite.run(text, args).and_then(decode);
+        if ran.is_err() {
+            lite.roll_back_open();
+        }
+        release(w, durable && ran.is_ok(), what).await?;
+        return ran.map_err(ctx(what));
+    }
     let conn = w.script_conn(pool).await.map_err(ctx(what))?;
-    let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(read);
+    let ran = run_on!(&mut **conn, text, args, Mode::All, Sqlite).and_then(rows_of);
     if ran.is_err() {
         let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
     }

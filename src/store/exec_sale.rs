@@ -1,7 +1,7 @@
 //! A new sale's statements on SQLite: committed alone in one trip when no other sale is near,
 //! else run in the write lock's open group of new sales (`writer.rs`).
 
-use super::{Arg, Mode, Out, Record, Stmt, ctx, rows_of, run_script};
+use super::{Arg, FromLite, Mode, Out, Record, Stmt, ctx, decode, rows_of, run_script};
 use crate::store::writer::{Finisher, GroupFailed, WriteGuard};
 use crate::store::{Db, StoreError};
 use sqlx::AssertSqlSafe;
@@ -12,7 +12,7 @@ impl Stmt<'_> {
     /// `writer.rs`), and returns their rows once the group is committed.
     /// `None`: the group was rolled back or did not commit, so nothing of the sale was
     /// written; the caller records it alone.
-    pub(in crate::store) async fn sqlite_grouped_rows<T: Record>(
+    pub(in crate::store) async fn sqlite_grouped_rows<T: Record + FromLite>(
         self,
         db: &Db,
         what: &'static str,
@@ -43,7 +43,16 @@ impl Stmt<'_> {
             let opened = member.opened_lingering();
             let text = member.script(&self.text);
             let args = &self.args;
-            match run_on!(&mut **member.conn(), &*text, args, Mode::All, Sqlite).and_then(rows_of) {
+            let ran = match member.conn() {
+                Some(conn) => {
+                    run_on!(&mut **conn, &*text, args, Mode::All, Sqlite).and_then(rows_of)
+                }
+                None => match member.lite() {
+                    Some(lite) => lite.run(&text, args).and_then(decode),
+                    None => Err(sqlx::Error::PoolClosed),
+                },
+            };
+            match ran {
                 Ok(rows) => {
                     let outcome = member.joined();
                     // The last sale queued commits the group, one fsync for all of them,
@@ -86,14 +95,14 @@ impl Stmt<'_> {
 /// sale's statements, then `COMMIT`), then the sync of the log outside the lock, as for a
 /// group. Sales that queue meanwhile form a group of their own. On failure nothing of it is
 /// written.
-async fn sale_alone<T: Record>(
+async fn sale_alone<T: Record + FromLite>(
     w: WriteGuard<'_>,
     pool: &sqlx::SqlitePool,
     sale: Stmt<'_>,
     what: &'static str,
 ) -> Result<Vec<T>, StoreError> {
     let text = format!("BEGIN IMMEDIATE;\n{};\nCOMMIT", sale.text);
-    let rows = run_script(w, pool, &text, &sale.args, true, what, rows_of).await?;
+    let rows = run_script(w, pool, &text, &sale.args, true, what).await?;
     crate::metrics::sqlite_sales_per_commit(1);
     Ok(rows)
 }

@@ -84,6 +84,7 @@ mod export;
 mod folios;
 mod globals;
 mod limit;
+mod lite;
 mod merchant;
 mod outbox;
 mod pagos;

@@ -272,8 +272,7 @@ impl Db {
                 .bind(now)
                 .bind(limit)
                 .bind(pac)
-                .writes()
-                .fetch_all(self, "claim outbox rows")
+                .fetch_all_written(self, "claim outbox rows")
                 .await?;
             if !claimed.is_empty() {
                 // SQLite: a new sale is seen once committed, before its log is synced; none is

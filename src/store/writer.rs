@@ -2,9 +2,13 @@
 //! transaction holds, the one connection they all write on, the group commit of new sales
 //! under it, and the syncs that make writes durable outside it.
 //!
-//! Every write runs on one connection ([`Durability`]), so its page cache stays warm: a
-//! connection must drop its cache whenever another one has changed the database, which made
-//! every write of a pool of writing connections read its pages again. That connection commits
+//! Writes run on the lock's own connection, so its page cache stays warm: a connection must
+//! drop its cache whenever another one has changed the database, which made every write of a
+//! pool of writing connections read its pages again. Those made many times a second (new
+//! sales, and every write outside a transaction: the worker pool's claims, numbering, seals,
+//! settles, logs) run on the caller's thread ([`Slot::lite`], `lite.rs`), without a trip to a
+//! connection thread; transactions and the rarer claims run on sqlx's connection
+//! ([`Durability`]), which only then reads again what the other one changed. Both commit
 //! with `synchronous = NORMAL`, which writes the log without waiting for the disk. A write
 //! that must be durable (the appliance's handle: a webhook's sale, an admin's action, an API
 //! call) then syncs the log after letting the lock go, and returns once it is on disk, exactly
@@ -22,8 +26,7 @@
 //!   commits it first, as it must not begin beside an open transaction.
 //! - When sales come faster than one in [`SALE_LINGER`], the group stays open that long for
 //!   more even with none queued, and the sale that opened it commits it then: at a few
-//!   hundred sales a second each would otherwise commit, sync and wake the connection's
-//!   thread alone. Slower, a sale finds the lock free and commits at once.
+//!   hundred sales a second each would otherwise commit and sync alone. Slower, a sale finds the lock free and commits at once.
 //! - A sale returns only once its group is committed and synced; a webhook is acknowledged
 //!   after that. A sale dropped before then (a client that went away) leaves a task that
 //!   takes the lock, which ends the group; a sale that still waits too long takes the lock
@@ -42,6 +45,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
+
+use super::lite::Lite;
 use sqlx::{Sqlite, SqlitePool};
 use tokio::sync::{Mutex, MutexGuard, watch};
 
@@ -164,6 +169,9 @@ pub(super) struct Slot {
     /// returned to its pool: sqlx checks a connection given back to its pool with a trip to the
     /// connection's thread, one more for every write.
     idle: Option<PoolConnection<Sqlite>>,
+    /// The write connection run on the caller's thread (`lite.rs`), for the writes made many
+    /// times a second; transactions run on `idle`'s.
+    lite: Option<Lite>,
     open: Option<OpenGroup>,
 }
 
@@ -171,7 +179,8 @@ pub(super) struct Slot {
 /// connection of a script that begins and ends its own ([`WriteGuard::script_conn`]).
 #[derive(Debug)]
 pub(super) struct OpenGroup {
-    conn: PoolConnection<Sqlite>,
+    /// None: the group is open on the caller's-thread connection ([`Slot::lite`]).
+    conn: Option<PoolConnection<Sqlite>>,
     sales: usize,
     /// Which group this is (each one opened has the next number).
     number: u64,
@@ -181,6 +190,20 @@ pub(super) struct OpenGroup {
     /// away): found so by the next holder of the lock, the group is rolled back.
     running: bool,
     outcome: watch::Sender<Option<Outcome>>,
+}
+
+impl OpenGroup {
+    /// A group, or a script, running on `conn` (none: on the caller's-thread connection).
+    fn new(conn: Option<PoolConnection<Sqlite>>) -> Self {
+        OpenGroup {
+            conn,
+            sales: 0,
+            number: 0,
+            until: None,
+            running: true,
+            outcome: watch::Sender::new(None),
+        }
+    }
 }
 
 /// How a group ended: committed and on disk, or why not.
@@ -237,8 +260,19 @@ impl WriteLock {
     /// checkpoint beside the writers alone never catches up with them, and the log grew for
     /// as long as they came (a gigabyte in half a minute at a few hundred sales a second),
     /// every commit extending the file, whose size each sync then wrote too.
-    pub fn deferring_sync(durability: Durability, reads: SqlitePool) -> Self {
+    ///
+    /// With `lite`, new sales and the writes made outside a transaction run on it, on the
+    /// caller's thread (`lite.rs`).
+    pub(super) fn deferring_sync(
+        durability: Durability,
+        reads: SqlitePool,
+        lite: Option<Lite>,
+    ) -> Self {
         let lock = WriteLock(Arc::new(Inner {
+            lock: Mutex::new(Slot {
+                lite,
+                ..Slot::default()
+            }),
             durability: Some(durability),
             ..Inner::default()
         }));
@@ -284,6 +318,7 @@ impl WriteLock {
         if let Some(d) = &self.0.durability {
             let mut w = self.lock().await;
             drop(w.guard.idle.take());
+            drop(w.guard.lite.take());
             drop(w);
             d.pool.close().await;
         }
@@ -467,13 +502,18 @@ impl<'l> WriteGuard<'l> {
             // rolls the connection back rather than leaving a transaction open on it in the
             // pool.
             let number = self.lock.0.groups.fetch_add(1, Ordering::Relaxed);
-            let g = self.hold(pool).await?;
+            let g = match self.guard.lite {
+                Some(_) => self.guard.open.insert(OpenGroup::new(None)),
+                None => self.hold(pool).await?,
+            };
             g.number = number;
             g.until = linger.map(|l| Instant::now() + l);
         }
-        let g = self.guard.open.as_mut().expect("a group is open");
-        g.running = true;
-        Ok(Member { group: g })
+        let Slot { lite, open, .. } = &mut *self.guard;
+        let group = open.as_mut().expect("a group is open");
+        group.running = true;
+        let lite = lite.as_mut().filter(|_| group.conn.is_none());
+        Ok(Member { group, lite })
     }
 
     /// A connection for a script that begins and ends its own transaction. It stays in the
@@ -485,26 +525,27 @@ impl<'l> WriteGuard<'l> {
         pool: &SqlitePool,
     ) -> Result<&mut PoolConnection<Sqlite>, sqlx::Error> {
         self.end_group().await;
-        Ok(&mut self.hold(pool).await?.conn)
+        let g = self.hold(pool).await?;
+        Ok(g.conn.as_mut().expect("held on a pooled connection"))
+    }
+
+    /// The write connection run on the caller's thread, if the lock has one (`lite.rs`),
+    /// once any open group is ended.
+    pub(super) async fn lite(&mut self) -> Option<&mut Lite> {
+        self.end_group().await;
+        self.guard.lite.as_mut()
     }
 
     /// The connection of the script or transaction under way ([`WriteGuard::script_conn`]).
     pub(super) fn running_conn(&mut self) -> Option<&mut PoolConnection<Sqlite>> {
-        self.guard.open.as_mut().map(|g| &mut g.conn)
+        self.guard.open.as_mut().and_then(|g| g.conn.as_mut())
     }
 
     /// The write connection, kept in the lock's empty slot, marked running: whatever it
     /// begins is rolled back by the next holder of the lock unless it is let go cleanly.
     async fn hold(&mut self, pool: &SqlitePool) -> Result<&mut OpenGroup, sqlx::Error> {
         let conn = self.conn(pool).await?;
-        Ok(self.guard.open.insert(OpenGroup {
-            conn,
-            sales: 0,
-            number: 0,
-            until: None,
-            running: true,
-            outcome: watch::Sender::new(None),
-        }))
+        Ok(self.guard.open.insert(OpenGroup::new(Some(conn))))
     }
 
     /// The write connection for a statement of its own: the one kept between writes, else
@@ -533,8 +574,8 @@ impl<'l> WriteGuard<'l> {
     /// The script ran to its end (its `COMMIT`, or a `ROLLBACK` after its failure): its
     /// connection is kept for the next write.
     pub(super) fn script_ended(&mut self) {
-        if let Some(g) = self.guard.open.take() {
-            self.park(g.conn, true);
+        if let Some(conn) = self.guard.open.take().and_then(|g| g.conn) {
+            self.park(conn, true);
         }
     }
 
@@ -546,10 +587,26 @@ impl<'l> WriteGuard<'l> {
         };
         let sales = g.sales > 0;
         let t = Instant::now();
-        // In a task of its own: a holder dropped mid-commit must not leave the group's sales
-        // without their outcome, nor a transaction open on the connection.
-        if let Ok(Some(conn)) = tokio::spawn(end(g, self.lock.clone())).await {
-            self.park(conn, true);
+        if g.conn.is_some() {
+            // In a task of its own: a holder dropped mid-commit must not leave the group's
+            // sales without their outcome, nor a transaction open on the connection.
+            if let Ok(Some(conn)) = tokio::spawn(end(g, self.lock.clone())).await {
+                self.park(conn, true);
+            }
+        } else {
+            // On the caller's thread: nothing here waits, so no drop can interrupt it.
+            let lite = self.guard.lite.as_mut();
+            let ended = match (lite, g.running) {
+                (_, true) => Err("a sale of its group was interrupted".to_owned()),
+                (None, false) => Err("the write connection is closed".to_owned()),
+                (Some(lite), false) => lite.end("COMMIT").map_err(|e| e.to_string()),
+            };
+            if ended.is_err()
+                && let Some(lite) = self.guard.lite.as_mut()
+            {
+                lite.roll_back_open();
+            }
+            announce(g, ended, self.lock.clone());
         }
         if sales {
             let took = t.elapsed();
@@ -563,30 +620,31 @@ impl<'l> WriteGuard<'l> {
 /// once it is on disk: when its log is synced outside the lock, from a task of its own, which
 /// this does not wait for. The connection, to keep if it is known to be left clean.
 async fn end(mut g: OpenGroup, lock: WriteLock) -> Option<PoolConnection<Sqlite>> {
+    let mut conn = g.conn.take()?;
     let ended = if g.running {
         Err("a sale of its group was interrupted".to_owned())
     } else {
         sqlx::query("COMMIT")
-            .execute(&mut *g.conn)
+            .execute(&mut *conn)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
     };
-    let clean = if ended.is_ok() {
+    // Nothing of the group may stay half there, nor a transaction open on a pooled
+    // connection (a `ROLLBACK` with none open fails harmlessly, and the connection then
+    // goes back to its pool).
+    let clean = ended.is_ok() || sqlx::query("ROLLBACK").execute(&mut *conn).await.is_ok();
+    announce(g, ended, lock);
+    clean.then_some(conn)
+}
+
+/// Tells the sales of group `g` how it `ended`: at once when it failed, else once it is on
+/// disk, from a task that syncs the log (which this does not wait for).
+fn announce(g: OpenGroup, ended: Result<(), String>, lock: WriteLock) {
+    if ended.is_ok() {
         crate::metrics::sqlite_sales_per_commit(g.sales);
-        true
-    } else {
-        // Nothing of the group may stay half there, nor a transaction open on a pooled
-        // connection (a `ROLLBACK` with none open fails harmlessly, and the connection then
-        // goes back to its pool).
-        sqlx::query("ROLLBACK").execute(&mut *g.conn).await.is_ok()
-    };
-    let OpenGroup {
-        conn,
-        sales,
-        outcome,
-        ..
-    } = g;
+    }
+    let OpenGroup { sales, outcome, .. } = g;
     match (ended, &lock.0.durability) {
         (Ok(()), Some(_)) if sales > 0 => {
             let ticket = lock.committed();
@@ -599,7 +657,6 @@ async fn end(mut g: OpenGroup, lock: WriteLock) -> Option<PoolConnection<Sqlite>
             outcome.send_replace(Some(ended.map_err(GroupFailed::NotWritten)));
         }
     }
-    clean.then_some(conn)
 }
 
 impl Drop for WriteGuard<'_> {
@@ -641,11 +698,19 @@ impl Drop for Finisher {
 /// A sale running its statements in the open group.
 pub(super) struct Member<'g> {
     group: &'g mut OpenGroup,
+    /// The caller's-thread connection the group is open on, if it is.
+    lite: Option<&'g mut Lite>,
 }
 
 impl Member<'_> {
-    pub(super) fn conn(&mut self) -> &mut PoolConnection<Sqlite> {
-        &mut self.group.conn
+    /// The pooled connection the group is open on, unless it is open on [`Member::lite`].
+    pub(super) fn conn(&mut self) -> Option<&mut PoolConnection<Sqlite>> {
+        self.group.conn.as_mut()
+    }
+
+    /// The caller's-thread connection the group is open on, if it is.
+    pub(super) fn lite(&mut self) -> Option<&mut Lite> {
+        self.lite.as_deref_mut()
     }
 
     /// When this sale opened a group that waits for more: until when, and the group's

@@ -30,7 +30,7 @@ async fn sale(
     let text = m.script("INSERT INTO t (x) VALUES ($1)");
     let ran = sqlx::query(AssertSqlSafe(&*text))
         .bind(value)
-        .execute(&mut **m.conn())
+        .execute(&mut **m.conn().expect("a pooled connection"))
         .await;
     if ran.is_ok() {
         return Some(m.joined());
@@ -103,7 +103,7 @@ async fn a_sale_dropped_mid_statements_rolls_its_group_back() {
         let mut w = lock.lock_to_join().await;
         let mut m = w.group(&pool, None).await.expect("group");
         sqlx::query("INSERT INTO t (x) VALUES (2)")
-            .execute(&mut **m.conn())
+            .execute(&mut **m.conn().expect("a pooled connection"))
             .await
             .expect("insert");
     }
@@ -198,7 +198,7 @@ async fn deferring(dir: &tempfile::TempDir, wal_of: &Path) -> WriteLock {
         .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
         .pragma("wal_autocheckpoint", "0");
     let normal = SqlitePool::connect_with(opts).await.expect("open");
-    WriteLock::deferring_sync(Durability::new(normal.clone(), wal_of), normal)
+    WriteLock::deferring_sync(Durability::new(normal.clone(), wal_of), normal, None)
 }
 
 fn counts(lock: &WriteLock) -> (u64, u64) {
@@ -267,6 +267,7 @@ async fn the_write_connection_is_kept_between_writes_and_left_clean() {
     let lock = WriteLock::deferring_sync(
         Durability::new(writes.clone(), &dir.path().join("t.db")),
         pool.clone(),
+        None,
     );
     {
         // A transaction whose caller went away before its `COMMIT`.
