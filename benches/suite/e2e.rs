@@ -99,7 +99,7 @@ fn held_per_stamp(l: &Loop) -> String {
 fn by_threads(l: &Loop) -> String {
     let [sqlite, http, runtime] = l.threads_ms_per_stamp;
     let sqlite = if sqlite > 0.0 {
-        format!("SQLite's connection threads {sqlite:.2}, ")
+        format!("sqlx's SQLite threads {sqlite:.2}, ")
     } else {
         String::new()
     };
@@ -419,11 +419,11 @@ async fn measure(
         ),
     ];
     if sqlite_ms > 0.0 {
-        // The database's own work: in `serve` on SQLite, in PostgreSQL's processes otherwise
-        // (where the CPU per stamp above does not count it).
+        // sqlx's SQLite threads (transactions, the rarer claims): SQLite's other writes run
+        // on the caller's thread (src/store/lite.rs), in the runtime's and HTTP workers' time.
         rows.push(Row::new(
             "cpu",
-            format!("{label}: of it, SQLite's connection threads (statements, log writes)"),
+            format!("{label}: of it, sqlx's SQLite threads (transactions, rarer claims)"),
             format!(
                 "{sqlite_ms:.2} ms; the rest {:.2} ms",
                 l.cpu_ms_per_stamp - sqlite_ms
