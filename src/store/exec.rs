@@ -382,10 +382,7 @@ impl<'a> Stmt<'a> {
         {
             let mut w = write_lock.lock_for(what).await;
             if let Some(lite) = w.lite().await {
-                let ran = lite.run(&self.text, &self.args).and_then(decode);
-                if ran.is_err() {
-                    lite.roll_back_open();
-                }
+                let ran = lite.run_whole(&self.text, &self.args).and_then(decode);
                 release(w, *durable && ran.is_ok(), what).await?;
                 return ran.map_err(ctx(what));
             }
@@ -518,10 +515,7 @@ impl<'a> Stmt<'a> {
             }) if write => {
                 let mut w = write_lock.lock_for(what).await;
                 if let (Mode::Execute, Some(lite)) = (mode, w.lite().await) {
-                    let ran = lite.run(&text, args);
-                    if ran.is_err() {
-                        lite.roll_back_open();
-                    }
+                    let ran = lite.run_whole(&text, args);
                     release(w, *durable && ran.is_ok(), what).await?;
                     return ran.map(|r| Out::Affected(r.affected)).map_err(ctx(what));
                 }
@@ -612,10 +606,7 @@ async fn run_script<T: Record + FromLite>(
     what: &'static str,
 ) -> Result<Vec<T>, StoreError> {
     if let Some(lite) = w.lite().await {
-        let ran = lite.run(text, args).and_then(decode);
-        if ran.is_err() {
-            lite.roll_back_open();
-        }
+        let ran = lite.run_whole(text, args).and_then(decode);
         release(w, durable && ran.is_ok(), what).await?;
         return ran.map_err(ctx(what));
     }

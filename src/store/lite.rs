@@ -111,7 +111,7 @@ impl Lite {
                     .and_then(|name| name.strip_prefix(['$', '?']))
                     .and_then(|n| n.parse::<usize>().ok())
                     .unwrap_or(i);
-                let arg = args.get(n - 1).ok_or_else(|| {
+                let arg = n.checked_sub(1).and_then(|k| args.get(k)).ok_or_else(|| {
                     sqlx::Error::Protocol(format!("no argument ${n} for `{sql}`"))
                 })?;
                 bind(&mut st, i, arg).map_err(error)?;
@@ -139,6 +139,16 @@ impl Lite {
             }
         }
         Ok(ran)
+    }
+
+    /// [`Lite::run`] for a write that must not stay half done: on failure, a transaction its
+    /// statements left open is rolled back.
+    pub(super) fn run_whole(&mut self, text: &str, args: &[Arg<'_>]) -> Result<Ran, sqlx::Error> {
+        let ran = self.run(text, args);
+        if ran.is_err() {
+            self.roll_back_open();
+        }
+        ran
     }
 
     /// Ends the open transaction with `end` (`COMMIT` or `ROLLBACK`).
@@ -500,6 +510,10 @@ mod tests {
             .expect("script");
         let rows: Vec<(i64, String)> = super::decode(ran).expect("rows");
         assert_eq!(rows, vec![(6, "xx".to_owned())]);
+        assert!(
+            lite.run("SELECT $0", &args).is_err(),
+            "a placeholder without its argument is an error"
+        );
         let failed = lite.run(
             "BEGIN IMMEDIATE;\nINSERT INTO nowhere VALUES (1);\nCOMMIT",
             &[],

@@ -26,7 +26,8 @@
 //!   commits it first, as it must not begin beside an open transaction.
 //! - When sales come faster than one in [`SALE_LINGER`], the group stays open that long for
 //!   more even with none queued, and the sale that opened it commits it then: at a few
-//!   hundred sales a second each would otherwise commit and sync alone. Slower, a sale finds the lock free and commits at once.
+//!   hundred sales a second each would otherwise commit and sync alone. Slower, a sale finds
+//!   the lock free and commits at once.
 //! - A sale returns only once its group is committed and synced; a webhook is acknowledged
 //!   after that. A sale dropped before then (a client that went away) leaves a task that
 //!   takes the lock, which ends the group; a sale that still waits too long takes the lock
