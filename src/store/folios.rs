@@ -18,9 +18,14 @@ use super::{Db, StoreError, ctx};
 /// their number (its row taken once), and numbers them in id order from the first number taken.
 /// `FOR UPDATE` re-reads each row as last committed: a row another worker took over meanwhile
 /// (`lease_owner`) or numbered is left out, and no number is taken for it.
-const ASSIGN_PG: &str = "WITH mine AS (SELECT id FROM outbox WHERE id = ANY($1::bigint[]) \
+/// Its commit waits for the disk (`synchronous_commit` on for this statement alone, where the
+/// worker pool's handle has it off): the PAC will stamp these numbers, and a database crash that
+/// took the numbering back could number the rows otherwise and seal other bytes for a sale the
+/// PAC has stamped already.
+const ASSIGN_PG: &str = "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), \
+    mine AS (SELECT id FROM outbox WHERE id = ANY($1::bigint[]) \
       AND COALESCE(serie, '') = $2 AND folio IS NULL AND lease_owner = $3 AND state = 'stamping' \
-      ORDER BY id FOR UPDATE), \
+      AND EXISTS (SELECT 1 FROM durable) ORDER BY id FOR UPDATE), \
     numbered AS (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n, COUNT(*) OVER () AS k FROM mine), \
     seq AS (INSERT INTO folio_sequences AS s (serie, next_folio) SELECT $2, 1 + COUNT(*) FROM mine \
       ON CONFLICT (serie) DO UPDATE SET next_folio = s.next_folio + EXCLUDED.next_folio - 1 \

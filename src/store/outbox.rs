@@ -275,20 +275,30 @@ impl Db {
                 .fetch_all_written(self, "claim outbox rows")
                 .await?;
             if !claimed.is_empty() {
-                // SQLite: a new sale is seen once committed, before its log is synced; none is
-                // sealed and sent to the PAC until it is on disk (`writer.rs`).
-                if let Db::Sqlite { write_lock, .. } = self {
-                    write_lock
-                        .durable()
-                        .await
-                        .map_err(|e| StoreError::Other(format!("cannot claim outbox rows: {e}")))?;
-                }
                 // RETURNING follows no order; rows are sent oldest first (ids grow with time).
                 claimed.sort_by_key(|c| c.id);
                 return Ok(claimed);
             }
         }
         Ok(Vec::new())
+    }
+
+    /// Returns once every write committed so far is on disk: a worker calls it for a claimed
+    /// batch, numbered and sealed, before its first PAC call. On SQLite a new sale is seen
+    /// once committed, before its log is synced, and the worker pool's own writes are not
+    /// synced; a power loss must take back neither a sale nor a numbering the PAC stamped (a
+    /// row numbered anew would be sealed to other bytes, a second CFDI). One sync covers the
+    /// batch's claim, numbering and sealed bytes, and the sales it holds (`writer.rs`).
+    /// PostgreSQL's numbering commits synchronously of itself (`folios.rs`).
+    pub async fn durable_before_sending(&self) -> Result<(), StoreError> {
+        match self {
+            Db::Sqlite { write_lock, .. } => write_lock.durable().await.map_err(|e| {
+                StoreError::Other(format!(
+                    "cannot send the claimed rows: their writes are not on disk ({e}); check the disk"
+                ))
+            }),
+            Db::Postgres(..) => Ok(()),
+        }
     }
 
     /// Extends the lease while the PAC call runs; `false` when the lease was lost.

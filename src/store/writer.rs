@@ -35,9 +35,9 @@
 //! - If a sale fails mid-statements, or is dropped mid-statements (a client that went away),
 //!   the whole group is rolled back, and each of its sales, told so, records itself alone
 //!   through the general transaction: nothing of a rolled-back group is half there.
-//! - Committed before it is on disk, a sale can be seen before the sync: a worker claiming
-//!   rows waits for the sync ([`WriteLock::durable`]) before it seals and sends them, so the
-//!   PAC never stamps a sale a power loss could take back.
+//! - Committed before it is on disk, a sale can be seen before the sync: a worker that
+//!   claimed, numbered and sealed rows waits for the sync ([`WriteLock::durable`]) before it
+//!   sends them, so the PAC never stamps a sale, nor a folio, a power loss could take back.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -417,11 +417,13 @@ impl WriteLock {
         })
     }
 
-    /// Waits until every durable write committed so far (new sales among them) is on disk: a
-    /// worker calls it after claiming rows, before it seals and sends them.
+    /// Waits until every write committed so far, the worker pool's unsynced ones too, is on
+    /// disk: a worker calls it for a batch claimed, numbered and sealed, before sending it.
+    /// The ticket taken here is past every commit made before, so a sync that begins after it
+    /// covers them all.
     pub(super) async fn durable(&self) -> Result<(), String> {
         match &self.0.durability {
-            Some(d) => self.sync_through(d.committed.load(Ordering::SeqCst)).await,
+            Some(_) => self.sync_through(self.committed()).await,
             None => Ok(()),
         }
     }

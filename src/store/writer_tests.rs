@@ -223,13 +223,14 @@ async fn a_group_is_told_its_outcome_once_its_log_is_synced() {
         "told only once the sync covered the commit"
     );
     assert_eq!(rows(&pool).await, 2);
-    // A claim after it waits for nothing more.
+    // A batch about to be sent syncs once more, as the worker pool's own commits (its claim,
+    // its numbering) take no ticket and must be on disk too.
     assert_eq!(lock.durable().await, Ok(()));
-    assert_eq!(counts(&lock), (1, 1));
+    assert_eq!(counts(&lock), (2, 2));
 }
 
 #[tokio::test]
-async fn a_claim_waits_until_every_committed_group_is_synced() {
+async fn a_batch_to_send_waits_until_every_committed_group_is_synced() {
     let dir = tempfile::tempdir().expect("dir");
     let pool = pool(&dir).await;
     let lock = deferring(&dir, &dir.path().join("t.db")).await;
@@ -241,9 +242,9 @@ async fn a_claim_waits_until_every_committed_group_is_synced() {
     assert_eq!(counts(&lock).0, 3);
     lock.durable().await.expect("synced");
     assert_eq!(
-        counts(&lock).1,
-        3,
-        "the claim returned with every commit on disk"
+        counts(&lock),
+        (4, 4),
+        "it returned with every commit on disk, and its own ticket's"
     );
     for s in seen {
         assert_eq!(lock.outcome(s).await, Ok(()));
@@ -318,7 +319,7 @@ async fn a_group_whose_log_cannot_be_synced_is_written_but_not_acknowledged() {
     let told = lock.outcome(a).await;
     assert!(matches!(told, Err(GroupFailed::NotSynced(_))), "{told:?}");
     assert_eq!(rows(&pool).await, 1, "written: not to be recorded again");
-    assert!(lock.durable().await.is_err(), "and no claim goes on");
+    assert!(lock.durable().await.is_err(), "and no batch is sent");
 }
 
 /// Sales coming faster than one in the linger wait for each other and share commits; after

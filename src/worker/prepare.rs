@@ -283,6 +283,9 @@ impl Worker {
             .map(|p| p.req.clone())
             .collect();
         if to_seal.is_empty() {
+            if !checked.is_empty() {
+                self.db.durable_before_sending().await?;
+            }
             return Ok(checked);
         }
         let mut seals = self.seal_off_thread(to_seal).await.into_iter();
@@ -318,6 +321,9 @@ impl Worker {
                 p.sealed = self.db.save_sealed(p.id, &p.sealed).await?;
             }
             ready.push(p);
+        }
+        if !ready.is_empty() {
+            self.db.durable_before_sending().await?;
         }
         Ok(ready)
     }
