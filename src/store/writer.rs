@@ -62,8 +62,9 @@ const HANDOVER_WAIT: Duration = Duration::from_secs(1);
 /// How long a group of new sales stays open for more when sales come faster than one in this
 /// long: one commit, one sync and one trip to the connection's thread then serve several
 /// sales instead of each, at up to this much more time before each one's acknowledgement.
-/// Slower, each sale commits alone at once.
-pub(super) const SALE_LINGER: Duration = Duration::from_millis(4);
+/// Slower, each sale commits alone at once. At 500 sales a second, 8 ms instead of 4 took a
+/// commit's sales from 2.3 to 3.6 (BENCHMARKS.md).
+pub(super) const SALE_LINGER: Duration = Duration::from_millis(8);
 
 /// The name the commit of a group of new sales is counted under, whoever holds the lock.
 const GROUP_COMMIT: &str = "commit new sales";

@@ -71,11 +71,12 @@ impl Look {
 }
 
 /// How long a claim ahead waits for sales to gather once the pool has caught up with them.
-/// Each claim is four writes (the claim, the numbering, the sealed bytes, the outcomes), and
-/// on SQLite each commits the sales grouped before it: at 25 ms instead of 10 the appliance
-/// spent 0.1 ms less CPU per stamp with sales arriving 2 ms apart (BENCHMARKS.md), and a sale
-/// waits at most that much longer for its stamp.
-pub(super) const CLAIM_LINGER: std::time::Duration = std::time::Duration::from_millis(25);
+/// Each claim is four writes (the claim, the numbering, the sealed bytes, the outcomes) and a
+/// sync, and on SQLite each commits the sales grouped before it: at 25 ms instead of 10 the
+/// appliance spent 0.1 ms less CPU per stamp with sales arriving 2 ms apart, and at 50 ms with
+/// claims of up to 16 rows instead of 8, about 0.1 ms less again at 500 sales a second
+/// (BENCHMARKS.md). A sale waits at most that much longer for its stamp.
+pub(super) const CLAIM_LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A claimed row, sealed, ready for its PAC call.
 pub(super) struct Prepared {
