@@ -87,22 +87,20 @@ impl Dialected {
 /// `sql` with every `$n` placeholder renumbered `$n+by`, so several statements can share one
 /// argument list.
 pub(super) fn shift_params(sql: &str, by: usize) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        out.push(c);
-        if c == '$' {
-            let mut n = String::new();
-            while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
-                n.push(*d);
-                chars.next();
-            }
-            match n.parse::<usize>() {
-                Ok(n) => out.push_str(&(n + by).to_string()),
-                Err(_) => out.push_str(&n),
-            }
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(sql.len() + 16);
+    // Copied in runs between placeholders: this runs for every statement of every sale.
+    let mut copied = 0;
+    for (at, _) in sql.match_indices('$') {
+        let digits = sql[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+        let number = &sql[at + 1..at + 1 + digits];
+        if let Ok(n) = number.parse::<usize>() {
+            out.push_str(&sql[copied..=at]);
+            let _ = write!(out, "{}", n + by);
+            copied = at + 1 + digits;
         }
     }
+    out.push_str(&sql[copied..]);
     out
 }
 
@@ -743,5 +741,9 @@ mod tests {
             "UPDATE t SET a = $13, b = $24 WHERE c = '$' AND d = $14"
         );
         assert_eq!(shift_params("SELECT 1", 5), "SELECT 1");
+        assert_eq!(
+            shift_params("SELECT $$x$$, 'é', $3, $", 1),
+            "SELECT $$x$$, 'é', $4, $"
+        );
     }
 }

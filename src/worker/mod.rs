@@ -162,9 +162,9 @@ pub struct Worker {
     /// queued up in one write ([`Worker::settler_loop`]).
     settler: settle::Settler,
     /// Rows claimed at most at once when no prepared row is waiting: one claim, one numbering,
-    /// one write of sealed bytes and one sync serve several calls. Half the slots, at most 16:
-    /// at 8 (a quarter of 32 slots) the claims at 500 sales a second came back full, so they
-    /// never waited for more ([`prepare::CLAIM_LINGER`]) and took 7 rows each.
+    /// one write of sealed bytes and one sync serve several calls. As many as the slots, at
+    /// most 32: at 8 (a quarter of 32 slots) the claims at 500 sales a second came back full,
+    /// so they never waited for more ([`prepare::CLAIM_LINGER`]) and took 7 rows each.
     batch: i64,
     /// Sealing batches that may run at once: half the cores. Rows are sealed ahead of their
     /// calls, so fewer sealing threads keep up; more would take the cores the I/O paths need
@@ -217,7 +217,7 @@ impl Worker {
         pac_is_production: bool,
     ) -> Self {
         let suffix: u32 = rand::random_range(0..0x10000);
-        let batch = i64::try_from((cfg.concurrency / 2).clamp(1, 16)).unwrap_or(1);
+        let batch = i64::try_from(cfg.concurrency.clamp(1, 32)).unwrap_or(1);
         Self {
             db,
             pac,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use chrono::Utc;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::Worker;
 use super::pool::Found;
@@ -74,8 +74,9 @@ impl Look {
 /// Each claim is four writes (the claim, the numbering, the sealed bytes, the outcomes) and a
 /// sync, and on SQLite each commits the sales grouped before it: at 25 ms instead of 10 the
 /// appliance spent 0.1 ms less CPU per stamp with sales arriving 2 ms apart, and at 50 ms with
-/// claims of up to 16 rows instead of 8, about 0.1 ms less again at 500 sales a second
-/// (BENCHMARKS.md). A sale waits at most that much longer for its stamp.
+/// claims of up to 16 rows instead of 8, about 0.1 ms less again at 500 sales a second, and
+/// up to 32 rows less again (BENCHMARKS.md). A sale waits at most that much longer for its
+/// stamp.
 pub(super) const CLAIM_LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A claimed row, sealed, ready for its PAC call.
@@ -299,7 +300,9 @@ impl Worker {
             }
             match seals.next() {
                 Some(Ok(s)) => {
-                    info!(outbox_id = p.id, payment_id = %p.payment_id, stamp_key = %p.key, folio = %p.folio, total = %s.total, "comprobante sealed");
+                    // A step on the way: "invoice stamped", or the failure, is the line at
+                    // info that says what became of the document.
+                    debug!(outbox_id = p.id, payment_id = %p.payment_id, stamp_key = %p.key, folio = %p.folio, total = %s.total, "comprobante sealed");
                     p.sealed = s.xml;
                     fresh.push(p);
                 }

@@ -187,8 +187,9 @@ async fn numbered(app: &TestApp) -> i64 {
 }
 
 async fn a_worker_killed_mid_batch_leaves_no_folio_used_twice(b: Backend) {
-    // Short leases, so a killed worker's rows are claimed again quickly; batches of 8.
-    let worker = "[worker]\nconcurrency = 32\nlease_seconds = 2\nidle_poll_ms = 20\n";
+    // Short leases, so a killed worker's rows are claimed again quickly; batches of 8 (a
+    // batch is as many rows as the slots), so that a worker's life numbers a few of them.
+    let worker = "[worker]\nconcurrency = 8\nlease_seconds = 2\nidle_poll_ms = 20\n";
     let Some((app, sim, dir)) = rig(b, worker).await else {
         return;
     };
