@@ -124,8 +124,8 @@ impl Db {
     /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
     /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
     /// deterministic). The one that is not, a row's folio, is on disk before the row's first
-    /// PAC call (`Db::durable_before_sending`). Webhook acknowledgements keep full durability on the main handle. On
-    /// SQLite both handles share the process's write lock and its one write connection, so
+    /// PAC call (`Db::durable_before_sending`). Webhook acknowledgements keep full durability
+    /// on the main handle. On SQLite both handles share the process's write lock and its one write connection, so
     /// they queue instead of colliding; only the main handle's writes wait for a sync.
     ///
     /// Connections are not pinged before each use (one round trip less per statement): a

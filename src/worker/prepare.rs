@@ -74,9 +74,9 @@ impl Look {
 /// Each claim is four writes (the claim, the numbering, the sealed bytes, the outcomes) and a
 /// sync, and on SQLite each commits the sales grouped before it: at 25 ms instead of 10 the
 /// appliance spent 0.1 ms less CPU per stamp with sales arriving 2 ms apart, and at 50 ms with
-/// claims of up to 16 rows instead of 8, about 0.1 ms less again at 500 sales a second, and
-/// up to 32 rows less again (BENCHMARKS.md). A sale waits at most that much longer for its
-/// stamp.
+/// claims of up to 16 rows instead of 8, about 0.1 ms less again at 500 sales a second; claims
+/// of up to 32 took off about 0.06 ms more (BENCHMARKS.md). A sale waits at most that much
+/// longer for its stamp.
 pub(super) const CLAIM_LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A claimed row, sealed, ready for its PAC call.
@@ -157,6 +157,11 @@ impl Worker {
                 // Whether or not it came to rows, the slots waiting for this batch look again.
                 let _notify = NotifyOnDrop(&self.ready_notify);
                 let mut prepared = prepared?;
+                if !prepared.is_empty() {
+                    // Nothing of the batch goes to the PAC before its claim, folios and sealed
+                    // bytes are on disk.
+                    self.db.durable_before_sending().await?;
+                }
                 // Rows settled while preparing were never to be sent; the rest are, from now.
                 self.unsent_rows()
                     .extend(prepared.iter().map(|p| (p.id, p.claimed_from)));
@@ -285,9 +290,6 @@ impl Worker {
             .map(|p| p.req.clone())
             .collect();
         if to_seal.is_empty() {
-            if !checked.is_empty() {
-                self.db.durable_before_sending().await?;
-            }
             return Ok(checked);
         }
         let mut seals = self.seal_off_thread(to_seal).await.into_iter();
@@ -325,9 +327,6 @@ impl Worker {
                 p.sealed = self.db.save_sealed(p.id, &p.sealed).await?;
             }
             ready.push(p);
-        }
-        if !ready.is_empty() {
-            self.db.durable_before_sending().await?;
         }
         Ok(ready)
     }
