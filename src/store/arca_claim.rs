@@ -150,7 +150,9 @@ impl Db {
         for (n, new) in (number..).zip(news) {
             claimed.push(reserve_in(&mut tx, seq, new, n, date, now).await?);
         }
-        tx.commit("reserve ARCA numbers").await?;
+        // On disk before the first send: ARCA keeps a number it authorized, and a claim a
+        // power loss took back would hand it out again, to a second voucher.
+        tx.commit_durable("reserve ARCA numbers").await?;
         Ok(Ok(claimed))
     }
 
@@ -281,4 +283,58 @@ async fn reserve_in(
     .bind(now)
     .fetch_one_in(tx, "reserve an ARCA number")
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use crate::config::{DatabaseSettings, SecretString};
+    use crate::store::arca::{ArcaSeq, NewReservation};
+    use crate::store::{Db, connect};
+
+    /// The worker pool's handle does not wait for the disk, but the numbers a claim hands out
+    /// are on disk when it returns: ARCA is sent them next, and keeps what it authorizes.
+    #[tokio::test]
+    async fn numbers_claimed_on_the_workers_handle_are_on_disk_when_the_claim_returns() {
+        let dir = tempfile::tempdir().expect("dir");
+        let settings = DatabaseSettings {
+            url: SecretString::new(format!("sqlite://{}", dir.path().join("a.db").display())),
+            max_connections: 4,
+        };
+        let db = connect(&settings).await.expect("open");
+        db.migrate().await.expect("migrate");
+        let workers = db.for_workers(&settings).await.expect("workers");
+        let Db::Sqlite { write_lock, .. } = &workers else {
+            unreachable!("a SQLite URL")
+        };
+        let seq = ArcaSeq {
+            environment: "homologacion",
+            cuit: 20_111_111_112,
+            pto_vta: 1,
+            cbte_tipo: 6,
+        };
+        let now = Utc::now();
+        let new = |key| NewReservation {
+            key,
+            input_hash: "h",
+            input: "{}",
+            today: "2026-12-07",
+            sending_until: now,
+            landing_until: now,
+        };
+        let before = write_lock.sync_counts().1;
+        let claimed = workers
+            .arca_claim(seq, &[new("k1"), new("k2")], Some(41), &[])
+            .await
+            .expect("claim")
+            .expect("numbers");
+        assert_eq!(
+            claimed.iter().map(|v| v.number).collect::<Vec<_>>(),
+            [42, 43]
+        );
+        let (committed, synced) = write_lock.sync_counts();
+        assert!(synced > before, "the claim's commit was synced");
+        assert_eq!(synced, committed, "every commit before the send is on disk");
+    }
 }

@@ -123,8 +123,8 @@ impl Db {
     /// a power loss can drop the last few worker commits, and every one of them is redone
     /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
     /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
-    /// deterministic). The one that is not, a row's folio, is on disk before the row's first
-    /// PAC call (`Db::durable_before_sending`). Webhook acknowledgements keep full durability
+    /// deterministic). The ones that are not, a row's folio and an ARCA number, are on disk
+    /// before they are first sent (`Db::durable_before_sending`, `Tx::commit_durable`). Webhook acknowledgements keep full durability
     /// on the main handle. On SQLite both handles share the process's write lock and its one write connection, so
     /// they queue instead of colliding; only the main handle's writes wait for a sync.
     ///

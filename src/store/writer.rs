@@ -317,6 +317,14 @@ impl WriteLock {
             .map_or(0, |d| d.committed.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
+    /// Commits counted to be made durable, and how many of them are on disk.
+    #[cfg(test)]
+    pub(super) fn sync_counts(&self) -> (u64, u64) {
+        self.0.durability.as_ref().map_or((0, 0), |d| {
+            (d.committed.load(Ordering::SeqCst), *d.synced.borrow())
+        })
+    }
+
     /// Closes the write connection, if the lock has its own: any open group is committed, and
     /// the connection kept between writes goes back to its pool first.
     pub(super) async fn close(&self) {

@@ -202,8 +202,8 @@ async fn deferring(dir: &tempfile::TempDir, wal_of: &Path) -> WriteLock {
 }
 
 fn counts(lock: &WriteLock) -> (u64, u64) {
-    let d = lock.0.durability.as_ref().expect("deferring");
-    (d.committed.load(Ordering::SeqCst), *d.synced.borrow())
+    assert!(lock.0.durability.is_some(), "deferring");
+    lock.sync_counts()
 }
 
 #[tokio::test]
