@@ -141,6 +141,31 @@ impl Element {
         }
     }
 
+    /// One attribute of the root element, its value normalized, reading neither the rest of
+    /// the document nor the root's other values (a sealed CFDI's `Certificado` alone is 1.7 KB):
+    /// how every stamp's Sello is compared with the sealed document's.
+    pub fn root_attr(bytes: &[u8], name: &str) -> Result<Option<String>, XmlError> {
+        let mut reader = NsReader::from_reader(bytes);
+        loop {
+            match reader.read_event().map_err(|e| XmlError(e.to_string()))? {
+                Event::Start(ref e) | Event::Empty(ref e) => {
+                    for attr in e.attributes() {
+                        let attr = attr.map_err(|e| XmlError(e.to_string()))?;
+                        if attr.key.0 == name {
+                            let value = attr
+                                .normalized_value(XmlVersion::Implicit1_0)
+                                .map_err(|e| XmlError(format!("attribute {name}: {e}")))?;
+                            return Ok(Some(value.into_owned()));
+                        }
+                    }
+                    return Ok(None);
+                }
+                Event::Eof => return Err(XmlError("no root element".into())),
+                _ => {}
+            }
+        }
+    }
+
     /// The first `{ns}name` element of a document (its start tag: attributes, no children),
     /// reading the whole document so a malformed one is still refused, but without building
     /// its tree: how a stamped CFDI's TFD is read cheaply.
@@ -316,6 +341,14 @@ mod tests {
         assert!(root.is(NS_CFDI, "Comprobante"));
         assert_eq!(root.attr("Sello"), Some("abc"));
         assert!(root.children.is_empty());
+        let sello = Element::root_attr(STAMPED.as_bytes(), "Sello").expect("root");
+        assert_eq!(sello.as_deref(), root.attr("Sello"));
+        assert!(
+            Element::root_attr(STAMPED.as_bytes(), "UUID")
+                .expect("root")
+                .is_none()
+        );
+        assert!(Element::root_attr(b"  ", "Sello").is_err());
         // The same answers as the whole tree.
         let full = Element::parse(STAMPED.as_bytes()).expect("tree");
         assert_eq!(full.attr("Total"), root.attr("Total"));

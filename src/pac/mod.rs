@@ -71,10 +71,10 @@ impl Stamp {
 
     /// Whether this stamp belongs to the sealed document `sealed_xml` (same Sello).
     pub fn belongs_to(&self, sealed_xml: &[u8]) -> bool {
-        Element::parse_root(sealed_xml)
+        Element::root_attr(sealed_xml, "Sello")
             .ok()
-            .and_then(|r| r.attr("Sello").map(|s| s == self.tfd.sello_cfd))
-            .unwrap_or(false)
+            .flatten()
+            .is_some_and(|s| s == self.tfd.sello_cfd)
     }
 }
 
