@@ -225,14 +225,18 @@ impl Db {
 
     /// Takes the right to (re)send `key`'s open voucher until `until` (its send may land
     /// until `landing_until`): only when no other sender may still be talking to ARCA about
-    /// it. `None` when another one may, or when it was settled (superseded) meanwhile.
+    /// it. `None` when another one may, or when it was settled (superseded) meanwhile. On disk
+    /// when it returns, as a claim of numbers is: a landing window a power loss took back
+    /// would let the barrier give the number away while this send may still land.
     pub async fn arca_claim_send(
         &self,
         key: &str,
         until: DateTime<Utc>,
         landing_until: DateTime<Utc>,
     ) -> Result<Option<ArcaVoucherRow>, StoreError> {
-        stmt(format!(
+        let what = "claim an ARCA send";
+        let mut tx = self.begin().await?;
+        let claimed = stmt(format!(
             "UPDATE arca_vouchers SET state = 'reserved', sending_until = $2, landing_until = $4, \
              sends = sends + 1, updated_at = $3 WHERE key = $1 \
              AND state IN ('reserved', 'unknown') \
@@ -242,9 +246,10 @@ impl Db {
         .bind(until)
         .bind(Utc::now())
         .bind(landing_until)
-        .writes()
-        .fetch_optional(self, "claim an ARCA send")
-        .await
+        .fetch_optional_in(&mut tx, what)
+        .await?;
+        tx.commit_durable(what).await?;
+        Ok(claimed)
     }
 
     /// Settles an open voucher as authorized. `false` if it was settled already.

@@ -293,10 +293,11 @@ mod tests {
     use crate::store::arca::{ArcaSeq, NewReservation};
     use crate::store::{Db, connect};
 
-    /// The worker pool's handle does not wait for the disk, but the numbers a claim hands out
-    /// are on disk when it returns: ARCA is sent them next, and keeps what it authorizes.
+    /// The worker pool's handle does not wait for the disk, but the numbers a claim hands out,
+    /// and a resend's claim, are on disk when they return: ARCA is sent them next, and keeps
+    /// what it authorizes.
     #[tokio::test]
-    async fn numbers_claimed_on_the_workers_handle_are_on_disk_when_the_claim_returns() {
+    async fn claims_on_the_workers_handle_are_on_disk_when_they_return() {
         let dir = tempfile::tempdir().expect("dir");
         let settings = DatabaseSettings {
             url: SecretString::new(format!("sqlite://{}", dir.path().join("a.db").display())),
@@ -336,5 +337,17 @@ mod tests {
         let (committed, synced) = write_lock.sync_counts();
         assert!(synced > before, "the claim's commit was synced");
         assert_eq!(synced, committed, "every commit before the send is on disk");
+
+        // A resend's claim (its sending window is over) is on disk the same way.
+        let later = Utc::now() + chrono::Duration::seconds(30);
+        let resend = workers
+            .arca_claim_send("k1", later, later)
+            .await
+            .expect("claim a resend")
+            .expect("its window was over");
+        assert_eq!(resend.number, 42);
+        let (committed, again) = write_lock.sync_counts();
+        assert!(again > synced, "the resend's claim was synced");
+        assert_eq!(again, committed);
     }
 }
