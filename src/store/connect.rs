@@ -124,9 +124,10 @@ impl Db {
     /// without harm — a lost claim or outcome leaves the row to be recovered by key from the
     /// idempotent PAC, and a lost sealed document is sealed again to the same bytes (sealing is
     /// deterministic). The ones that are not, a row's folio and an ARCA number, are on disk
-    /// before they are first sent (`Db::durable_before_sending`, `Tx::commit_durable`). Webhook acknowledgements keep full durability
-    /// on the main handle. On SQLite both handles share the process's write lock and its one write connection, so
-    /// they queue instead of colliding; only the main handle's writes wait for a sync.
+    /// before they are first sent (`Db::durable_before_sending`, `Tx::commit_durable`).
+    /// Webhook acknowledgements keep full durability on the main handle. On SQLite both
+    /// handles share the process's write lock and its one write connection, so they queue
+    /// instead of colliding; only the main handle's writes wait for a sync.
     ///
     /// Connections are not pinged before each use (one round trip less per statement): a
     /// connection that went bad fails its statement, the worker logs it and tries again, and a

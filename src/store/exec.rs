@@ -680,22 +680,18 @@ impl Tx<'_> {
     /// [`Tx::commit`], returning only once the transaction is on disk, on the worker pool's
     /// handle too, whose commits do not wait for it: for what is sent out next and must never
     /// be taken back by a power loss (ARCA's numbers, `arca_claim.rs`).
-    pub(super) async fn commit_durable(self, what: &'static str) -> Result<(), StoreError> {
-        match self {
-            Tx::Sqlite { mut w, .. } => {
-                w.write = what;
-                end_tx(&mut w, "COMMIT").await.map_err(ctx(what))?;
-                release(w, true, what).await
-            }
-            Tx::Postgres(mut tx) => {
-                // For this transaction alone; the pool's connections keep theirs.
+    pub(super) async fn commit_durable(mut self, what: &'static str) -> Result<(), StoreError> {
+        match &mut self {
+            Tx::Sqlite { durable, .. } => *durable = true,
+            // For this transaction alone; the pool's connections keep theirs.
+            Tx::Postgres(tx) => {
                 sqlx::query("SET LOCAL synchronous_commit = on")
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await
                     .map_err(ctx(what))?;
-                tx.commit().await.map_err(ctx(what))
             }
         }
+        self.commit(what).await
     }
 
     pub(super) async fn rollback(self) -> Result<(), StoreError> {
