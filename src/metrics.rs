@@ -200,7 +200,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let log_sync = lock_buckets();
     registry.register(
         "autofactura_sqlite_log_sync_seconds",
-        "SQLite: how long each sync of the write-ahead log took, made outside the write lock after a durable write (a group of new sales, an admin action, an API call) committed",
+        "SQLite: how long each sync of the write-ahead log took, made outside the write lock after a durable write (a group of new sales, an admin action, an API call, a claim of ARCA numbers) committed, and before the worker pool sends a claimed batch to the PAC",
         log_sync.clone(),
     );
     let sales_per_commit = Histogram::new(
